@@ -1,0 +1,33 @@
+"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID]`.
+
+Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from
+--model or H3APP_MODEL (default: the embedded tiny checkpoint). See README.md for every variable.
+"""
+
+import argparse
+import os
+
+from h3app.cli import quiet_libraries
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
+    parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
+    parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
+    parser.add_argument("--device", default=os.environ.get("H3APP_DEVICE", "cpu"))
+    parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
+    args = parser.parse_args()
+    quiet_libraries()
+
+    from h3app.backend.service import Backend
+    from h3app.model.loader import LoadOptions, parse_dtype
+    from h3app.ui.app_ui import build_app
+
+    options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
+                          token=os.environ.get("HF_TOKEN"))
+    backend = Backend(args.model, options)
+    build_app(backend).launch(allowed_paths=[str(backend.output_dir)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Values the adapters package hands to the rest of h3app.
+
+``AdapterInfo`` is what inspection learns from the header alone (the ``inspect --json`` contract).
+``NormalisedAdapter`` is the same file after normalisation: canonical targets (unfused diffusers module names
+of the transformer) with their factors and resolved alpha, ready for the LoRA engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import torch
+
+ALPHA_SOURCES = ("explicit", "module_tensor", "adapter_config", "metadata", "registry", "rank_fallback")
+
+
+@dataclass(frozen=True)
+class ModuleLoRA:
+    """The LoRA of one canonical target.
+
+    ``down`` is A with shape ``[rank, in_features]``, ``up`` is B with shape ``[out_features, rank]``, both in the
+    file's dtype, already reordered to the diffusers layout (q/k/v split, SwiGLU halves, de-interleave).
+    The effective scale is ``alpha * strength / rank`` (``/ sqrt(rank)`` when ``use_rslora``).
+    """
+
+    target: str
+    down: torch.Tensor
+    up: torch.Tensor
+    alpha: float
+    alpha_source: str
+    use_rslora: bool = False
+    source_keys: tuple[str, ...] = ()
+
+    @property
+    def rank(self) -> int:
+        return int(self.down.shape[0])
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    """What the header says (no weight data read). Fields follow DESIGN.md's ``inspect --json`` contract."""
+
+    format: str
+    suffix_style: str
+    prefix: str
+    rank: int | None
+    ranks: Mapping[str, int]
+    alpha: float | None
+    alpha_source: str
+    alphas: Mapping[str, float]
+    alpha_sources: Mapping[str, str]
+    num_targets: int
+    targets: tuple[str, ...]
+    dtype: str
+    file_bytes: int
+    warnings: tuple[str, ...] = ()
+    hints: Mapping[str, Any] = field(default_factory=dict)
+    known: Mapping[str, Any] | None = None
+    use_rslora: bool = False
+    unmatched_keys: tuple[str, ...] = ()
+    reference_targets: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": self.format,
+            "suffix_style": self.suffix_style,
+            "prefix": self.prefix,
+            "rank": self.rank,
+            "ranks": dict(self.ranks),
+            "alpha": self.alpha,
+            "alpha_source": self.alpha_source,
+            "alphas": dict(self.alphas),
+            "alpha_sources": dict(self.alpha_sources),
+            "num_targets": self.num_targets,
+            "targets": list(self.targets),
+            "dtype": self.dtype,
+            "file_bytes": self.file_bytes,
+            "warnings": list(self.warnings),
+            "hints": dict(self.hints),
+            "known": dict(self.known) if self.known is not None else None,
+            "use_rslora": self.use_rslora,
+            "unmatched_keys": list(self.unmatched_keys),
+            "reference_targets": list(self.reference_targets),
+        }
+
+
+@dataclass(frozen=True)
+class NormalisedAdapter:
+    """An adapter file in canonical form: ``modules`` maps canonical target → its LoRA.
+
+    ``unmatched_keys`` are adapter keys that matched no target of the model vocabulary (never dropped silently);
+    ``reference_modules`` are targets for the ``transformer_ref`` partition, kept apart.
+    ``identity`` is a stable id of the file (path or repo/revision/file plus size and sha256 when known).
+    """
+
+    info: AdapterInfo
+    modules: Mapping[str, ModuleLoRA]
+    unmatched_keys: tuple[str, ...] = ()
+    reference_modules: Mapping[str, ModuleLoRA] = field(default_factory=dict)
+    identity: str = ""
+
+
+@dataclass(frozen=True)
+class HeaderView:
+    """A safetensors header as inspection needs it, from a local file or from a remote one (HTTP ranges).
+
+    ``tensors`` maps key → (dtype string such as ``"F32"``/``"BF16"``, shape); ``scalars`` holds the values of
+    0-dim tensors (``.alpha``; a few bytes each); ``adapter_config`` is ``adapter_config.json`` from the same
+    folder (or None); ``file_bytes`` is the file size; ``name`` is the file name used in messages.
+    """
+
+    tensors: Mapping[str, tuple[str, tuple[int, ...]]]
+    metadata: Mapping[str, str]
+    scalars: Mapping[str, float]
+    adapter_config: Mapping[str, Any] | None
+    file_bytes: int
+    name: str

@@ -1,0 +1,188 @@
+"""One generation: a frozen request → decoded video + stereo audio (+ mp4), seeded and deterministic.
+
+``num_inference_steps`` counts sigma points *including* the terminal one, so N steps run N−1 transformer
+evaluations (fewer if the shift collapses duplicate sigmas). Progress and cancel hook into the transformer's
+forward (diffusers' H3 denoise loop has no step callback).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..errors import H3AppError
+from ..model import repo
+from . import media
+
+MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
+MAX_STEPS = 200
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """Everything that determines one output (with the adapters, added by the backend)."""
+
+    prompt: str
+    seed: int = 0
+    steps: int = 5
+    duration: float = 5.0
+    height: int | None = None
+    width: int | None = None
+    shift: float | None = None
+    audio_shift: float | None = None
+    workflow: str = "t2va"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise H3AppError("the prompt is empty: describe the video you want.")
+        if not 2 <= int(self.steps) <= MAX_STEPS:
+            raise H3AppError(f"steps must be between 2 and {MAX_STEPS} (N steps run N−1 evaluations), got {self.steps}.")
+        if not (isinstance(self.duration, (int, float)) and MIN_SECONDS <= self.duration <= MAX_SECONDS):
+            raise H3AppError(f"duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got {self.duration}.")
+        if (self.height is None) != (self.width is None):
+            raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
+        for name in ("shift", "audio_shift"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise H3AppError(f"{name} must be a positive number, got {value}.")
+        repo.check_workflow(self.workflow)
+
+    @property
+    def num_frames(self) -> int:
+        """Frames requested at 24 fps (the pipeline snaps up to the 17n+5 rule)."""
+        return int(round(self.duration * media.FPS))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """Decoded output: ``video`` ``[F, H, W, 3]`` float32 in [0, 1]; ``audio`` ``[2, S]`` float32 in [-1, 1]."""
+
+    video: np.ndarray
+    audio: np.ndarray
+    sample_rate: int
+    evaluations: int
+    seconds: float
+    hash: str
+    request: GenerationRequest
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def frames(self) -> int:
+        return int(self.video.shape[0])
+
+    @property
+    def height(self) -> int:
+        return int(self.video.shape[1])
+
+    @property
+    def width(self) -> int:
+        return int(self.video.shape[2])
+
+
+class Cancelled(H3AppError):
+    """The job was cancelled between two denoising steps."""
+
+
+def count_evaluations(steps: int, shift: float) -> int:
+    """Transformer evaluations for ``steps`` sigma points at ``shift`` (N−1 unless the shift collapses sigmas)."""
+    from diffusers import MiniMaxH3Scheduler
+
+    scheduler = MiniMaxH3Scheduler(shift=shift)
+    scheduler.set_timesteps(steps)
+    return len(scheduler.timesteps)
+
+
+def _check_canvas(pipe: Any, request: GenerationRequest) -> None:
+    if request.height is None:
+        return
+    multiple = int(pipe.canvas_multiple)
+    for name, value in (("height", request.height), ("width", request.width)):
+        if value < multiple or value % multiple:
+            raise H3AppError(f"{name} must be a positive multiple of {multiple} for this model, got {value}.")
+
+
+def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   on_step: Callable[[int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None,
+                   extra_inputs: dict[str, Any] | None = None) -> GenerationResult:
+    """Run ``pipe`` (a workflow pipeline from :class:`h3app.model.loader.LoadedModel`) on ``request``.
+
+    ``on_step(done, total)`` is called before every transformer evaluation and once at the end;
+    ``should_cancel()`` is polled at the same points and raises :class:`Cancelled`. The transformer is untouched
+    by a cancel (hooks are removed in all cases).
+    """
+    _check_canvas(pipe, request)
+    video_shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
+    audio_shift = request.audio_shift if request.audio_shift is not None else float(pipe.audio_scheduler.config.shift)
+    total = count_evaluations(request.steps, video_shift)
+    transformer = pipe.transformer_ref if request.workflow == "ref2va" else pipe.transformer
+    done = [0]
+
+    def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+        if should_cancel is not None and should_cancel():
+            raise Cancelled(f"cancelled after {done[0]} of {total} steps.")
+        if on_step is not None:
+            on_step(done[0], total)
+        done[0] += 1
+
+    inputs: dict[str, Any] = {
+        "num_inference_steps": int(request.steps),
+        "num_frames": request.num_frames,
+        "generator": torch.Generator("cpu").manual_seed(int(request.seed)),
+        "output_type": "np",
+    }
+    if prompt_embeds is None:
+        inputs["prompt"] = request.prompt
+    else:
+        inputs["prompt_embeds"], inputs["text_token_tags"] = prompt_embeds
+    if request.height is not None:
+        inputs["height"], inputs["width"] = int(request.height), int(request.width)
+    inputs.update(extra_inputs or {})
+
+    handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)
+    pipe.scheduler.set_shift(video_shift)
+    pipe.audio_scheduler.set_shift(audio_shift)
+    start = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            state = pipe(**inputs)
+    except Cancelled:
+        raise
+    except torch.OutOfMemoryError as error:
+        raise H3AppError(
+            "out of GPU memory: use a smaller canvas or duration, --offload auto, or bf16; the model is unchanged."
+        ) from error
+    except ValueError as error:
+        raise H3AppError(f"the pipeline refused the request: {error}") from error
+    finally:
+        handle.remove()
+        pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
+        pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))
+    seconds = time.perf_counter() - start
+    if on_step is not None:
+        on_step(done[0], total)
+    video = np.asarray(state.get("videos")[0], dtype=np.float32)
+    audio = state.get("audio")[0].detach().float().cpu().numpy()
+    return GenerationResult(
+        video=video,
+        audio=audio,
+        sample_rate=int(state.get("sampling_rate")),
+        evaluations=done[0],
+        seconds=seconds,
+        hash=media.content_hash(video, audio),
+        request=request,
+    )
+
+
+def save_result(result: GenerationResult, out: str | Path, settings: dict[str, Any]) -> Path:
+    """Mux ``result`` to ``out`` (mp4) with ``settings`` embedded."""
+    return media.write_mp4(out, result.video, result.audio, result.sample_rate, settings=settings)

@@ -1,0 +1,139 @@
+"""Decoded frames + stereo audio → a browser-playable mp4 (h264 yuv420p + AAC), with the settings inside.
+
+Hashes are computed on the decoded arrays (DESIGN.md decision 10), never on mp4 bytes: encoders are not bitwise
+stable across machines, the pipeline's output is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+FPS = 24
+SETTINGS_TAG = "comment"  # an mp4 metadata key that ffmpeg writes and reads back as a plain string
+AUDIO_BIT_RATE = 128_000
+
+
+def content_hash(video: np.ndarray, audio: np.ndarray) -> str:
+    """sha256 over the raw float32 bytes of ``video`` (``[F, H, W, 3]`` in [0, 1]) then ``audio`` (``[2, S]``)."""
+    digest = hashlib.sha256()
+    for array in (video, audio):
+        digest.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def to_uint8(video: np.ndarray) -> np.ndarray:
+    """``[F, H, W, 3]`` float in [0, 1] → uint8, rounded."""
+    return np.clip(np.rint(np.asarray(video, dtype=np.float32) * 255.0), 0, 255).astype(np.uint8)
+
+
+def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rate: int, *, fps: int = FPS,
+              settings: Mapping[str, Any] | None = None) -> Path:
+    """Write ``video`` (``[F, H, W, 3]`` float in [0, 1], H and W even) and ``audio`` (``[channels, samples]`` float
+    in [-1, 1], stereo) to an mp4; ``settings`` go into the container metadata as JSON."""
+    import av
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frames = to_uint8(video)
+    audio = np.ascontiguousarray(np.clip(audio, -1.0, 1.0), dtype=np.float32)
+    if audio.ndim != 2:
+        raise ValueError(f"audio must be [channels, samples], got shape {audio.shape}")
+    tmp = path.with_name(path.name + ".partial")
+    with av.open(str(tmp), mode="w", format="mp4") as container:
+        if settings is not None:
+            container.metadata[SETTINGS_TAG] = json.dumps(settings, sort_keys=True, default=str)
+        vstream = container.add_stream("libx264", rate=fps)
+        vstream.width, vstream.height = int(frames.shape[2]), int(frames.shape[1])
+        vstream.pix_fmt = "yuv420p"
+        vstream.options = {"crf": "18", "preset": "veryfast"}
+        astream = container.add_stream("aac", rate=sample_rate)
+        astream.layout = "stereo" if audio.shape[0] == 2 else "mono"
+        astream.bit_rate = AUDIO_BIT_RATE
+        for frame in frames:
+            for packet in vstream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in vstream.encode():
+            container.mux(packet)
+        chunk = 1024
+        for start in range(0, audio.shape[1], chunk):
+            piece = np.ascontiguousarray(audio[:, start:start + chunk])
+            aframe = av.AudioFrame.from_ndarray(piece, format="fltp", layout=astream.layout.name)
+            aframe.sample_rate = sample_rate
+            aframe.pts = start
+            aframe.time_base = Fraction(1, sample_rate)
+            for packet in astream.encode(aframe):
+                container.mux(packet)
+        for packet in astream.encode():
+            container.mux(packet)
+    tmp.replace(path)
+    return path
+
+
+@dataclass(frozen=True)
+class MediaInfo:
+    """What an mp4 holds, as read back with PyAV."""
+
+    video_codec: str | None
+    width: int
+    height: int
+    frames: int
+    fps: float
+    pix_fmt: str | None
+    audio_codec: str | None
+    audio_channels: int
+    sample_rate: int
+    duration_s: float
+    settings: dict[str, Any] | None
+
+
+def probe_mp4(path: str | Path) -> MediaInfo:
+    """Streams, counts and the embedded settings of an mp4 (decodes the video to count frames)."""
+    import av
+
+    with av.open(str(path)) as container:
+        settings_text = container.metadata.get(SETTINGS_TAG)
+        video = next((s for s in container.streams if s.type == "video"), None)
+        audio = next((s for s in container.streams if s.type == "audio"), None)
+        frames = sum(1 for _ in container.decode(video=0)) if video is not None else 0
+        duration = float(container.duration / 1_000_000) if container.duration else 0.0
+        return MediaInfo(
+            video_codec=video.codec_context.name if video else None,
+            width=video.codec_context.width if video else 0,
+            height=video.codec_context.height if video else 0,
+            frames=frames,
+            fps=float(video.average_rate) if video and video.average_rate else 0.0,
+            pix_fmt=video.codec_context.pix_fmt if video else None,
+            audio_codec=audio.codec_context.name if audio else None,
+            audio_channels=audio.codec_context.channels if audio else 0,
+            sample_rate=audio.codec_context.sample_rate if audio else 0,
+            duration_s=duration,
+            settings=json.loads(settings_text) if settings_text else None,
+        )
+
+
+def read_settings(path: str | Path) -> dict[str, Any] | None:
+    """The settings JSON stored in an mp4 written by :func:`write_mp4` (None when absent)."""
+    import av
+
+    with av.open(str(path)) as container:
+        text = container.metadata.get(SETTINGS_TAG)
+    return json.loads(text) if text else None
+
+
+def write_thumbnail(path: str | Path, video: np.ndarray, max_side: int = 256) -> Path:
+    """The middle frame as a PNG, at most ``max_side`` pixels on its long side."""
+    from PIL import Image
+
+    frames = to_uint8(video)
+    image = Image.fromarray(frames[len(frames) // 2])
+    image.thumbnail((max_side, max_side))
+    path = Path(path)
+    image.save(path)
+    return path

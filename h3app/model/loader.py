@@ -1,0 +1,200 @@
+"""Load MiniMax H3 with diffusers: the same code for ``tiny``, a local folder and ``MiniMaxAI/MiniMax-H3``.
+
+Components are loaded once and shared by the per-workflow pipelines (``t2va``/``fl2va`` on ``transformer``,
+``ref2va`` on ``transformer_ref``); a partition is loaded only when a workflow first needs it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..errors import H3AppError
+from . import repo
+
+OFFLOAD_MODES = ("none", "auto", "group")
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to place the model.
+
+    ``dtype`` applies to the transformer and text encoder (diffusers keeps its fp32 islands and both VAEs in fp32).
+    ``offload``: ``none`` (all on ``device``), ``auto`` (diffusers ``ComponentsManager`` auto CPU offload), ``group``
+    (block-level group offload of the transformer). ``int8`` quantises the transformer weights with torchao (then
+    LoRA is unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees
+    the split weights.
+    """
+
+    dtype: torch.dtype = torch.float32
+    device: str = "cpu"
+    offload: str = "none"
+    int8: bool = False
+    fuse_qkv: bool = False
+    revision: str | None = None
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.offload not in OFFLOAD_MODES:
+            raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {self.offload!r}.")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name.lower()]
+    except KeyError as error:
+        raise H3AppError(f"unknown dtype {name!r}: use float32 or bfloat16.") from error
+
+
+def fuse_qkv(transformer: torch.nn.Module) -> None:
+    """Fuse every attention's q/k/v into a blocked ``[q; k; v]`` ``to_qkv`` and free the split weights.
+
+    The fused processor reads only ``to_qkv``; keeping ``to_q/k/v`` would cost ~12 GB at full size.
+    """
+    transformer.fuse_qkv_projections()
+    for module in transformer.modules():
+        if getattr(module, "fused_projections", False) and hasattr(module, "to_qkv"):
+            for name in ("to_q", "to_k", "to_v"):
+                if hasattr(module, name):
+                    delattr(module, name)
+
+
+def _load_transformer_from(folder: str, partition: str, options: LoadOptions) -> torch.nn.Module:
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    kwargs: dict[str, Any] = {"subfolder": partition, "dtype": options.dtype}
+    if options.int8:
+        try:
+            from diffusers import TorchAoConfig
+            from torchao.quantization import Int8WeightOnlyConfig
+        except ImportError as error:
+            raise H3AppError("int8 needs torchao: `pip install torchao`, or run without --int8.") from error
+        kwargs["quantization_config"] = TorchAoConfig(Int8WeightOnlyConfig())
+    transformer = MiniMaxH3Transformer3DModel.from_pretrained(folder, **kwargs)
+    transformer.requires_grad_(False).eval()
+    if options.fuse_qkv:
+        fuse_qkv(transformer)
+    return transformer
+
+
+def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float32, fuse_qkv: bool = False,
+                     partition: str = "transformer", revision: str | None = None) -> torch.nn.Module:
+    """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine)."""
+    workflow = "ref2va" if partition == "transformer_ref" else "t2va"
+    location = repo.locate(model, workflow=workflow, revision=revision)
+    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision)
+    return _load_transformer_from(str(location.folder), partition, options)
+
+
+@dataclass
+class LoadedModel:
+    """A model's loaded components, shared by the workflow pipelines built from them.
+
+    Not thread-safe by design beyond component loading: one worker owns it (DESIGN.md decision 7).
+    """
+
+    location: repo.ModelLocation
+    options: LoadOptions
+    components: dict[str, Any] = field(default_factory=dict)
+    _pipelines: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _manager: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.location.name
+
+    def transformer(self, workflow: str = "t2va") -> torch.nn.Module:
+        """The transformer partition that ``workflow`` runs on (loaded on first use)."""
+        self._ensure(workflow)
+        return self.components[repo.partition_for(workflow)]
+
+    def pipeline(self, workflow: str = "t2va"):
+        """A ``MiniMaxH3ModularPipeline`` pruned to ``workflow``, sharing this model's components."""
+        repo.check_workflow(workflow)
+        self._ensure(workflow)
+        with self._lock:
+            if workflow not in self._pipelines:
+                from diffusers import ModularPipeline
+
+                pipe = ModularPipeline.from_pretrained(str(self.location.folder), workflow=workflow)
+                needed = repo.components_for(workflow)
+                pipe.update_components(**{name: self.components[name] for name in needed})
+                pipe.set_progress_bar_config(disable=True)  # progress is reported per step by the caller
+                self._pipelines[workflow] = pipe
+            return self._pipelines[workflow]
+
+    def _ensure(self, workflow: str) -> None:
+        with self._lock:
+            missing = [name for name in repo.components_for(workflow) if name not in self.components]
+            if not missing:
+                return
+            if self.location.repo_id is not None and repo.partition_for(workflow) in missing:
+                # A Hub model downloads only what the first workflow needed; fetch the other partition now.
+                self.location = repo.locate(self.location.repo_id, workflow=workflow,
+                                            revision=self.options.revision, token=self.options.token)
+            self.components.update(_load_components(self.location, missing, self.options))
+            self._place(missing)
+
+    def _place(self, names: list[str]) -> None:
+        if self.options.offload == "none":
+            for name in names:
+                component = self.components[name]
+                if isinstance(component, torch.nn.Module):
+                    component.to(self.options.device)
+            return
+        from diffusers import ComponentsManager
+
+        if self._manager is None:
+            self._manager = ComponentsManager()
+        for name in names:
+            component = self.components[name]
+            if isinstance(component, torch.nn.Module):
+                self._manager.add(name, component)
+        if self.options.offload == "group":
+            for name in names:
+                if name in ("transformer", "transformer_ref"):
+                    self.components[name].enable_group_offload(
+                        onload_device=torch.device(self.options.device), offload_device=torch.device("cpu"),
+                        offload_type="block_level", num_blocks_per_group=1, use_stream=True,
+                    )
+        self._manager.enable_auto_cpu_offload(device=self.options.device)
+
+
+def _load_components(location: repo.ModelLocation, names: list[str], options: LoadOptions) -> dict[str, Any]:
+    from diffusers import ModularPipeline
+
+    folder = str(location.folder)
+    loaded: dict[str, Any] = {}
+    other = [name for name in names if name not in ("transformer", "transformer_ref")]
+    if other:
+        pipe = ModularPipeline.from_pretrained(folder)
+        dtypes = {"text_encoder": options.dtype, "default": torch.float32}
+        try:
+            pipe.load_components(names=other, dtype=dtypes)
+        except (OSError, ValueError) as error:
+            raise H3AppError(f"could not load {', '.join(other)} from {location.name}: {error}") from error
+        for name in other:
+            component = getattr(pipe, name, None)
+            if component is None:
+                raise H3AppError(f"{location.name}: component {name!r} did not load; is the folder complete?")
+            if isinstance(component, torch.nn.Module):
+                component.requires_grad_(False).eval()
+            loaded[name] = component
+    for partition in ("transformer", "transformer_ref"):
+        if partition in names:
+            loaded[partition] = _load_transformer_from(folder, partition, options)
+    return loaded
+
+
+def load_model(model: str = repo.TINY, workflow: str = "t2va", options: LoadOptions | None = None) -> LoadedModel:
+    """Resolve ``model`` and load what ``workflow`` needs."""
+    options = options or LoadOptions()
+    location = repo.locate(model, workflow=workflow, revision=options.revision, token=options.token)
+    loaded = LoadedModel(location=location, options=options)
+    loaded._ensure(workflow)
+    return loaded

@@ -1,0 +1,187 @@
+"""Where a model lives: ``tiny`` (the embedded checkpoint), a local folder, or a Hub repo id → a local folder.
+
+Only the components a workflow needs are fetched (``allow_patterns``), and only the transformer partition it uses
+(``transformer/`` for t2va and fl2va, ``transformer_ref/`` for ref2va): the real repo's partitions are 62 GB each.
+``HF_HUB_OFFLINE``, ``HF_HOME``, ``HF_TOKEN`` and ``revision`` are honoured by huggingface_hub itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import H3AppError
+
+TINY = "tiny"
+TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"
+REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"
+INDEX_FILE = "modular_model_index.json"
+PIPELINE_CLASS = "MiniMaxH3ModularPipeline"
+
+WORKFLOWS = ("t2va", "fl2va", "ref2va")
+SHARED_COMPONENTS = (
+    "text_encoder",
+    "tokenizer",
+    "processor",
+    "scheduler",
+    "audio_scheduler",
+    "vae",
+    "audio_vae",
+)
+EXPECTED_CLASSES = {
+    "transformer": "MiniMaxH3Transformer3DModel",
+    "transformer_ref": "MiniMaxH3Transformer3DModel",
+    "vae": "AutoencoderKLMiniMaxH3",
+    "audio_vae": "AutoencoderKLMiniMaxH3Audio",
+    "scheduler": "MiniMaxH3Scheduler",
+    "audio_scheduler": "MiniMaxH3Scheduler",
+    "text_encoder": "Qwen3VLForConditionalGeneration",
+}
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def partition_for(workflow: str) -> str:
+    """The transformer partition a workflow runs on."""
+    check_workflow(workflow)
+    return "transformer_ref" if workflow == "ref2va" else "transformer"
+
+
+def check_workflow(workflow: str) -> str:
+    if workflow not in WORKFLOWS:
+        raise H3AppError(f"unknown workflow {workflow!r}: use one of {', '.join(WORKFLOWS)}.")
+    return workflow
+
+
+def components_for(workflow: str, with_text_encoder: bool = True) -> tuple[str, ...]:
+    """Component folders a workflow needs (text encoder optional when prompt embeddings come from elsewhere)."""
+    shared = SHARED_COMPONENTS if with_text_encoder else tuple(c for c in SHARED_COMPONENTS if c != "text_encoder")
+    return (*shared, partition_for(workflow))
+
+
+@dataclass(frozen=True)
+class ModelLocation:
+    """A model resolved to a local folder. ``repo_id``/``commit`` are set for Hub models."""
+
+    name: str
+    folder: Path
+    repo_id: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+
+
+def _check_index(folder: Path, name: str, needed: tuple[str, ...]) -> None:
+    index_path = folder / INDEX_FILE
+    if not index_path.is_file():
+        raise H3AppError(
+            f"{name} is not a MiniMax H3 repo: it has no {INDEX_FILE}; point --model at a MiniMax H3 diffusers "
+            f"folder or repo (e.g. {REAL_REPO_ID}) or use `tiny`."
+        )
+    try:
+        index = json.loads(index_path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise H3AppError(f"{name}: {INDEX_FILE} is not valid JSON ({error}); re-download the model.") from error
+    if index.get("_class_name") != PIPELINE_CLASS:
+        raise H3AppError(
+            f"{name} is not a MiniMax H3 repo: {INDEX_FILE} names {index.get('_class_name')!r}, expected "
+            f"{PIPELINE_CLASS!r}."
+        )
+    for component in needed:
+        spec = index.get(component)
+        if not isinstance(spec, list) or len(spec) < 2:
+            raise H3AppError(f"{name} lacks the {component!r} component in {INDEX_FILE}; this workflow needs it.")
+        expected = EXPECTED_CLASSES.get(component)
+        if expected is not None and spec[1] != expected:
+            raise H3AppError(
+                f"{name}: component {component!r} is a {spec[1]!r}, expected {expected!r}; is this an H3 repo?"
+            )
+        if not (folder / component).is_dir():
+            raise H3AppError(f"{name} is missing the {component}/ folder; re-download it or check the path.")
+
+
+def _download(repo_id: str, revision: str | None, needed: tuple[str, ...], token: str | None) -> ModelLocation:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    patterns = [INDEX_FILE, *(f"{component}/*" for component in needed)]
+    try:
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns, token=token))
+    except GatedRepoError as error:
+        raise H3AppError(
+            f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN (or pass a token)."
+        ) from error
+    except RepositoryNotFoundError as error:
+        raise H3AppError(
+            f"model repo {repo_id} was not found on the Hub (or it is private): check the id, or set HF_TOKEN."
+        ) from error
+    except RevisionNotFoundError as error:
+        raise H3AppError(f"revision {revision!r} of {repo_id} does not exist: check --revision.") from error
+    except LocalEntryNotFoundError as error:
+        raise H3AppError(
+            f"{repo_id} is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE is "
+            f"set or the network is down): download it once online, or point --model at a local folder."
+        ) from error
+    commit = folder.name if len(folder.name) == 40 else None
+    return ModelLocation(name=repo_id, folder=folder, repo_id=repo_id, revision=revision, commit=commit)
+
+
+def locate(model: str, workflow: str = "t2va", revision: str | None = None, token: str | None = None,
+           with_text_encoder: bool = True) -> ModelLocation:
+    """Resolve ``model`` (``tiny`` | local folder | Hub repo id) to a checked local folder for ``workflow``."""
+    needed = components_for(workflow, with_text_encoder)
+    if model == TINY:
+        location = ModelLocation(name=TINY, folder=TINY_DIR)
+        if not TINY_DIR.is_dir():
+            raise H3AppError(
+                f"the embedded tiny checkpoint is missing at {TINY_DIR}: rebuild it with "
+                f"`python -m h3app.model.tiny build assets/tiny-h3`."
+            )
+    elif Path(model).expanduser().is_dir():
+        location = ModelLocation(name=model, folder=Path(model).expanduser().resolve())
+    elif _REPO_ID.match(model) and not Path(model).exists():
+        location = _download(model, revision, needed, token)
+    else:
+        raise H3AppError(
+            f"--model {model!r} is neither `tiny`, an existing local folder, nor a Hub repo id like {REAL_REPO_ID}."
+        )
+    _check_index(location.folder, location.name, needed)
+    return location
+
+
+def read_transformer_config(model: str, partition: str = "transformer", revision: str | None = None,
+                            token: str | None = None) -> dict[str, Any]:
+    """The transformer's ``config.json`` (no weights read). For Hub repos only that file is fetched."""
+    if partition not in ("transformer", "transformer_ref"):
+        raise H3AppError(f"partition must be transformer or transformer_ref, got {partition!r}.")
+    if model == TINY:
+        path = TINY_DIR / partition / "config.json"
+    elif Path(model).expanduser().is_dir():
+        path = Path(model).expanduser() / partition / "config.json"
+    elif _REPO_ID.match(model):
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+        try:
+            path = Path(hf_hub_download(model, "config.json", subfolder=partition, revision=revision, token=token))
+        except LocalEntryNotFoundError as error:
+            raise H3AppError(
+                f"{model}/{partition}/config.json is not cached and the Hub cannot be reached: go online once or "
+                f"use a local folder."
+            ) from error
+        except HfHubHTTPError as error:
+            raise H3AppError(f"could not read {model}/{partition}/config.json from the Hub: {error}") from error
+    else:
+        raise H3AppError(f"--model {model!r} is neither `tiny`, a local folder, nor a Hub repo id.")
+    if not path.is_file():
+        raise H3AppError(f"{model} has no {partition}/config.json: is it a MiniMax H3 diffusers repo?")
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise H3AppError(f"{path} is not valid JSON ({error}); re-download the model.") from error

@@ -1,0 +1,1 @@
+"""Gradio Blocks and event functions only: no model logic lives here."""

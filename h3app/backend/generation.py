@@ -37,6 +37,9 @@ class GenerationRequest:
     shift: float | None = None
     audio_shift: float | None = None
     workflow: str = "t2va"
+    first_frame: str | None = None
+    last_frame: str | None = None
+    references: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
@@ -52,6 +55,21 @@ class GenerationRequest:
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise H3AppError(f"{name} must be a positive number, got {value}.")
         repo.check_workflow(self.workflow)
+        object.__setattr__(self, "references", tuple(self.references))
+        keyframes = [f for f in (self.first_frame, self.last_frame) if f]
+        if self.workflow == "fl2va" and not keyframes:
+            raise H3AppError("fl2va needs a first and/or last keyframe image: give --first-frame and/or --last-frame.")
+        if self.workflow != "fl2va" and keyframes:
+            raise H3AppError(f"keyframes are for the fl2va workflow, not {self.workflow}: add --workflow fl2va.")
+        if self.workflow == "ref2va" and not self.references:
+            raise H3AppError("ref2va needs at least one reference (image, video or audio): give --reference FILE.")
+        if self.workflow != "ref2va" and self.references:
+            raise H3AppError(f"references are for the ref2va workflow, not {self.workflow}: add --workflow ref2va.")
+        for path in (*keyframes, *self.references):
+            if not Path(path).is_file():
+                raise H3AppError(f"input file {path!r} does not exist: check the path.")
+        for path in self.references:
+            reference_kind(path)
 
     @property
     def num_frames(self) -> int:
@@ -60,6 +78,49 @@ class GenerationRequest:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
+VIDEO_SUFFIXES = (".mp4", ".mov", ".webm", ".mkv", ".avi")
+AUDIO_SUFFIXES = (".wav", ".mp3", ".flac", ".ogg", ".m4a")
+
+
+def reference_kind(path: str) -> str:
+    """``image`` | ``video`` | ``audio`` from the file suffix (ref2va references)."""
+    suffix = Path(path).suffix.lower()
+    for kind, suffixes in (("image", IMAGE_SUFFIXES), ("video", VIDEO_SUFFIXES), ("audio", AUDIO_SUFFIXES)):
+        if suffix in suffixes:
+            return kind
+    raise H3AppError(f"reference {Path(path).name!r} is not an image, video or audio file I know "
+                     f"({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES + AUDIO_SUFFIXES)}).")
+
+
+def workflow_inputs(request: GenerationRequest) -> dict[str, Any]:
+    """The pipeline inputs for keyframes (fl2va) and references (ref2va), decoded from their files."""
+    from PIL import Image
+
+    inputs: dict[str, Any] = {}
+    try:
+        if request.first_frame:
+            inputs["image"] = Image.open(request.first_frame).convert("RGB")
+        if request.last_frame:
+            inputs["last_image"] = Image.open(request.last_frame).convert("RGB")
+        if request.references:
+            from diffusers.modular_pipelines.minimax_h3 import (
+                MiniMaxH3AudioReference,
+                MiniMaxH3ImageReference,
+                MiniMaxH3VideoReference,
+            )
+
+            classes = {"image": MiniMaxH3ImageReference, "video": MiniMaxH3VideoReference,
+                       "audio": MiniMaxH3AudioReference}
+            inputs["references"] = [classes[reference_kind(p)].from_file(p) for p in request.references]
+    except H3AppError:
+        raise
+    except Exception as error:  # PIL/PyAV decoding errors come in many types; name the problem for the user
+        raise H3AppError(f"could not read an input file ({type(error).__name__}: {error}); use a PNG/JPEG "
+                         f"image, an mp4 video or a WAV audio file.") from error
+    return inputs
 
 
 @dataclass(frozen=True)
@@ -146,6 +207,7 @@ def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tupl
         inputs["prompt_embeds"], inputs["text_token_tags"] = prompt_embeds
     if request.height is not None:
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
+    inputs.update(workflow_inputs(request))
     inputs.update(extra_inputs or {})
 
     handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)

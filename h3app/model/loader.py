@@ -14,6 +14,7 @@ import torch
 
 from ..errors import H3AppError
 from . import repo
+from .prompt_cache import PromptCache, with_prompt_cache
 
 OFFLOAD_MODES = ("none", "auto", "group")
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -94,6 +95,8 @@ def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float
 class LoadedModel:
     """A model's loaded components, shared by the workflow pipelines built from them.
 
+    Every workflow pipeline encodes prompts through ``prompt_cache`` (an LRU of text-encoder outputs).
+
     Not thread-safe by design beyond component loading: one worker owns it (DESIGN.md decision 7).
     """
 
@@ -103,6 +106,7 @@ class LoadedModel:
     _pipelines: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _manager: Any = None
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
 
     @property
     def name(self) -> str:
@@ -121,7 +125,9 @@ class LoadedModel:
             if workflow not in self._pipelines:
                 from diffusers import ModularPipeline
 
-                pipe = ModularPipeline.from_pretrained(str(self.location.folder), workflow=workflow)
+                folder = str(self.location.folder)
+                blocks = ModularPipeline.from_pretrained(folder, workflow=workflow).blocks  # pruned copy
+                pipe = with_prompt_cache(blocks, self.prompt_cache).init_pipeline(folder)
                 needed = repo.components_for(workflow)
                 pipe.update_components(**{name: self.components[name] for name in needed})
                 pipe.set_progress_bar_config(disable=True)  # progress is reported per step by the caller

@@ -75,7 +75,7 @@ TINY_AUDIO_VAE_CONFIG: dict[str, Any] = {
 }
 
 # Small default canvas so that `generate --model tiny` without a size takes seconds.
-TINY_CANVAS = {"canvas_short_edge": 64, "canvas_max_pixels": 64 * 96}
+TINY_CANVAS = {"canvas_short_edge": 64, "canvas_max_pixels": 64 * 96, "reference_image_short_edge": 64}
 
 QWEN_SPECIAL_TOKENS = (
     "<|endoftext|>",

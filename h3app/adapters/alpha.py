@@ -1,0 +1,334 @@
+"""The alpha chain (DESIGN.md decision 5), resolved per module, every value with its provenance.
+
+    explicit > the module's ``.alpha`` tensor > ``adapter_config.json`` > in-file metadata > known-adapter registry > rank
+
+Scale per module = alpha × strength / rank (``/ √rank`` with rsLoRA). An explicit alpha replaces alpha only: an
+rsLoRA adapter stays rsLoRA. Alpha values stay exact floats (never ``int()``). ``ss_network_alpha`` is a hint,
+never applied: it is the trainer's global flag and may disagree with the tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..errors import H3AppError
+from ..settings import check_alpha
+from .formats import MAIN_PARTITION, ModulePlan
+from .known import KnownAdapter
+from .types import HeaderView
+
+EXPLICIT = "explicit"
+MODULE_TENSOR = "module_tensor"
+ADAPTER_CONFIG = "adapter_config"
+METADATA = "metadata"
+REGISTRY = "registry"
+RANK_FALLBACK = "rank_fallback"
+MIXED = "mixed"
+TIERS = (EXPLICIT, MODULE_TENSOR, ADAPTER_CONFIG, METADATA, REGISTRY, RANK_FALLBACK)
+
+LORA_ADAPTER_METADATA = "lora_adapter_metadata"
+PLAIN_METADATA_ALPHAS = ("alpha", "lora_alpha", "network_alpha")  # in this order of preference
+HINT_METADATA = ("ss_network_alpha", "ss_network_dim", "ss_network_module", "ss_base_model_version",
+                 "modelspec.architecture", "modelspec.trigger_phrase", "modelspec.title")
+
+
+@dataclass(frozen=True)
+class AlphaChoice:
+    """The alpha of one module and where it came from (one of ``TIERS``)."""
+
+    alpha: float
+    source: str
+    use_rslora: bool = False
+
+
+@dataclass(frozen=True)
+class AlphaResolution:
+    """Per canonical target: its alpha choice. ``warnings`` name conflicts and fallbacks; ``hints`` are shown only."""
+
+    choices: Mapping[str, AlphaChoice]
+    warnings: tuple[str, ...]
+    hints: Mapping[str, Any]
+
+
+def get_pattern_key(pattern_keys: Iterable[str], key_to_match: str) -> str:
+    """PEFT's rule for ``rank_pattern``/``alpha_pattern`` (peft.utils.other.get_pattern_key, peft 0.21): the first
+    pattern that matches the end of the module name at a dot boundary; the name itself when none does."""
+    for key in pattern_keys:
+        if re.match(rf"(.*\.)?({key})$", key_to_match):
+            return key
+    return key_to_match
+
+
+@dataclass(frozen=True)
+class _PeftSettings:
+    """What an adapter_config.json or a lora_adapter_metadata JSON says about alpha."""
+
+    where: str
+    lora_alpha: float | None
+    alpha_pattern: Mapping[str, float]
+    r: int | None
+    rank_pattern: Mapping[str, int]
+    use_rslora: bool | None
+
+    def alpha_for(self, module: str) -> float | None:
+        if self.alpha_pattern:
+            key = get_pattern_key(self.alpha_pattern.keys(), module)
+            if key in self.alpha_pattern:
+                return self.alpha_pattern[key]
+        return self.lora_alpha
+
+    def rank_for(self, module: str) -> int | None:
+        if self.rank_pattern:
+            key = get_pattern_key(self.rank_pattern.keys(), module)
+            if key in self.rank_pattern:
+                return self.rank_pattern[key]
+        return self.r
+
+
+def resolve_alphas(
+    modules: Sequence[ModulePlan],
+    view: HeaderView,
+    *,
+    explicit_alpha: float | None = None,
+    known: KnownAdapter | None = None,
+) -> AlphaResolution:
+    """Resolve the alpha of every target of ``modules`` (all targets of one module share its alpha).
+
+    Raises ``H3AppError`` for an invalid explicit alpha, or a stored ``.alpha`` that is negative, NaN or infinite.
+    """
+    explicit = check_alpha(explicit_alpha)
+    warnings: list[str] = []
+    config = _peft_settings_from_config(view.adapter_config, view.name, warnings)
+    metadata_settings = {
+        partition: _peft_settings_from_metadata(view.metadata, partition, warnings)
+        for partition in {m.file_partition for m in modules}
+    }
+    plain_metadata = _plain_metadata_alpha(view.metadata, warnings)
+
+    choices: dict[str, AlphaChoice] = {}
+    conflicts: dict[tuple[str, float, str, float], int] = defaultdict(int)
+    zero_alpha: list[str] = []
+    rank_mismatch: list[str] = []
+    fallback: list[ModulePlan] = []
+    for module in modules:
+        candidates: list[tuple[str, float]] = []
+        if explicit is not None:
+            candidates.append((EXPLICIT, explicit))
+        if module.alpha_key is not None:
+            stored = view.scalars[module.alpha_key]
+            if not math.isfinite(stored) or stored < 0:
+                raise H3AppError(
+                    f"{view.name}: {module.alpha_key!r} stores alpha {stored!r}: a LoRA alpha must be a finite number "
+                    "≥ 0; the file is damaged — re-export it, or give alpha explicitly after fixing it."
+                )
+            if stored == 0:
+                zero_alpha.append(module.alpha_key)
+                candidates.append((MODULE_TENSOR, float(module.rank)))
+            else:
+                candidates.append((MODULE_TENSOR, stored))
+        settings_tiers = [(ADAPTER_CONFIG, config), (METADATA, metadata_settings.get(module.file_partition))]
+        for tier, settings in settings_tiers:
+            if settings is None:
+                continue
+            value = settings.alpha_for(module.module)
+            if value is not None:
+                candidates.append((tier, value))
+            stated_rank = settings.rank_for(module.module)
+            if stated_rank is not None and stated_rank != module.rank:
+                rank_mismatch.append(f"{settings.where} says r={stated_rank} for {module.module!r}, the tensors have rank {module.rank}")
+        if plain_metadata is not None:
+            candidates.append((METADATA, plain_metadata))
+        if known is not None:
+            if known.alpha is not None:
+                candidates.append((REGISTRY, known.alpha))
+            elif known.alpha_equals_rank:
+                candidates.append((REGISTRY, float(module.rank)))
+
+        if candidates:
+            source, alpha = candidates[0]
+        else:
+            source, alpha = RANK_FALLBACK, float(module.rank)
+            fallback.append(module)
+        for other_source, other_alpha in candidates[1:]:
+            if other_alpha != alpha and other_source != source:
+                conflicts[(source, alpha, other_source, other_alpha)] += 1
+        use_rslora = _use_rslora(config, metadata_settings.get(module.file_partition), warnings)
+        for target in module.targets:
+            choices[target] = AlphaChoice(alpha=float(alpha), source=source, use_rslora=use_rslora)
+
+    if zero_alpha:
+        warnings.append(
+            f"{len(zero_alpha)} modules store alpha 0 (e.g. {zero_alpha[0]!r}), which means alpha = rank (kohya's "
+            "convention): using alpha = rank for them."
+        )
+    for (winner, winner_alpha, loser, loser_alpha), count in sorted(conflicts.items(), key=lambda item: -item[1]):
+        warnings.append(
+            f"alpha {_fmt(winner_alpha)} from {_describe(winner)} wins over alpha {_fmt(loser_alpha)} from "
+            f"{_describe(loser)} ({count} modules)."
+        )
+    if rank_mismatch:
+        warnings.append(f"{rank_mismatch[0]} ({len(rank_mismatch)} modules); the tensors' rank is used.")
+    if fallback:
+        warnings.append(_fallback_warning(fallback))
+    return AlphaResolution(choices=choices, warnings=tuple(dict.fromkeys(warnings)), hints=_hints(view.metadata))
+
+
+def summarise(choices: Mapping[str, AlphaChoice]) -> tuple[float | None, str]:
+    """``(alpha, alpha_source)`` for AdapterInfo: the common value (None when they differ) and source (or "mixed")."""
+    values = {c.alpha for c in choices.values()}
+    sources = {c.source for c in choices.values()}
+    alpha = next(iter(values)) if len(values) == 1 else None
+    source = next(iter(sources)) if len(sources) == 1 else MIXED
+    return alpha, source
+
+
+def _fallback_warning(modules: Sequence[ModulePlan]) -> str:
+    ranks = sorted({m.rank for m in modules})
+    targets = sum(len(m.targets) for m in modules)
+    top = ranks[-1]
+    this_file = (
+        f" for this file, trained with alpha 8 its rank-{top} modules would be {_fmt(top / 8)}× too strong;"
+        if top > 8 else ""
+    )
+    return (
+        f"no alpha in the file, beside it or in the registry for {targets} targets (rank {', '.join(map(str, ranks))}): "
+        f"using alpha = rank (scale 1 × strength). If it was trained with a smaller alpha it is rank/alpha times too "
+        f"strong — LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong;{this_file} set "
+        "alpha if the model card gives one."
+    )
+
+
+def _describe(source: str) -> str:
+    return {
+        EXPLICIT: "the explicit setting",
+        MODULE_TENSOR: "the module's .alpha tensor",
+        ADAPTER_CONFIG: "adapter_config.json",
+        METADATA: "the file's metadata",
+        REGISTRY: "the known-adapter registry",
+    }.get(source, source)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if value == round(value, 6) else repr(value)
+
+
+def _number(value: Any, where: str, warnings: list[str]) -> float | None:
+    """A usable alpha: a finite non-zero number (bools and strings of numbers accepted from metadata strings)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        warnings.append(f"{where} is {value!r}, not a number: ignored.")
+        return None
+    if not math.isfinite(number) or number == 0:
+        warnings.append(f"{where} is {value!r}, not a usable alpha: ignored.")
+        return None
+    return number
+
+
+def _pattern(raw: Any, where: str, warnings: list[str], *, integer: bool) -> dict[str, Any]:
+    if raw in (None, {}):
+        return {}
+    if not isinstance(raw, dict):
+        warnings.append(f"{where} is not an object: ignored.")
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        number = _number(value, f"{where}[{key!r}]", warnings)
+        if number is not None:
+            out[str(key)] = int(number) if integer else number
+    return out
+
+
+def _settings(raw: Mapping[str, Any], where: str, warnings: list[str]) -> _PeftSettings:
+    r = _number(raw.get("r"), f"{where} r", warnings)
+    rslora = raw.get("use_rslora")
+    return _PeftSettings(
+        where=where,
+        lora_alpha=_number(raw.get("lora_alpha"), f"{where} lora_alpha", warnings),
+        alpha_pattern=_pattern(raw.get("alpha_pattern"), f"{where} alpha_pattern", warnings, integer=False),
+        r=int(r) if r is not None else None,
+        rank_pattern=_pattern(raw.get("rank_pattern"), f"{where} rank_pattern", warnings, integer=True),
+        use_rslora=bool(rslora) if isinstance(rslora, bool) else None,
+    )
+
+
+def _peft_settings_from_config(config: Mapping[str, Any] | None, name: str, warnings: list[str]) -> _PeftSettings | None:
+    if not config:
+        return None
+    peft_type = str(config.get("peft_type", "LORA")).upper()
+    if peft_type != "LORA":
+        raise H3AppError(
+            f"the adapter_config.json beside {name} is for a {peft_type} adapter, not LoRA: h3app applies plain LoRA only."
+        )
+    if config.get("use_dora"):
+        raise H3AppError(f"the adapter_config.json beside {name} sets use_dora: DoRA adapters are not supported.")
+    return _settings(config, "adapter_config.json", warnings)
+
+
+def _peft_settings_from_metadata(metadata: Mapping[str, str], partition: str, warnings: list[str]) -> _PeftSettings | None:
+    """diffusers' ``lora_adapter_metadata``: a JSON LoraConfig dict with ``<partition>.``-prefixed fields."""
+    raw = metadata.get(LORA_ADAPTER_METADATA)
+    if not raw:
+        return None
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError:
+        warnings.append("the file's lora_adapter_metadata is not valid JSON: ignored.")
+        return None
+    if not isinstance(parsed, dict):
+        warnings.append("the file's lora_adapter_metadata is not a JSON object: ignored.")
+        return None
+    prefix = f"{partition}."
+    fields = {k[len(prefix):]: v for k, v in parsed.items() if k.startswith(prefix)}
+    if not fields and partition != MAIN_PARTITION:
+        fields = {k[len(MAIN_PARTITION) + 1:]: v for k, v in parsed.items() if k.startswith(MAIN_PARTITION + ".")}
+    if not fields:
+        fields = {k: v for k, v in parsed.items() if "." not in k}
+    if not fields:
+        return None
+    return _settings(fields, "the file's lora_adapter_metadata", warnings)
+
+
+def _plain_metadata_alpha(metadata: Mapping[str, str], warnings: list[str]) -> float | None:
+    found = [(field, _number(metadata[field], f"metadata {field}", warnings)) for field in PLAIN_METADATA_ALPHAS if field in metadata]
+    found = [(field, value) for field, value in found if value is not None]
+    if not found:
+        return None
+    field, value = found[0]
+    for other_field, other in found[1:]:
+        if other != value:
+            warnings.append(
+                f"metadata {field} = {_fmt(value)} wins over metadata {other_field} = {_fmt(other)}."
+            )
+    return value
+
+
+def _use_rslora(config: _PeftSettings | None, metadata: _PeftSettings | None, warnings: list[str]) -> bool:
+    stated = [(s.where, s.use_rslora) for s in (config, metadata) if s is not None and s.use_rslora is not None]
+    if not stated:
+        return False
+    if len({flag for _, flag in stated}) > 1:
+        warnings.append(
+            f"use_rslora is {stated[0][1]} in {stated[0][0]} but {stated[1][1]} in {stated[1][0]}: {stated[0][0]} wins."
+        )
+    return stated[0][1]
+
+
+def _hints(metadata: Mapping[str, str]) -> dict[str, Any]:
+    hints: dict[str, Any] = {}
+    for field in HINT_METADATA:
+        if field in metadata:
+            value: Any = metadata[field]
+            try:
+                value = float(value) if field in ("ss_network_alpha", "ss_network_dim") else value
+            except ValueError:
+                pass
+            hints[field] = value
+    return hints

@@ -1,0 +1,160 @@
+"""Export a normalised adapter as a clean diffusers/PEFT LoRA with the chosen alpha and strength baked in.
+
+The file has keys ``transformer.<diffusers module>.lora_A.weight`` ``[r, in]`` / ``.lora_B.weight`` ``[out, r]``
+(fp32 unless asked otherwise) and the per-module effective scale ``s = alpha × strength / r`` (rsLoRA:
+``/ √r``) stored as ``lora_alpha = s × r`` with ``use_rslora = false`` — the most common value as ``lora_alpha``,
+the others in ``alpha_pattern`` (likewise ``r``/``rank_pattern``), patterns anchored with ``^`` as diffusers does.
+The same LoraConfig goes into the header's ``lora_adapter_metadata`` (``transformer.``-prefixed fields, which
+diffusers' ``load_lora_weights``/``load_lora_adapter`` read) and into ``adapter_config.json`` (which PEFT reads),
+so either applies exactly h3app's ΔW = s · B @ A.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from ..errors import H3AppError
+from ..settings import check_strength
+from .types import NormalisedAdapter
+
+WEIGHTS_NAME = "adapter_model.safetensors"
+CONFIG_NAME = "adapter_config.json"
+PREFIX = "transformer"
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What was written: the two files, the LoraConfig fields, and the effective scale per target."""
+
+    weights: Path
+    config: Path
+    num_targets: int
+    strength: float
+    lora_config: Mapping[str, Any]
+    scales: Mapping[str, float] = field(default_factory=dict)
+    dtype: str = "float32"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out": str(self.weights.parent),
+            "weights": str(self.weights),
+            "config": str(self.config),
+            "num_targets": self.num_targets,
+            "strength": self.strength,
+            "dtype": self.dtype,
+            "r": self.lora_config["r"],
+            "lora_alpha": self.lora_config["lora_alpha"],
+            "rank_pattern": dict(self.lora_config["rank_pattern"]),
+            "alpha_pattern": dict(self.lora_config["alpha_pattern"]),
+            "effective_scales": dict(self.scales),
+        }
+
+
+def effective_scale(alpha: float, strength: float, rank: int, use_rslora: bool) -> float:
+    """``alpha × strength / rank`` (``/ √rank`` with rsLoRA), in float64."""
+    return float(alpha) * float(strength) / (math.sqrt(rank) if use_rslora else float(rank))
+
+
+def parse_export_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name.lower()]
+    except KeyError:
+        raise H3AppError(f"--dtype must be one of float32, bfloat16, float16, got {name!r}.") from None
+
+
+def lora_config_for(adapter: NormalisedAdapter, strength: float) -> tuple[dict[str, Any], dict[str, float]]:
+    """The PEFT LoraConfig fields (unprefixed) that reproduce h3app's scale at ``strength``, and the scales."""
+    ranks = {target: module.rank for target, module in adapter.modules.items()}
+    scales = {
+        target: effective_scale(module.alpha, strength, module.rank, module.use_rslora)
+        for target, module in adapter.modules.items()
+    }
+    alphas = {target: scales[target] * ranks[target] for target in adapter.modules}
+    r = Counter(ranks.values()).most_common(1)[0][0]
+    lora_alpha = Counter(alphas.values()).most_common(1)[0][0]
+    config = {
+        "r": r,
+        "lora_alpha": lora_alpha,
+        "rank_pattern": {f"^{t}": v for t, v in ranks.items() if v != r},
+        "alpha_pattern": {f"^{t}": v for t, v in alphas.items() if v != lora_alpha},
+        "target_modules": sorted(adapter.modules),
+        "use_rslora": False,
+        "use_dora": False,
+        "lora_bias": False,
+    }
+    return config, scales
+
+
+def export_adapter(
+    adapter: NormalisedAdapter,
+    out_dir: str | Path,
+    *,
+    strength: float = 1.0,
+    dtype: torch.dtype = torch.float32,
+    base_model: str | None = None,
+    source: str | None = None,
+) -> ExportResult:
+    """Write ``adapter_model.safetensors`` and ``adapter_config.json`` into ``out_dir`` (created if needed)."""
+    strength = check_strength(strength)
+    if strength == 0:
+        raise H3AppError("scale 0 would export an adapter that does nothing: give a non-zero --scale.")
+    if not adapter.modules:
+        raise H3AppError("the adapter has no modules for this partition: nothing to export.")
+    config, scales = lora_config_for(adapter, strength)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise H3AppError(f"--out {out} exists and is not a folder: give a folder path.")
+    out.mkdir(parents=True, exist_ok=True)
+
+    tensors: dict[str, torch.Tensor] = {}
+    for target in sorted(adapter.modules):
+        module = adapter.modules[target]
+        tensors[f"{PREFIX}.{target}.lora_A.weight"] = module.down.to(dtype, copy=True).contiguous()
+        tensors[f"{PREFIX}.{target}.lora_B.weight"] = module.up.to(dtype, copy=True).contiguous()
+    provenance = {
+        "source": source or adapter.identity,
+        "strength": strength,
+        "alphas": {t: m.alpha for t, m in adapter.modules.items()},
+        "alpha_sources": {t: m.alpha_source for t, m in adapter.modules.items()},
+        "use_rslora": {t: m.use_rslora for t, m in adapter.modules.items() if m.use_rslora},
+    }
+    metadata = {
+        "format": "pt",
+        "lora_adapter_metadata": json.dumps({f"{PREFIX}.{k}": v for k, v in config.items()}, indent=2, sort_keys=True),
+        "h3app_export": json.dumps(provenance, sort_keys=True),
+    }
+    from safetensors.torch import save_file
+
+    weights = out / WEIGHTS_NAME
+    save_file(tensors, str(weights), metadata=metadata)
+    adapter_config = {
+        "peft_type": "LORA",
+        "task_type": None,
+        "base_model_name_or_path": base_model,
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "lora_dropout": 0.0,
+        **config,
+    }
+    config_path = out / CONFIG_NAME
+    config_path.write_text(json.dumps(adapter_config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return ExportResult(
+        weights=weights,
+        config=config_path,
+        num_targets=len(adapter.modules),
+        strength=strength,
+        lora_config=config,
+        scales=scales,
+        dtype=str(dtype).removeprefix("torch."),
+    )

@@ -1,0 +1,567 @@
+"""Adapter key layouts → canonical targets (the unfused diffusers module names of ``MiniMaxH3Transformer3DModel``).
+
+Works on key names and shapes alone (a ``HeaderView``), so it runs before any weight is read. The result, an
+``AdapterPlan``, says for every module of the file which keys hold its factors, which canonical targets it feeds
+and how its rows must be reordered (``layout``); ``normalise.py`` then reads the factors and applies it.
+
+Four layouts are in circulation (examples in docs/adapters.md):
+
+- ``native``: the original checkpoint's module names (``blocks.N.attn.qkv_proj``, ``blocks.N.mlp.fc1``, …), bare or
+  under ``diffusion_model.`` / ``model.diffusion_model.``. Fused QKV ``lora_B`` rows are blocked ``[q; k; v]``;
+  ``mlp.fc1`` rows are ``[gate; up]`` where diffusers' ``ff.net.0.proj`` has ``[value/up; gate]``.
+- ``diffsynth``: native names with PEFT's ``.default.`` adapter-slot infix; its fused QKV rows are the raw
+  checkpoint's per-head interleave ``[q_h, k_h, v_h] × heads``.
+- ``peft``: diffusers names, bare or under ``base_model.model.`` / ``transformer.`` / ``transformer_ref.``, with or
+  without the ``.default.`` infix (LightX2V).
+- ``kohya``: musubi-tuner's ``lora_unet_`` + flattened module name (every ``.`` → ``_``) + ``lora_down``/``lora_up``
+  + ``.alpha``. Un-flattened by matching the whole name against the module vocabulary (native *and* diffusers
+  names), never by splitting on ``_``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from ..errors import H3AppError
+from ..settings import QKV_LAYOUTS
+from ..model.shapes import TransformerShapes
+from .types import HeaderView
+
+# How a module's lora_B rows map onto its canonical targets.
+PLAIN = "plain"  # one target, rows as stored
+FUSED_QKV = "fused_qkv"  # three targets to_q/to_k/to_v sharing lora_A; B rows split in thirds (after de-interleave)
+SWIGLU_GATE_UP = "swiglu_gate_up"  # native fc1 [gate; up] → diffusers ff.net.0.proj [up; gate]: halves swapped
+
+BLOCKED = "blocked"
+INTERLEAVED = "interleaved"
+
+FORMATS = ("native", "peft", "kohya", "diffsynth")
+SUFFIX_AB = "lora_A/B"
+SUFFIX_DOWN_UP = "lora_down/up"
+MAIN_PARTITION = "transformer"
+REFERENCE_PARTITION = "transformer_ref"
+PARTITIONS = (MAIN_PARTITION, REFERENCE_PARTITION)
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
+@dataclass(frozen=True)
+class ModuleRule:
+    """One module family of a naming scheme: ``pattern`` fullmatches the (dotted) module name; ``targets`` are
+    canonical names with ``{0}`` for the block index."""
+
+    pattern: str
+    targets: tuple[str, ...]
+    layout: str = PLAIN
+
+
+def _qkv(block: str) -> tuple[str, ...]:
+    return tuple(f"{block}.attn.to_{p}" for p in "qkv")
+
+
+# The original checkpoint's names (native, diffsynth; kohya when flattened).
+NATIVE_MODULES: tuple[ModuleRule, ...] = (
+    ModuleRule(r"blocks\.(\d+)\.attn\.qkv_proj", _qkv("transformer_blocks.{0}"), FUSED_QKV),
+    ModuleRule(r"blocks\.(\d+)\.attn\.out_proj", ("transformer_blocks.{0}.attn.to_out.0",)),
+    ModuleRule(r"blocks\.(\d+)\.mlp\.fc1", ("transformer_blocks.{0}.ff.net.0.proj",), SWIGLU_GATE_UP),
+    ModuleRule(r"blocks\.(\d+)\.mlp\.fc2", ("transformer_blocks.{0}.ff.net.2",)),
+    ModuleRule(r"blocks\.(\d+)\.adaln_proj\.linear", ("transformer_blocks.{0}.adaln_proj.linear",)),
+    ModuleRule(r"token_refiner\.blocks\.(\d+)\.attn\.qkv_proj", _qkv("token_refiner.refiner_blocks.{0}"), FUSED_QKV),
+    ModuleRule(r"token_refiner\.blocks\.(\d+)\.attn\.out_proj", ("token_refiner.refiner_blocks.{0}.attn.to_out.0",)),
+    ModuleRule(r"token_refiner\.blocks\.(\d+)\.mlp\.fc1", ("token_refiner.refiner_blocks.{0}.ff.net.0.proj",), SWIGLU_GATE_UP),
+    ModuleRule(r"token_refiner\.blocks\.(\d+)\.mlp\.fc2", ("token_refiner.refiner_blocks.{0}.ff.net.2",)),
+    ModuleRule(r"video_patch_proj", ("proj_in",)),
+    ModuleRule(r"audio_patch_proj", ("audio_proj_in",)),
+    ModuleRule(r"condition_proj", ("context_embedder",)),
+    ModuleRule(r"time_embedder\.proj_in", ("time_embedder.linear_1",)),
+    ModuleRule(r"time_embedder\.proj_out", ("time_embedder.linear_2",)),
+    ModuleRule(r"final_layer\.adaln_proj\.linear", ("norm_out.linear",)),
+    ModuleRule(r"final_layer\.video_out", ("proj_out",)),
+    ModuleRule(r"final_layer\.audio_out", ("audio_proj_out",)),
+)
+
+
+def _diffusers_block_rules(block: str, with_adaln: bool) -> tuple[ModuleRule, ...]:
+    pattern = re.escape(block) + r"\.(\d+)\."
+    target = block + ".{0}."
+    subs = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2"]
+    if with_adaln:
+        subs.append("adaln_proj.linear")
+    rules = [ModuleRule(pattern + re.escape(sub), (target + sub,)) for sub in subs]
+    # A PEFT adapter trained on diffusers' fused projections (`fuse_projections()`): blocked [q; k; v].
+    rules.append(ModuleRule(pattern + r"attn\.to_qkv", _qkv(block + ".{0}"), FUSED_QKV))
+    return tuple(rules)
+
+
+# diffusers' own names (peft; kohya when flattened): the canonical names themselves.
+DIFFUSERS_MODULES: tuple[ModuleRule, ...] = (
+    *_diffusers_block_rules("transformer_blocks", with_adaln=True),
+    *_diffusers_block_rules("token_refiner.refiner_blocks", with_adaln=False),
+    *(
+        ModuleRule(re.escape(name), (name,))
+        for name in ("proj_in", "audio_proj_in", "context_embedder", "time_embedder.linear_1",
+                     "time_embedder.linear_2", "norm_out.linear", "proj_out", "audio_proj_out")
+    ),
+)
+
+# Prefixes stripped from the front of a key, repeatedly (``base_model.model.transformer.`` is two of them).
+# ``transformer_ref.`` routes a key to the reference partition.
+WRAPPER_PREFIXES = ("base_model.model.", "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
+                    "transformer.", "model.")
+FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_")
+
+_SUFFIX = re.compile(
+    r"^(?P<stem>.+?)\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>[A-Za-z0-9_\-]+))?\.weight|(?P<du>lora_(?:down|up))\.weight"
+    r"|(?P<alpha>alpha))$"
+)
+
+# Adapter families h3app does not apply, recognised by their key suffixes.
+_REFUSED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"\.hada_(w[12]_[ab]|t[12])(\.weight)?$"), "a LoHa (LyCORIS Hadamard) adapter",
+     "h3app applies plain LoRA only; ask for a LoRA export"),
+    (re.compile(r"\.lokr_(w[12](_[ab])?|t[12])(\.weight)?$"), "a LoKr (LyCORIS Kronecker) adapter",
+     "h3app applies plain LoRA only; ask for a LoRA export"),
+    (re.compile(r"(\.lora_magnitude_vector(\.[^.]+)?(\.weight)?|\.dora_scale)$"), "a DoRA adapter (magnitude vectors)",
+     "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
+    (re.compile(r"\.(diff|diff_b|diff_m|set_weight)$"), "full-weight diff tensors (.diff/.diff_b/.diff_m)",
+     "these replace weights rather than add a low-rank delta; h3app applies LoRA factors only"),
+    (re.compile(r"\.lora_B(\.[^.]+)?\.bias$"), "LoRA biases (lora_B.bias, PEFT lora_bias=True)",
+     "h3app applies the low-rank weight delta only; export the adapter without lora_bias"),
+)
+
+# LoRAs for other video/image DiTs, recognised by module names H3 never uses (checked on the prefix-stripped stem,
+# dotted and flattened).
+_FOREIGN_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(^|\.)(img|txt)_attn_qkv(\.|$)|individual_token_refiner|(img|txt)_mod[._]linear|^hunyuan",
+                re.IGNORECASE), "HunyuanVideo"),
+    (re.compile(r"(^|[._])(double_blocks|single_blocks|single_transformer_blocks)[._]\d+|(^|[._])(txt_attn|img_attn)[._]"),
+     "Flux (or HunyuanVideo)"),
+    (re.compile(r"(^|[._])transformer_blocks[._]\d+[._]attn[12][._]"), "LTX-Video"),
+    (re.compile(r"(^|[._])blocks[._]\d+[._](self_attn|cross_attn|ffn)[._]|(^|[._])blocks[._]\d+[._]attn[12][._]"
+                r"|(^|[._])condition_embedder[._]"), "Wan"),
+)
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    """One module of the adapter file and the canonical targets it feeds.
+
+    ``stem`` is the module part of its keys as stored (prefix included), ``module`` the same with prefixes stripped
+    (what the trainer's PEFT called it; used for ``alpha_pattern``/``rank_pattern``). Factor shapes: lora_A
+    ``[rank, in]`` and lora_B ``[out_total, rank]`` (``stacked``: ``[3, rank, in]`` / ``[3, out, rank]``).
+    ``target_shapes[i]`` is ``(out_features, in_features)`` of ``targets[i]``.
+    """
+
+    stem: str
+    module: str
+    prefix: str
+    format: str
+    layout: str
+    qkv_order: str
+    targets: tuple[str, ...]
+    target_shapes: tuple[tuple[int, int], ...]
+    rank: int
+    down_key: str
+    up_key: str
+    alpha_key: str | None
+    stacked: bool
+    file_partition: str
+    dtype: str
+    suffix_style: str
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.down_key, self.up_key) + ((self.alpha_key,) if self.alpha_key else ())
+
+
+@dataclass(frozen=True)
+class AdapterPlan:
+    """Where every key of an adapter file goes. ``modules`` are for the requested partition; ``reference_modules``
+    are for ``transformer_ref`` and not applied (``partition="transformer"``); ``unmatched_keys`` matched nothing."""
+
+    format: str
+    suffix_style: str
+    prefix: str
+    modules: tuple[ModulePlan, ...]
+    reference_modules: tuple[ModulePlan, ...]
+    unmatched_keys: tuple[str, ...]
+    warnings: tuple[str, ...]
+    dtype: str
+
+
+@dataclass
+class _Stem:
+    prefix: str
+    file_partition: str
+    flattened: bool
+    stem: str  # as stored, prefix included
+    name: str  # prefix stripped (dotted or flattened)
+    down: str | None = None
+    up: str | None = None
+    alpha: str | None = None
+    slots: frozenset[str] = frozenset()
+    styles: frozenset[str] = frozenset()
+
+
+def strip_prefix(key: str) -> tuple[str, str, bool]:
+    """``(prefix, rest, flattened)``: every wrapper prefix removed, then a flattened kohya prefix."""
+    prefix = ""
+    for _ in range(4):
+        for candidate in WRAPPER_PREFIXES:
+            if key[len(prefix):].startswith(candidate):
+                prefix += candidate
+                break
+        else:
+            break
+    rest = key[len(prefix):]
+    for candidate in FLATTENED_PREFIXES:
+        if rest.startswith(candidate):
+            return prefix + candidate, rest[len(candidate):], True
+    return prefix, rest, False
+
+
+def match_module(name: str, flattened: bool) -> tuple[str, ModuleRule, re.Match[str], bool] | None:
+    """Find the rule for a prefix-stripped module name: ``(family, rule, match, matched_flattened)``.
+
+    Dotted names are matched as they are; flattened (or hybrid) names are matched against the vocabulary with every
+    ``.`` written as ``_``, which is unambiguous because each rule is a full match over a fixed structure.
+    """
+    if not flattened:
+        for family, table in (("native", NATIVE_MODULES), ("diffusers", DIFFUSERS_MODULES)):
+            for rule in table:
+                found = re.fullmatch(rule.pattern, name)
+                if found:
+                    return family, rule, found, False
+    flat = name.replace(".", "_")
+    for family, table in (("native", NATIVE_MODULES), ("diffusers", DIFFUSERS_MODULES)):
+        for rule in table:
+            found = re.fullmatch(rule.pattern.replace(r"\.", "_"), flat)
+            if found:
+                return family, rule, found, True
+    return None
+
+
+def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str = MAIN_PARTITION) -> AdapterPlan:
+    """Map every key of ``view`` onto canonical targets, or raise ``H3AppError`` naming what was seen.
+
+    ``qkv_layout`` ("auto" | "blocked" | "interleaved") overrides the row order of fused QKV modules ("auto":
+    interleaved for DiffSynth, blocked otherwise). ``partition`` is the transformer the adapter is for:
+    ``transformer_ref.``-prefixed keys go to ``reference_modules`` unless it is ``"transformer_ref"``.
+    """
+    if qkv_layout not in QKV_LAYOUTS:
+        raise H3AppError(f"qkv_layout must be one of {', '.join(QKV_LAYOUTS)}, got {qkv_layout!r}.")
+    if partition not in PARTITIONS:
+        raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
+    name = view.name
+    keys = list(view.tensors)
+    if not keys:
+        raise H3AppError(f"{name} holds no tensors: it is not an adapter.")
+    _refuse_families(name, keys)
+
+    stems: dict[tuple[str, str], _Stem] = {}
+    unparsed: list[str] = []
+    for key in keys:
+        prefix, rest, flattened = strip_prefix(key)
+        parsed = _SUFFIX.match(rest)
+        if parsed is None:
+            unparsed.append(key)
+            continue
+        stem_name = parsed.group("stem")
+        file_partition = REFERENCE_PARTITION if "transformer_ref." in prefix else MAIN_PARTITION
+        entry = stems.setdefault(
+            (file_partition, _canonical_stem_name(stem_name, flattened)),
+            _Stem(prefix, file_partition, flattened, key[: len(prefix)] + stem_name, stem_name),
+        )
+        if parsed.group("alpha"):
+            role, style = "alpha", None
+        elif parsed.group("ab"):
+            role, style = ("down" if parsed.group("ab") == "lora_A" else "up"), SUFFIX_AB
+        else:
+            role, style = ("down" if parsed.group("du") == "lora_down" else "up"), SUFFIX_DOWN_UP
+        existing = getattr(entry, role)
+        if existing is not None:
+            raise H3AppError(
+                f"{name}: keys {existing!r} and {key!r} both give the {role} factor of module {stem_name!r}: the file "
+                "mixes two copies of one adapter; keep one."
+            )
+        setattr(entry, role, key)
+        if parsed.group("slot"):
+            entry.slots = entry.slots | {parsed.group("slot")}
+        if style:
+            entry.styles = entry.styles | {style}
+
+    slots = sorted({slot for entry in stems.values() for slot in entry.slots})
+    if len(slots) > 1:
+        raise H3AppError(
+            f"{name} holds several PEFT adapter slots ({', '.join(slots)}): save one adapter per file (PEFT's "
+            "save_pretrained does that)."
+        )
+    _refuse_foreign(name, [entry.name for entry in stems.values()] + unparsed)
+    if not any(entry.down or entry.up for entry in stems.values()):
+        _refuse_no_lora(name, keys, unparsed)
+
+    warnings: list[str] = []
+    no_match: list[str] = list(unparsed)
+    orphan_alphas: list[str] = []
+    plans: list[ModulePlan] = []
+    hybrid: list[str] = []
+    for entry in stems.values():
+        if not (entry.down or entry.up):
+            orphan_alphas.extend(k for k in (entry.alpha,) if k)
+            continue
+        found = match_module(entry.name, entry.flattened)
+        if found is None:
+            no_match.extend(k for k in (entry.down, entry.up, entry.alpha) if k)
+            continue
+        family, rule, match, matched_flat = found
+        if matched_flat and not entry.flattened:
+            hybrid.append(entry.stem)
+        plans.append(_module_plan(view, entry, family, rule, match, matched_flat, qkv_layout))
+
+    if not plans:
+        raise H3AppError(
+            f"{name}: none of its {len(keys)} keys names an H3 module (first keys: {', '.join(sorted(keys)[:3])})"
+            f"{_architecture_hint(view.metadata)}: it is not a MiniMax-H3 LoRA, or uses a layout h3app does not know."
+        )
+    _refuse_duplicate_targets(name, plans)
+    plans.sort(key=lambda plan: natural_key(plan.targets[0]))
+    if hybrid:
+        warnings.append(
+            f"{len(hybrid)} modules use hybrid flattened names (e.g. {hybrid[0]!r}); matched against the H3 vocabulary."
+        )
+    if no_match:
+        warnings.append(f"{len(no_match)} keys match no H3 module and are not applied (e.g. {sorted(no_match)[0]!r}).")
+    if orphan_alphas:
+        warnings.append(
+            f"{len(orphan_alphas)} alpha tensors have no LoRA factors beside them (e.g. {sorted(orphan_alphas)[0]!r}); "
+            "not applied."
+        )
+
+    main = [p for p in plans if p.file_partition == MAIN_PARTITION]
+    reference = [p for p in plans if p.file_partition == REFERENCE_PARTITION]
+    not_applied: list[str] = []
+    if partition == MAIN_PARTITION:
+        applied, kept_apart = main, reference
+        if reference:
+            warnings.append(
+                f"{len(reference)} modules ({sum(len(p.targets) for p in reference)} targets) are for the reference "
+                "partition (transformer_ref), not applied: use the ref2va workflow to apply them."
+            )
+    elif reference:
+        applied, kept_apart = reference, []
+        if main:
+            warnings.append(f"{len(main)} modules are for the main partition (transformer), not applied to transformer_ref.")
+            not_applied = [k for p in main for k in p.keys]
+    else:
+        applied, kept_apart = main, []
+
+    formats = Counter(p.format for p in plans)
+    if len(formats) > 1:
+        warnings.append(f"the file mixes layouts ({', '.join(sorted(formats))}); each module is read by its own rule.")
+    described = applied or plans
+    dtypes = sorted({p.dtype for p in plans})
+    return AdapterPlan(
+        format=formats.most_common(1)[0][0],
+        suffix_style=Counter(p.suffix_style for p in plans).most_common(1)[0][0],
+        prefix=Counter(p.prefix for p in described).most_common(1)[0][0],
+        modules=tuple(applied),
+        reference_modules=tuple(kept_apart),
+        unmatched_keys=tuple(sorted(set(no_match + orphan_alphas + not_applied))),
+        warnings=tuple(warnings),
+        dtype=dtypes[0] if len(dtypes) == 1 else "mixed(" + ",".join(dtypes) + ")",
+    )
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key that orders block indices numerically (``blocks.2`` before ``blocks.10``)."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+
+
+def _architecture_hint(metadata: Mapping[str, str]) -> str:
+    for field in ("modelspec.architecture", "ss_base_model_version"):
+        if metadata.get(field):
+            return f"; its metadata says {field} = {metadata[field]!r}"
+    return ""
+
+
+def _canonical_stem_name(stem_name: str, flattened: bool) -> str:
+    return stem_name.replace(".", "_") if flattened else stem_name
+
+
+def _module_plan(
+    view: HeaderView, entry: _Stem, family: str, rule: ModuleRule, match: re.Match[str], matched_flat: bool,
+    qkv_layout: str,
+) -> ModulePlan:
+    name = view.name
+    if entry.down is None or entry.up is None:
+        have, missing = ("lora_A/lora_down", "lora_B/lora_up") if entry.down else ("lora_B/lora_up", "lora_A/lora_down")
+        raise H3AppError(f"{name}: module {entry.stem!r} has {have} but no {missing}: the file is incomplete; re-export it.")
+    if len(entry.styles) > 1:
+        raise H3AppError(f"{name}: module {entry.stem!r} mixes lora_A/B and lora_down/up keys: the file is damaged; re-export it.")
+    down_dtype, down_shape = view.tensors[entry.down]
+    up_dtype, up_shape = view.tensors[entry.up]
+    for key, dtype in ((entry.down, down_dtype), (entry.up, up_dtype)):
+        if dtype not in FLOAT_DTYPES:
+            raise H3AppError(
+                f"{name}: {key!r} is {dtype}: quantised or integer LoRA factors are not supported; use an F16/BF16/F32 file."
+            )
+    if matched_flat:
+        fmt = "kohya"
+    elif family == "native":
+        fmt = "diffsynth" if entry.slots else "native"
+    else:
+        fmt = "peft"
+    stacked = len(down_shape) == 3 or len(up_shape) == 3
+    if len(down_shape) not in (2, 3) or len(up_shape) not in (2, 3) or len(down_shape) != len(up_shape):
+        raise H3AppError(
+            f"{name}: module {entry.stem!r} has lora_A {list(down_shape)} and lora_B {list(up_shape)}: expected 2D "
+            "[rank, in] / [out, rank] (or 3D stacks [3, rank, in] / [3, out, rank] for a fused QKV)."
+        )
+    if stacked:
+        if rule.layout != FUSED_QKV:
+            raise H3AppError(
+                f"{name}: module {entry.stem!r} has 3D (stacked) factors, which only a fused QKV module may have."
+            )
+        if down_shape[0] != 3 or up_shape[0] != 3:
+            raise H3AppError(
+                f"{name}: module {entry.stem!r} stacks {down_shape[0]} lora_A and {up_shape[0]} lora_B groups; a fused "
+                "QKV needs exactly 3 of each (q, k, v)."
+            )
+        down_rank, in_features = down_shape[1], down_shape[2]
+        up_rank, out_rows = up_shape[2], up_shape[1]
+    else:
+        down_rank, in_features = down_shape
+        out_rows, up_rank = up_shape
+    if down_rank != up_rank:
+        raise H3AppError(
+            f"{name}: module {entry.stem!r} has lora_A rank {down_rank} but lora_B rank {up_rank} (lora_A "
+            f"{list(down_shape)}, lora_B {list(up_shape)}): the factors do not belong together; re-export the file."
+        )
+    if down_rank == 0:
+        raise H3AppError(f"{name}: module {entry.stem!r} has rank 0: the file is damaged; re-export it.")
+    if entry.alpha is not None:
+        alpha_dtype, alpha_shape = view.tensors[entry.alpha]
+        if entry.alpha not in view.scalars:
+            raise H3AppError(
+                f"{name}: {entry.alpha!r} is {alpha_dtype} {list(alpha_shape)}, not a readable scalar alpha: re-export the file."
+            )
+
+    targets = tuple(t.format(*match.groups()) for t in rule.targets)
+    qkv_order = ""
+    if rule.layout == FUSED_QKV:
+        if stacked:
+            qkv_order = BLOCKED
+            shapes = ((out_rows, in_features),) * 3
+        else:
+            if out_rows % 3:
+                raise H3AppError(
+                    f"{name}: fused QKV module {entry.stem!r} has {out_rows} lora_B rows, not divisible by 3: it is not "
+                    "an H3 QKV projection."
+                )
+            qkv_order = qkv_layout if qkv_layout != "auto" else (INTERLEAVED if fmt == "diffsynth" else BLOCKED)
+            shapes = ((out_rows // 3, in_features),) * 3
+    elif rule.layout == SWIGLU_GATE_UP:
+        if out_rows % 2:
+            raise H3AppError(
+                f"{name}: SwiGLU module {entry.stem!r} has {out_rows} lora_B rows, not even: it is not an H3 fc1."
+            )
+        shapes = ((out_rows, in_features),)
+    else:
+        shapes = ((out_rows, in_features),)
+    dtypes = {down_dtype, up_dtype}
+    return ModulePlan(
+        stem=entry.stem,
+        module=_dotted_name(rule, match) if matched_flat else entry.name,
+        prefix=entry.prefix,
+        format=fmt,
+        layout=rule.layout,
+        qkv_order=qkv_order,
+        targets=targets,
+        target_shapes=shapes,
+        rank=int(down_rank),
+        down_key=entry.down,
+        up_key=entry.up,
+        alpha_key=entry.alpha,
+        stacked=stacked,
+        file_partition=entry.file_partition,
+        dtype=down_dtype if len(dtypes) == 1 else "/".join(sorted(dtypes)),
+        suffix_style=next(iter(entry.styles)),
+    )
+
+
+def _dotted_name(rule: ModuleRule, match: re.Match[str]) -> str:
+    """The dotted module name a flattened name stands for (the rule's pattern with its groups filled in)."""
+    name = rule.pattern
+    for group in match.groups():
+        name = name.replace(r"(\d+)", group, 1)
+    return name.replace("\\.", ".")
+
+
+def _refuse_families(name: str, keys: Sequence[str]) -> None:
+    for pattern, what, fix in _REFUSED_FAMILIES:
+        seen = [k for k in keys if pattern.search(k)]
+        if seen:
+            raise H3AppError(f"{name} is {what} (e.g. {seen[0]!r}, {len(seen)} such keys): {fix}.")
+
+
+def _refuse_foreign(name: str, stem_names: Iterable[str]) -> None:
+    stem_names = list(stem_names)
+    for pattern, family in _FOREIGN_MODELS:
+        seen = [s for s in stem_names if pattern.search(s)]
+        if seen:
+            raise H3AppError(
+                f"{name} is made for {family}, not MiniMax-H3 (module names such as {seen[0]!r}): pick an H3 adapter."
+            )
+
+
+def _refuse_no_lora(name: str, keys: Sequence[str], unparsed: Sequence[str]) -> None:
+    plain = [k for k in keys if k.endswith((".weight", ".bias", ".scale"))]
+    if plain and len(plain) >= len(keys) // 2:
+        raise H3AppError(
+            f"{name} holds {len(plain)} plain weights (e.g. {sorted(plain)[0]!r}) and no LoRA factors: it is a model "
+            "checkpoint, not an adapter; pick a LoRA file (lora_A/lora_B or lora_down/lora_up keys)."
+        )
+    raise H3AppError(
+        f"{name} holds no LoRA factors (first keys: {', '.join(sorted(keys)[:3])}): pick a LoRA file "
+        "(lora_A/lora_B or lora_down/lora_up keys)."
+    )
+
+
+def _refuse_duplicate_targets(name: str, plans: Sequence[ModulePlan]) -> None:
+    owner: dict[tuple[str, str], str] = {}
+    for plan in plans:
+        for target in plan.targets:
+            key = (plan.file_partition, target)
+            if key in owner:
+                raise H3AppError(
+                    f"{name}: target {target!r} is given twice, by {owner[key]!r} and {plan.stem!r}: the file mixes two "
+                    "copies of one adapter; keep one."
+                )
+            owner[key] = plan.stem
+
+
+def native_vocabulary(shapes: TransformerShapes) -> dict[str, tuple[int, int]]:
+    """Every native (original checkpoint) LoRA-able module of a transformer → its ``(out, in)``; fused QKV and
+    SwiGLU ``fc1`` have their fused row counts. The inverse of ``NATIVE_MODULES``, for writing native files."""
+    vocabulary: dict[str, tuple[int, int]] = {}
+    for rule in NATIVE_MODULES:
+        if r"(\d+)" in rule.pattern:
+            count = shapes.num_refiner_layers if rule.pattern.startswith("token_refiner") else shapes.num_layers
+            indices: list[tuple[str, ...]] = [(str(i),) for i in range(count)]
+        else:
+            indices = [()]
+        for groups in indices:
+            name = rule.pattern
+            for group in groups:
+                name = name.replace(r"(\d+)", group, 1)
+            name = name.replace("\\.", ".")
+            targets = [t.format(*groups) for t in rule.targets]
+            if targets[0] not in shapes:
+                continue
+            first = shapes[targets[0]]
+            rows = first.out_features * len(targets)
+            vocabulary[name] = (rows, first.in_features)
+    return vocabulary

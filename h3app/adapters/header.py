@@ -1,0 +1,251 @@
+"""Read a local safetensors adapter's header and its 0-dim scalars, never its weight tensors.
+
+The header is validated the way the safetensors format specifies it (8-byte little-endian length, a JSON object,
+offsets that tile the byte buffer exactly, known dtypes, a file exactly as long as the header says) *before*
+anything else touches the file, so every way a download goes wrong becomes one ``H3AppError`` that names what was
+seen: an empty file, a truncated download, an HTML page, a git-lfs pointer, a pickle. Pickle files are refused
+outright: unpickling runs code.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import H3AppError
+from .types import HeaderView
+
+MAX_HEADER_BYTES = 100_000_000  # safetensors' own MAX_HEADER_SIZE
+ADAPTER_CONFIG_NAME = "adapter_config.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+# Bits per element of every dtype the safetensors format defines (tensor.rs `enum Dtype`).
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64, "C64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+# The dtypes whose 0-dim values we decode (alpha scalars); struct formats, little-endian.
+_SCALAR_FORMATS = {"F64": "<d", "F32": "<f", "F16": "<e", "I64": "<q", "I32": "<i", "I16": "<h", "I8": "<b",
+                   "U8": "<B", "U16": "<H", "U32": "<I", "U64": "<Q"}
+
+
+def read_local_header(path: str | Path, adapter_config_path: str | Path | None = None) -> HeaderView:
+    """The header of a local ``.safetensors`` file plus its 0-dim (and single-element ``.alpha``) scalars.
+
+    ``adapter_config_path`` defaults to ``adapter_config.json`` in the same folder, read when present. Reads
+    8 + N header bytes and a few bytes per scalar: weight tensors are never loaded.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise H3AppError(f"{path} does not exist: check the path.")
+    if path.is_dir():
+        raise H3AppError(f"{path} is a folder, not a file: give the .safetensors file inside it.")
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        raise H3AppError(
+            f"{path.name} is a pickle file ({path.suffix}): pickles can run code when loaded, so they are refused; "
+            "ask for (or convert it to) a .safetensors file."
+        )
+    file_bytes = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(64)
+        _refuse_non_safetensors(path.name, head, file_bytes)
+        (header_len,) = struct.unpack("<Q", head[:8])
+        if header_len > MAX_HEADER_BYTES:
+            raise H3AppError(
+                f"{path.name} is not a safetensors file: its first 8 bytes claim a {header_len:,}-byte header "
+                f"(the limit is {MAX_HEADER_BYTES:,}); re-download it or check that it is a .safetensors file."
+            )
+        if 8 + header_len > file_bytes:
+            raise H3AppError(
+                f"{path.name} is truncated: the file is {file_bytes:,} bytes but its header says ≥ {8 + header_len:,}: "
+                "re-download it."
+            )
+        handle.seek(8)
+        raw_header = handle.read(header_len)
+        tensors, metadata, buffer_end = parse_header(raw_header, path.name)
+        expected = 8 + header_len + buffer_end
+        if file_bytes < expected:
+            raise H3AppError(
+                f"{path.name} is truncated: the file is {file_bytes:,} bytes but its header says ≥ {expected:,}: "
+                "re-download it."
+            )
+        if file_bytes > expected:
+            raise H3AppError(
+                f"{path.name} has {file_bytes - expected:,} bytes after the end its header declares "
+                f"({expected:,}): not a valid safetensors file; re-download it."
+            )
+        scalars = _read_scalars(handle, 8 + header_len, tensors)
+    _confirm_with_safetensors(path, tensors)
+
+    config_path = Path(adapter_config_path) if adapter_config_path is not None else path.with_name(ADAPTER_CONFIG_NAME)
+    if adapter_config_path is not None and not config_path.is_file():
+        raise H3AppError(f"{config_path} does not exist: check the adapter_config.json path.")
+    adapter_config = read_adapter_config(config_path) if config_path.is_file() else None
+    return HeaderView(
+        tensors={key: (dtype, shape) for key, (dtype, shape, _) in tensors.items()},
+        metadata=metadata,
+        scalars=scalars,
+        adapter_config=adapter_config,
+        file_bytes=file_bytes,
+        name=path.name,
+    )
+
+
+def _refuse_non_safetensors(name: str, head: bytes, file_bytes: int) -> None:
+    """Name the usual impostors by their first bytes."""
+    if file_bytes == 0:
+        raise H3AppError(f"{name} is empty (0 bytes): re-download it.")
+    stripped = head.lstrip()
+    if head.startswith(b"version https://git-lfs"):
+        raise H3AppError(
+            f"{name} is a git-lfs pointer ({file_bytes} bytes), not the weights: fetch the real file "
+            "(git lfs pull, or download it from the Hub)."
+        )
+    if stripped[:1] == b"<" and stripped[:15].lower().startswith((b"<!doctype", b"<html", b"<?xml", b"<head", b"<body")):
+        raise H3AppError(
+            f"{name} is an HTML page, not a safetensors file (a login or error page saved under that name): "
+            "check the URL or token and download it again."
+        )
+    if head.startswith(b"PK\x03\x04"):
+        raise H3AppError(
+            f"{name} is a zip archive (PyTorch's pickle format): pickles can run code when loaded, so they are "
+            "refused; ask for (or convert it to) a .safetensors file."
+        )
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        raise H3AppError(
+            f"{name} is a Python pickle: pickles can run code when loaded, so they are refused; ask for (or convert "
+            "it to) a .safetensors file."
+        )
+    if file_bytes < 8:
+        raise H3AppError(f"{name} is only {file_bytes} bytes, too short for a safetensors header: re-download it.")
+
+
+def parse_header(
+    raw_header: bytes, name: str
+) -> tuple[dict[str, tuple[str, tuple[int, ...], tuple[int, int]]], dict[str, str], int]:
+    """Validate a safetensors JSON header; return key → (dtype, shape, (begin, end)), metadata, buffer length.
+
+    Shared with remote reads (the header bytes are the same wherever they come from).
+    """
+    try:
+        text = raw_header.decode("utf-8")
+    except UnicodeDecodeError:
+        raise H3AppError(f"{name} is not a safetensors file: its header is not UTF-8 text; re-download it.") from None
+    if not text.lstrip().startswith("{"):
+        raise H3AppError(f"{name} is not a safetensors file: its header is not a JSON object; re-download it.")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise H3AppError(f"{name} is not a valid safetensors file: its header names {key!r} twice.")
+            seen[key] = value
+        return seen
+
+    try:
+        header = json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as error:
+        raise H3AppError(f"{name} is not a safetensors file: its header is not valid JSON ({error.msg}); re-download it.") from None
+    if not isinstance(header, dict):
+        raise H3AppError(f"{name} is not a safetensors file: its header is not a JSON object; re-download it.")
+
+    raw_metadata = header.pop("__metadata__", None) or {}
+    if not isinstance(raw_metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in raw_metadata.items()):
+        raise H3AppError(f"{name} is not a valid safetensors file: __metadata__ must map strings to strings.")
+
+    tensors: dict[str, tuple[str, tuple[int, ...], tuple[int, int]]] = {}
+    for key, entry in header.items():
+        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+            raise H3AppError(f"{name} is not a valid safetensors file: header entry {key!r} lacks dtype/shape/data_offsets.")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in DTYPE_BITS:
+            raise H3AppError(f"{name}: tensor {key!r} has unknown dtype {dtype!r}; the file is damaged or from a newer format.")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise H3AppError(f"{name} is not a valid safetensors file: tensor {key!r} has shape {shape!r}.")
+        if (
+            not isinstance(offsets, list) or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]
+        ):
+            raise H3AppError(f"{name} is not a valid safetensors file: tensor {key!r} has data_offsets {offsets!r}.")
+        tensors[key] = (dtype, tuple(shape), (offsets[0], offsets[1]))
+
+    cursor = 0
+    for key, (dtype, shape, (begin, end)) in sorted(tensors.items(), key=lambda item: item[1][2]):
+        if begin != cursor:
+            raise H3AppError(
+                f"{name} is not a valid safetensors file: tensor {key!r} starts at byte {begin} of the data where "
+                f"{cursor} was expected (holes or overlaps); re-download it."
+            )
+        bits = math.prod(shape) * DTYPE_BITS[dtype]
+        if bits % 8 or end - begin != bits // 8:
+            raise H3AppError(
+                f"{name} is not a valid safetensors file: tensor {key!r} ({dtype} {list(shape)}) occupies "
+                f"{end - begin} bytes, not {bits / 8:g}."
+            )
+        cursor = end
+    return tensors, dict(raw_metadata), cursor
+
+
+def is_scalar_entry(key: str, shape: tuple[int, ...]) -> bool:
+    """0-dim tensors, and single-element ``*.alpha`` tensors (some writers store alpha as shape [1])."""
+    return shape == () or (key.endswith(".alpha") and math.prod(shape) == 1)
+
+
+def decode_scalar(dtype: str, raw: bytes) -> float | None:
+    """The value of one little-endian scalar of safetensors dtype ``dtype`` (None for fp8/sub-byte dtypes)."""
+    if dtype == "BF16":
+        return float(struct.unpack("<f", b"\x00\x00" + raw)[0])
+    if dtype == "BOOL":
+        return float(raw != b"\x00")
+    if dtype in _SCALAR_FORMATS:
+        return float(struct.unpack(_SCALAR_FORMATS[dtype], raw)[0])
+    return None  # no adapter stores alpha as fp8 or sub-byte floats
+
+
+def _read_scalars(handle: Any, data_start: int, tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]]) -> dict[str, float]:
+    """Decode every scalar entry (see ``is_scalar_entry``), a few bytes each."""
+    scalars: dict[str, float] = {}
+    for key, (dtype, shape, (begin, end)) in tensors.items():
+        if not is_scalar_entry(key, shape):
+            continue
+        handle.seek(data_start + begin)
+        value = decode_scalar(dtype, handle.read(end - begin))
+        if value is not None:
+            scalars[key] = value
+    return scalars
+
+
+def _confirm_with_safetensors(path: Path, tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]]) -> None:
+    """The safetensors library must agree with our reading (it maps the file; no tensor data is read)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            keys = set(handle.keys())
+            if keys != set(tensors):
+                raise H3AppError(f"{path.name}: the safetensors library lists different tensors than its header; re-download it.")
+            for key in list(tensors)[:1]:
+                view = handle.get_slice(key)
+                if (view.get_dtype(), tuple(view.get_shape())) != tensors[key][:2]:
+                    raise H3AppError(f"{path.name}: the safetensors library reads tensor {key!r} differently; re-download it.")
+    except SafetensorError as error:
+        raise H3AppError(f"{path.name} is not a valid safetensors file ({error}); re-download it.") from None
+
+
+def read_adapter_config(path: str | Path) -> dict[str, Any]:
+    """``adapter_config.json`` (PEFT) as a dict; malformed JSON or a non-object is an ``H3AppError``."""
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise H3AppError(f"{path} is not valid JSON ({error}): fix or delete it.") from None
+    if not isinstance(config, dict):
+        raise H3AppError(f"{path} must hold a JSON object (PEFT's LoraConfig), got {type(config).__name__}: fix or delete it.")
+    return config

@@ -1,0 +1,123 @@
+"""Inspection: what an adapter is, from its header and 0-dim scalars alone (no weight tensor is read).
+
+``inspect_header`` turns a ``HeaderView`` (local or remote) into an ``AdapterInfo`` — the ``inspect --json``
+contract of DESIGN.md: format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
+known-adapter registry entry. With ``shapes`` (the model in use) every target's shape is checked against it and a
+misfit is refused; without, the full-size H3 shapes are used to warn only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..model.shapes import TransformerShapes
+from .alpha import AlphaResolution, resolve_alphas, summarise
+from .fit import check_fit, full_size_warnings
+from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
+from .header import read_local_header
+from .known import KnownAdapter, find_known, repo_from_cache_path
+from .types import AdapterInfo, HeaderView
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything inspection learns: the key plan, the alpha resolution and the resulting ``AdapterInfo``."""
+
+    view: HeaderView
+    plan: AdapterPlan
+    alphas: AlphaResolution
+    known: KnownAdapter | None
+    info: AdapterInfo
+
+
+def analyse_header(
+    view: HeaderView,
+    *,
+    shapes: TransformerShapes | None = None,
+    repo_id: str | None = None,
+    filename: str | None = None,
+    qkv_layout: str = "auto",
+    partition: str = MAIN_PARTITION,
+    explicit_alpha: float | None = None,
+) -> Analysis:
+    """Plan the keys, check shapes, resolve alpha; ``H3AppError`` for anything h3app cannot apply correctly."""
+    plan = plan_adapter(view, qkv_layout=qkv_layout, partition=partition)
+    all_modules = plan.modules + plan.reference_modules
+    warnings = list(plan.warnings)
+    if shapes is not None:
+        check_fit(all_modules, shapes, view.name)
+    else:
+        warnings.extend(f"{view.name} {w}" for w in full_size_warnings(all_modules))
+    known = find_known(repo_id, filename or view.name)
+    described = plan.modules or plan.reference_modules
+    alphas = resolve_alphas(described, view, explicit_alpha=explicit_alpha, known=known)
+    warnings.extend(alphas.warnings)
+    if not plan.modules:
+        warnings.append(f"nothing in {view.name} applies to the {partition} partition.")
+
+    ranks = {target: module.rank for module in described for target in module.targets}
+    distinct_ranks = set(ranks.values())
+    alpha, alpha_source = summarise(alphas.choices)
+    info = AdapterInfo(
+        format=plan.format,
+        suffix_style=plan.suffix_style,
+        prefix=plan.prefix,
+        rank=next(iter(distinct_ranks)) if len(distinct_ranks) == 1 else None,
+        ranks=ranks,
+        alpha=alpha,
+        alpha_source=alpha_source,
+        alphas={target: choice.alpha for target, choice in alphas.choices.items()},
+        alpha_sources={target: choice.source for target, choice in alphas.choices.items()},
+        num_targets=sum(len(m.targets) for m in plan.modules),
+        targets=tuple(t for m in plan.modules for t in m.targets),
+        dtype=plan.dtype,
+        file_bytes=view.file_bytes,
+        warnings=tuple(dict.fromkeys(warnings)),
+        hints=dict(alphas.hints),
+        known=known.to_json() if known is not None else None,
+        use_rslora=any(choice.use_rslora for choice in alphas.choices.values()),
+        unmatched_keys=plan.unmatched_keys,
+        reference_targets=tuple(t for m in plan.reference_modules for t in m.targets),
+    )
+    return Analysis(view=view, plan=plan, alphas=alphas, known=known, info=info)
+
+
+def inspect_header(
+    view: HeaderView,
+    *,
+    shapes: TransformerShapes | None = None,
+    repo_id: str | None = None,
+    filename: str | None = None,
+    qkv_layout: str = "auto",
+    partition: str = MAIN_PARTITION,
+    explicit_alpha: float | None = None,
+) -> AdapterInfo:
+    """The ``AdapterInfo`` of a header (see ``analyse_header``)."""
+    return analyse_header(
+        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
+        explicit_alpha=explicit_alpha,
+    ).info
+
+
+def inspect_file(
+    path: str | Path,
+    *,
+    shapes: TransformerShapes | None = None,
+    repo_id: str | None = None,
+    filename: str | None = None,
+    qkv_layout: str = "auto",
+    partition: str = MAIN_PARTITION,
+    adapter_config_path: str | Path | None = None,
+    explicit_alpha: float | None = None,
+) -> AdapterInfo:
+    """Inspect a local file. A file inside the Hugging Face cache is matched to the registry by its repo."""
+    if repo_id is None:
+        cached = repo_from_cache_path(str(path))
+        if cached is not None:
+            repo_id, filename = cached[0], filename or cached[1]
+    view = read_local_header(path, adapter_config_path)
+    return inspect_header(
+        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
+        explicit_alpha=explicit_alpha,
+    )

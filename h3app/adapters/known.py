@@ -1,0 +1,147 @@
+"""Registry of public MiniMax-H3 adapters whose intended settings are known from their authors.
+
+Values are *suggestions* (source ``registry``): anything the file itself says (``.alpha`` tensors, metadata,
+``adapter_config.json``) wins over them. ``steps`` is always ``num_inference_steps``, the number of sigma points
+*including* the terminal 0, so a "4-step" distilled adapter needs 5 and an "8-step" one needs 9 (N − 1 model
+evaluations). Sources: shared/reference/sglang_h3_lora.md §1 and §8.12 (LightX2V README, SGLang cookbook,
+vllm-omni PR #7062, the Larry and fal model cards).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
+LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"
+FAL_REALISM_REPO = "fal/MiniMax-H3-Realism-People-LoRA"
+
+
+@dataclass(frozen=True)
+class KnownAdapter:
+    """One known adapter file (or family of files, ``file_pattern`` being a regex searched in the file name).
+
+    ``alpha`` is the training alpha when the file does not carry it (None: read it from the file);
+    ``alpha_equals_rank`` records an author's statement that alpha = rank (so no fallback warning is due).
+    ``steps`` is ``num_inference_steps`` (sigma points); ``shift``/``audio_shift`` the flow shifts it was
+    distilled for; ``scale`` the suggested strength.
+    """
+
+    repo_id: str
+    file_pattern: str
+    title: str
+    alpha: float | None = None
+    alpha_equals_rank: bool = False
+    rank: int | None = None
+    steps: int | None = None
+    shift: float | None = None
+    audio_shift: float | None = None
+    workflow: str | None = None
+    resolution: str | None = None
+    trigger: str | None = None
+    scale: float | None = None
+    notes: str = ""
+
+    def matches(self, repo_id: str, filename: str) -> bool:
+        return repo_id.lower() == self.repo_id.lower() and re.search(self.file_pattern, filename) is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "source": "registry"}
+
+
+# First match wins: specific files before the catch-all of their repo.
+KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
+    KnownAdapter(
+        LIGHTX2V_REPO, r"fl2v.*4step_v0\.1", "LightX2V H3 Turbo FL2V 4-step v0.1 (544p)",
+        alpha=8.0, rank=128, steps=5, shift=12.0, audio_shift=3.0, workflow="fl2va", resolution="544p",
+        notes="No alpha in the file; the reference script uses lora_alpha 8 (at alpha = rank it is 16× too strong).",
+    ),
+    KnownAdapter(
+        LIGHTX2V_REPO, r"ref2v.*4step_v0\.1", "LightX2V H3 Turbo Ref2V 4-step v0.1 (544p)",
+        alpha=8.0, rank=128, steps=5, shift=12.0, audio_shift=3.0, workflow="ref2va", resolution="544p",
+        notes="Declares alpha 8 in its metadata; the registry value only fills in for copies without it.",
+    ),
+    KnownAdapter(
+        LIGHTX2V_REPO, r"4step_v0\.1", "LightX2V H3 Turbo 4-step v0.1 (544p)",
+        alpha=8.0, rank=128, steps=5, shift=12.0, audio_shift=3.0, resolution="544p",
+    ),
+    KnownAdapter(
+        LIGHTX2V_REPO, r"8step.*768p", "LightX2V H3 Turbo 8-step (768p)",
+        steps=9, shift=6.0, audio_shift=3.0, resolution="768p",
+        notes="Alpha is read from the file's metadata.",
+    ),
+    KnownAdapter(
+        LIGHTX2V_REPO, r"8step", "LightX2V H3 Turbo 8-step (544p)",
+        steps=9, shift=12.0, audio_shift=3.0, resolution="544p",
+        notes="Alpha is read from the file's metadata.",
+    ),
+    KnownAdapter(
+        LIGHTX2V_REPO, r"4step_v1\.\d+.*768p", "LightX2V H3 Turbo 4-step v1.x (768p)",
+        steps=5, shift=6.0, audio_shift=3.0, resolution="768p",
+        notes="Alpha is read from the file's metadata (128 for v1.0/v1.1, 8 for v1.2).",
+    ),
+    KnownAdapter(
+        LARRY_REPO, r"v4_step\d+", "Larry H3 Turbo v4 (8 evaluations)",
+        alpha_equals_rank=True, steps=9, scale=1.0,
+        notes="Author states W_eff = W + B@A (alpha = rank); mixed ranks 64 (attention, FFN) and 16 (AdaLN).",
+    ),
+    KnownAdapter(
+        LARRY_REPO, r"4step", "Larry H3 Turbo 4-step",
+        alpha_equals_rank=True, rank=64, steps=5, scale=1.0,
+        notes="Author states W_eff = W + B@A (alpha = rank).",
+    ),
+    KnownAdapter(
+        LARRY_REPO, r"\.safetensors$", "Larry H3 Turbo",
+        alpha_equals_rank=True,
+        notes="Author states W_eff = W + B@A (alpha = rank); pick steps from the file name.",
+    ),
+    KnownAdapter(
+        FAL_REALISM_REPO, r"\.safetensors$", "fal H3 Realism People",
+        steps=50, trigger="r34l1sm", scale=0.7,
+        notes="Keep the normal 50-step schedule; 0.6-0.8 for a lighter effect, 1.0 at full strength.",
+    ),
+)
+
+
+def find_known(repo_id: str | None, filename: str | None) -> KnownAdapter | None:
+    """The registry entry for ``filename`` in ``repo_id`` (matched on the file's base name), or None."""
+    if not repo_id or not filename:
+        return None
+    base = PurePosixPath(filename).name
+    for entry in KNOWN_ADAPTERS:
+        if entry.matches(repo_id, base):
+            return entry
+    return None
+
+
+_HUB_CACHE = re.compile(r"models--(?P<owner>[^/\\]+?)--(?P<name>[^/\\]+)[/\\]snapshots[/\\][0-9a-f]+[/\\](?P<file>.+)$")
+
+
+def repo_from_cache_path(path: str) -> tuple[str, str] | None:
+    """``(repo_id, filename)`` for a file inside the Hugging Face cache (``models--owner--name/snapshots/<sha>/f``)."""
+    found = _HUB_CACHE.search(str(path))
+    if not found:
+        return None
+    return f"{found['owner']}/{found['name']}", found["file"].replace("\\", "/")
+
+
+_HF_URL = re.compile(
+    r"^https?://[^/]+/(?:models/)?(?P<repo>[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*)/(?:resolve|blob)/[^/]+/(?P<file>.+?)(?:\?.*)?$"
+)
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
+
+
+def registry_identity(source: str, weight_name: str | None, file_name: str) -> tuple[str | None, str]:
+    """``(repo_id, filename)`` to look ``source`` up in the registry: from an HF URL, a repo id, or a file in the
+    Hugging Face cache; ``(None, file_name)`` for any other local file."""
+    url = _HF_URL.match(source)
+    if url:
+        return url["repo"], url["file"]
+    if _REPO_ID.match(source) and not Path(source).exists():
+        return source, weight_name or file_name
+    cached = repo_from_cache_path(source)
+    if cached is not None:
+        return cached
+    return None, weight_name or file_name

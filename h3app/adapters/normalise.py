@@ -1,0 +1,142 @@
+"""Normalisation: an adapter file → ``NormalisedAdapter`` (canonical targets, reordered factors, resolved alpha).
+
+Reads only the factors the plan names (``safe_open``, one tensor at a time) and reorders ``lora_B`` rows into the
+diffusers layout of each target:
+
+- fused QKV (native ``qkv_proj``, diffusers ``to_qkv``): lora_A is shared by to_q/to_k/to_v and lora_B ``[3·inner, r]``
+  splits into thirds — after de-interleaving ``[q_h, k_h, v_h] × heads`` rows with the *model's* head_dim when the
+  layout is interleaved (DiffSynth, or ``qkv_layout="interleaved"``); 3D stacks ``[3, r, in]``/``[3, inner, r]``
+  give one (A, B) pair per projection;
+- native ``mlp.fc1`` lora_B ``[gate; up]`` → diffusers ``ff.net.0.proj`` ``[up; gate]`` (halves swapped; lora_A is
+  untouched because the swap permutes output rows only).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from ..errors import H3AppError
+from ..model.shapes import TransformerShapes
+from .alpha import AlphaChoice, resolve_alphas
+from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
+from .header import read_local_header
+from .inspect import analyse_header
+from .known import repo_from_cache_path
+from .types import ModuleLoRA, NormalisedAdapter
+
+
+def load_adapter(
+    path: str | Path,
+    *,
+    shapes: TransformerShapes,
+    explicit_alpha: float | None = None,
+    qkv_layout: str = "auto",
+    partition: str = MAIN_PARTITION,
+    repo_id: str | None = None,
+    filename: str | None = None,
+    adapter_config_path: str | Path | None = None,
+) -> NormalisedAdapter:
+    """Load ``path`` for the transformer described by ``shapes``; ``H3AppError`` for anything that would not apply
+    exactly (misfit shapes, NaN/Inf factors, unknown layouts, …)."""
+    path = Path(path)
+    if repo_id is None:
+        cached = repo_from_cache_path(str(path))
+        if cached is not None:
+            repo_id, filename = cached[0], filename or cached[1]
+    view = read_local_header(path, adapter_config_path)
+    analysis = analyse_header(
+        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
+        explicit_alpha=explicit_alpha,
+    )
+    if not analysis.plan.modules:
+        raise H3AppError(
+            f"nothing in {view.name} applies to the {partition} partition "
+            f"({len(analysis.plan.reference_modules)} modules are for transformer_ref): load it for the ref2va workflow."
+        )
+    reference_alphas = resolve_alphas(
+        analysis.plan.reference_modules, view, explicit_alpha=explicit_alpha, known=analysis.known
+    ).choices
+
+    from safetensors import safe_open
+
+    modules: dict[str, ModuleLoRA] = {}
+    reference: dict[str, ModuleLoRA] = {}
+    with safe_open(str(path), framework="pt") as handle:
+        for plan in analysis.plan.modules:
+            modules.update(_normalise_module(handle, plan, shapes, analysis.alphas.choices, view.name))
+        for plan in analysis.plan.reference_modules:
+            reference.update(_normalise_module(handle, plan, shapes, reference_alphas, view.name))
+    stat = path.stat()
+    identity = (
+        f"{repo_id}/{filename or view.name}:{stat.st_size}" if repo_id
+        else f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}"
+    )
+    return NormalisedAdapter(
+        info=analysis.info,
+        modules=modules,
+        unmatched_keys=analysis.plan.unmatched_keys,
+        reference_modules=reference,
+        identity=identity,
+    )
+
+
+def _normalise_module(
+    handle: Any, plan: ModulePlan, shapes: TransformerShapes, choices: Mapping[str, AlphaChoice], name: str
+) -> dict[str, ModuleLoRA]:
+    """Read one module's factors and split them into its targets' ``ModuleLoRA``."""
+    down = _read_factor(handle, plan.down_key, name)
+    up = _read_factor(handle, plan.up_key, name)
+    pairs = split_factors(plan, down, up, head_dim=shapes.head_dim)
+    result: dict[str, ModuleLoRA] = {}
+    for target, (target_down, target_up) in zip(plan.targets, pairs):
+        choice = choices[target]
+        result[target] = ModuleLoRA(
+            target=target,
+            down=target_down,
+            up=target_up,
+            alpha=choice.alpha,
+            alpha_source=choice.source,
+            use_rslora=choice.use_rslora,
+            source_keys=plan.keys,
+        )
+    return result
+
+
+def split_factors(
+    plan: ModulePlan, down: torch.Tensor, up: torch.Tensor, *, head_dim: int
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The ``(A [r, in], B [out, r])`` pair of each of ``plan.targets``, rows in the diffusers layout."""
+    if plan.layout == FUSED_QKV:
+        if plan.stacked:
+            return [(down[i].contiguous(), up[i].contiguous()) for i in range(3)]
+        if plan.qkv_order == INTERLEAVED:
+            up = deinterleave_qkv(up, head_dim, plan.stem)
+        return [(down, part.contiguous()) for part in up.chunk(3, dim=0)]
+    if plan.layout == SWIGLU_GATE_UP:
+        gate, value = up.chunk(2, dim=0)
+        return [(down, torch.cat([value, gate], dim=0))]
+    return [(down, up)]
+
+
+def deinterleave_qkv(up: torch.Tensor, head_dim: int, what: str = "qkv") -> torch.Tensor:
+    """Rows ``[q_h, k_h, v_h] × heads`` (each ``head_dim`` rows) → ``[q_all; k_all; v_all]``; ``up`` is ``[3·H·d, r]``."""
+    rows, rank = up.shape
+    if rows % (3 * head_dim):
+        raise H3AppError(
+            f"{what}: {rows} fused QKV rows are not a multiple of 3 × head_dim {head_dim}: it is not per-head interleaved "
+            "for this model; try qkv_layout=blocked."
+        )
+    heads = rows // (3 * head_dim)
+    return up.reshape(heads, 3, head_dim, rank).permute(1, 0, 2, 3).reshape(rows, rank).contiguous()
+
+
+def _read_factor(handle: Any, key: str, name: str) -> torch.Tensor:
+    tensor = handle.get_tensor(key)
+    if not torch.isfinite(tensor).all():
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise H3AppError(f"{name}: {key!r} has {bad} NaN/Inf values: the file is damaged; re-download or re-export it.")
+    return tensor

@@ -1,0 +1,186 @@
+"""Make the held transformer carry exactly a job's adapters: fetch, normalise (cached), attach, re-scale, detach.
+
+Each job carries its complete adapter settings (DESIGN.md decision 7); :meth:`AdapterBinder.apply` turns the
+engine's current state into the job's with the fewest operations — an alpha/strength change on an adapter that is
+already attached is a scalar update, a new file is fetched and attached, adapters the job does not name are
+detached. If anything fails, every adapter is detached so the next job starts from the bitwise base.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from ..adapters import source as sources
+from ..adapters.normalise import load_adapter
+from ..adapters.types import NormalisedAdapter
+from ..errors import H3AppError
+from ..lora.cache import AdapterCache, AdapterKey
+from ..lora.engine import LoRAEngine
+from ..lora.report import MatchReport
+from ..model import repo
+from ..model.loader import LoadedModel
+from ..model.shapes import transformer_shapes
+from ..settings import LoRASettings
+
+DEFAULT_CACHE_BYTES = 8 * 1024**3
+
+
+@dataclass(frozen=True)
+class SourcePolicy:
+    """What adapter sources a server accepts. Hosted mode refuses local paths outside ``allowed_local_dirs``,
+    caps remote file size, and never lends the server's own HF token to visitors."""
+
+    hosted: bool = False
+    allowed_local_dirs: tuple[str, ...] = ()
+    max_remote_bytes: int | None = None
+
+    def fetch_kwargs(self) -> dict[str, Any]:
+        if not self.hosted:
+            return {}
+        return {"allowed_local_dirs": list(self.allowed_local_dirs), "max_bytes": self.max_remote_bytes}
+
+    def token(self, user_token: str | None) -> str | bool | None:
+        """The token to send: the visitor's if given; in hosted mode never the server's own."""
+        if user_token:
+            return user_token
+        return False if self.hosted else None
+
+
+@dataclass(frozen=True)
+class LoadedAdapter:
+    """A fetched and normalised adapter file, with where it came from."""
+
+    settings: LoRASettings
+    file: sources.AdapterFile
+    adapter: NormalisedAdapter
+
+    def provenance(self) -> dict[str, Any]:
+        """What the settings JSON records so that a result can be reproduced."""
+        return {
+            "source": self.settings.source,
+            "weight_name": self.file.filename,
+            "revision": self.settings.revision,
+            "commit": self.file.commit,
+            "sha256": self.file.sha256(),
+            "format": self.adapter.info.format,
+            "rank": self.adapter.info.rank,
+            "stored_alpha": self.adapter.info.alpha,
+            "alpha_source": self.adapter.info.alpha_source,
+            "alpha": self.settings.alpha,
+            "resolved_alpha": self.settings.alpha if self.settings.alpha is not None else self.adapter.info.alpha,
+            "resolved_alpha_source": "explicit" if self.settings.alpha is not None else self.adapter.info.alpha_source,
+            "strength": self.settings.strength,
+            "group_strengths": dict(self.settings.group_strengths),
+            "mode": self.settings.mode,
+        }
+
+
+def adapter_slot_name(settings: LoRASettings) -> str:
+    """The engine name of an adapter: which file it is, not how strongly it is applied."""
+    return f"{settings.source}|{settings.weight_name or ''}|{settings.revision or ''}|{settings.qkv_layout}"
+
+
+class AdapterBinder:
+    """Owns one LoRA engine per transformer partition of a loaded model, plus the adapter cache."""
+
+    def __init__(self, model: LoadedModel, *, policy: SourcePolicy | None = None,
+                 cache: AdapterCache | None = None) -> None:
+        self.model = model
+        self.policy = policy or SourcePolicy()
+        self.cache = cache or AdapterCache(DEFAULT_CACHE_BYTES)
+        self._engines: dict[str, LoRAEngine] = {}
+        self._files: dict[str, LoadedAdapter] = {}
+        self._lock = threading.RLock()
+
+    def engine(self, workflow: str = "t2va") -> LoRAEngine:
+        partition = repo.partition_for(workflow)
+        with self._lock:
+            if partition not in self._engines:
+                device = self.model.options.device if self.model.options.offload != "none" else None
+                self._engines[partition] = LoRAEngine(self.model.transformer(workflow), device=device)
+            return self._engines[partition]
+
+    def shapes(self, workflow: str = "t2va"):
+        return transformer_shapes(dict(self.model.transformer(workflow).config))
+
+    def load(self, settings: LoRASettings, workflow: str = "t2va", token: str | None = None,
+             progress: Callable[[int, int | None], None] | None = None) -> LoadedAdapter:
+        """Fetch (only that file + json sidecars) and normalise ``settings``' adapter for ``workflow``'s
+        partition, through the byte-budgeted cache."""
+        partition = repo.partition_for(workflow)
+        file = sources.fetch(settings.source, settings.weight_name, settings.revision,
+                             token=self.policy.token(token), progress=progress, **self.policy.fetch_kwargs())
+        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}", revision=file.commit or
+                         settings.revision, file=file.filename, size=file.size, sha256=file.sha256())
+
+        def read() -> NormalisedAdapter:
+            return load_adapter(file.path, shapes=self.shapes(workflow), qkv_layout=settings.qkv_layout,
+                                partition=partition, repo_id=file.repo_id, filename=file.filename,
+                                adapter_config_path=file.adapter_config_path)
+
+        adapter = self.cache.get_or_load(key, read)
+        return LoadedAdapter(settings=settings, file=file, adapter=adapter)
+
+    def dry_run(self, loaded: LoadedAdapter, workflow: str = "t2va") -> MatchReport:
+        """The match report against the held transformer, without binding anything."""
+        return self.engine(workflow).match(loaded.adapter, loaded.settings, name=adapter_slot_name(loaded.settings))
+
+    def apply(self, adapters: Sequence[LoRASettings], workflow: str = "t2va", token: str | None = None
+              ) -> list[LoadedAdapter]:
+        """Make ``workflow``'s transformer carry exactly ``adapters`` (in any order; each with its own alpha,
+        strength, group strengths). Returns their provenance. On any error every adapter is detached (bitwise
+        base) and the error is re-raised."""
+        modes = {a.mode for a in adapters}
+        if len(modes) > 1:
+            raise H3AppError("all adapters of one job must use the same mode (unmerged or merged): pick one.")
+        names = [adapter_slot_name(a) for a in adapters]
+        if len(set(names)) != len(names):
+            raise H3AppError("the same adapter file is listed twice: combine the two into one with the summed scale.")
+        with self._lock:
+            engine = self.engine(workflow)
+            try:
+                loaded = [self._files[name] if name in self._files and name in engine.active()
+                          else self.load(settings, workflow, token) for name, settings in zip(names, adapters)]
+                for name in list(engine.active()):
+                    if name not in names:
+                        engine.detach(name)
+                        self._files.pop(name, None)
+                if modes:
+                    engine.set_mode(modes.pop())
+                result = []
+                for name, settings, item in zip(names, adapters, loaded):
+                    if name in engine.active():
+                        engine.set_lora(name, alpha=settings.alpha, strength=settings.strength,
+                                        group_strengths=settings.group_strengths)
+                    else:
+                        engine.attach(item.adapter, settings, name)
+                    item = replace(item, settings=settings)
+                    self._files[name] = item
+                    result.append(item)
+                return result
+            except BaseException:
+                self.reset(workflow)
+                raise
+
+    def reset(self, workflow: str | None = None) -> None:
+        """Detach every adapter (of one partition, or all): the transformers are bitwise their base."""
+        with self._lock:
+            partitions = [repo.partition_for(workflow)] if workflow else list(self._engines)
+            for partition in partitions:
+                engine = self._engines.get(partition)
+                if engine is not None and engine.active():
+                    engine.detach()
+            self._files = {n: f for n, f in self._files.items()
+                           if any(n in e.active() for e in self._engines.values())}
+
+    def report(self, settings: LoRASettings, workflow: str = "t2va") -> MatchReport:
+        """The match report (with strength profile) of an attached adapter at its current settings."""
+        return self.engine(workflow).report(adapter_slot_name(settings))
+
+
+def local_adapter_dirs(default: Path) -> tuple[str, ...]:
+    """The folders hosted mode allows local adapters from (the demo adapters)."""
+    return (str(default.resolve()),)

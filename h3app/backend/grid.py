@@ -1,0 +1,122 @@
+"""The alpha × strength grid: one generation per cell, yielded as each finishes, with its distance to the
+no-LoRA baseline (computed once per request and cached)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+from ..errors import H3AppError
+from ..settings import LoRASettings, check_alpha, check_strength
+from . import metrics
+from .generation import GenerationRequest, GenerationResult, run_generation, save_result
+from .media import write_thumbnail
+
+MAX_CELLS = 64
+
+
+@dataclass(frozen=True)
+class GridCell:
+    """One cell: its settings, media and how far it moved from the baseline (PSNR in dB, lower = further)."""
+
+    row: int
+    column: int
+    alpha: float | None
+    strength: float
+    seed: int
+    video_path: str
+    thumbnail_path: str
+    hash: str
+    baseline_psnr: float
+    baseline_max_abs_diff: float
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        if not math.isfinite(self.baseline_psnr):
+            data["baseline_psnr"] = "inf"
+        return data
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """The cells to run and the estimated total time (seconds) from the last measured generation."""
+
+    alphas: tuple[float | None, ...]
+    strengths: tuple[float, ...]
+    seeds: tuple[int, ...]
+    estimated_seconds: float | None
+
+    @property
+    def cells(self) -> int:
+        return len(self.alphas) * len(self.strengths) * len(self.seeds)
+
+
+def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds: Sequence[int],
+              seconds_per_run: float | None) -> GridPlan:
+    """Validate the axes (alpha None = auto) and estimate the time: cells + 1 baseline run."""
+    if not alphas or not strengths or not seeds:
+        raise H3AppError("the grid needs at least one alpha, one scale and one seed.")
+    plan = GridPlan(tuple(check_alpha(a) for a in alphas), tuple(check_strength(s) for s in strengths),
+                    tuple(int(s) for s in seeds), None)
+    if plan.cells > MAX_CELLS:
+        raise H3AppError(f"the grid has {plan.cells} cells, more than {MAX_CELLS}: use fewer values.")
+    estimate = None if seconds_per_run is None else seconds_per_run * (plan.cells + len(plan.seeds))
+    return dataclasses.replace(plan, estimated_seconds=estimate)
+
+
+def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float | None]:
+    """``"8, 16, auto"`` → ``[8.0, 16.0, None]``."""
+    values: list[float | None] = []
+    for item in str(text).replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if allow_auto and item.lower() == "auto":
+            values.append(None)
+            continue
+        try:
+            values.append(float(item))
+        except ValueError:
+            raise H3AppError(f"{what} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
+                             f"got {item!r}.") from None
+    return values
+
+
+def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, output_dir: Path,
+             baselines: dict[str, GenerationResult], token: str | None = None,
+             on_step: Callable[[int, int], None] | None = None,
+             should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
+    """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
+    no-LoRA output per request (keyed by the request's JSON); the model is left at its base afterwards."""
+    workflow = request.workflow
+    pipe = binder.model.pipeline(workflow)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stem = uuid.uuid4().hex[:8]
+    try:
+        for seed in plan.seeds:
+            seeded = dataclasses.replace(request, seed=seed)
+            key = repr(sorted(seeded.to_json().items()))
+            if key not in baselines:
+                binder.reset(workflow)
+                baselines[key] = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
+            base = baselines[key]
+            for row, alpha in enumerate(plan.alphas):
+                for column, strength in enumerate(plan.strengths):
+                    settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
+                    binder.apply([settings], workflow, token)
+                    result = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
+                    name = f"{stem}-{row}-{column}-{seed}"
+                    video = save_result(result, output_dir / f"{name}.mp4",
+                                        {"request": seeded.to_json(), "alpha": alpha, "strength": strength,
+                                         "hash": result.hash})
+                    thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
+                    diff = metrics.compare(base.video, base.audio, result.video, result.audio)
+                    yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
+                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds)
+    finally:
+        binder.reset(workflow)

@@ -1,0 +1,171 @@
+"""One worker thread owns the GPU: a bounded FIFO of jobs, per-step progress, cancel between steps.
+
+A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
+so two users never see each other's sliders (DESIGN.md decision 7). After a cancel or any exception the worker
+calls ``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import H3AppError
+
+DEFAULT_QUEUE_SIZE = 16
+
+
+class QueueFull(H3AppError):
+    """The queue is at its bound."""
+
+
+@dataclass
+class Progress:
+    """Where a job is: ``done`` of ``total`` steps in its current ``phase``."""
+
+    done: int = 0
+    total: int = 0
+    phase: str = "queued"
+    position: int = 0
+
+
+@dataclass
+class JobContext:
+    """Handed to a running job: report progress, ask whether to stop."""
+
+    handle: "JobHandle"
+
+    def on_step(self, done: int, total: int) -> None:
+        self.handle._progress.done, self.handle._progress.total = done, total
+        self.handle._notify()
+
+    def set_phase(self, phase: str) -> None:
+        self.handle._progress.phase = phase
+        self.handle._notify()
+
+    def should_cancel(self) -> bool:
+        return self.handle._cancel.is_set()
+
+
+@dataclass(eq=False)
+class JobHandle:
+    """What a submitter holds: progress, cancel, and the result (or the error) once done."""
+
+    id: int
+    label: str
+    run: Callable[[JobContext], Any]
+    _progress: Progress = field(default_factory=Progress)
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    _done: threading.Event = field(default_factory=threading.Event)
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _result: Any = None
+    _error: BaseException | None = None
+    submitted_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def progress(self) -> Progress:
+        return Progress(**vars(self._progress))
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def cancel(self) -> None:
+        """Ask the job to stop at its next step (or not to start, if still queued)."""
+        self._cancel.set()
+        self._notify()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the job; return its result or raise its error."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"job {self.id} ({self.label}) is still running")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def wait_for_change(self, timeout: float = 0.5) -> None:
+        """Block until progress changes or the job ends (or ``timeout`` seconds pass)."""
+        with self._changed:
+            if not self._done.is_set():
+                self._changed.wait(timeout)
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def _finish(self, result: Any = None, error: BaseException | None = None) -> None:
+        self._result, self._error = result, error
+        self._progress.phase = "failed" if error is not None else "done"
+        self._done.set()
+        self._notify()
+
+
+class Worker:
+    """Runs submitted jobs one at a time, in order, on its own thread."""
+
+    def __init__(self, max_queue: int = DEFAULT_QUEUE_SIZE,
+                 on_failure: Callable[[BaseException], None] | None = None) -> None:
+        self._queue: queue.Queue[JobHandle | None] = queue.Queue(maxsize=max_queue)
+        self._ids = itertools.count(1)
+        self._on_failure = on_failure
+        self._pending: list[JobHandle] = []
+        self._pending_lock = threading.Lock()
+        self.current: JobHandle | None = None
+        self._thread = threading.Thread(target=self._loop, name="h3app-worker", daemon=True)
+        self._thread.start()
+
+    @property
+    def max_queue(self) -> int:
+        return self._queue.maxsize
+
+    def submit(self, run: Callable[[JobContext], Any], label: str = "job") -> JobHandle:
+        """Queue ``run``; raises :class:`QueueFull` with a clear message when the queue is at its bound."""
+        handle = JobHandle(id=next(self._ids), label=label, run=run)
+        with self._pending_lock:
+            try:
+                self._queue.put_nowait(handle)
+            except queue.Full:
+                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting): try again in a minute.") from None
+            self._pending.append(handle)
+            handle._progress.position = len(self._pending)
+        return handle
+
+    def run(self, run: Callable[[JobContext], Any], label: str = "job", timeout: float | None = None) -> Any:
+        """Submit and wait."""
+        return self.submit(run, label).result(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            handle = self._queue.get()
+            if handle is None:
+                return
+            with self._pending_lock:
+                self._pending.remove(handle)
+                for position, waiting in enumerate(self._pending, start=1):
+                    waiting._progress.position = position
+                    waiting._notify()
+            self.current = handle
+            handle._progress.position, handle._progress.phase = 0, "running"
+            try:
+                if handle._cancel.is_set():
+                    from .generation import Cancelled
+
+                    raise Cancelled("cancelled before it started.")
+                handle._finish(result=handle.run(JobContext(handle)))
+            except BaseException as error:  # every failure goes back to the submitter, the worker lives on
+                if self._on_failure is not None:
+                    try:
+                        self._on_failure(error)
+                    except BaseException as cleanup_error:
+                        error = cleanup_error
+                handle._finish(error=error)
+            finally:
+                self.current = None
+
+    def close(self, timeout: float = 5.0) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout)

@@ -1,0 +1,119 @@
+"""What binding an adapter to a transformer found: matched targets, keys that matched nothing, model targets not
+covered, shape errors, and the strength profile. ``LoRAEngine.attach`` returns it; ``LoRAEngine.match`` computes
+it without binding anything."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import H3AppError
+from .profile import StrengthProfile
+
+
+@dataclass(frozen=True)
+class TargetMatch:
+    """One canonical target bound to the model.
+
+    ``module`` is the module it binds to: the target itself, or ``….attn.to_qkv`` in fused-QKV mode.
+    ``alpha``/``alpha_source`` are the values in use (``explicit`` when the settings give an alpha);
+    ``scale`` = alpha × strength × group strength / rank (/ √rank for rsLoRA), float64.
+    """
+
+    target: str
+    module: str
+    group: str
+    rank: int
+    alpha: float
+    alpha_source: str
+    use_rslora: bool
+    scale: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "module": self.module,
+            "group": self.group,
+            "rank": self.rank,
+            "alpha": self.alpha,
+            "alpha_source": self.alpha_source,
+            "use_rslora": self.use_rslora,
+            "scale": self.scale,
+        }
+
+
+@dataclass(frozen=True)
+class ShapeError:
+    """A target whose factors do not fit the model's Linear (``expected`` = weight ``(out, in)``)."""
+
+    target: str
+    expected: tuple[int, int]
+    down: tuple[int, ...]
+    up: tuple[int, ...]
+    problem: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.target}: {self.problem} (model weight [out={self.expected[0]}, in={self.expected[1]}], "
+            f"A {list(self.down)}, B {list(self.up)})"
+        )
+
+
+@dataclass(frozen=True)
+class MatchReport:
+    """The result of matching one adapter against one transformer.
+
+    ``unmatched_keys``: adapter keys that matched nothing — the normaliser's ``unmatched_keys`` plus the source keys
+    of targets this model does not have (``absent_targets``). ``uncovered_targets``: LoRA-able targets of the model
+    the adapter leaves alone. ``profile`` is None on the meta device (no weights to measure).
+    """
+
+    name: str
+    identity: str
+    mode: str
+    fused_qkv: bool
+    matched: tuple[TargetMatch, ...]
+    unmatched_keys: tuple[str, ...]
+    absent_targets: tuple[str, ...]
+    uncovered_targets: tuple[str, ...]
+    shape_errors: tuple[ShapeError, ...]
+    profile: StrengthProfile | None = None
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.matched) and not self.shape_errors
+
+    def summary(self) -> str:
+        """One line for logs and the CLI."""
+        text = (
+            f"{self.name}: {len(self.matched)} targets matched, {len(self.unmatched_keys)} keys unmatched, "
+            f"{len(self.uncovered_targets)} model targets not covered, {len(self.shape_errors)} shape errors"
+        )
+        if self.profile is not None:
+            text += f", median relative update {self.profile.overall.median:.2g}"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "identity": self.identity,
+            "mode": self.mode,
+            "fused_qkv": self.fused_qkv,
+            "num_matched": len(self.matched),
+            "matched": [m.to_json() for m in self.matched],
+            "unmatched_keys": list(self.unmatched_keys),
+            "absent_targets": list(self.absent_targets),
+            "uncovered_targets": list(self.uncovered_targets),
+            "shape_errors": [e.describe() for e in self.shape_errors],
+            "profile": self.profile.to_json() if self.profile is not None else None,
+            "warnings": list(self.warnings),
+        }
+
+
+class MatchError(H3AppError):
+    """Attaching failed validation (shape errors or nothing matched); nothing was applied. Carries the report."""
+
+    def __init__(self, message: str, report: MatchReport) -> None:
+        super().__init__(message)
+        self.report = report

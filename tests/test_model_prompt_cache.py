@@ -1,0 +1,38 @@
+"""The prompt-embedding cache: a hit skips the text encoder and changes nothing in the output."""
+
+from h3app.backend.generation import GenerationRequest, run_generation
+from h3app.model.prompt_cache import PromptCache
+
+
+def test_cache_hit_skips_the_encoder_and_is_bitwise_equal(tiny_model):
+    pipe = tiny_model.pipeline("t2va")
+    cache = tiny_model.prompt_cache
+    calls = []
+    handle = tiny_model.components["text_encoder"].model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        hits, misses = cache.hits, cache.misses
+        first = run_generation(pipe, GenerationRequest(prompt="thunder over the sea", seed=4, steps=3))
+        second = run_generation(pipe, GenerationRequest(prompt="thunder over the sea", seed=4, steps=3))
+        other = run_generation(pipe, GenerationRequest(prompt="a different prompt", seed=4, steps=3))
+    finally:
+        handle.remove()
+    assert len(calls) == 2  # each distinct prompt encoded once
+    assert (cache.hits - hits, cache.misses - misses) == (1, 2)
+    assert first.hash == second.hash != other.hash
+
+    # bitwise equal to a pipeline that never saw the cache
+    from diffusers import ModularPipeline
+
+    plain = ModularPipeline.from_pretrained(str(tiny_model.location.folder), workflow="t2va")
+    plain.update_components(**{name: tiny_model.components[name] for name in plain.pretrained_component_names
+                               if name in tiny_model.components})
+    plain.set_progress_bar_config(disable=True)
+    uncached = run_generation(plain, GenerationRequest(prompt="thunder over the sea", seed=4, steps=3))
+    assert uncached.hash == first.hash
+
+
+def test_lru_evicts_oldest():
+    cache = PromptCache(max_entries=2)
+    for key in "abc":
+        cache.put(key, {"x": key})
+    assert cache.get("a") is None and cache.get("c") == {"x": "c"} and len(cache) == 2

@@ -18,7 +18,7 @@ EXPECTED = {
     "kohya_musubi.safetensors": ("kohya", "module_tensor", 1.5),
     "diffsynth_interleaved.safetensors": ("diffsynth", "rank_fallback", 4.0),
     "peft_diffusers_metadata.safetensors": ("peft", "metadata", None),
-    "lightx2v_turbo_no_alpha.safetensors": ("peft", "rank_fallback", 8.0),
+    "lightx2v_turbo_no_alpha.safetensors": ("peft", "rank_fallback", 128.0),
     "peft_rslora/adapter_model.safetensors": ("peft", "adapter_config", None),
 }
 

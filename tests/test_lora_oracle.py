@@ -2,7 +2,6 @@
 transformer, fp32) for the same PEFT-format adapter and alpha; fused h3app agrees too."""
 
 import pytest
-import torch
 
 from h3app.commands.check import packed_check_input
 from h3app.lora import LoRAEngine

@@ -12,7 +12,7 @@ Each file mimics a real producer's key layout and alpha convention at tiny dims 
   diffusers' ``lora_adapter_metadata`` with an ``alpha_pattern``.
 - ``kohya_musubi.safetensors``: musubi's flattened ``lora_unet_`` names, fractional ``.alpha`` 1.5.
 - ``diffsynth_interleaved.safetensors``: native names with ``.default.``, per-head interleaved QKV, F32.
-- ``lightx2v_turbo_no_alpha.safetensors``: diffusers names with ``.default.``, no prefix, no alpha anywhere (the
+- ``lightx2v_turbo_no_alpha.safetensors``: rank 128, diffusers names with ``.default.``, no prefix, no alpha anywhere (the
   case where alpha = rank is a guess).
 - ``peft_rslora/adapter_model.safetensors`` + ``adapter_config.json``: ``base_model.model.`` prefix, rsLoRA and an
   ``alpha_pattern`` (in its own folder, since a sidecar config applies to every file beside it).
@@ -39,6 +39,9 @@ def tiny_shapes() -> TransformerShapes:
     from ..model.tiny import TINY_TRANSFORMER_CONFIG
 
     return transformer_shapes(TINY_TRANSFORMER_CONFIG)
+
+
+LIGHTX2V_DEMO_RANK = 128
 
 
 def _factors(out_features: int, in_features: int, rank: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -132,7 +135,8 @@ def _diffusers_files(shapes: TransformerShapes, generator: torch.Generator) -> d
         tensors = {}
         for target in turbo_targets:
             linear = shapes[target]
-            down, up = _factors(linear.out_features, linear.in_features, 8, generator)
+            # rank 128 like the real Turbo file: at alpha = rank it is 16x stronger than at its intended alpha 8
+            down, up = _factors(linear.out_features, linear.in_features, LIGHTX2V_DEMO_RANK, generator)
             tensors[f"{target}.lora_A.default.weight"] = down.to(torch.bfloat16)
             tensors[f"{target}.lora_B.default.weight"] = up.to(torch.bfloat16)
         return _write(path, tensors)

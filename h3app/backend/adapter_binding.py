@@ -70,12 +70,24 @@ class LoadedAdapter:
             "stored_alpha": self.adapter.info.alpha,
             "alpha_source": self.adapter.info.alpha_source,
             "alpha": self.settings.alpha,
-            "resolved_alpha": self.settings.alpha if self.settings.alpha is not None else self.adapter.info.alpha,
+            "resolved_alpha": self.resolved_alpha(),
             "resolved_alpha_source": "explicit" if self.settings.alpha is not None else self.adapter.info.alpha_source,
             "strength": self.settings.strength,
             "group_strengths": dict(self.settings.group_strengths),
             "mode": self.settings.mode,
         }
+
+
+    def resolved_alpha(self) -> float | dict[str, float]:
+        """The alpha in use: the explicit one, the file's uniform one, or ``{"rank 64": 64.0, …}`` when mixed."""
+        if self.settings.alpha is not None:
+            return self.settings.alpha
+        if self.adapter.info.alpha is not None:
+            return self.adapter.info.alpha
+        by_rank: dict[str, float] = {}
+        for module in self.adapter.modules.values():
+            by_rank.setdefault(f"rank {module.rank}", module.alpha)
+        return by_rank
 
 
 def adapter_slot_name(settings: LoRASettings) -> str:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters import source as sources
 from ..adapters.inspect import inspect_header
+from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
 from ..commands.check import CheckSetting
 from ..errors import H3AppError
@@ -107,8 +108,11 @@ class Backend:
         view = sources.read_header(ref, weight_name, revision, self.policy.token(token), **self._local_rule())
         partition = repo.partition_for(workflow)
         shapes = transformer_shapes(repo.read_transformer_config(str(self.model.location.folder), partition))
-        return inspect_header(view, shapes=shapes, repo_id=ref.repo_id, filename=ref.filename or view.name,
-                              qkv_layout=qkv_layout, partition=partition)
+        repo_id, filename = ref.repo_id, ref.filename or view.name
+        if repo_id is None:  # a local file may still be a known one (e.g. inside a Hugging Face cache)
+            repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, view.name)
+        return inspect_header(view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout,
+                              partition=partition)
 
     def _local_rule(self) -> dict[str, Any]:
         return {"allowed_local_dirs": list(self.policy.allowed_local_dirs)} if self.hosted else {}

@@ -3,7 +3,7 @@
 Transformer mode runs one forward of the transformer on a fixed seeded packed input (layout in
 docs/lora-engine.md, ``packed_check_input``) under setting A, A again (the control), B, and the old fallback
 (alpha = rank, strength 1), and hashes the raw fp32 outputs (video velocity bytes, then audio velocity bytes).
-Full mode belongs to the backend: it plugs in as ``h3app.backend.check_full.run_full_check(args, a, b) -> dict``.
+Full mode is the backend's: ``h3app.backend.equivalence.run_full_check(args, a, b) -> dict``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 
     from ..adapters.types import NormalisedAdapter
 
-FULL_MODE_RUNNER = ("h3app.backend.check_full", "run_full_check")
+FULL_MODE_RUNNER = ("h3app.backend.equivalence", "run_full_check")
 CHECK_ADAPTER_NAME = "check"
 
 # The packed check input (docs/lora-engine.md): rows of each modality and the order they are packed in.

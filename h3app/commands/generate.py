@@ -1,67 +1,128 @@
-"""``python -m h3app generate``: prompt → mp4 with stereo audio (contract in DESIGN.md)."""
+"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in DESIGN.md)."""
 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+from typing import Any
 
+from ..errors import H3AppError
 from .model_options import add_model_flags, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("generate", help="generate a video with stereo audio")
+    p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_model_flags(p)
-    p.add_argument("--workflow", default="t2va", choices=("t2va",), help="t2va (text to video+audio)")
+    p.add_argument("--workflow", default=None, choices=("t2va", "fl2va", "ref2va"),
+                   help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
+                        "adapter's, else t2va")
     p.add_argument("--prompt", required=True)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=5,
-                   help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 evaluations")
+    p.add_argument("--steps", type=int, default=None,
+                   help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
+                        "evaluations (default: the known adapter's preset, else 5)")
     p.add_argument("--duration", type=float, default=5.0, help="seconds, 5 to 15 (frames follow H3's 17n+5 rule)")
     p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
     p.add_argument("--width", type=int, default=None)
-    p.add_argument("--shift", type=float, default=None, help="video flow shift (default: the scheduler's, 12)")
-    p.add_argument("--audio-shift", type=float, default=None, help="audio flow shift (default: the scheduler's, 3)")
+    p.add_argument("--shift", type=float, default=None, help="video flow shift (default: preset, else 12)")
+    p.add_argument("--audio-shift", type=float, default=None, help="audio flow shift (default: preset, else 3)")
+    p.add_argument("--first-frame", default=None, help="fl2va: image the video starts from")
+    p.add_argument("--last-frame", default=None, help="fl2va: image the video ends on")
+    p.add_argument("--reference", action="append", default=[], help="ref2va: image/video/audio file (repeatable)")
+    p.add_argument("--adapter", default=None, help="LoRA: Hub repo id, HF URL, or local file/folder")
+    p.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder")
+    p.add_argument("--revision", default=None, help="Hub revision of the adapter")
+    p.add_argument("--alpha", type=float, default=None, help="override alpha (default: the file's alpha chain)")
+    p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
+    p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
+                   help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
+    p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
 
+def parse_adapter_spec(spec: str, mode: str) -> "Any":
+    """``"SOURCE,weight=F,rev=R,alpha=A,scale=S"`` → LoRASettings (SOURCE first; the rest optional, any order)."""
+    from ..settings import LoRASettings
+
+    parts = [part.strip() for part in spec.split(",")]
+    if not parts or not parts[0] or "=" in parts[0]:
+        raise H3AppError(f'--adapter-spec must start with the source, e.g. "repo/name,alpha=8,scale=1", got {spec!r}.')
+    fields: dict[str, Any] = {"source": parts[0], "mode": mode}
+    names = {"weight": "weight_name", "weight_name": "weight_name", "rev": "revision", "revision": "revision",
+             "alpha": "alpha", "scale": "strength", "strength": "strength"}
+    for part in parts[1:]:
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in names:
+            raise H3AppError(f"--adapter-spec: unknown field {part!r}; use weight=, rev=, alpha=, scale=.")
+        name = names[key.strip()]
+        if name in ("alpha", "strength"):
+            try:
+                fields[name] = None if (name == "alpha" and value.strip() == "auto") else float(value)
+            except ValueError:
+                raise H3AppError(f"--adapter-spec: {key} must be a number, got {value!r}.") from None
+        else:
+            fields[name] = value.strip() or None
+    return LoRASettings(**fields)
+
+
+def adapters_from_args(args: argparse.Namespace) -> list:
+    from ..settings import LoRASettings
+
+    adapters = []
+    if args.adapter:
+        adapters.append(LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
+                                     alpha=args.alpha, strength=args.scale, mode=args.mode))
+    elif any(v is not None for v in (args.weight_name, args.revision, args.alpha)):
+        raise H3AppError("--weight-name/--revision/--alpha belong to --adapter: add --adapter SOURCE.")
+    adapters.extend(parse_adapter_spec(spec, args.mode) for spec in args.adapter_spec)
+    return adapters
+
+
 def run(args: argparse.Namespace) -> int:
-    from ..backend.generation import GenerationRequest, run_generation, save_result
+    import os
+    from dataclasses import replace
+
+    from ..backend.generation import GenerationRequest
+    from ..backend.presets import resolve_presets
+    from ..backend.service import Backend
     from ..cli import emit
-    from ..errors import H3AppError
-    from ..model.loader import load_model
 
     if not args.out.endswith(".mp4"):
         raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
-    request = GenerationRequest(prompt=args.prompt, seed=args.seed, steps=args.steps, duration=args.duration,
-                                height=args.height, width=args.width, shift=args.shift,
-                                audio_shift=args.audio_shift, workflow=args.workflow)
-    model = load_model(args.model, args.workflow, load_options(args))
-    result = run_generation(model.pipeline(args.workflow), request)
-    settings = {
-        "model": model.name,
-        "model_commit": model.location.commit,
-        "request": request.to_json(),
-        "adapters": [],
-        "hash": result.hash,
-    }
-    out = save_result(result, Path(args.out), settings)
-    summary = {
-        "out": str(out),
-        "seed": request.seed,
-        "steps": request.steps,
-        "evaluations": result.evaluations,
-        "frames": result.frames,
-        "fps": 24,
-        "width": result.width,
-        "height": result.height,
-        "sample_rate": result.sample_rate,
-        "audio_channels": int(result.audio.shape[0]),
-        "hash": result.hash,
-        "adapters": [],
-        "seconds": round(result.seconds, 3),
-    }
-    emit(summary, args.json, f"wrote {out}: {result.frames} frames {result.width}x{result.height} @24fps, "
-                             f"stereo {result.sample_rate} Hz, {result.evaluations} evaluations, {result.hash}")
+    adapters = adapters_from_args(args)
+    token = os.environ.get("HF_TOKEN")
+    backend = Backend(args.model, load_options(args))
+    try:
+        known = None
+        for adapter in adapters:  # header only: which adapter is known, before anything is downloaded
+            info = backend.inspect(adapter.source, adapter.weight_name, adapter.revision, token,
+                                   workflow=args.workflow or "t2va")
+            if info.known is not None:
+                from ..adapters.known import KnownAdapter
+
+                known = KnownAdapter(**{k: v for k, v in info.known.items() if k != "source"})
+                break
+        resolved = resolve_presets({"steps": args.steps, "shift": args.shift, "audio_shift": args.audio_shift,
+                                    "workflow": args.workflow}, known)
+        request = GenerationRequest(prompt=args.prompt, seed=args.seed, duration=args.duration, height=args.height,
+                                    width=args.width, first_frame=args.first_frame, last_frame=args.last_frame,
+                                    references=tuple(args.reference), **resolved.fields)
+        output = backend.generate(request, adapters, token)
+    finally:
+        backend.close()
+    from pathlib import Path
+    import shutil
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(output.video_path, out)
+    Path(output.thumbnail_path).unlink(missing_ok=True)
+    result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow}
+    result.pop("thumbnail", None)
+    names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
+                      f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"
+    emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @24fps, "
+                            f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
+                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes))
     return 0

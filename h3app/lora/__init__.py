@@ -1,12 +1,16 @@
 """The LoRA math and its binding to the held transformer: deltas, layers, the engine, reports, profile, cache."""
 
+from .cache import AdapterCache, AdapterKey
 from .delta import compute_lora_delta, stack_group_factors
 from .engine import UNCHANGED, LoRAEngine, TargetSlot, discover_targets
 from .layers import AdapterScale, LoRAFactors, LoRALinear, PristineStore
+from .profile import StrengthProfile
 from .report import MatchError, MatchReport, ShapeError, TargetMatch
 
 __all__ = [
     "UNCHANGED",
+    "AdapterCache",
+    "AdapterKey",
     "AdapterScale",
     "LoRAEngine",
     "LoRAFactors",
@@ -15,6 +19,7 @@ __all__ = [
     "MatchReport",
     "PristineStore",
     "ShapeError",
+    "StrengthProfile",
     "TargetMatch",
     "TargetSlot",
     "compute_lora_delta",

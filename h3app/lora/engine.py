@@ -99,7 +99,6 @@ class _Binding:
     parent: nn.Module
     attr: str
     wrapper: LoRALinear
-    targets: tuple[str | None, ...]
 
     @property
     def original(self) -> nn.Linear:
@@ -214,7 +213,7 @@ class LoRAEngine:
             mode=self._mode if self._adapters else settings.mode,
             fused_qkv=self.fused_qkv,
             matched=matches,
-            unmatched_keys=tuple(adapter.unmatched_keys) + tuple(absent_keys),
+            unmatched_keys=tuple(dict.fromkeys((*adapter.unmatched_keys, *absent_keys))),
             absent_targets=tuple(absent),
             uncovered_targets=tuple(t for t in self._slots if t not in adapter.modules),
             shape_errors=tuple(errors),
@@ -472,11 +471,7 @@ class LoRAEngine:
             parent = self.transformer.get_submodule(parent_path) if parent_path else self.transformer
             module = getattr(parent, attr)
             wrapper = module if isinstance(module, LoRALinear) else LoRALinear(module)
-            targets: list[str | None] = [None] * 3 if attr == "to_qkv" else [path]
-            if attr == "to_qkv":
-                for index, qkv in enumerate(QKV_NAMES):
-                    targets[index] = f"{parent_path}.{qkv}"
-            binding = _Binding(path, parent, attr, wrapper, tuple(targets))
+            binding = _Binding(path, parent, attr, wrapper)
             self._bindings[path] = binding
         return binding
 

@@ -1,0 +1,207 @@
+"""Backend: jobs carry their own adapter settings; progress, cancel, equivalence, grid, workflows, presets."""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from h3app.backend import media
+from h3app.backend.generation import Cancelled, GenerationRequest
+from h3app.backend.presets import resolve_presets
+from h3app.backend.service import Backend
+from h3app.backend.worker import QueueFull, Worker
+from h3app.errors import H3AppError
+from h3app.settings import LoRASettings
+
+ROOT = Path(__file__).resolve().parents[1]
+ADAPTERS = ROOT / "assets" / "adapters"
+TURBO = str(ADAPTERS / "lightx2v_turbo_no_alpha.safetensors")
+KOHYA = str(ADAPTERS / "kohya_musubi.safetensors")
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model, tmp_path_factory):
+    service = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
+    yield service
+    service.binder.reset()
+    service.close()
+
+
+def weights_digest(module: torch.nn.Module) -> dict[str, bytes]:
+    return {name: t.detach().cpu().numpy().tobytes() for name, t in module.state_dict().items()}
+
+
+def test_interleaved_jobs_each_get_their_own_settings(backend):
+    request = GenerationRequest(prompt="a lighthouse at night", seed=3, steps=3)
+    settings_a = [LoRASettings(source=TURBO, alpha=8.0)]
+    settings_b = [LoRASettings(source=TURBO, alpha=64.0), LoRASettings(source=KOHYA, strength=-0.5)]
+    solo_a = backend.generate(request, settings_a).result.hash
+    solo_b = backend.generate(request, settings_b).result.hash
+    handles = [backend.submit_generate(request, s) for s in (settings_a, settings_b, settings_a, settings_b)]
+    hashes = [h.result(timeout=600).result.hash for h in handles]
+    assert hashes == [solo_a, solo_b, solo_a, solo_b]
+    assert solo_a != solo_b
+
+
+def test_no_adapter_job_runs_on_the_bitwise_base(backend, tiny_model):
+    backend.binder.reset()
+    base = weights_digest(tiny_model.transformer())
+    clean = backend.generate(GenerationRequest(prompt="p", seed=1, steps=2)).result.hash
+    backend.generate(GenerationRequest(prompt="p", seed=1, steps=2), [LoRASettings(source=TURBO, mode="merged")])
+    assert backend.generate(GenerationRequest(prompt="p", seed=1, steps=2)).result.hash == clean
+    backend.binder.reset()
+    assert weights_digest(tiny_model.transformer()) == base
+
+
+def test_progress_reports_n_minus_one_steps_and_cancel_leaves_next_job_clean(backend):
+    seen = []
+    request = GenerationRequest(prompt="rain", seed=5, steps=6)
+    backend.generate(request, [LoRASettings(source=TURBO)], on_step=lambda d, t: seen.append((d, t)))
+    assert seen and seen[-1] == (5, 5)
+
+    fresh = backend.generate(request, [LoRASettings(source=KOHYA)]).result.hash
+    handle = backend.submit_generate(request, [LoRASettings(source=TURBO, alpha=32.0)])
+    while handle.progress.done < 2 and not handle.done:
+        handle.wait_for_change(0.05)
+    handle.cancel()
+    with pytest.raises(Cancelled):
+        handle.result(timeout=600)
+    assert backend.generate(request, [LoRASettings(source=KOHYA)]).result.hash == fresh
+
+
+def test_failed_job_resets_to_base_and_worker_lives_on(backend, tiny_model):
+    backend.binder.reset()
+    base = weights_digest(tiny_model.transformer())
+    with pytest.raises(H3AppError, match="does not exist|not found|no such"):
+        backend.generate(GenerationRequest(prompt="x", steps=2),
+                         [LoRASettings(source=TURBO), LoRASettings(source=str(ADAPTERS / "missing.safetensors"))])
+    assert weights_digest(tiny_model.transformer()) == base
+    assert backend.generate(GenerationRequest(prompt="x", steps=2)).result.frames > 0
+
+
+def test_mp4_has_video_stereo_audio_and_its_settings(backend):
+    output = backend.generate(GenerationRequest(prompt="waves", seed=2, steps=2), [LoRASettings(source=TURBO, alpha=8)])
+    info = media.probe_mp4(output.video_path)
+    assert info.video_codec == "h264" and info.audio_channels == 2
+    adapter = info.settings["adapters"][0]
+    assert adapter["resolved_alpha"] == 8 and adapter["resolved_alpha_source"] == "explicit"
+    assert len(adapter["sha256"]) == 64 and adapter["rank"] == 128
+    assert info.settings["hash"] == output.result.hash
+    assert Path(output.thumbnail_path).stat().st_size > 0
+
+
+def test_full_mode_equivalence_identical_and_fallback_differs(backend, tiny_model):
+    backend.binder.reset()
+    base = weights_digest(tiny_model.transformer())
+    result = backend.check_equivalence(GenerationRequest(prompt="a boat", seed=0, steps=3),
+                                       LoRASettings(source=TURBO))
+    assert result.identical and result.control_identical
+    assert result.a.hash == result.b.hash != result.fallback.hash
+    assert result.a_vs_b.video_max_abs_diff == 0.0 and result.a_vs_fallback.video_max_abs_diff > 0
+    assert result.a.effective_scale == pytest.approx(8 / 128) and result.fallback.effective_scale == 1.0
+    assert len(result.a_vs_fallback.frame_psnr) == media.probe_mp4(result.a.video_path).frames
+    for path in (result.heatmap_path, result.spectrogram_diff_path, result.fallback_heatmap_path):
+        assert Path(path).stat().st_size > 0
+    assert weights_digest(tiny_model.transformer()) == base  # left at base
+
+
+def test_grid_yields_rows_times_columns(backend):
+    plan = backend.plan_grid([8.0, None], [0.5, 1.0, -1.0], [0])
+    assert plan.cells == 6
+    cells = list(backend.grid(GenerationRequest(prompt="grid", steps=2), LoRASettings(source=TURBO), plan))
+    assert [(c.row, c.column) for c in cells] == [(r, c) for r in range(2) for c in range(3)]
+    assert len({c.hash for c in cells}) == 6 and all(c.baseline_psnr > 0 for c in cells)
+    with pytest.raises(H3AppError, match="cells"):
+        backend.plan_grid(list(range(1, 10)), [1.0] * 10, [0])
+
+
+def test_fl2va_and_ref2va_workflows(backend, tmp_path):
+    image = tmp_path / "key.png"
+    Image.fromarray((np.random.RandomState(0).rand(64, 96, 3) * 255).astype(np.uint8)).save(image)
+    first = backend.generate(GenerationRequest(prompt="pan left", steps=2, workflow="fl2va", first_frame=str(image)))
+    last = backend.generate(GenerationRequest(prompt="pan left", steps=2, workflow="fl2va", last_frame=str(image)))
+    assert first.result.hash != last.result.hash and first.result.width == 96
+    ref = backend.generate(GenerationRequest(prompt="the same object", steps=2, workflow="ref2va",
+                                             references=(str(image),)))
+    assert ref.result.frames > 0
+    with pytest.raises(H3AppError, match="keyframe"):
+        GenerationRequest(prompt="x", workflow="fl2va")
+    with pytest.raises(H3AppError, match="reference"):
+        GenerationRequest(prompt="x", workflow="ref2va")
+    with pytest.raises(H3AppError, match="not an image, video or audio"):
+        GenerationRequest(prompt="x", workflow="ref2va", references=(str(ROOT / "README.md"),))
+
+
+def test_presets_fill_only_what_was_not_given():
+    from h3app.adapters.known import find_known
+
+    known = find_known("lightx2v/Minimax-h3-Turbo", "minimax_h3_t2v_turbo_4step_v0.1.safetensors")
+    resolved = resolve_presets({"steps": None, "shift": 6.0, "audio_shift": None, "workflow": None}, known)
+    assert resolved.fields == {"steps": 5, "shift": 6.0, "audio_shift": 3.0, "workflow": "t2va"}
+    assert any("steps=5" in note for note in resolved.notes)
+    assert resolve_presets({"steps": None, "shift": None, "audio_shift": None, "workflow": None}, None).fields["steps"] == 5
+
+
+def test_worker_queue_bound_and_queued_cancel():
+    release = threading.Event()
+    worker = Worker(max_queue=1)
+    try:
+        running = worker.submit(lambda ctx: release.wait(10), "block")
+        while worker.current is None:
+            time.sleep(0.01)
+        queued = worker.submit(lambda ctx: "ran", "queued")
+        with pytest.raises(QueueFull, match="queue is full"):
+            worker.submit(lambda ctx: None, "overflow")
+        queued.cancel()
+        release.set()
+        assert running.result(10) is True
+        with pytest.raises(Cancelled):
+            queued.result(10)
+        assert worker.run(lambda ctx: 42, timeout=10) == 42
+    finally:
+        release.set()
+        worker.close()
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "h3app", *args], cwd=ROOT, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_cli_check_full_mode_json():
+    done = run_cli("check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["mode"] == "full" and result["identical"] is True and result["control_identical"] is True
+    assert result["hash_a"] == result["hash_b"] != result["hash_fallback"] and result["fallback_max_abs_diff"] > 0
+
+
+@pytest.mark.slow
+def test_cli_generate_two_adapters_and_registry_presets(tmp_path):
+    # a file the registry knows, in a local HF cache layout: its preset (5 steps, shift 12) becomes the default
+    snapshot = tmp_path / "hub" / "models--lightx2v--Minimax-h3-Turbo" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    known_file = snapshot / "minimax_h3_t2v_turbo_4step_v0.1.safetensors"
+    known_file.write_bytes(Path(TURBO).read_bytes())
+    out = tmp_path / "two.mp4"
+    done = run_cli("generate", "--prompt", "two adapters", "--adapter", str(known_file),
+                   "--adapter-spec", f"{KOHYA},alpha=3,scale=0.5", "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["steps"] == 5 and result["evaluations"] == 4
+    assert any("registry" in note for note in result["presets"])
+    first, second = result["adapters"]
+    assert first["resolved_alpha"] == 8.0 and first["resolved_alpha_source"] == "registry"
+    assert second["resolved_alpha"] == 3.0 and second["strength"] == 0.5
+    assert media.read_settings(out)["adapters"] == result["adapters"]
+    bad = run_cli("generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

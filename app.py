@@ -1,7 +1,8 @@
 """H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID]`.
 
-Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from
---model or H3APP_MODEL (default: the embedded tiny checkpoint). See README.md for every variable.
+Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from --model
+or H3APP_MODEL (default: the embedded tiny checkpoint); hosted mode, adapter size cap and output folder from
+H3APP_HOSTED, H3APP_MAX_ADAPTER_MB and H3APP_OUTPUT_DIR. README.md lists every variable.
 """
 
 import argparse
@@ -19,14 +20,14 @@ def main() -> None:
     args = parser.parse_args()
     quiet_libraries()
 
-    from h3app.backend.service import Backend
+    from h3app.backend.service import backend_from_env
     from h3app.model.loader import LoadOptions, parse_dtype
-    from h3app.ui.app_ui import build_app
+    from h3app.ui.app_ui import build_app, launch_kwargs
 
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
                           token=os.environ.get("HF_TOKEN"))
-    backend = Backend(args.model, options)
-    build_app(backend).launch(allowed_paths=[str(backend.output_dir)])
+    backend = backend_from_env(args.model, options)
+    build_app(backend).launch(**launch_kwargs(backend))
 
 
 if __name__ == "__main__":

@@ -106,12 +106,23 @@ def write_safetensors(path: Path, specs: Sequence[TensorSpec], metadata: Mapping
     return path
 
 
+def adapter_file_path(cache_dir: Path, stem: str, specs: Sequence[TensorSpec], metadata: Mapping[str, str],
+                      seed: int = 0) -> Path:
+    """Where the file for this layout lives in ``cache_dir`` (written or not)."""
+    return Path(cache_dir) / f"{stem}-{layout_digest(specs, metadata, seed)}.safetensors"
+
+
+def is_cached(path: Path, specs: Sequence[TensorSpec], metadata: Mapping[str, str]) -> bool:
+    """The file exists and has exactly the size its layout implies (an interrupted write never gets this far)."""
+    return path.is_file() and path.stat().st_size == expected_size(specs, metadata)
+
+
 def cached_adapter_file(cache_dir: Path, stem: str, specs: Sequence[TensorSpec], metadata: Mapping[str, str],
                         seed: int = 0) -> tuple[Path, bool]:
     """``(path, written_now)``: the file for this layout in ``cache_dir``, written first if absent or of the wrong
     size."""
-    path = Path(cache_dir) / f"{stem}-{layout_digest(specs, metadata, seed)}.safetensors"
-    if path.is_file() and path.stat().st_size == expected_size(specs, metadata):
+    path = adapter_file_path(cache_dir, stem, specs, metadata, seed)
+    if is_cached(path, specs, metadata):
         return path, False
     return write_safetensors(path, specs, metadata, seed), True
 

@@ -1,7 +1,9 @@
-"""Wall-clock timing of one operation: warm-up runs, then the median of several timed runs.
+"""Wall-clock timing: warm-up runs, then the median of several timed runs — of one operation, or of several
+operations interleaved round by round so that each sees the same machine load.
 
-Each timed run may have an untimed ``setup`` (e.g. detach the adapter the previous run attached), so that every
-timed run measures the same work from the same starting state.
+On a shared machine the load changes from second to second; timing h3app for ten runs and then its peer for ten
+would compare two different machines. ``compare`` runs one timed call of every variant per round (rotating the
+order), so a ratio of medians compares like with like.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -33,31 +35,57 @@ class Timing:
         return (max(self.runs) - min(self.runs)) / self.median if self.median > 0 else 0.0
 
 
-def measure(operation: Callable[[], Any], *, repeats: int, warmup: int = 1,
-            setup: Callable[[], Any] | None = None, inner: int = 1) -> Timing:
-    """Time ``operation`` ``repeats`` times after ``warmup`` untimed calls.
+@dataclass(frozen=True)
+class Variant:
+    """One contender: ``operation`` is timed; ``setup`` runs before and ``teardown`` after every timed call (both
+    untimed: attach the right adapter system, detach it again). ``inner`` > 1 times that many back-to-back calls per
+    run and reports the mean per call — for operations of a few microseconds, where one ``perf_counter`` pair would
+    be much of the measurement."""
 
-    ``setup`` runs (untimed) before every call, warm-ups included. ``inner`` > 1 times that many back-to-back calls
-    per run and reports the mean per call — for operations of a few microseconds, where one ``perf_counter`` pair
-    would be most of the measurement (``setup`` then runs once per run, not per call).
-    """
-    if repeats < 1 or inner < 1:
-        raise ValueError(f"repeats and inner must be >= 1, got {repeats} and {inner}")
-    for _ in range(warmup):
-        if setup is not None:
-            setup()
-        operation()
-    runs: list[float] = []
-    for _ in range(repeats):
-        if setup is not None:
-            setup()
-        gc.collect()
+    name: str
+    operation: Callable[[], Any]
+    setup: Callable[[], Any] | None = None
+    teardown: Callable[[], Any] | None = None
+    inner: int = 1
+
+    def timed_call(self) -> float:
+        if self.setup is not None:
+            self.setup()
         gc.disable()  # a collection inside a 50 µs operation would be most of its time
         try:
             start = time.perf_counter()
-            for _ in range(inner):
-                operation()
-            runs.append((time.perf_counter() - start) / inner)
+            for _ in range(self.inner):
+                self.operation()
+            elapsed = (time.perf_counter() - start) / self.inner
         finally:
             gc.enable()
-    return Timing(tuple(runs))
+        if self.teardown is not None:
+            self.teardown()
+        return elapsed
+
+
+def compare(variants: Sequence[Variant], *, repeats: int, warmup: int = 1) -> dict[str, Timing]:
+    """``warmup`` untimed calls of each variant, then ``repeats`` rounds of one timed call each (order rotated every
+    round). Returns name → Timing."""
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if len({v.name for v in variants}) != len(variants):
+        raise ValueError("variant names must be unique")
+    for variant in variants:
+        if variant.inner < 1:
+            raise ValueError(f"inner must be >= 1, got {variant.inner} for {variant.name}")
+        for _ in range(warmup):
+            variant.timed_call()
+    gc.collect()  # once: a full collection costs ~0.3 s once diffusers is imported
+    runs: dict[str, list[float]] = {v.name: [] for v in variants}
+    for round_index in range(repeats):
+        shift = round_index % len(variants)
+        for variant in (*variants[shift:], *variants[:shift]):
+            runs[variant.name].append(variant.timed_call())
+    return {name: Timing(tuple(values)) for name, values in runs.items()}
+
+
+def measure(operation: Callable[[], Any], *, repeats: int, warmup: int = 1,
+            setup: Callable[[], Any] | None = None, inner: int = 1) -> Timing:
+    """Time one operation (see ``Variant`` for ``setup`` and ``inner``)."""
+    return compare([Variant("only", operation, setup=setup, inner=inner)], repeats=repeats, warmup=warmup)["only"]

@@ -1,7 +1,6 @@
 """``check --mode transformer``: the seeded packed input, the check function's JSON, and the CLI wiring."""
 
 import hashlib
-import importlib.util
 import json
 import os
 
@@ -104,19 +103,3 @@ def test_cli_json(shapes, monkeypatch, capsys):
     assert result["identical"] is True and result["a"] == "8:1" and result["b"] == "128:0.0625"
     assert main(["check", "--adapter", "x", "--a", "eight:1"]) == 2
     assert capsys.readouterr().err.count("\n") == 1
-
-
-def _backend_has_full_mode() -> bool:
-    try:
-        return importlib.util.find_spec("h3app.backend.check_full") is not None
-    except ModuleNotFoundError:  # no h3app.backend package at all
-        return False
-
-
-@pytest.mark.skipif(_backend_has_full_mode(), reason="the backend provides full mode")
-def test_full_mode_without_backend_is_a_clear_error(capsys):
-    from h3app.cli import main
-
-    assert main(["check", "--adapter", "x", "--mode", "full"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--mode full needs the backend" in err

@@ -1,4 +1,10 @@
-"""The whole Gradio app, assembled from tabs. Takes a backend object; holds no model logic."""
+"""The whole Gradio app: adapter panel on the left, request + Generate / Equivalence / Grid / History on the right,
+named API endpoints hidden below. Takes a backend object; holds no model logic.
+
+Serving rules: every event that touches the model shares ``concurrency_id="gpu"`` with limit 1 (the backend's worker
+owns the GPU anyway; this keeps Gradio's queue honest about positions), the queue is bounded, and cheap UI arithmetic
+runs off the queue.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,197 @@ from typing import Any
 
 import gradio as gr
 
-from .generate_tab import build_generate_tab
+from . import render
+from .adapter_events import AdapterEvents
+from .adapter_panel import CHEAP, GPU, AdapterSlot, build_adapter_slot, wire_adapter_slot
+from .api import ApiEvents, build_api
+from .comparison_events import ComparisonEvents
+from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
+from .generate_events import (GenerateEvents, apply_preset, load_settings_view, steps_note, trigger_button,
+                              with_trigger, workflow_inputs)
+from .generate_tab import RequestControls, build_generate_tab, build_request_controls
+from .session import RunningJobs, new_session
 
 TITLE = "H3 LoRA Lab"
-INTRO = ("Inspect, apply and compare LoRA adapters on **MiniMax H3** (video + stereo audio). "
-         "Model: `{model}`.")
+CACHE_SECONDS = 3600
+CSS = """
+.h3-card {border-radius: 10px; padding: 10px 14px; margin: 6px 0; border: 1px solid; line-height: 1.45;}
+.h3-card code {font-size: 0.85em;}
+.h3-ok {background: #ecfdf5; border-color: #10b981; color: #064e3b;}
+.h3-warn {background: #fffbeb; border-color: #f59e0b; color: #78350f;}
+.h3-bad {background: #fef2f2; border-color: #ef4444; color: #7f1d1d;}
+.h3-info {background: #eef2ff; border-color: #818cf8; color: #1e1b4b;}
+.h3-plain {background: transparent; border-color: #d1d5db;}
+.h3-big {font-size: 1.25em; font-weight: 700; margin-bottom: 2px;}
+.h3-verdict {font-size: 1.6em;}
+.h3-title {font-weight: 700; margin-bottom: 4px; word-break: break-all;}
+.h3-label, .h3-small {font-size: 0.85em; opacity: 0.85;}
+.h3-row {margin-top: 4px;}
+.h3-chip {display: inline-block; padding: 1px 8px; margin: 2px 4px 2px 0; border-radius: 999px;
+          background: rgba(99, 102, 241, 0.12); font-size: 0.85em;}
+.h3-chip-strong {background: rgba(99, 102, 241, 0.28); font-weight: 600;}
+.h3-table {width: 100%; font-size: 0.9em; margin-top: 4px; border-collapse: collapse;}
+.h3-table th, .h3-table td {text-align: left; padding: 2px 6px; border-bottom: 1px solid rgba(0,0,0,0.08);}
+.h3-placeholder {padding: 10px 14px; border: 1px dashed #c7cad1; border-radius: 10px; opacity: 0.75;
+                 font-size: 0.92em; margin: 6px 0;}
+.h3-step {font-weight: 700; font-size: 1.1em; margin: 4px 0 2px 0;}
+.h3-header {display: flex; align-items: baseline; gap: 14px; flex-wrap: wrap;}
+.h3-header h1 {margin: 0; font-size: 1.6em;}
+.h3-note p {font-size: 0.92em; opacity: 0.9; margin: 2px 0;}
+.h3-subhead p {font-weight: 700; margin: 8px 0 0 0;}
+"""
+
+
+def header_html(backend: Any) -> str:
+    hosted = ("hosted mode: local paths limited to the demo adapters" if backend.hosted else "local mode")
+    return (f"<div class='h3-header'><h1>{TITLE}</h1>"
+            f"<span>Inspect, apply and compare LoRA adapters on <b>MiniMax H3</b> (video + stereo audio).</span>"
+            f"<span class='h3-chip h3-chip-strong'>model {render.esc(backend.model_name)}</span>"
+            f"<span class='h3-chip'>{render.esc(hosted)}</span></div>")
 
 
 def build_app(backend: Any) -> gr.Blocks:
-    """``backend`` offers ``model_name`` and ``generate(prompt, seed, steps, duration, on_step) -> dict``."""
-    with gr.Blocks(title=TITLE) as demo:
-        gr.Markdown(f"# {TITLE}\n" + INTRO.format(model=backend.model_name))
-        with gr.Tab("Generate"):
-            build_generate_tab(backend.generate)
-    demo.queue(default_concurrency_limit=1, max_size=32)
+    """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``)."""
+    jobs = RunningJobs()
+    adapter_events = AdapterEvents(backend, jobs)
+    generate_events = GenerateEvents(backend, jobs)
+    comparisons = ComparisonEvents(backend, jobs)
+    with gr.Blocks(title=TITLE, delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
+        session = gr.State(new_session())
+        gr.HTML(header_html(backend))
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=5, min_width=380):
+                gr.HTML("<div class='h3-step'>1 · Adapter</div>")
+                slot_1 = build_adapter_slot(adapter_events, "1")
+                mode = gr.Radio(["unmerged", "merged"], value="unmerged", label="LoRA mode", elem_id="mode",
+                                info="unmerged: exact, alpha/scale changes are free · merged: faster steps, "
+                                     "re-merged from a pristine copy on change")
+                with gr.Accordion("Hugging Face token (private or gated repos)", open=False):
+                    token = gr.Textbox(label="HF token", type="password", placeholder="hf_…", elem_id="token",
+                                       info="sent with this request only; never stored or logged")
+                with gr.Accordion("Second adapter (optional)", open=False):
+                    slot_2 = build_adapter_slot(adapter_events, "2")
+            with gr.Column(scale=7, min_width=420):
+                gr.HTML("<div class='h3-step'>2 · Request</div>")
+                request = build_request_controls()
+                gr.HTML("<div class='h3-step'>3 · Run and compare</div>")
+                with gr.Tabs():
+                    with gr.Tab("Generate", id="generate-tab"):
+                        generate = build_generate_tab()
+                    with gr.Tab("Equivalence check", id="equivalence-tab"):
+                        equivalence = build_equivalence_tab()
+                    with gr.Tab("Grid", id="grid-tab"):
+                        grid = build_grid_tab()
+                    with gr.Tab("History", id="history-tab"):
+                        history = build_history_tab()
+        build_api(ApiEvents(adapter_events, generate_events, comparisons), session)
+
+        for slot in (slot_1, slot_2):
+            wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
+                              token=token)
+        _wire_request(request, slot_1)
+        _wire_jobs(session, mode, token, slot_1, slot_2, request, generate, equivalence, grid, history,
+                   adapter_events, generate_events, comparisons)
+    demo.queue(max_size=getattr(backend.worker, "max_queue", 16), default_concurrency_limit=1)
     return demo
+
+
+def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
+    request.workflow.change(workflow_inputs, [request.workflow], [request.keyframes, request.references], **CHEAP)
+    gr.on([request.steps.change, slot_1.info.change], steps_note, [request.steps, slot_1.info], [request.steps_note],
+          **CHEAP)
+    slot_1.info.change(trigger_button, [slot_1.info], [request.trigger_button], **CHEAP)
+    request.trigger_button.click(with_trigger, [request.prompt, slot_1.info], [request.prompt], **CHEAP)
+    slot_1.preset_button.click(apply_preset, [slot_1.info, request.prompt],
+                               [slot_1.strength, request.steps, request.shift, request.audio_shift, request.workflow,
+                                request.prompt], **CHEAP)
+
+
+def _wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slot_1: AdapterSlot,
+               slot_2: AdapterSlot, request: RequestControls, generate: Any, equivalence: Any, grid: Any,
+               history: Any, adapter_events: AdapterEvents, generate_events: GenerateEvents,
+               comparisons: ComparisonEvents) -> None:
+    sync_inputs = [session, mode, *slot_1.sync_inputs(), *slot_2.sync_inputs()]
+    history_outputs = [history.gallery, history.table, history.pick_a, history.pick_b]
+    request_inputs = request.request_inputs()
+
+    generated = generate.generate_button.click(adapter_events.sync_session, sync_inputs, [session], **CHEAP).success(
+        generate_events.generate_view,
+        [session, mode, request.workflow, request.prompt, request.seed, request.randomize, request.steps,
+         request.duration, request.height, request.width, request.shift, request.audio_shift, request.first_frame,
+         request.last_frame, request.references, token, slot_1.info, slot_2.info],
+        [generate.video, request.seed, generate.settings_json, generate.result_html, generate.h3app_command,
+         generate.sglang_command, generate.sglang_notes, generate.diffusers_snippet, session],
+        scroll_to_output=False, **GPU)
+    generated.then(comparisons.history_view, [session], history_outputs, **CHEAP)
+    generated.then(comparisons.estimate, [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
+
+    checked = equivalence.run_button.click(adapter_events.sync_session, sync_inputs, [session], **CHEAP).success(
+        comparisons.check_view,
+        [session, mode, *request_inputs, equivalence.a_alpha, equivalence.a_scale, equivalence.b_alpha,
+         equivalence.b_scale, token],
+        [*equivalence.outputs(), session], **GPU)
+    checked.then(comparisons.history_view, [session], history_outputs, **CHEAP)
+
+    gridded = grid.run_button.click(adapter_events.sync_session, sync_inputs, [session], **CHEAP).success(
+        comparisons.grid_view,
+        [session, mode, *request_inputs, grid.alphas, grid.scales, grid.seeds, token],
+        [grid.gallery, grid.table, grid.status, session, grid.cells], **GPU)
+    gridded.then(comparisons.history_view, [session], history_outputs, **CHEAP)
+    gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], comparisons.estimate,
+          [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
+
+    def play_cell(cells: list[dict[str, Any]], event: gr.SelectData) -> Any:
+        index = event.index if isinstance(event.index, int) else 0
+        return cells[index]["video_path"] if 0 <= index < len(cells) else gr.skip()
+
+    grid.gallery.select(play_cell, [grid.cells], [grid.cell_video], **CHEAP)
+    history.compare_button.click(comparisons.compare, [session, history.pick_a, history.pick_b],
+                                 [history.video_a, history.video_b, history.verdict, history.differences], **CHEAP)
+
+    for button in (generate.cancel_button, equivalence.cancel_button, grid.cancel_button):
+        button.click(generate_events.runner.cancel, None, [generate.cancel_status], cancels=[generated, checked,
+                                                                                           gridded], **CHEAP)
+
+    restored = generate.settings_file.upload(
+        load_settings_view, [generate.settings_file],
+        [request.workflow, request.prompt, request.seed, request.randomize, request.steps, request.duration,
+         request.height, request.width, request.shift, request.audio_shift, mode,
+         slot_1.source, slot_1.weight, slot_1.revision, slot_1.override, slot_1.alpha, slot_1.strength,
+         slot_2.source, slot_2.weight, slot_2.revision, slot_2.override, slot_2.alpha, slot_2.strength,
+         generate.load_status], **CHEAP)
+    for slot in (slot_1, slot_2):
+        restored.success(_quiet_inspect(adapter_events),
+                         [slot.source, slot.weight, slot.revision, token, request.workflow, slot.qkv_layout,
+                          slot.override, slot.alpha, slot.strength],
+                         [slot.info, slot.inspect_html, slot.alpha_html, slot.readout, slot.known_html,
+                          slot.preset_button, slot.targets, slot.info_json, slot.alpha], api_visibility="private",
+                         concurrency_id="inspect", concurrency_limit=4)
+
+
+def _quiet_inspect(events: AdapterEvents) -> Any:
+    """Inspect after settings were restored; an empty slot stays as it is."""
+
+    def inspect(source: str, *values: Any) -> tuple[Any, ...]:
+        if not source:
+            return (gr.skip(),) * 9
+        return events.inspect_view(source, *values)
+
+    return inspect
+
+
+def launch_kwargs(backend: Any) -> dict[str, Any]:
+    """What ``launch`` needs: outputs served from the backend's folder, theme and CSS, uploads capped in hosted
+    mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage)."""
+    kwargs: dict[str, Any] = {
+        "allowed_paths": [str(backend.output_dir)],
+        "theme": gr.themes.Default(primary_hue="indigo", secondary_hue="pink"),
+        "css": CSS,
+        "show_error": True,
+        "run_history": False,
+        "footer_links": ["api", "gradio", "settings"],
+    }
+    limit = getattr(backend.policy, "max_remote_bytes", None) if backend.hosted else None
+    if limit:
+        kwargs["max_file_size"] = int(limit)
+    return kwargs

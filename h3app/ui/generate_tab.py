@@ -1,51 +1,109 @@
-"""The Generate tab: prompt, seed, steps, duration → video with stereo audio."""
+"""Layout of the request controls (shared by Generate, Equivalence and Grid) and of the Generate tab."""
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from ..errors import H3AppError
+from ..backend.generation import MAX_SECONDS, MIN_SECONDS
+from . import render
+from .generate_events import WORKFLOWS, steps_note
 
+DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
 
 
-def make_generate_fn(generate: Callable[..., dict[str, Any]]) -> Callable[..., tuple[str, dict[str, Any], int]]:
-    """Wrap the backend's ``generate(prompt, seed, steps, duration, on_step) -> {"out": mp4, ...}`` as an event."""
+@dataclass
+class RequestControls:
+    workflow: gr.Radio
+    first_frame: gr.Image
+    last_frame: gr.Image
+    keyframes: gr.Row
+    references: gr.File
+    prompt: gr.Textbox
+    trigger_button: gr.Button
+    seed: gr.Number
+    randomize: gr.Checkbox
+    steps: gr.Slider
+    steps_note: gr.Markdown
+    duration: gr.Slider
+    height: gr.Number
+    width: gr.Number
+    shift: gr.Number
+    audio_shift: gr.Number
 
-    def on_generate(prompt: str, seed: float, randomize: bool, steps: float, duration: float,
-                    progress: gr.Progress = gr.Progress()) -> tuple[str, dict[str, Any], int]:
-        seed_value = random.randint(0, 2**31 - 1) if randomize else int(seed)
-
-        def on_step(done: int, total: int) -> None:
-            progress((done, total), desc=f"denoising step {done}/{total}")
-
-        try:
-            result = generate(prompt=prompt, seed=seed_value, steps=int(steps), duration=float(duration),
-                              on_step=on_step)
-        except H3AppError as error:
-            raise gr.Error(str(error)) from error
-        return str(Path(result["out"])), result, seed_value
-
-    return on_generate
+    def request_inputs(self) -> list[Any]:
+        """In the order the event functions take them (``build_request`` without the seed-randomise flag)."""
+        return [self.workflow, self.prompt, self.seed, self.steps, self.duration, self.height, self.width,
+                self.shift, self.audio_shift, self.first_frame, self.last_frame, self.references]
 
 
-def build_generate_tab(generate: Callable[..., dict[str, Any]]) -> None:
-    """Lay out the tab inside the current ``gr.Blocks`` context."""
-    with gr.Row():
-        with gr.Column(scale=1):
-            prompt = gr.Textbox(label="Prompt", value="a red fox running through snow, wind howling", lines=3)
+def build_request_controls() -> RequestControls:
+    """Workflow, keyframes/references, prompt, seed, steps, duration, canvas and shifts."""
+    with gr.Group(elem_classes=["h3-panel"]):
+        workflow = gr.Radio(list(WORKFLOWS), value="t2va", label="Workflow", elem_id="workflow",
+                            info="t2va: text → video + audio · fl2va: first/last keyframes · ref2va: references")
+        with gr.Row(visible=False) as keyframes:
+            first_frame = gr.Image(label="First keyframe", type="filepath", height=140, sources=["upload"])
+            last_frame = gr.Image(label="Last keyframe", type="filepath", height=140, sources=["upload"])
+        references = gr.File(label="References (images, videos, audio)", file_count="multiple", visible=False,
+                             file_types=["image", "video", "audio"])
+        with gr.Row(equal_height=True):
+            prompt = gr.Textbox(label="Prompt", value=DEFAULT_PROMPT, lines=2, scale=5, elem_id="prompt")
+            trigger_button = gr.Button("Add trigger word", visible=False, size="sm", scale=1)
+        with gr.Row(equal_height=True):
+            seed = gr.Number(label="Seed", value=7, precision=0, minimum=0, elem_id="seed")
+            randomize = gr.Checkbox(label="Randomise seed (written back)", value=False)
+            steps = gr.Slider(2, 60, value=5, step=1, label="Steps", info=STEPS_HELP, elem_id="steps")
+            duration = gr.Slider(MIN_SECONDS, MAX_SECONDS, value=MIN_SECONDS, step=0.5, label="Duration (s)")
+        note = gr.Markdown(steps_note(5, None), elem_classes=["h3-note"])
+        with gr.Accordion("Canvas and flow shifts (empty = model default)", open=False):
             with gr.Row():
-                seed = gr.Number(label="Seed", value=7, precision=0)
-                randomize = gr.Checkbox(label="Randomise seed", value=False)
-            steps = gr.Slider(2, 60, value=5, step=1, label="Steps", info=STEPS_HELP)
-            duration = gr.Slider(5, 15, value=5, step=1, label="Duration (s)")
-            run = gr.Button("Generate", variant="primary")
-        with gr.Column(scale=1):
-            video = gr.Video(label="Video with stereo audio", autoplay=False)
-            details = gr.JSON(label="Settings and hash")
-    run.click(make_generate_fn(generate), [prompt, seed, randomize, steps, duration], [video, details, seed],
-              api_name="generate", concurrency_id="gpu", concurrency_limit=1)
+                height = gr.Number(label="Height (px)", value=None, precision=0, minimum=0, elem_id="height")
+                width = gr.Number(label="Width (px)", value=None, precision=0, minimum=0, elem_id="width")
+                shift = gr.Number(label="Video shift", value=None, minimum=0)
+                audio_shift = gr.Number(label="Audio shift", value=None, minimum=0)
+    return RequestControls(workflow, first_frame, last_frame, keyframes, references, prompt, trigger_button, seed,
+                           randomize, steps, note, duration, height, width, shift, audio_shift)
+
+
+@dataclass
+class GenerateTab:
+    generate_button: gr.Button
+    cancel_button: gr.Button
+    cancel_status: gr.Markdown
+    video: gr.Video
+    result_html: gr.HTML
+    settings_json: gr.JSON
+    settings_file: gr.File
+    load_status: gr.Markdown
+    h3app_command: gr.Code
+    sglang_command: gr.Code
+    sglang_notes: gr.HTML
+    diffusers_snippet: gr.Code
+
+
+def build_generate_tab() -> GenerateTab:
+    """Generate/Cancel, the video with its audio, and how to reproduce it."""
+    with gr.Row():
+        generate_button = gr.Button("Generate", variant="primary", scale=3, elem_id="generate")
+        cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel")
+    cancel_status = gr.Markdown("")
+    video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300, elem_id="video",
+                     autoplay=False)
+    result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
+                                             "appear here."), elem_id="result")
+    with gr.Accordion("Reproduce: settings JSON, load settings, copy as CLI", open=False):
+        settings_json = gr.JSON(label="Settings (with adapter commit and file sha256)", open=False)
+        with gr.Row():
+            settings_file = gr.File(label="Load settings from a .json or an .mp4 made here", file_types=[".json", ".mp4"],
+                                    height=90)
+            load_status = gr.Markdown("")
+        h3app_command = gr.Code(label="h3app CLI", language="shell", interactive=False, lines=3)
+        sglang_command = gr.Code(label="sglang", language="shell", interactive=False, lines=3)
+        sglang_notes = gr.HTML("")
+        diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)
+    return GenerateTab(generate_button, cancel_button, cancel_status, video, result_html, settings_json,
+                       settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet)

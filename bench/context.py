@@ -1,0 +1,32 @@
+"""What every benchmark case receives: quick or full, how many repeats, where fixtures are cached, how to log."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    """``quick``: smaller sizes and fewer repeats (the whole of ``--quick`` fits in 2 minutes on 2 cores).
+    ``repeats``: timed runs per measurement (the median is reported), unless a case needs fewer for its
+    multi-second operations (``heavy_repeats``)."""
+
+    quick: bool
+    cache_dir: Path
+    repeats: int
+    heavy_repeats: int
+    log: Callable[[str], None] = field(default=_stderr)
+
+    @classmethod
+    def create(cls, *, quick: bool, cache_dir: Path, repeats: int | None = None,
+               log: Callable[[str], None] = _stderr) -> "BenchContext":
+        light = repeats if repeats is not None else (5 if quick else 9)
+        heavy = repeats if repeats is not None else (2 if quick else 5)
+        return cls(quick=quick, cache_dir=Path(cache_dir), repeats=light, heavy_repeats=heavy, log=log)

@@ -1,0 +1,113 @@
+"""P4 — the per-forward cost of an unmerged rank-128 adapter, against the bare model and against PEFT.
+
+Two models: one main block at the real width (hidden 5376, 56 heads × 128, ffn 14336, the real AdaLN and
+input/output projections; fp32 on CPU) and the medium model of P2. Adapter: LightX2V layout, rank 128, bf16 file,
+on the six attention/FFN targets. Variants run interleaved round by round on one model: bare (nothing attached),
+ours (``LoRAEngine``, unmerged) and PEFT (diffusers ``load_lora_adapter``), each attached before and detached after
+its timed forward.
+
+The theoretical ratio is FLOPs with the adapter / FLOPs without (``bench.models.linear_flops``: every Linear on the
+rows it sees, attention's ``QKᵀ`` and ``AV``, plus ``2·rows·r·(in + out)`` per target). Token counts are far below a
+real request (18,870 video rows at 544p) so that a forward takes seconds on 2 cores; the theory at 544p for the
+full model is printed beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .adapter_files import cached_adapter_file, lightx2v_layout
+from .context import BenchContext
+from .models import MEDIUM_CONFIG, build_transformer, full_width_block_config, linear_flops, packed_input_for_tokens
+from .peers import diffusers_attach, diffusers_detach, peft_available, quiet_diffusers
+from .table import Goal, Row
+from .timing import Variant, compare
+
+CASE = "P4"
+RANK = 128
+ADAPTER = "bench"
+
+
+def theoretical_ratio(config: Mapping[str, Any], tokens: int, text_rows: int, rank: int = RANK) -> float:
+    """(base + LoRA FLOPs) / base FLOPs for the LightX2V targets of ``config`` at ``tokens`` rows."""
+    from h3app.model.shapes import transformer_shapes
+
+    from .adapter_files import LIGHTX2V_SUFFIXES
+
+    targets = {name: rank for name in transformer_shapes(config).linears
+               if name.startswith(("transformer_blocks.", "token_refiner.")) and name.endswith(LIGHTX2V_SUFFIXES)}
+    flops = linear_flops(config, tokens, text_rows, targets)
+    return (flops["base"] + flops["lora"]) / flops["base"]
+
+
+def real_request_theory() -> float:
+    """The theoretical ratio for the full 52-block model on a 544p, 124-frame request (18,870 video rows)."""
+    from h3app.model.shapes import FULL_SIZE_CONFIG
+
+    from .models import sequence_rows
+
+    rows = sequence_rows(544, 960, 124)
+    return theoretical_ratio(FULL_SIZE_CONFIG, rows["video"] + rows["audio"] + rows["text"], rows["text"])
+
+
+def _measure_model(ctx: BenchContext, label: str, config: dict, tokens: int, repeats: int) -> dict[str, float]:
+    import torch
+
+    from h3app.adapters.normalise import load_adapter
+    from h3app.lora.engine import LoRAEngine
+    from h3app.model.shapes import transformer_shapes
+    from h3app.settings import LoRASettings
+
+    specs = lightx2v_layout(config, RANK, torch.bfloat16)
+    path, _ = cached_adapter_file(ctx.cache_dir, f"lightx2v-{label}", specs, {"alpha": "8"})
+    ctx.log(f"P4: building the {label} model …")
+    transformer = build_transformer(config)
+    engine = LoRAEngine(transformer)
+    adapter = load_adapter(path, shapes=transformer_shapes(config))
+    settings = LoRASettings(source=str(path))
+    inputs = packed_input_for_tokens(config, tokens)
+
+    def forward() -> None:
+        with torch.no_grad():
+            transformer(**inputs)
+
+    def attach_ours() -> None:
+        engine.attach(adapter, settings, ADAPTER)
+
+    def detach_ours() -> None:
+        engine.detach(ADAPTER)
+
+    variants = [Variant("base", forward), Variant("ours", forward, setup=attach_ours, teardown=detach_ours)]
+    if peft_available():
+        quiet_diffusers()
+        variants.append(Variant("peft", forward, setup=lambda: diffusers_attach(transformer, path),
+                                teardown=lambda: diffusers_detach(transformer)))
+    ctx.log(f"P4: {label}: {tokens} tokens, {repeats} rounds of {len(variants)} forwards …")
+    timings = compare(variants, repeats=repeats, warmup=1)
+    text_rows = int(inputs["text_indices"].numel())
+    return {**{name: timing.median for name, timing in timings.items()},
+            "theory": theoretical_ratio(config, tokens, text_rows)}
+
+
+def run(ctx: BenchContext) -> list[Row]:
+    block_tokens = 64 if ctx.quick else 256
+    medium_tokens = 128 if ctx.quick else 512
+    repeats = ctx.heavy_repeats + (1 if ctx.quick else 0)
+    block = _measure_model(ctx, "fullwidth-block", full_width_block_config(), block_tokens, repeats)
+    medium = _measure_model(ctx, "medium", dict(MEDIUM_CONFIG), medium_tokens, repeats)
+    real = real_request_theory()
+    rows: list[Row] = []
+    for label, result, tokens, base_goal in (
+        (f"one full-width block, {block_tokens} tokens", block, block_tokens, Goal("≤ 1.1×", max_ratio=1.1)),
+        (f"medium model, {medium_tokens} tokens", medium, medium_tokens,
+         Goal(f"≤ 1.05 × theory ({1.05 * medium['theory']:.2f}×)", max_ratio=1.05 * medium["theory"])),
+    ):
+        theory = f"theory {result['theory']:.3f}×"
+        if label.startswith("one full-width"):
+            theory += f" here, {real:.3f}× for the full model at 544p (18,870 video rows)"
+        rows.append(Row(CASE, f"unmerged forward, rank {RANK}, {label}", result["ours"], "bare model forward",
+                        result["base"], base_goal, theory))
+        if "peft" in result:
+            rows.append(Row(CASE, f"unmerged forward, rank {RANK}, {label}", result["ours"], "PEFT forward",
+                            result["peft"], Goal("≤ 1×", max_ratio=1.0), "same adapter via diffusers load_lora_adapter"))
+    return rows

@@ -1,0 +1,262 @@
+"""Adapter panel events: list a source's weight files, take an upload, Inspect (header only), the live readout,
+Load (fetch + bind + match report) and the strength profile. Each method takes plain values and returns what the
+panel shows; backend errors become ``gr.Error`` with the backend's one-line message.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pandas as pd
+
+from ..adapters import source as sources
+from ..errors import H3AppError
+from ..settings import LoRASettings, check_alpha, check_strength
+from . import render
+from .scales import profile_basis, profile_view
+from .session import RunningJobs, session_key, settings_to_json, with_adapter
+
+UPLOAD_PREFIX = "upload-"
+
+
+def user_error(error: H3AppError) -> gr.Error:
+    """The backend's one-line message as a Gradio error modal (never a traceback)."""
+    return gr.Error(str(error), print_exception=False)
+
+
+def implied_weight(source: str, weight_name: str | None) -> str | None:
+    """The weight name to pass along, or None when the source already names exactly that file: a local file, or a
+    local folder whose only ``.safetensors`` it is. (The dropdown always shows a name; the backend's header reader
+    wants none when the source pins the file.)"""
+    if not weight_name:
+        return None
+    path = Path(source).expanduser()
+    if path.is_file():
+        return None if path.name == Path(weight_name).name else weight_name
+    if path.is_dir():
+        files = [p.name for p in path.iterdir() if p.suffix == sources.WEIGHT_SUFFIX]
+        return None if files == [weight_name] else weight_name
+    return weight_name
+
+
+def alpha_from_controls(override: bool, alpha: float | None) -> float | None:
+    """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0."""
+    if not override:
+        return None
+    if alpha is None:
+        raise H3AppError("Override alpha is ticked but no alpha is given: type one (e.g. 8) or untick Override.")
+    return check_alpha(float(alpha))
+
+
+def settings_from_controls(source: str | None, weight_name: str | None, revision: str | None, override: bool,
+                           alpha: float | None, strength: float, mode: str, qkv_layout: str = "auto"
+                           ) -> LoRASettings | None:
+    """The panel's adapter settings; None when the source box is empty (no adapter in this slot)."""
+    if not source or not str(source).strip():
+        return None
+    return LoRASettings(source=str(source).strip(), weight_name=weight_name or None, revision=(revision or "").strip() or None,
+                        alpha=alpha_from_controls(override, alpha), strength=check_strength(float(strength)),
+                        mode=mode or "unmerged", qkv_layout=qkv_layout or "auto")
+
+
+class AdapterEvents:
+    """Event functions of the adapter panel, bound to one backend."""
+
+    def __init__(self, backend: Any, jobs: RunningJobs | None = None) -> None:
+        self.backend = backend
+        self.jobs = jobs or RunningJobs()
+
+    # ---------------------------------------------------------------------------------------------- choosing
+    def demo_choices(self) -> list[tuple[str, str]]:
+        """(label, path) for each demo adapter shipped with the app."""
+        return [(Path(p).name, p) for p in self.backend.demo_adapters()]
+
+    def list_weights(self, source: str | None, revision: str | None = None, token: str | None = None,
+                     current: str | None = None) -> dict[str, Any]:
+        """The weight-file dropdown for ``source`` (name + size); keeps ``current`` when it is still listed."""
+        if not source or not str(source).strip():
+            return gr.update(choices=[], value=None)
+        try:
+            files = self.backend.list_weights(str(source).strip(), (revision or "").strip() or None, token or None)
+        except H3AppError as error:
+            raise user_error(error) from error
+        choices = [(f"{f.name} — {sources.format_bytes(f.size)}", f.name) for f in files]
+        names = [f.name for f in files]
+        value = current if current in names else (names[0] if len(names) == 1 else None)
+        return gr.update(choices=choices, value=value)
+
+    def pick_demo(self, path: str | None, revision: str | None = None, token: str | None = None
+                  ) -> tuple[str, dict[str, Any]]:
+        """A demo adapter chosen: put its path in the source box and list its weight file(s)."""
+        if not path:
+            return gr.skip(), gr.skip()
+        return path, self.list_weights(path, revision, token)
+
+    def upload(self, file_path: str | None) -> tuple[str, dict[str, Any]]:
+        """Copy an uploaded ``.safetensors`` into the server's output folder (cleaned after an hour) and select it.
+
+        Hosted mode: the copy must land in a folder the backend allows local adapters from, and its size is capped
+        like a remote adapter's."""
+        if not file_path:
+            return gr.skip(), gr.skip()
+        upload = Path(file_path)
+        if upload.suffix.lower() != sources.WEIGHT_SUFFIX:
+            raise gr.Error(f"{upload.name} is not a .safetensors file: only .safetensors adapters can be uploaded "
+                           "(pickles can run code).", print_exception=False)
+        size = upload.stat().st_size
+        limit = self.backend.policy.max_remote_bytes if self.backend.hosted else None
+        if limit is not None and size > limit:
+            raise gr.Error(f"{upload.name} is {sources.format_bytes(size)}, over this server's limit of "
+                           f"{sources.format_bytes(limit)}: use a smaller adapter.", print_exception=False)
+        folder = Path(self.backend.output_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
+        if self.backend.hosted and not sources.is_allowed_local_path(folder, self.backend.policy.allowed_local_dirs):
+            raise gr.Error("uploads are not enabled on this hosted server (its upload folder is not an allowed "
+                           "adapter folder): give a Hub repo id or URL instead.", print_exception=False)
+        folder.mkdir(parents=True)
+        target = folder / Path(upload.name).name
+        shutil.copyfile(upload, target)
+        return str(target), gr.update(choices=[(f"{target.name} — {sources.format_bytes(size)}", target.name)],
+                                      value=target.name)
+
+    # ---------------------------------------------------------------------------------------------- inspect
+    def inspect(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
+                workflow: str = "t2va", qkv_layout: str = "auto") -> dict[str, Any]:
+        """``AdapterInfo.to_json()`` from the header only (remote: HTTP ranges); nothing is downloaded."""
+        if not source or not str(source).strip():
+            raise gr.Error("the adapter source is empty: paste a Hub repo id, an HF URL or a local path, or pick a "
+                           "demo adapter.", print_exception=False)
+        source = str(source).strip()
+        try:
+            info = self.backend.inspect(source, implied_weight(source, weight_name), (revision or "").strip() or None,
+                                        token or None, workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
+        except H3AppError as error:
+            raise user_error(error) from error
+        data = info.to_json()
+        data["name"] = weight_name or Path(str(source).strip()).name
+        return data
+
+    def inspect_view(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
+                     workflow: str, qkv_layout: str, override: bool, alpha: float | None, strength: float
+                     ) -> tuple[Any, ...]:
+        """Inspect and render: (info, inspect card, alpha card, readout, known card, preset button, targets table,
+        JSON, alpha box). With Override off, the alpha box shows the chain's value as a starting point."""
+        info = self.inspect(source, weight_name, revision, token, workflow, qkv_layout)
+        alpha_box = gr.skip() if override else (info["alpha"] if info.get("alpha") is not None else None)
+        return (info, render.inspect_card(info, info.get("name", "")), *self.readout(info, override, alpha, strength),
+                render.known_card(info.get("known")), gr.update(visible=bool(info.get("known"))),
+                pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS), info, alpha_box)
+
+    def readout(self, info: dict[str, Any] | None, override: bool, alpha: float | None, strength: float
+                ) -> tuple[str, str]:
+        """(alpha card, effective-scale readout) — pure math, run on every slider move."""
+        try:
+            used = alpha_from_controls(override, alpha)
+            check_strength(float(strength))
+        except (H3AppError, TypeError, ValueError) as error:
+            return (render.alpha_card(info, None) if info else "",
+                    render.readout_html(info, None, 1.0, problem=str(error)))
+        if not info:
+            return "", render.readout_html(None, used, float(strength))
+        return render.alpha_card(info, used), render.readout_html(info, used, float(strength))
+
+    # ------------------------------------------------------------------------------------------------- load
+    def load(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings, workflow: str = "t2va",
+             token: str | None = None, request: gr.Request | None = None, progress: Any = None
+             ) -> tuple[dict[str, Any], Any]:
+        """Fetch only the pinned file, normalise and bind it as a worker job; the session's ``slot`` now holds
+        ``settings``. Returns (session, LoadResult). Zero matches raise; a partial match warns."""
+        handle = self.backend.submit_load(settings, workflow or "t2va", token or None)
+
+        def on_step(done: int, total: int) -> None:
+            if progress is not None:
+                progress((done, total), desc=f"downloading {sources.format_bytes(done)} of {sources.format_bytes(total)}",
+                         unit="bytes")
+
+        def on_phase(phase: str) -> None:
+            if progress is not None:
+                progress(None, desc=phase)
+
+        try:
+            with self.jobs.track(session_key(request), handle):
+                result = self.backend.run(handle, on_step, on_phase)
+        except H3AppError as error:
+            raise user_error(error) from error
+        if result.report.unmatched_keys:
+            gr.Warning(f"partial match: {len(result.report.unmatched_keys)} adapter keys matched nothing in this "
+                       f"model and are ignored (see the match report).")
+        return with_adapter(session, slot, settings), result
+
+    def load_view(self, session: dict[str, Any] | None, slot: str, source: str | None, weight_name: str | None,
+                  revision: str | None, override: bool, alpha: float | None, strength: float, mode: str,
+                  qkv_layout: str, workflow: str, token: str | None, request: gr.Request | None = None,
+                  progress: Any = None) -> tuple[Any, ...]:
+        """Load and render: (session, info, report card, profile basis, group plot, block plot, profile note,
+        profile box)."""
+        try:
+            settings = settings_from_controls(source, weight_name, revision, override, alpha, strength, mode,
+                                              qkv_layout)
+        except H3AppError as error:
+            raise user_error(error) from error
+        if settings is None:
+            raise gr.Error("the adapter source is empty: paste a Hub repo id, an HF URL or a local path, or pick a "
+                           "demo adapter.", print_exception=False)
+        session, result = self.load(session, slot, settings, workflow, token, request, progress)
+        info = result.info.to_json()
+        info["name"] = result.provenance.get("weight_name") or Path(settings.source).name
+        basis = profile_basis(result.report, info, settings.group_strengths)
+        return (session, info, render.report_card(result.report.to_json(), result.provenance), basis,
+                *self.profile(basis, override, alpha, strength), gr.update(visible=basis is not None))
+
+    def profile(self, basis: dict[str, Any] | None, override: bool, alpha: float | None, strength: float
+                ) -> tuple[Any, Any, str]:
+        """(by-group bar data, by-block bar data, note) of the loaded adapter at the current alpha/strength."""
+        empty = pd.DataFrame({"group": [], "relative update": []})
+        if not basis:
+            return empty, pd.DataFrame({"block": [], "relative update": []}), render.placeholder(
+                "Load the adapter to measure where it acts and how hard (relative update ‖ΔW‖/‖W‖ per layer).")
+        try:
+            used = alpha_from_controls(override, alpha)
+            strength = check_strength(float(strength))
+        except (H3AppError, TypeError, ValueError):
+            return gr.skip(), gr.skip(), gr.skip()
+        view = profile_view(basis, used, strength)
+        low, high = basis["usual_range"]
+        ratio = view.median / high if high else 0.0
+        position = (f"{ratio:.3g}× above the top of" if view.median > high else
+                    "below" if view.median < low else "inside")
+        text = (f"median relative update <b>{view.median:.3g}</b> — {position} the usual {low:g}–{high:g} of a "
+                f"well-scaled LoRA fine-tune (a heuristic).")
+        note = render.card("bad" if view.warning else "plain", (f"<b>⚠ {render.esc(view.warning)}</b><br>" if view.warning
+                                                                 else "") + text, testid="profile-note")
+        return pd.DataFrame(view.by_group), pd.DataFrame(view.by_block), note
+
+    # --------------------------------------------------------------------------------------------- sessions
+    def set_lora(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:
+        """Edit the session's ``slot`` for its next job (None clears it); nothing runs."""
+        return with_adapter(session, slot, settings)
+
+    def sync_session(self, session: dict[str, Any] | None, mode: str, *slots: Any) -> dict[str, Any]:
+        """The UI's controls → the session's adapters, right before a job (so a job always carries what the panel
+        shows). ``slots`` are, per slot: source, weight, revision, override, alpha, strength, qkv_layout."""
+        values = list(slots)
+        updated = session
+        for index in range(len(values) // 7):
+            source, weight, revision, override, alpha, strength, qkv = values[index * 7:(index + 1) * 7]
+            try:
+                settings = settings_from_controls(source, weight, revision, override, alpha, strength, mode, qkv)
+            except H3AppError as error:
+                raise gr.Error(f"adapter {index + 1}: {error}", print_exception=False) from error
+            updated = with_adapter(updated, str(index + 1), settings)
+        return updated
+
+
+def describe_session_adapters(session: dict[str, Any] | None) -> dict[str, Any]:
+    """The session's adapters as API clients see them."""
+    return {"adapters": dict((session or {}).get("adapters", {}))}
+
+
+__all__ = ["AdapterEvents", "alpha_from_controls", "settings_from_controls", "settings_to_json", "user_error"]

@@ -1,0 +1,276 @@
+"""Equivalence check, alpha × scale grid and history compare: the comparison tabs' events.
+
+The check runs A, A again (control), B and the old alpha = rank fallback through the full pipeline as one worker
+job; the grid is one worker job that yields cells as they finish, each with its distance to the no-LoRA baseline;
+the history keeps this session's results so that any two can be put side by side.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import gradio as gr
+import pandas as pd
+
+from ..backend.generation import Cancelled
+from ..backend.grid import parse_values
+from ..commands.check import CheckSetting
+from ..errors import H3AppError
+from ..settings import check_alpha, check_strength
+from . import render
+from .adapter_events import user_error
+from .generate_events import JobRunner, build_request
+from .media_tools import decode_video, extract_audio
+from .session import RunningJobs, add_history, job_adapters, session_key
+
+PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
+PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
+GRID_COLUMNS = ["alpha", "scale", "seed", "distance to no-LoRA", "PSNR (dB)", "max |Δ|", "hash", "seconds"]
+HISTORY_COLUMNS = ["id", "kind", "hash", "video"]
+
+
+def check_setting(alpha: Any, strength: Any, name: str) -> CheckSetting:
+    """One side of the check; an empty alpha means auto (the alpha chain's value)."""
+    try:
+        alpha_value = None if alpha in (None, "") or (isinstance(alpha, str) and alpha.strip().lower() == "auto") \
+            else check_alpha(float(alpha))
+        return CheckSetting(alpha_value, check_strength(float(strength)))
+    except (TypeError, ValueError):
+        raise H3AppError(f"setting {name}: alpha must be a number or auto and scale a number, got "
+                         f"{alpha!r} / {strength!r}.") from None
+    except H3AppError as error:
+        raise H3AppError(f"setting {name}: {error}") from None
+
+
+def psnr_frame(series: Mapping[str, Any]) -> pd.DataFrame:
+    """Rows (frame, PSNR capped at PSNR_CAP_DB, pair) for ``gr.LinePlot``; ``series`` maps pair → per-frame PSNR."""
+    rows = []
+    for pair, values in series.items():
+        for index, value in enumerate(values):
+            value = float(value)
+            rows.append([index, PSNR_CAP_DB if not math.isfinite(value) else min(value, PSNR_CAP_DB), pair])
+    return pd.DataFrame(rows, columns=PSNR_COLUMNS)
+
+
+class ComparisonEvents:
+    """Event functions of the Equivalence, Grid and History tabs, bound to one backend."""
+
+    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+        self.backend = backend
+        self.jobs = jobs
+        self.runner = JobRunner(backend, jobs)
+
+    # ------------------------------------------------------------------------------------------- equivalence
+    def check(self, session: dict[str, Any] | None, mode: str, request_fields: tuple[Any, ...], a_alpha: Any,
+              a_scale: Any, b_alpha: Any, b_scale: Any, token: str | None, http_request: Any, progress: Any) -> Any:
+        """EquivalenceResult for the session's first adapter (None when cancelled)."""
+        try:
+            generation = build_request(*request_fields)
+            adapters = job_adapters(session, mode)
+            if not adapters:
+                raise H3AppError("the equivalence check needs an adapter: pick one in the adapter panel first.")
+            a, b = check_setting(a_alpha, a_scale, "A"), check_setting(b_alpha, b_scale, "B")
+        except H3AppError as error:
+            raise user_error(error) from error
+        return self.runner.run(lambda: self.backend.submit_equivalence(generation, adapters[0], a, b, token or None),
+                               http_request, progress, "equivalence check")
+
+    def check_view(self, session: dict[str, Any] | None, mode: str, workflow: str, prompt: str, seed: float,
+                   steps: float, duration: float, height: float | None, width: float | None, shift: float | None,
+                   audio_shift: float | None, first_frame: str | None, last_frame: str | None,
+                   references: list[Any] | None, a_alpha: Any, a_scale: Any, b_alpha: Any, b_scale: Any,
+                   token: str | None, request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, ...]:
+        """(verdict, video A, B, fallback, caption A, B, fallback, heat-map A−B, heat-map A−fallback, PSNR plot,
+        spectrogram diff A−B, A−fallback, audio A, audio B, JSON, session)."""
+        fields = (workflow, prompt, seed, steps, duration, height, width, shift, audio_shift, first_frame,
+                  last_frame, references)
+        result = self.check(session, mode, fields, a_alpha, a_scale, b_alpha, b_scale, token, request, progress)
+        if result is None:
+            return (gr.skip(),) * 16
+        data = result.to_json()
+        audio_a = extract_audio(result.a.video_path, Path(result.a.video_path).with_suffix(".wav"))
+        audio_b = extract_audio(result.b.video_path, Path(result.b.video_path).with_suffix(".wav"))
+        plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
+        session = add_history(session, {"kind": "check A", "label": f"check A {result.a.label}", "video": result.a.video_path,
+                                        "thumbnail": result.a.thumbnail_path, "hash": result.a.hash,
+                                        "settings": result.settings})
+        session = add_history(session, {"kind": "check fallback", "label": "check fallback (alpha = rank)",
+                                        "video": result.fallback.video_path,
+                                        "thumbnail": result.fallback.thumbnail_path, "hash": result.fallback.hash,
+                                        "settings": result.settings})
+        return (render.verdict_html(data), result.a.video_path, result.b.video_path, result.fallback.video_path,
+                render.column_caption(data["a"]), render.column_caption(data["b"]),
+                render.column_caption(data["fallback"]), result.heatmap_path, result.fallback_heatmap_path, plot,
+                result.spectrogram_diff_path, result.fallback_spectrogram_diff_path, str(audio_a), str(audio_b),
+                data, session)
+
+    # -------------------------------------------------------------------------------------------------- grid
+    def plan(self, alphas: str, scales: str, seeds: str) -> Any:
+        """The grid plan (cells and estimated time) for the axis texts; raises H3AppError on bad input."""
+        seed_values = [int(s) for s in parse_values(seeds, "seeds")]
+        return self.backend.plan_grid(parse_values(alphas, "alphas", allow_auto=True), parse_values(scales, "scales"),
+                                      seed_values)
+
+    def estimate(self, alphas: str, scales: str, seeds: str) -> str:
+        """The up-front estimate shown before a grid runs (a problem with the axes is shown instead)."""
+        try:
+            plan = self.plan(alphas, scales, seeds)
+        except (H3AppError, ValueError) as error:
+            return f"✖ {error}"
+        runs = plan.cells + len(plan.seeds)
+        if plan.estimated_seconds is None:
+            timing = "time unknown until one generation has run on this server"
+        else:
+            timing = f"about **{_duration(plan.estimated_seconds)}** at the last run's speed"
+        return (f"**{plan.cells} cells** ({len(plan.alphas)} alphas × {len(plan.strengths)} scales × "
+                f"{len(plan.seeds)} seeds) + {len(plan.seeds)} no-LoRA baseline = {runs} generations — {timing}.")
+
+    def grid_cells(self, session: dict[str, Any] | None, mode: str, request_fields: tuple[Any, ...], alphas: str,
+                   scales: str, seeds: str, token: str | None, http_request: Any, progress: Any) -> Iterator[Any]:
+        """Yield GridCells as they finish (one worker job; Cancel stops it between steps)."""
+        try:
+            generation = build_request(*request_fields)
+            adapters = job_adapters(session, mode)
+            if not adapters:
+                raise H3AppError("the grid needs an adapter: pick one in the adapter panel first.")
+            plan = self.plan(alphas, scales, seeds)
+        except (H3AppError, ValueError) as error:
+            raise user_error(H3AppError(str(error))) from error
+        key = session_key(http_request)
+        finished = [0]
+
+        def on_step(done: int, total: int) -> None:
+            # The grid's handle is not handed out by Backend.grid; while the grid job runs it is the worker's current
+            # job, and GPU events run one at a time (concurrency_id "gpu"), so it is this session's.
+            current = getattr(self.backend.worker, "current", None)
+            if current is not None and current.label == "grid":
+                self.jobs.set(key, current)
+            if progress is not None:
+                progress((done, total), desc=f"grid: {finished[0]}/{plan.cells} cells done, step {done}/{total}",
+                         unit="steps")
+
+        try:
+            for cell in self.backend.grid(generation, adapters[0], plan, token or None, on_step):
+                finished[0] += 1
+                yield cell
+        except Cancelled as error:
+            gr.Warning(f"grid {error}")
+        except H3AppError as error:
+            raise user_error(error) from error
+        finally:
+            self.jobs.clear(key)
+
+    def grid_view(self, session: dict[str, Any] | None, mode: str, workflow: str, prompt: str, seed: float,
+                  steps: float, duration: float, height: float | None, width: float | None, shift: float | None,
+                  audio_shift: float | None, first_frame: str | None, last_frame: str | None,
+                  references: list[Any] | None, alphas: str, scales: str, seeds: str, token: str | None,
+                  request: gr.Request = None, progress: Any = gr.Progress()) -> Iterator[tuple[Any, ...]]:
+        """Generator: (gallery, table, status, session) after each finished cell."""
+        fields = (workflow, prompt, seed, steps, duration, height, width, shift, audio_shift, first_frame,
+                  last_frame, references)
+        gallery: list[tuple[str, str]] = []
+        rows: list[list[Any]] = []
+        cells = []
+        for cell in self.grid_cells(session, mode, fields, alphas, scales, seeds, token, request, progress):
+            alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
+            gallery.append((cell.thumbnail_path, f"α {alpha} × {cell.strength:g} · seed {cell.seed} · "
+                                                 f"{render.distance_text(cell.baseline_psnr)}"))
+            rows.append([alpha, cell.strength, cell.seed, render.distance_text(cell.baseline_psnr),
+                         "inf" if not math.isfinite(cell.baseline_psnr) else round(cell.baseline_psnr, 2),
+                         round(cell.baseline_max_abs_diff, 4), cell.hash[:19], round(cell.seconds, 2)])
+            cells.append(cell)
+            yield gallery, pd.DataFrame(rows, columns=GRID_COLUMNS), self._grid_status(cells), gr.skip(), cells_state(cells)
+        for cell in cells:
+            alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
+            session = add_history(session, {"kind": "grid", "label": f"grid α{alpha}×{cell.strength:g} seed {cell.seed}",
+                                            "video": cell.video_path, "thumbnail": cell.thumbnail_path,
+                                            "hash": cell.hash, "settings": {"alpha": cell.alpha,
+                                                                            "strength": cell.strength,
+                                                                            "seed": cell.seed}})
+        yield gallery, pd.DataFrame(rows, columns=GRID_COLUMNS), self._grid_status(cells, done=True), session, \
+            cells_state(cells)
+
+    @staticmethod
+    def _grid_status(cells: list[Any], done: bool = False) -> str:
+        still = [c for c in cells if not math.isfinite(c.baseline_psnr)]
+        text = f"{'Done' if done else 'Running'}: {len(cells)} cells."
+        if still:
+            text += (f" ⚠ **{len(still)} cells are identical to no LoRA** — the adapter did nothing there "
+                     f"(scale 0, or keys not matched).")
+        return text
+
+    # ----------------------------------------------------------------------------------------------- history
+    @staticmethod
+    def history_view(session: dict[str, Any] | None) -> tuple[Any, ...]:
+        """(gallery, table, choices for A, choices for B) of this session's results, newest first."""
+        history = list(reversed((session or {}).get("history", [])))
+        gallery = [(h["thumbnail"], h["id"]) for h in history if h.get("thumbnail")]
+        table = pd.DataFrame([[h["id"], h["kind"], h["hash"][:19], Path(h["video"]).name] for h in history],
+                             columns=HISTORY_COLUMNS)
+        ids = [h["id"] for h in history]
+        first = ids[1] if len(ids) > 1 else (ids[0] if ids else None)
+        return (gallery, table, gr.update(choices=ids, value=first),
+                gr.update(choices=ids, value=ids[0] if ids else None))
+
+    @staticmethod
+    def compare(session: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> tuple[Any, ...]:
+        """(video A, video B, verdict card, settings differences) of two history entries."""
+        entries = {h["id"]: h for h in (session or {}).get("history", [])}
+        if a_id not in entries or b_id not in entries:
+            raise gr.Error("pick two results of this session to compare (run something first).", print_exception=False)
+        a, b = entries[a_id], entries[b_id]
+        if a["hash"] == b["hash"]:
+            verdict = render.card("ok", f"<div class='h3-big'>IDENTICAL ✔</div>same content hash "
+                                        f"<code>{render.esc(a['hash'][:23])}…</code> (bitwise, on the raw arrays).")
+        else:
+            detail = ""
+            try:
+                va, vb = decode_video(a["video"]), decode_video(b["video"])
+                if va.shape == vb.shape:
+                    from ..backend.metrics import psnr
+
+                    value = psnr(va, vb)
+                    detail = (f" PSNR {value:.1f} dB from the mp4s (lossy h264)." if math.isfinite(value)
+                              else " The decoded mp4s are equal, but the raw outputs differ below h264's precision.")
+                else:
+                    detail = f" Different shapes: {va.shape[1:3]} vs {vb.shape[1:3]}, {len(va)} vs {len(vb)} frames."
+            except Exception as error:  # a file cleaned up after an hour, or unreadable: say so, keep the verdict
+                detail = f" (could not decode the mp4s: {type(error).__name__})"
+            verdict = render.card("warn", f"<div class='h3-big'>DIFFERENT</div>hashes "
+                                          f"<code>{render.esc(a['hash'][:19])}</code> vs "
+                                          f"<code>{render.esc(b['hash'][:19])}</code>.{render.esc(detail)}")
+        rows = [[key, _short(va), _short(vb)] for key, va, vb in _differences(a.get("settings") or {},
+                                                                              b.get("settings") or {})]
+        table = pd.DataFrame(rows or [["(no differences in settings)", "", ""]], columns=["setting", "A", "B"])
+        return a["video"], b["video"], verdict, table
+
+
+def cells_state(cells: list[Any]) -> list[dict[str, Any]]:
+    """Grid cells as JSON (for the API and for picking a cell's video)."""
+    return [cell.to_json() for cell in cells]
+
+
+def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in sorted(set(a) | set(b)):
+            if key in ("hash", "result"):
+                continue
+            yield from _differences(a.get(key), b.get(key), f"{prefix}{key}.")
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for index, (x, y) in enumerate(zip(a, b)):
+            yield from _differences(x, y, f"{prefix}{index}.")
+    elif a != b:
+        yield prefix.rstrip("."), a, b
+
+
+def _short(value: Any) -> str:
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min"

@@ -1,0 +1,280 @@
+"""Generate tab events: build the request, run it as a worker job with per-step progress and a real Cancel,
+show the result and its reproduction (settings JSON, h3app/sglang commands, diffusers snippet), load settings
+back from a JSON or an mp4, presets and trigger words from the known-adapter card."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import gradio as gr
+
+from ..backend import media
+from ..backend.generation import Cancelled, GenerationRequest
+from ..errors import H3AppError
+from . import render, snippets
+from .adapter_events import user_error
+from .session import RunningJobs, add_history, job_adapters, session_key
+
+MAX_SEED = 2**31 - 1
+WORKFLOWS = ("t2va", "fl2va", "ref2va")
+
+
+def _optional_number(value: Any) -> float | None:
+    """Empty number boxes (None) and 0 mean "the model's default"."""
+    if value is None or value == "" or float(value) == 0:
+        return None
+    return float(value)
+
+
+def build_request(workflow: str, prompt: str, seed: float, steps: float, duration: float, height: float | None,
+                  width: float | None, shift: float | None, audio_shift: float | None,
+                  first_frame: str | None = None, last_frame: str | None = None,
+                  references: Sequence[Any] | None = None, *, lenient: bool = True) -> GenerationRequest:
+    """A GenerationRequest from the form. ``lenient``: inputs belonging to another workflow are ignored (they stay
+    in the form when the user switches workflow) instead of refused."""
+    workflow = workflow or "t2va"
+    refs = tuple(str(getattr(r, "name", r)) for r in (references or ()) if r)
+    if lenient:
+        if workflow != "fl2va":
+            first_frame = last_frame = None
+        if workflow != "ref2va":
+            refs = ()
+    height_value, width_value = _optional_number(height), _optional_number(width)
+    return GenerationRequest(
+        prompt=prompt or "", seed=int(seed or 0), steps=int(steps), duration=float(duration),
+        height=int(height_value) if height_value is not None else None,
+        width=int(width_value) if width_value is not None else None,
+        shift=_optional_number(shift), audio_shift=_optional_number(audio_shift), workflow=workflow,
+        first_frame=first_frame or None, last_frame=last_frame or None, references=refs)
+
+
+class JobRunner:
+    """Submit a worker job, forward its progress to ``gr.Progress``, let the session's Cancel stop it."""
+
+    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+        self.backend = backend
+        self.jobs = jobs
+
+    def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
+        """``submit()`` → JobHandle; wait for it. Returns the job's result, or None when it was cancelled (a toast
+        says at which step). Other user errors become ``gr.Error``."""
+        try:
+            handle = submit()
+        except H3AppError as error:
+            raise user_error(error) from error
+        phase = [what]
+
+        def on_step(done: int, total: int) -> None:
+            if progress is not None:
+                progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
+
+        def on_phase(name: str) -> None:
+            phase[0] = name
+            if progress is not None:
+                progress(None, desc=name)
+
+        try:
+            with self.jobs.track(session_key(request), handle):
+                return self.backend.run(handle, on_step, on_phase)
+        except Cancelled as error:
+            gr.Warning(f"{what} {error}")
+            return None
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    def cancel(self, request: gr.Request) -> str:
+        """Stop this session's running job at its next denoising step (queued jobs are dropped by Gradio)."""
+        label = self.jobs.cancel(session_key(request))
+        if label is None:
+            return "Nothing of yours is running."
+        return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
+
+
+class GenerateEvents:
+    """Event functions of the Generate tab, bound to one backend."""
+
+    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+        self.backend = backend
+        self.runner = JobRunner(backend, jobs)
+
+    def generate(self, request: GenerationRequest, adapters: Sequence[Any], token: str | None, http_request: Any,
+                 progress: Any) -> Any:
+        """Run one generation; the GenerationOutput, or None when cancelled."""
+        return self.runner.run(lambda: self.backend.submit_generate(request, adapters, token or None), http_request,
+                               progress, "generation")
+
+    def generate_view(self, session: dict[str, Any] | None, mode: str, workflow: str, prompt: str, seed: float,
+                      randomize: bool, steps: float, duration: float, height: float | None, width: float | None,
+                      shift: float | None, audio_shift: float | None, first_frame: str | None,
+                      last_frame: str | None, references: list[Any] | None, token: str | None,
+                      info_1: dict[str, Any] | None, info_2: dict[str, Any] | None,
+                      request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, ...]:
+        """Generate with the session's adapters → (video, seed used, settings JSON, result card, h3app command,
+        sglang command, sglang notes, diffusers snippet, session)."""
+        used_seed = random.randint(0, MAX_SEED) if randomize else int(seed or 0)
+        try:
+            generation = build_request(workflow, prompt, used_seed, steps, duration, height, width, shift,
+                                       audio_shift, first_frame, last_frame, references)
+            adapters = job_adapters(session, mode)
+        except H3AppError as error:
+            raise user_error(error) from error
+        output = self.generate(generation, adapters, token, request, progress)
+        if output is None:
+            return (gr.skip(),) * 9
+        summary = output.to_json()
+        settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")}}
+        views = reproduction_views(settings, [info_1, info_2][:len(adapters)])
+        label = _history_label(summary)
+        session = add_history(session, {"kind": "generate", "label": label, "video": output.video_path,
+                                        "thumbnail": output.thumbnail_path, "hash": summary["hash"],
+                                        "settings": output.settings})
+        return (output.video_path, used_seed, settings, render.result_html(summary), *views, session)
+
+
+def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any] | None] = ()
+                       ) -> tuple[str, str, str, str]:
+    """(h3app command, sglang command, sglang notes card, diffusers snippet) for a run's settings."""
+    sglang = snippets.sglang_command(settings, list(infos))
+    if sglang.notes:
+        notes = render.card("warn", "<b>sglang would differ:</b><ul>"
+                                    + "".join(f"<li>{render.esc(n)}</li>" for n in sglang.notes) + "</ul>",
+                            testid="sglang-notes")
+    else:
+        notes = render.card("ok", "sglang with these flags applies the same alpha and scale.", testid="sglang-notes")
+    return snippets.h3app_command(settings), sglang.command, notes, snippets.diffusers_snippet(settings)
+
+
+def _history_label(summary: Mapping[str, Any]) -> str:
+    adapters = summary.get("adapters") or []
+    parts = [f"seed {summary.get('seed')}"]
+    for a in adapters:
+        alpha = a.get("resolved_alpha")
+        parts.append(f"{Path(str(a.get('source'))).stem[:24]} α{'auto' if alpha is None else f'{float(alpha):g}'}"
+                     f"×{float(a.get('strength', 1.0)):g}")
+    if not adapters:
+        parts.append("no adapter")
+    return " · ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- load settings
+def read_settings_file(path: str | None) -> dict[str, Any]:
+    """The settings JSON of a previous run: from an mp4 this app wrote, or a .json file."""
+    if not path:
+        raise H3AppError("no file given: upload a settings .json or an .mp4 made by this app.")
+    file = Path(str(getattr(path, "name", path)))
+    try:
+        if file.suffix.lower() == ".mp4":
+            data = media.read_settings(file)
+            if data is None:
+                raise H3AppError(f"{file.name} carries no h3app settings: use an mp4 made by this app.")
+        else:
+            data = json.loads(file.read_text(encoding="utf-8"))
+    except H3AppError:
+        raise
+    except (OSError, ValueError, UnicodeDecodeError) as error:
+        raise H3AppError(f"could not read settings from {file.name} ({type(error).__name__}): upload the .json "
+                         f"this app showed, or an mp4 it made.") from error
+    if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
+        raise H3AppError(f"{file.name} has no \"request\" settings: upload the .json this app showed, or an mp4 it "
+                         f"made.")
+    return data
+
+
+def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Control values from a settings JSON: request fields, and per slot source/weight/revision/override/alpha/scale
+    (revision pinned to the commit the file came from, when known)."""
+    request = data["request"]
+    adapters = list(data.get("adapters") or ([data["adapter"]] if data.get("adapter") else []))
+    controls: dict[str, Any] = {
+        "workflow": request.get("workflow", "t2va"), "prompt": request.get("prompt", ""),
+        "seed": request.get("seed", 0), "steps": request.get("steps", 5), "duration": request.get("duration", 5.0),
+        "height": request.get("height"), "width": request.get("width"), "shift": request.get("shift"),
+        "audio_shift": request.get("audio_shift"),
+        "mode": adapters[0].get("mode", "unmerged") if adapters else "unmerged",
+    }
+    for slot in ("1", "2"):
+        index = int(slot) - 1
+        adapter = adapters[index] if index < len(adapters) else None
+        controls[f"slot{slot}"] = None if adapter is None else {
+            "source": adapter.get("source", ""), "weight_name": adapter.get("weight_name"),
+            "revision": adapter.get("commit") or adapter.get("revision") or "",
+            "override": adapter.get("alpha") is not None, "alpha": adapter.get("alpha"),
+            "strength": float(adapter.get("strength", 1.0)),
+        }
+    return controls
+
+
+def load_settings_view(path: str | None) -> tuple[Any, ...]:
+    """(workflow, prompt, seed, randomise, steps, duration, height, width, shift, audio shift, mode,
+    slot 1: source, weight, revision, override, alpha, strength, slot 2: the same, status)."""
+    try:
+        data = read_settings_file(path)
+        controls = settings_to_controls(data)
+    except H3AppError as error:
+        raise user_error(error) from error
+    values: list[Any] = [controls["workflow"], controls["prompt"], controls["seed"], False, controls["steps"],
+                         controls["duration"], controls["height"], controls["width"], controls["shift"],
+                         controls["audio_shift"], controls["mode"]]
+    for slot in ("1", "2"):
+        adapter = controls[f"slot{slot}"]
+        if adapter is None:
+            values += ["", gr.update(choices=[], value=None), "", False, None, 1.0]
+        else:
+            weight = adapter["weight_name"]
+            values += [adapter["source"], gr.update(choices=[weight] if weight else [], value=weight),
+                       adapter["revision"], adapter["override"], adapter["alpha"], adapter["strength"]]
+    missing = [k for k in ("first_frame", "last_frame") if data["request"].get(k)]
+    if data["request"].get("references"):
+        missing.append("references")
+    status = "Settings restored" + (f" — upload these again: {', '.join(missing)}." if missing else ".")
+    return (*values, status)
+
+
+# ---------------------------------------------------------------------------------------- presets and prompts
+def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
+    """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
+    steps = int(steps)
+    text = (f"**{steps} steps → {steps - 1} transformer evaluations** (steps count sigma points including the "
+            "terminal one).")
+    known = (info or {}).get("known") or {}
+    if known.get("steps") and int(known["steps"]) != steps:
+        text += (f"  \n⚠ {known.get('title', 'this adapter')} was made for **{int(known['steps'])} steps** "
+                 f"({int(known['steps']) - 1} evaluations): use *Apply preset*.")
+    return text
+
+
+def with_trigger(prompt: str | None, info: Mapping[str, Any] | None) -> str:
+    """The prompt with the known adapter's trigger word in front (unchanged if it is already there or unknown)."""
+    trigger = ((info or {}).get("known") or {}).get("trigger")
+    prompt = prompt or ""
+    if not trigger or trigger.lower() in prompt.lower():
+        return prompt
+    return f"{trigger}, {prompt}" if prompt else trigger
+
+
+def trigger_button(info: Mapping[str, Any] | None) -> dict[str, Any]:
+    trigger = ((info or {}).get("known") or {}).get("trigger")
+    return gr.update(visible=bool(trigger), value=f"Add trigger word “{trigger}”" if trigger else "Add trigger word")
+
+
+def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> tuple[Any, ...]:
+    """The known adapter's recommended (scale, steps, shift, audio shift, workflow, prompt with trigger)."""
+    known = (info or {}).get("known")
+    if not known:
+        raise gr.Error("this adapter is not in the registry of known adapters: there is no preset to apply.",
+                       print_exception=False)
+
+    def value(key: str) -> Any:
+        return known[key] if known.get(key) is not None else gr.skip()
+
+    workflow = known["workflow"] if known.get("workflow") in WORKFLOWS else gr.skip()
+    gr.Info(f"preset of {known.get('title', 'the adapter')} applied")
+    return value("scale"), value("steps"), value("shift"), value("audio_shift"), workflow, with_trigger(prompt, info)
+
+
+def workflow_inputs(workflow: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Show keyframe uploads for fl2va and reference uploads for ref2va."""
+    return gr.update(visible=workflow == "fl2va"), gr.update(visible=workflow == "ref2va")

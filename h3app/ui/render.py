@@ -1,0 +1,314 @@
+"""HTML and tables the UI shows: the inspect card, the alpha/scale readout, the match report, verdicts.
+
+Pure functions of JSON values. Everything that comes from a file or a user (keys, metadata, warnings, names) is
+HTML-escaped: an adapter header is untrusted input. The three fears of someone tuning an adapter get the loudest
+colours: keys that match nothing (red), an alpha that is a guess (amber, with the factor at stake), and a result
+identical to no LoRA at all (red).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import PurePath
+from typing import Any, Iterable, Mapping, Sequence
+
+from ..adapters.source import format_bytes
+from .scales import ScaleGroup, relies_on_rank_fallback, scale_groups, targets_by_group
+
+GROUP_NAMES = {"attention": "attention", "feed_forward": "feed-forward", "adaln": "AdaLN", "refiner": "refiner",
+               "input_output": "input/output"}
+SOURCE_NAMES = {
+    "explicit": "your override",
+    "module_tensor": "the file's .alpha tensors",
+    "adapter_config": "adapter_config.json beside the file",
+    "metadata": "the file's header metadata",
+    "registry": "the known-adapter registry",
+    "rank_fallback": "nothing stored — assumed alpha = rank",
+    "mixed": "several sources",
+}
+MAX_LISTED_KEYS = 12
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def card(kind: str, body: str, *, testid: str | None = None) -> str:
+    """A coloured box: ``kind`` is ok | warn | bad | info | plain."""
+    data = f' data-testid="{esc(testid)}"' if testid else ""
+    return f'<div class="h3-card h3-{kind}"{data}>{body}</div>'
+
+
+def chip(text: str, kind: str = "") -> str:
+    return f'<span class="h3-chip {kind}">{esc(text)}</span>'
+
+
+def placeholder(text: str) -> str:
+    return f'<div class="h3-placeholder">{esc(text)}</div>'
+
+
+def _bullets(items: Iterable[str]) -> str:
+    items = [f"<li>{esc(item)}</li>" for item in items]
+    return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def _count_list(counts: Mapping[Any, int]) -> str:
+    return ", ".join(f"{key} (×{count})" for key, count in counts.items())
+
+
+# ------------------------------------------------------------------------------------------------------- inspect
+def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
+    """Format, prefix, rank(s), targets by group, dtype, size, match against this model, warnings."""
+    ranks = info.get("ranks") or {}
+    rank_counts: dict[int, int] = {}
+    for rank in ranks.values():
+        rank_counts[rank] = rank_counts.get(rank, 0) + 1
+    rank_text = str(info["rank"]) if info.get("rank") is not None else "mixed: " + _count_list(dict(sorted(rank_counts.items())))
+    grouped = targets_by_group(list(info.get("targets") or ()))
+    group_text = " · ".join(f"{GROUP_NAMES.get(g, g)} {len(t)}" for g, t in grouped.items()) or "none"
+    prefix = info.get("prefix") or ""
+    chips = "".join([
+        chip(f"format {info.get('format')}", "h3-chip-strong"),
+        chip(str(info.get("suffix_style"))),
+        chip(f'prefix "{prefix}"' if prefix else "no prefix"),
+        chip(str(info.get("dtype"))),
+        chip(format_bytes(info.get("file_bytes"))),
+    ] + ([chip("rsLoRA (alpha / √rank)", "h3-chip-strong")] if info.get("use_rslora") else []))
+    title = f'<div class="h3-title">{esc(name)}</div>' if name else ""
+    body = (f"{title}<div>{chips}</div>"
+            f"<div class='h3-row'><b>rank</b> {esc(rank_text)} &nbsp;·&nbsp; <b>{info.get('num_targets', 0)} targets</b>: "
+            f"{esc(group_text)}</div>")
+    parts = [card("info", body, testid="inspect-summary")]
+    parts.append(match_preview(info))
+    warnings = [w for w in info.get("warnings") or () if "no alpha in the file" not in w]
+    if info.get("hints"):
+        warnings.append("hints (shown, never applied): "
+                        + ", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items()))
+    if warnings:
+        parts.append(card("warn", "<b>Warnings</b>" + _bullets(warnings)))
+    return "".join(parts)
+
+
+def match_preview(info: Mapping[str, Any]) -> str:
+    """Before anything is downloaded: will the adapter's keys land on this model's layers?"""
+    unmatched = list(info.get("unmatched_keys") or ())
+    count = int(info.get("num_targets") or 0)
+    if count == 0:
+        return card("bad", f"<div class='h3-big'>✖ Matches no layer of this model</div>"
+                           f"{len(unmatched)} keys matched nothing (e.g. {esc(', '.join(unmatched[:3]) or '—')}). "
+                           "Loading it would change nothing, so Load refuses it. Is it an H3 LoRA for this partition?",
+                    testid="match-preview")
+    if unmatched:
+        return card("warn", f"<div class='h3-big'>⚠ {len(unmatched)} keys match nothing in this model</div>"
+                            f"{count} targets will be bound; these keys will be ignored:"
+                            + _key_list(unmatched), testid="match-preview")
+    return card("ok", f"✔ All {count} targets name layers of this model (checked from the header, before download).",
+                testid="match-preview")
+
+
+def _key_list(keys: Sequence[str]) -> str:
+    shown = "".join(f"<code>{esc(k)}</code><br>" for k in keys[:MAX_LISTED_KEYS])
+    more = f"… and {len(keys) - MAX_LISTED_KEYS} more" if len(keys) > MAX_LISTED_KEYS else ""
+    return f"<details><summary>show keys</summary>{shown}{esc(more)}</details>"
+
+
+def targets_table(info: Mapping[str, Any]) -> list[list[Any]]:
+    """Rows ``[group, targets, rank(s), alpha(s), alpha source(s)]`` for a ``gr.Dataframe``."""
+    ranks, alphas, sources = info.get("ranks") or {}, info.get("alphas") or {}, info.get("alpha_sources") or {}
+    rows = []
+    for group, targets in targets_by_group(list(info.get("targets") or ())).items():
+        rows.append([
+            GROUP_NAMES.get(group, group), len(targets),
+            ", ".join(str(r) for r in sorted({ranks.get(t) for t in targets if t in ranks})),
+            ", ".join(f"{a:g}" for a in sorted({float(alphas[t]) for t in targets if t in alphas})),
+            ", ".join(sorted({sources.get(t, "") for t in targets if t in sources})),
+        ])
+    return rows
+
+
+TARGET_COLUMNS = ["group", "targets", "rank", "alpha", "alpha source"]
+
+
+def alpha_card(info: Mapping[str, Any], alpha: float | None) -> str:
+    """Alpha and where it came from — amber with the factor at stake when it is only the "alpha = rank" guess."""
+    source = "explicit" if alpha is not None else info.get("alpha_source", "mixed")
+    if alpha is not None:
+        value = f"{alpha:g}"
+    elif info.get("alpha") is not None:
+        value = f"{float(info['alpha']):g}"
+    else:
+        value = "per module"
+    if relies_on_rank_fallback(info, alpha):
+        ranks = sorted(set((info.get("ranks") or {}).values()))
+        top = max(ranks) if ranks else 0
+        risk = (f"If it was trained with alpha 8, this is {top / 8:g}× too strong" if top > 8 else
+                "If it was trained with a smaller alpha, this is rank/alpha times too strong")
+        return card("warn", f"<div class='h3-big'>⚠ alpha {esc(value)} — a guess</div>"
+                            f"No alpha is stored in the file, beside it or in the registry, so alpha = rank "
+                            f"({esc(', '.join(map(str, ranks)))}) is assumed. {esc(risk)} (LightX2V's rank-128 Turbo "
+                            f"expects 8: at alpha = rank it is 16× too strong). Check the model card and set "
+                            f"<b>Override alpha</b> if it gives one.", testid="alpha-card")
+    per_module = ""
+    if alpha is None and info.get("alpha") is None:
+        counts: dict[str, int] = {}
+        for target, a in (info.get("alphas") or {}).items():
+            key = f"{float(a):g} ({SOURCE_NAMES.get((info.get('alpha_sources') or {}).get(target), '?')})"
+            counts[key] = counts.get(key, 0) + 1
+        per_module = "<br>" + esc(_count_list(counts))
+    return card("ok", f"<div class='h3-big'>alpha {esc(value)}</div>from {esc(SOURCE_NAMES.get(source, source))}"
+                      f"{per_module}", testid="alpha-card")
+
+
+def known_card(known: Mapping[str, Any] | None) -> str:
+    """The registry's card for a known public adapter: what its authors recommend."""
+    if not known:
+        return ""
+    facts = []
+    for key, label in (("trigger", "trigger word"), ("steps", "steps"), ("shift", "shift"),
+                       ("audio_shift", "audio shift"), ("scale", "scale"), ("alpha", "alpha"),
+                       ("workflow", "workflow"), ("resolution", "resolution")):
+        if known.get(key) is not None:
+            facts.append(chip(f"{label} {known[key]}", "h3-chip-strong" if key in ("trigger", "steps") else ""))
+    if known.get("alpha_equals_rank"):
+        facts.append(chip("alpha = rank (author's statement)"))
+    steps_note = ""
+    if known.get("steps"):
+        steps_note = (f"<br><small>{int(known['steps'])} steps = {int(known['steps']) - 1} transformer evaluations "
+                      "(steps count sigma points including the terminal one).</small>")
+    notes = f"<div>{esc(known['notes'])}</div>" if known.get("notes") else ""
+    return card("info", f"<div class='h3-title'>Known adapter: {esc(known.get('title', ''))}</div>"
+                        f"<div>{''.join(facts)}</div>{notes}{steps_note}", testid="known-card")
+
+
+# ------------------------------------------------------------------------------------------------------ readout
+def readout_html(info: Mapping[str, Any] | None, alpha: float | None, strength: float, problem: str | None = None
+                 ) -> str:
+    """The live effective scale: strength × alpha / rank, per rank when ranks or alphas differ."""
+    if problem:
+        return card("bad", f"✖ {esc(problem)}", testid="scale-readout")
+    if not info:
+        return placeholder("Inspect an adapter to see its effective scale.")
+    groups = scale_groups(info, alpha, strength)
+    if not groups:
+        return placeholder("This adapter has no targets for this model.")
+    guess = relies_on_rank_fallback(info, alpha)
+    kind = "warn" if guess else "ok"
+    scales = sorted({round(g.scale, 12) for g in groups})
+    headline = f"{scales[0]:.6g}" if len(scales) == 1 else f"{scales[0]:.4g} … {scales[-1]:.4g}"
+    rows = "".join(_readout_row(g) for g in groups)
+    note = ""
+    if strength == 0:
+        note = "<div><b>scale 0: the adapter is switched off.</b></div>"
+    elif guess:
+        note = "<div><b>alpha is a guess (alpha = rank)</b> — see the alpha box above.</div>"
+    formula = "strength × alpha / √rank (rsLoRA)" if info.get("use_rslora") else "strength × alpha / rank"
+    return card(kind, f"<div class='h3-label'>effective scale = {formula}</div>"
+                      f"<div class='h3-big' data-testid='effective-scale'>{esc(headline)}</div>"
+                      f"<table class='h3-table'><tr><th>rank</th><th>targets</th><th>alpha (source)</th>"
+                      f"<th>scale</th></tr>{rows}</table>{note}", testid="scale-readout")
+
+
+def _readout_row(group: ScaleGroup) -> str:
+    stronger = ""
+    if group.alpha_source != "rank_fallback" and group.rank_fallback_ratio > 1.0001:
+        stronger = f" <small>(alpha = rank would be {group.rank_fallback_ratio:.3g}× stronger)</small>"
+    return (f"<tr><td>{group.rank}</td><td>{group.count}</td>"
+            f"<td>{group.alpha:g} <small>({esc(SOURCE_NAMES.get(group.alpha_source, group.alpha_source))})</small></td>"
+            f"<td><b>{group.scale:.6g}</b> = {esc(group.formula)}{stronger}</td></tr>")
+
+
+# ------------------------------------------------------------------------------------------------------- reports
+def report_card(report: Mapping[str, Any], provenance: Mapping[str, Any] | None = None) -> str:
+    """The match report after Load: matched / unmatched / not covered, loudly when something is off."""
+    matched = report.get("matched") or []
+    unmatched = list(report.get("unmatched_keys") or ())
+    uncovered = list(report.get("uncovered_targets") or ())
+    groups: dict[str, int] = {}
+    for m in matched:
+        groups[GROUP_NAMES.get(m["group"], m["group"])] = groups.get(GROUP_NAMES.get(m["group"], m["group"]), 0) + 1
+    group_text = " · ".join(f"{g} {n}" for g, n in groups.items())
+    details = (f"<div>{len(uncovered)} layers of the model are not touched by this adapter (normal: it was not "
+               f"trained on them).</div><div class='h3-small'>mode {esc(report.get('mode'))}"
+               f"{' · fused QKV' if report.get('fused_qkv') else ''}</div>")
+    if provenance:
+        details += (f"<div class='h3-small'>file sha256 <code>{esc(str(provenance.get('sha256', ''))[:16])}…</code>"
+                    f"{' · commit <code>' + esc(str(provenance['commit'])[:12]) + '</code>' if provenance.get('commit') else ''}"
+                    "</div>")
+    if unmatched:
+        body = (f"<div class='h3-big'>⚠ Partial match: {len(matched)} targets bound, {len(unmatched)} keys matched "
+                f"NOTHING</div>Those parts of the adapter are ignored ({esc(group_text)} bound)."
+                + _key_list(unmatched) + details)
+        kind = "warn"
+    else:
+        body = (f"<div class='h3-big'>✔ Loaded: all {len(matched)} targets bound, 0 keys unmatched</div>"
+                f"{esc(group_text)}{details}")
+        kind = "ok"
+    warnings = [w for w in report.get("warnings") or () if "matched nothing" not in w]
+    extra = card("warn", "<b>Warnings</b>" + _bullets(warnings)) if warnings else ""
+    return card(kind, body, testid="match-report") + extra
+
+
+def result_html(output: Mapping[str, Any]) -> str:
+    """One line per generation: seed, steps → evaluations, size, time, hash, and what each adapter ran at."""
+    lines = [f"<b>seed {output.get('seed')}</b> · {output.get('steps')} steps → {output.get('evaluations')} evaluations"
+             f" · {output.get('frames')} frames {output.get('width')}×{output.get('height')} @ {output.get('fps')} fps"
+             f" · stereo {output.get('sample_rate')} Hz · {output.get('seconds')} s",
+             f"hash <code>{esc(str(output.get('hash', ''))[:23])}…</code>"]
+    adapters = output.get("adapters") or []
+    if not adapters:
+        lines.append("no adapter (base model)")
+    for a in adapters:
+        source = a.get("resolved_alpha_source") or a.get("alpha_source")
+        alpha = a.get("resolved_alpha")
+        lines.append(f"{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: alpha "
+                     f"{'per module' if alpha is None else f'{float(alpha):g}'} ({esc(SOURCE_NAMES.get(source, source))})"
+                     f" × scale {float(a.get('strength', 1.0)):g}")
+    kind = "warn" if any((a.get("resolved_alpha_source") == "rank_fallback") for a in adapters) else "ok"
+    return card(kind, "<br>".join(lines), testid="result")
+
+
+def verdict_html(result: Mapping[str, Any]) -> str:
+    """The equivalence verdict: identical (bitwise) or not, with the control and the fallback's distance."""
+    a, b = result["a"], result["b"]
+    control = ("✔ control: A run twice gave the same hash, so this device is deterministic." if result["control_identical"]
+               else "✖ control: A run twice differed — this device is not deterministic, so a difference below "
+                    "proves nothing.")
+
+    def setting(column: Mapping[str, Any]) -> str:
+        alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
+        return f"alpha {alpha} × scale {float(column['strength']):g}"
+
+    fallback = (f"The old fallback (alpha = rank, scale 1) differs from A by up to "
+                f"{float(result['fallback_max_abs_diff']):.3g} (effective scale {_scale_text(result['effective_scale_fallback'])}"
+                f" vs {_scale_text(result['effective_scale_a'])}).")
+    if result["identical"]:
+        head = "<div class='h3-big h3-verdict' data-testid='verdict'>IDENTICAL ✔ bit for bit</div>"
+        body = (f"{head}A ({esc(setting(a))}) and B ({esc(setting(b))}) give the same output: "
+                f"<code>{esc(a['hash'][:23])}…</code>, max |A−B| = 0.<br>{esc(control)}<br>{esc(fallback)}")
+        return card("ok" if result["control_identical"] else "warn", body, testid="verdict-card")
+    head = "<div class='h3-big h3-verdict' data-testid='verdict'>DIFFERENT ✖</div>"
+    body = (f"{head}A ({esc(setting(a))}) <code>{esc(a['hash'][:23])}…</code> vs B ({esc(setting(b))}) "
+            f"<code>{esc(b['hash'][:23])}…</code>: max |A−B| = {float(result['max_abs_diff']):.3g}. Effective scales "
+            f"{_scale_text(result['effective_scale_a'])} vs {_scale_text(result['effective_scale_b'])}.<br>"
+            f"{esc(control)}<br>{esc(fallback)}")
+    return card("bad", body, testid="verdict-card")
+
+
+def _scale_text(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return ", ".join(f"rank {k}: {float(v):.4g}" for k, v in value.items())
+    return f"{float(value):.6g}"
+
+
+def column_caption(column: Mapping[str, Any]) -> str:
+    alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
+    return (f"**{column['label']}** — alpha {alpha} × scale {float(column['strength']):g} → effective "
+            f"{_scale_text(column['effective_scale'])}  \n`{column['hash'][:23]}…`")
+
+
+def distance_text(psnr: float) -> str:
+    """A grid cell's distance to the no-LoRA baseline, flagged when it did not move at all."""
+    if not math.isfinite(psnr):
+        return "⚠ identical to no LoRA"
+    return f"{psnr:.1f} dB from no-LoRA"

@@ -1,0 +1,183 @@
+"""Live effective-scale readout and strength-profile rescaling: pure arithmetic on what Inspect and Load returned.
+
+No model call: the effective scale of a module is ``alpha × strength / rank`` (``/ √rank`` for rsLoRA), with alpha
+the override or the module's alpha-chain value, and a module's relative update ``‖scale·B·A‖_F / ‖W‖_F`` is
+``|scale| × ‖B·A‖_F / ‖W‖_F`` — linear in its scale — so the profile measured at Load is redrawn for any
+alpha/strength from the per-target norms it carries.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..lora.profile import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
+from ..model.shapes import group_of
+
+FALLBACK_SOURCE = "rank_fallback"
+
+
+def scale_divisor(rank: int, use_rslora: bool) -> float:
+    """What alpha × strength is divided by: the rank, or √rank for rsLoRA."""
+    return math.sqrt(rank) if use_rslora else float(rank)
+
+
+@dataclass(frozen=True)
+class ScaleGroup:
+    """Targets that share a rank and an alpha: ``scale = alpha × strength / divisor``."""
+
+    rank: int
+    alpha: float
+    alpha_source: str
+    use_rslora: bool
+    strength: float
+    count: int
+
+    @property
+    def scale(self) -> float:
+        return self.alpha * self.strength / scale_divisor(self.rank, self.use_rslora)
+
+    @property
+    def formula(self) -> str:
+        divisor = f"√{self.rank}" if self.use_rslora else f"{self.rank}"
+        return f"{self.strength:g} × {self.alpha:g} / {divisor}"
+
+    @property
+    def rank_fallback_ratio(self) -> float:
+        """How many times stronger the old "alpha = rank" convention would be than this alpha (same strength)."""
+        return self.rank / self.alpha
+
+
+def scale_groups(info: Mapping[str, Any], alpha: float | None, strength: float) -> list[ScaleGroup]:
+    """Effective scales of ``info`` (an ``AdapterInfo.to_json()``) at ``alpha`` (None: the chain's value per module)
+    and ``strength``, one row per distinct (rank, alpha, source), ordered by rank."""
+    ranks: Mapping[str, int] = info.get("ranks") or {}
+    alphas: Mapping[str, float] = info.get("alphas") or {}
+    sources: Mapping[str, str] = info.get("alpha_sources") or {}
+    rslora = bool(info.get("use_rslora"))
+    counts: dict[tuple[int, float, str], int] = {}
+    for target, rank in ranks.items():
+        if alpha is not None:
+            key = (int(rank), float(alpha), "explicit")
+        else:
+            key = (int(rank), float(alphas.get(target, rank)), sources.get(target, FALLBACK_SOURCE))
+        counts[key] = counts.get(key, 0) + 1
+    return [ScaleGroup(rank, a, source, rslora, float(strength), count)
+            for (rank, a, source), count in sorted(counts.items())]
+
+
+def relies_on_rank_fallback(info: Mapping[str, Any], alpha: float | None) -> bool:
+    """True when alpha is on auto and some module's alpha is the "alpha = rank" guess (nothing stored anywhere)."""
+    if alpha is not None:
+        return False
+    return any(source == FALLBACK_SOURCE for source in (info.get("alpha_sources") or {}).values())
+
+
+# ------------------------------------------------------------------------------------------------ strength profile
+def profile_basis(report: Any, info: Mapping[str, Any], group_strengths: Mapping[str, float] | None = None
+                  ) -> dict[str, Any] | None:
+    """What the profile needs to be redrawn for any alpha/strength, from a Load's ``MatchReport`` and the adapter's
+    ``AdapterInfo.to_json()``: per target its block, group, rank, chain alpha (+ source) and norms. None when the
+    report has no profile (meta device)."""
+    if report.profile is None:
+        return None
+    matched = {m.target: m for m in report.matched}
+    alphas = info.get("alphas") or {}
+    sources = info.get("alpha_sources") or {}
+    targets = {}
+    for strength in report.profile.targets:
+        match = matched.get(strength.target)
+        if match is None:
+            continue
+        targets[strength.target] = {
+            "block": strength.block,
+            "group": strength.group,
+            "rank": match.rank,
+            "use_rslora": match.use_rslora,
+            "chain_alpha": float(alphas.get(strength.target, match.alpha)),
+            "chain_source": sources.get(strength.target, match.alpha_source),
+            "group_strength": float((group_strengths or {}).get(strength.group, 1.0)),
+            "update_norm": strength.update_norm,
+            "weight_norm": strength.weight_norm,
+        }
+    return {"targets": targets, "usual_range": list(USUAL_RELATIVE_UPDATE)}
+
+
+def relative_updates(basis: Mapping[str, Any], alpha: float | None, strength: float) -> dict[str, float]:
+    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value) and ``strength``."""
+    result = {}
+    for target, t in basis["targets"].items():
+        used_alpha = t["chain_alpha"] if alpha is None else float(alpha)
+        scale = used_alpha * strength * t["group_strength"] / scale_divisor(t["rank"], t["use_rslora"])
+        result[target] = abs(scale) * t["update_norm"] / t["weight_norm"] if t["weight_norm"] > 0 else math.inf
+    return result
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    """Median relative update per group and per block (rows for bar plots), the overall median, and the warning
+    for an implausible alpha (None when there is nothing to warn about)."""
+
+    by_group: list[dict[str, Any]]
+    by_block: list[dict[str, Any]]
+    median: float
+    warning: str | None
+
+
+def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float) -> ProfileView:
+    """The profile at ``alpha``/``strength``; the warning follows the engine's rule (alpha not stored anywhere,
+    on auto, median far above the usual range) through :func:`h3app.lora.profile.suggest_alpha`."""
+    updates = relative_updates(basis, alpha, strength)
+    targets = basis["targets"]
+    groups: dict[str, list[float]] = {}
+    blocks: dict[str, list[float]] = {}
+    for target, value in updates.items():
+        groups.setdefault(targets[target]["group"], []).append(value)
+        blocks.setdefault(targets[target]["block"], []).append(value)
+    by_group = [{"group": group.replace("_", "-"), "relative update": statistics.median(values),
+                 "targets": len(values)} for group, values in groups.items()]
+    by_block = [{"block": short_block(block), "relative update": statistics.median(values), "targets": len(values)}
+                for block, values in sorted(blocks.items(), key=lambda kv: _block_order(kv[0]))]
+    median = statistics.median(updates.values()) if updates else 0.0
+    warning = None
+    fallback = {t: v for t, v in targets.items() if v["chain_source"] == FALLBACK_SOURCE}
+    if alpha is None and fallback:
+        suggestion = suggest_alpha(
+            {t: v["update_norm"] for t, v in fallback.items()}, {t: v["weight_norm"] for t, v in fallback.items()},
+            {t: v["rank"] for t, v in fallback.items()},
+            {t: scale_divisor(v["rank"], v["use_rslora"]) for t, v in fallback.items()}, strength=strength)
+        if suggestion is not None:
+            warning = suggestion.message()
+    return ProfileView(by_group, by_block, median, warning)
+
+
+def short_block(block: str) -> str:
+    """``transformer_blocks.12`` → ``block 12``; ``token_refiner.refiner_blocks.1`` → ``refiner 1``."""
+    if block.startswith("transformer_blocks."):
+        return "block " + block.rsplit(".", 1)[1]
+    if block.startswith("token_refiner."):
+        return "refiner " + block.rsplit(".", 1)[1]
+    return block
+
+
+def _block_order(block: str) -> tuple[int, int]:
+    if block.startswith("token_refiner."):
+        return (0, int(block.rsplit(".", 1)[1]))
+    if block.startswith("transformer_blocks."):
+        return (1, int(block.rsplit(".", 1)[1]))
+    return (2, 0)
+
+
+def targets_by_group(targets: list[str]) -> dict[str, list[str]]:
+    """Canonical targets grouped as in ``h3app.model.shapes`` (attention, feed-forward, AdaLN, refiner, I/O)."""
+    grouped: dict[str, list[str]] = {}
+    for target in targets:
+        grouped.setdefault(group_of(target), []).append(target)
+    return grouped
+
+
+def blocks_of(targets: list[str]) -> list[str]:
+    """The distinct blocks the targets live in, in model order."""
+    return sorted({block_of(t) for t in targets}, key=_block_order)

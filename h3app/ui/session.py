@@ -1,0 +1,195 @@
+"""A browser (or gradio_client) session's own settings, and the job it is running.
+
+The session dict lives in a ``gr.State`` (per session, deep-copied, so it holds only plain JSON-able values):
+``adapters`` maps slot ``"1"``/``"2"`` to one adapter's settings (what ``/load`` and ``/set_lora`` edit, what the
+next job carries — DESIGN.md decision 7) and ``history`` lists this session's results. Job handles hold threads
+and events, so they live in :class:`RunningJobs`, keyed by the session hash, never in the State.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any, Iterator, Mapping
+
+from ..errors import H3AppError
+from ..settings import LoRASettings
+
+SLOTS = ("1", "2")
+MAX_HISTORY = 60
+SETTINGS_FIELDS = ("source", "weight_name", "revision", "alpha", "strength", "mode", "group_strengths", "qkv_layout")
+# Names API clients may use besides the LoRASettings field names.
+FIELD_ALIASES = {"scale": "strength", "weight": "weight_name", "rev": "revision", "path": "source"}
+
+
+def new_session() -> dict[str, Any]:
+    """The value of a fresh session: no adapter, no history."""
+    return {"adapters": {}, "history": []}
+
+
+def check_slot(slot: Any) -> str:
+    """``1``/``"1"``/``1.0`` → ``"1"``; anything else is refused."""
+    text = str(int(slot)) if isinstance(slot, (int, float)) and not isinstance(slot, bool) else str(slot).strip()
+    if text not in SLOTS:
+        raise H3AppError(f"adapter slot must be 1 or 2, got {slot!r}.")
+    return text
+
+
+def settings_to_json(settings: LoRASettings) -> dict[str, Any]:
+    """The JSON form kept in the session (and accepted back by :func:`settings_from_json`)."""
+    data = asdict(settings)
+    data["group_strengths"] = dict(settings.group_strengths)
+    return data
+
+
+def settings_from_json(data: Mapping[str, Any]) -> LoRASettings:
+    """A LoRASettings from a dict with LoRASettings field names (or ``scale``/``weight``/``rev`` aliases);
+    validation errors are :class:`H3AppError` one-liners."""
+    if not isinstance(data, Mapping):
+        raise H3AppError(f"adapter settings must be a JSON object such as {{\"source\": \"owner/repo\"}}, got {data!r}.")
+    fields: dict[str, Any] = {}
+    for key, value in data.items():
+        name = FIELD_ALIASES.get(key, key)
+        if name not in SETTINGS_FIELDS:
+            continue  # provenance fields (sha256, commit, resolved_alpha …) ride along in saved settings
+        fields[name] = value
+    source = fields.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise H3AppError("adapter settings need a \"source\": a Hub repo id, an HF URL or a local path.")
+    fields["source"] = source.strip()
+    for name in ("weight_name", "revision"):
+        if fields.get(name) in ("", None):
+            fields[name] = None
+    if isinstance(fields.get("alpha"), str):
+        fields["alpha"] = parse_alpha(fields["alpha"])
+    if "strength" in fields:
+        fields["strength"] = _number(fields["strength"], "scale")
+    return LoRASettings(**fields)
+
+
+def parse_alpha(value: Any) -> float | None:
+    """``"auto"``/``""``/None → None (the alpha chain's value); a number or numeric string → float."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("", "auto", "none", "null"):
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise H3AppError(f"alpha must be a number or \"auto\", got {value!r}.") from None
+    return _number(value, "alpha")
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool):
+        raise H3AppError(f"{what} must be a number, got {value!r}.")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise H3AppError(f"{what} must be a number, got {value!r}.") from None
+
+
+def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:
+    """API clients without a session: ``None``/empty → None (use the session's adapters); ``"[]"`` → no adapter;
+    a JSON object or list of objects → those adapters."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise H3AppError(f"adapters must be JSON (a list of objects with \"source\", \"alpha\", \"scale\"): {error.msg} "
+                         f"at character {error.pos}.") from None
+    items = data if isinstance(data, list) else [data]
+    if len(items) > len(SLOTS):
+        raise H3AppError(f"at most {len(SLOTS)} adapters per job, got {len(items)}.")
+    return [settings_from_json(item) for item in items]
+
+
+def with_adapter(session: Mapping[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:
+    """A copy of ``session`` with ``slot`` set to ``settings`` (None removes it)."""
+    updated = _copy(session)
+    if settings is None:
+        updated["adapters"].pop(slot, None)
+    else:
+        updated["adapters"][slot] = settings_to_json(settings)
+    return updated
+
+
+def job_adapters(session: Mapping[str, Any] | None, mode: str | None = None) -> list[LoRASettings]:
+    """The session's adapters in slot order, as the next job will carry them (``mode`` overrides each one's)."""
+    adapters = []
+    for slot in SLOTS:
+        data = (session or {}).get("adapters", {}).get(slot)
+        if data:
+            settings = settings_from_json(data)
+            if mode is not None and settings.mode != mode:
+                settings = settings_from_json({**data, "mode": mode})
+            adapters.append(settings)
+    return adapters
+
+
+def add_history(session: Mapping[str, Any] | None, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``session`` with ``entry`` appended (numbered ``#n``); the oldest entries drop past MAX_HISTORY."""
+    updated = _copy(session)
+    number = (updated["history"][-1]["number"] + 1) if updated["history"] else 1
+    updated["history"].append({**entry, "number": number, "id": f"#{number} {entry.get('label', '')}".strip()})
+    del updated["history"][:-MAX_HISTORY]
+    return updated
+
+
+def _copy(session: Mapping[str, Any] | None) -> dict[str, Any]:
+    session = session or new_session()
+    return {"adapters": dict(session.get("adapters", {})), "history": list(session.get("history", []))}
+
+
+class RunningJobs:
+    """The job each session is running, so that its Cancel button can stop it (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handles: dict[str, Any] = {}
+
+    @contextmanager
+    def track(self, key: str, handle: Any) -> Iterator[Any]:
+        """Remember ``handle`` as ``key``'s current job while the block runs."""
+        with self._lock:
+            self._handles[key] = handle
+        try:
+            yield handle
+        finally:
+            with self._lock:
+                if self._handles.get(key) is handle:
+                    del self._handles[key]
+
+    def set(self, key: str, handle: Any) -> None:
+        """Make ``handle`` ``key``'s current job (for jobs whose handle appears only once they run)."""
+        with self._lock:
+            self._handles[key] = handle
+
+    def clear(self, key: str, handle: Any = None) -> None:
+        """Forget ``key``'s job (only if it is still ``handle``, when given)."""
+        with self._lock:
+            if handle is None or self._handles.get(key) is handle:
+                self._handles.pop(key, None)
+
+    def cancel(self, key: str) -> str | None:
+        """Ask ``key``'s current job to stop at its next step; returns its label, or None when it runs none."""
+        with self._lock:
+            handle = self._handles.get(key)
+        if handle is None:
+            return None
+        handle.cancel()
+        return handle.label
+
+    def current(self, key: str) -> Any:
+        with self._lock:
+            return self._handles.get(key)
+
+
+def session_key(request: Any) -> str:
+    """The session hash of a Gradio request (``"local"`` when called outside a server, e.g. in tests)."""
+    return getattr(request, "session_hash", None) or "local"

@@ -71,7 +71,7 @@ def build_transformer(config: Mapping[str, Any], *, seed: int = 0, dtype: torch.
 def packed_input(config: Mapping[str, Any], *, video_grid: tuple[int, int, int], audio_steps: int, text_rows: int,
                  seed: int = 0, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Keyword arguments of ``MiniMaxH3Transformer3DModel.forward`` for one packed sequence, laid out like
-    ``h3app.commands.check.packed_check_input`` at any size: ``text_rows`` text rows | ``2 × audio_steps`` stereo
+    ``h3app.backend.transformer_check.packed_check_input`` at any size: ``text_rows`` text rows | ``2 × audio_steps`` stereo
     audio rows (channel-major) | ``f × h × w`` video rows (``video_grid`` = latent frames × patch rows × patch
     columns). Text and video rows use timestep 0.7, audio rows 0.3. Latents are seeded standard normal (fp32)."""
     frames, height, width = video_grid

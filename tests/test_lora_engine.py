@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from h3app.commands.check import packed_check_input
+from h3app.backend.transformer_check import packed_check_input
 from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, LoRALinear, MatchError
 from h3app.lora.layers import LoRAFactors

@@ -6,7 +6,7 @@ import pytest
 
 from h3app.adapters.demo import tiny_shapes, write_demo_adapters
 from h3app.adapters.normalise import load_adapter
-from h3app.commands.check import packed_check_input
+from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
 from h3app.model.tiny import TINY_TRANSFORMER_CONFIG
 from h3app.settings import LoRASettings

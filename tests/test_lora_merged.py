@@ -4,7 +4,7 @@ refused with the reason when neither fits, and refused for quantised bases."""
 import pytest
 import torch
 
-from h3app.commands.check import packed_check_input
+from h3app.backend.transformer_check import packed_check_input
 from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, PristineStore
 from h3app.lora.layers import is_mergeable

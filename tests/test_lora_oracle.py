@@ -3,7 +3,7 @@ transformer, fp32) for the same PEFT-format adapter and alpha; fused h3app agree
 
 import pytest
 
-from h3app.commands.check import packed_check_input
+from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
 from h3app.settings import LoRASettings
 from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, max_rel_err

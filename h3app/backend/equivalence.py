@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..commands.check import CheckSetting, summarise_scales, with_rank_alpha
+from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
 from ..settings import LoRASettings
 from . import metrics
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result

@@ -20,8 +20,6 @@ from ..adapters import source as sources
 from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
-from ..commands.check import CheckSetting
-from ..errors import H3AppError
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
@@ -32,6 +30,7 @@ from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalenc
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
 from .grid import GridCell, GridPlan, plan_grid, run_grid
 from .media import write_thumbnail
+from .transformer_check import CheckSetting
 from .worker import JobContext, JobHandle, Worker
 
 DEMO_ADAPTERS_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"

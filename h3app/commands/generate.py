@@ -81,7 +81,6 @@ def adapters_from_args(args: argparse.Namespace) -> list:
 
 def run(args: argparse.Namespace) -> int:
     import os
-    from dataclasses import replace
 
     from ..backend.generation import GenerationRequest
     from ..backend.presets import resolve_presets

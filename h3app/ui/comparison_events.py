@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
-from ..commands.check import CheckSetting
+from ..backend.transformer_check import CheckSetting
 from ..errors import H3AppError
 from ..settings import check_alpha, check_strength
 from . import render

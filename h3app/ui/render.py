@@ -81,7 +81,8 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
             f"{esc(group_text)}</div>")
     parts = [card("info", body, testid="inspect-summary")]
     parts.append(match_preview(info))
-    warnings = [w for w in info.get("warnings") or () if "no alpha in the file" not in w]
+    # the alpha guess and unmatched keys have their own boxes; the rest is listed here
+    warnings = [w for w in info.get("warnings") or () if "no alpha in the file" not in w and "match no H3" not in w]
     if info.get("hints"):
         warnings.append("hints (shown, never applied): "
                         + ", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items()))

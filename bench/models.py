@@ -68,6 +68,15 @@ def build_transformer(config: Mapping[str, Any], *, seed: int = 0, dtype: torch.
     return model.to(device).eval()
 
 
+def shared_weight_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A second module tree over the *same* parameter and buffer tensors (no weight memory): adapters can be bound
+    to each copy independently — ours on one, PEFT on another — as long as neither writes the weights (unmerged)."""
+    import copy
+
+    memo = {id(tensor): tensor for tensor in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo)
+
+
 def packed_input(config: Mapping[str, Any], *, video_grid: tuple[int, int, int], audio_steps: int, text_rows: int,
                  seed: int = 0, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Keyword arguments of ``MiniMaxH3Transformer3DModel.forward`` for one packed sequence, laid out like

@@ -237,6 +237,10 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     unknown["blocks.0.attn.out_proj.lora_A.weight"]["dtype"] = "F128"
     add("unknown_dtype", "dtype F128 (not a safetensors dtype)",
         files.bytes("unknown_dtype.safetensors", raw_safetensors(unknown, data)), "header", r"unknown dtype")
+    listed = json.loads(json.dumps(header))
+    listed["blocks.0.attn.out_proj.lora_A.weight"]["dtype"] = ["F32"]
+    add("header_dtype_not_a_string", "a tensor's dtype is a JSON list, not a string",
+        files.bytes("dtype_list.safetensors", raw_safetensors(listed, data)), "header", r"dtype")
     duplicated = raw_safetensors(
         b'{"k.lora_A.weight":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
         b'"k.lora_A.weight":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}', b"\0" * 8)
@@ -463,6 +467,7 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("repo_id_double_dash", "repo id with '--'", "owner/bad--name", "source", r"not a valid Hub repo id")
     add("repo_id_space", "repo id with a space", "owner/bad name", "source", r"not a valid Hub repo id")
     add("source_empty", "an empty SOURCE", "   ", "source", r"SOURCE is empty")
+
     add("url_other_host", "a URL that is not the Hub", "https://example.com/lora.safetensors", "source",
         r"not a Hugging Face URL")
     add("url_file_scheme", "a file:// URL", "file:///etc/passwd", "source", r"only http\(s\) URLs")
@@ -477,6 +482,8 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("hosted_path_outside_allow_list", "a valid local adapter outside the server's allowed folders", good_path,
         "hosted", r"not allowed on this server")
     add("hosted_system_file", "/etc/passwd as SOURCE", "/etc/passwd", "hosted", r"not allowed on this server")
+    add("hosted_source_nul_byte", "a SOURCE with a NUL byte (pasted into the UI or sent through the API)",
+        "owner/na\x00me", "hosted", r"control character|NUL|not a (valid )?Hub repo id")
     return entries
 
 

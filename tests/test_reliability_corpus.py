@@ -42,7 +42,17 @@ PATTERN_NOT_REGEX = (
     "defect: h3app/adapters/alpha.py get_pattern_key() compiles alpha_pattern/rank_pattern keys as regexes; an "
     "invalid one raises re.error (a traceback) instead of one H3AppError line"
 )
+DTYPE_NOT_A_STRING = (
+    "defect: h3app/adapters/header.py parse_header() tests `dtype not in DTYPE_BITS` on any JSON value; a list or "
+    "object dtype raises TypeError (unhashable) instead of one H3AppError line"
+)
+NUL_IN_SOURCE = (
+    "defect: hosted mode only: h3app/adapters/source.py parse_source() → is_allowed_local_path() calls "
+    "os.path.realpath() on text with a NUL byte: ValueError ('embedded null byte') instead of one H3AppError line"
+)
 KNOWN_DEFECTS = {
+    "header_dtype_not_a_string": DTYPE_NOT_A_STRING,
+    "hosted_source_nul_byte": NUL_IN_SOURCE,
     "adapter_config_negative_alpha": NEGATIVE_CONFIG_ALPHA,
     "metadata_negative_alpha": NEGATIVE_CONFIG_ALPHA,
     "adapter_config_pattern_not_regex": PATTERN_NOT_REGEX,

@@ -12,7 +12,7 @@ import pytest
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
-from h3app.ui.generate_events import load_settings_view, read_settings_file, steps_note, with_trigger
+from h3app.ui.generate_events import apply_preset, load_settings_view, read_settings_file, steps_note, with_trigger
 from h3app.ui.scales import profile_view, relative_updates, scale_groups
 from h3app.ui.session import (MAX_HISTORY, RunningJobs, add_history, job_adapters, parse_adapters_json,
                               settings_from_json, with_adapter)
@@ -240,7 +240,7 @@ def test_load_settings_restores_controls_from_json(tmp_path):
     values = load_settings_view(str(path))
     assert values[:3] == ("t2va", "a fox's tail", 3) and values[4] == 5
     slot_1 = values[11:17]
-    assert slot_1[0] == "owner/repo" and slot_1[2] == "a" * 40 and slot_1[3] is True and slot_1[4] == 8.0
+    assert slot_1[0] == "owner/repo" and slot_1[2] == "a" * 40 and slot_1[3] is True and slot_1[4] == "8"
     assert slot_1[5] == 0.25
     assert values[17] == "other/repo" and values[20] is False
     assert values[-1] == "Settings restored."
@@ -266,3 +266,16 @@ def test_steps_note_and_trigger_word_follow_the_known_adapter():
     assert with_trigger("a dog", known) == "r34l1sm, a dog"
     assert with_trigger("R34L1SM a dog", known) == "R34L1SM a dog"
     assert with_trigger("a dog", None) == "a dog"
+
+
+def test_known_adapter_card_and_one_click_preset():
+    known = {"title": "LightX2V H3 Turbo 4-step v0.1 (544p)", "steps": 5, "shift": 12.0, "audio_shift": 3.0,
+             "scale": None, "workflow": "fl2va", "trigger": None, "alpha": 8.0, "notes": "<b>no alpha</b> in file"}
+    card = render.known_card(known)
+    assert "Known adapter: LightX2V H3 Turbo" in card and "steps 5" in card and "4 transformer evaluations" in card
+    assert "&lt;b&gt;no alpha&lt;/b&gt;" in card
+    scale, steps, shift, audio_shift, workflow, prompt = apply_preset({"known": known}, "a fox")
+    assert (steps, shift, audio_shift, workflow, prompt) == (5, 12.0, 3.0, "fl2va", "a fox")
+    assert scale == gr.skip()  # the registry gives no scale: the slider stays
+    with pytest.raises(gr.Error, match="no preset to apply"):
+        apply_preset({"known": None}, "a fox")

@@ -17,6 +17,7 @@ from ..adapters import source as sources
 from ..errors import H3AppError
 from ..settings import LoRASettings, check_alpha, check_strength
 from . import render
+from ..lora.profile import FAR_ABOVE_FACTOR
 from .scales import profile_basis, profile_view
 from .session import RunningJobs, session_key, settings_to_json, with_adapter
 
@@ -43,17 +44,22 @@ def implied_weight(source: str, weight_name: str | None) -> str | None:
     return weight_name
 
 
-def alpha_from_controls(override: bool, alpha: float | None) -> float | None:
-    """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0."""
+def alpha_from_controls(override: bool, alpha: float | str | None) -> float | None:
+    """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha box is
+    text, so that an empty box reads as empty rather than 0)."""
     if not override:
         return None
-    if alpha is None:
+    if alpha is None or (isinstance(alpha, str) and not alpha.strip()):
         raise H3AppError("Override alpha is ticked but no alpha is given: type one (e.g. 8) or untick Override.")
-    return check_alpha(float(alpha))
+    try:
+        value = float(alpha)
+    except ValueError:
+        raise H3AppError(f"alpha must be a number such as 8, got {alpha!r}.") from None
+    return check_alpha(value)
 
 
 def settings_from_controls(source: str | None, weight_name: str | None, revision: str | None, override: bool,
-                           alpha: float | None, strength: float, mode: str, qkv_layout: str = "auto"
+                           alpha: float | str | None, strength: float, mode: str, qkv_layout: str = "auto"
                            ) -> LoRASettings | None:
     """The panel's adapter settings; None when the source box is empty (no adapter in this slot)."""
     if not source or not str(source).strip():
@@ -140,17 +146,17 @@ class AdapterEvents:
         return data
 
     def inspect_view(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
-                     workflow: str, qkv_layout: str, override: bool, alpha: float | None, strength: float
+                     workflow: str, qkv_layout: str, override: bool, alpha: float | str | None, strength: float
                      ) -> tuple[Any, ...]:
-        """Inspect and render: (info, inspect card, alpha card, readout, known card, preset button, targets table,
-        JSON, alpha box). With Override off, the alpha box shows the chain's value as a starting point."""
+        """Inspect and render: (info, inspect card, alpha card, readout, known card, known-card box visibility,
+        targets table, JSON, alpha box). With Override off, the alpha box shows the chain's value as a starting point."""
         info = self.inspect(source, weight_name, revision, token, workflow, qkv_layout)
-        alpha_box = gr.skip() if override else (info["alpha"] if info.get("alpha") is not None else None)
+        alpha_box = gr.skip() if override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
         return (info, render.inspect_card(info, info.get("name", "")), *self.readout(info, override, alpha, strength),
                 render.known_card(info.get("known")), gr.update(visible=bool(info.get("known"))),
                 pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS), info, alpha_box)
 
-    def readout(self, info: dict[str, Any] | None, override: bool, alpha: float | None, strength: float
+    def readout(self, info: dict[str, Any] | None, override: bool, alpha: float | str | None, strength: float
                 ) -> tuple[str, str]:
         """(alpha card, effective-scale readout) — pure math, run on every slider move."""
         try:
@@ -191,7 +197,7 @@ class AdapterEvents:
         return with_adapter(session, slot, settings), result
 
     def load_view(self, session: dict[str, Any] | None, slot: str, source: str | None, weight_name: str | None,
-                  revision: str | None, override: bool, alpha: float | None, strength: float, mode: str,
+                  revision: str | None, override: bool, alpha: float | str | None, strength: float, mode: str,
                   qkv_layout: str, workflow: str, token: str | None, request: gr.Request | None = None,
                   progress: Any = None) -> tuple[Any, ...]:
         """Load and render: (session, info, report card, profile basis, group plot, block plot, profile note,
@@ -211,13 +217,14 @@ class AdapterEvents:
         return (session, info, render.report_card(result.report.to_json(), result.provenance), basis,
                 *self.profile(basis, override, alpha, strength), gr.update(visible=basis is not None))
 
-    def profile(self, basis: dict[str, Any] | None, override: bool, alpha: float | None, strength: float
+    def profile(self, basis: dict[str, Any] | None, override: bool, alpha: float | str | None, strength: float
                 ) -> tuple[Any, Any, str]:
-        """(by-group bar data, by-block bar data, note) of the loaded adapter at the current alpha/strength."""
-        empty = pd.DataFrame({"group": [], "relative update": []})
+        """(by-group bars, by-block bars, note) of the loaded adapter at the current alpha/strength; the bars are
+        ``gr.update``s carrying a DataFrame (``value``) and a y axis that starts at 0."""
         if not basis:
-            return empty, pd.DataFrame({"block": [], "relative update": []}), render.placeholder(
-                "Load the adapter to measure where it acts and how hard (relative update ‖ΔW‖/‖W‖ per layer).")
+            return (gr.update(value=pd.DataFrame({"group": [], "relative update": []})),
+                    gr.update(value=pd.DataFrame({"block": [], "relative update": []})),
+                    render.placeholder("Load the adapter to measure where it acts and how hard."))
         try:
             used = alpha_from_controls(override, alpha)
             strength = check_strength(float(strength))
@@ -225,14 +232,17 @@ class AdapterEvents:
             return gr.skip(), gr.skip(), gr.skip()
         view = profile_view(basis, used, strength)
         low, high = basis["usual_range"]
-        ratio = view.median / high if high else 0.0
-        position = (f"{ratio:.3g}× above the top of" if view.median > high else
+        far_above = view.median > FAR_ABOVE_FACTOR * high
+        position = (f"{view.median / high:.3g}× the top of" if view.median > high else
                     "below" if view.median < low else "inside")
-        text = (f"median relative update <b>{view.median:.3g}</b> — {position} the usual {low:g}–{high:g} of a "
-                f"well-scaled LoRA fine-tune (a heuristic).")
-        note = render.card("bad" if view.warning else "plain", (f"<b>⚠ {render.esc(view.warning)}</b><br>" if view.warning
-                                                                 else "") + text, testid="profile-note")
-        return pd.DataFrame(view.by_group), pd.DataFrame(view.by_block), note
+        text = (f"median relative update ‖ΔW‖/‖W‖ <b>{view.median:.3g}</b> — {position} the usual {low:g}–{high:g} "
+                f"of a well-scaled LoRA fine-tune (a heuristic).")
+        kind = "bad" if view.warning else "warn" if far_above else "plain"
+        note = render.card(kind, (f"<b>⚠ {render.esc(view.warning)}</b><br>" if view.warning else "") + text,
+                           testid="profile-note")
+        by_group, by_block = pd.DataFrame(view.by_group), pd.DataFrame(view.by_block)
+        top = max([*by_group["relative update"], *by_block["relative update"], 0.0]) * 1.15 or 1.0
+        return (gr.update(value=by_group, y_lim=[0, top]), gr.update(value=by_block, y_lim=[0, top]), note)
 
     # --------------------------------------------------------------------------------------------- sessions
     def set_lora(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:

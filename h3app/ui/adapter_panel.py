@@ -32,11 +32,12 @@ class AdapterSlot:
     inspect_html: gr.HTML
     alpha_html: gr.HTML
     known_html: gr.HTML
+    known_box: gr.Column
     preset_button: gr.Button
     targets: gr.Dataframe
     info_json: gr.JSON
     override: gr.Checkbox
-    alpha: gr.Number
+    alpha: gr.Textbox
     strength: gr.Slider
     readout: gr.HTML
     report_html: gr.HTML
@@ -52,8 +53,9 @@ class AdapterSlot:
         return [self.source, self.weight, self.revision, self.override, self.alpha, self.strength, self.qkv_layout]
 
 
-def build_adapter_slot(events: AdapterEvents, slot: str) -> AdapterSlot:
-    """Lay out one slot inside the current Blocks context."""
+def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
+    """Lay out one slot inside the current Blocks context; ``mode`` (the LoRA mode shared by every adapter of a job)
+    is rendered inside this slot's strength box when given."""
     prefix = f"slot{slot}"
     demos = events.demo_choices()
     with gr.Group(elem_classes=["h3-panel"]):
@@ -75,9 +77,10 @@ def build_adapter_slot(events: AdapterEvents, slot: str) -> AdapterSlot:
     inspect_html = gr.HTML(render.placeholder("Inspect reads the file's header — format, rank, targets, alpha — "
                                               "before anything is downloaded."), elem_id=f"{prefix}-inspect-card")
     alpha_html = gr.HTML("", elem_id=f"{prefix}-alpha-card")
-    known_html = gr.HTML("", elem_id=f"{prefix}-known-card")
-    preset_button = gr.Button("Apply preset (steps, shifts, scale, trigger)", visible=False, size="sm",
-                              elem_id=f"{prefix}-preset")
+    with gr.Column(visible=False) as known_box:  # shown for adapters in the registry of known adapters
+        known_html = gr.HTML("", elem_id=f"{prefix}-known-card")
+        preset_button = gr.Button("Apply preset (steps, shifts, scale, trigger)", size="sm",
+                                  elem_id=f"{prefix}-preset")
     with gr.Accordion("Targets by group · raw inspect JSON", open=False):
         targets = gr.Dataframe(headers=render.TARGET_COLUMNS, interactive=False, wrap=True)
         info_json = gr.JSON(label="inspect --json", open=False)
@@ -89,25 +92,26 @@ def build_adapter_slot(events: AdapterEvents, slot: str) -> AdapterSlot:
         with gr.Row(equal_height=True):
             override = gr.Checkbox(label="Override alpha", value=False, scale=1, elem_id=f"{prefix}-override",
                                    info="off = the file's alpha chain")
-            alpha = gr.Number(label="alpha", value=None, placeholder="auto", scale=1, elem_id=f"{prefix}-alpha",
-                              info="typing a value ticks Override")
+            alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
+                               elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
         strength = gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
                              elem_id=f"{prefix}-scale", buttons=["reset"],
                              info="negative values push the other way (slider LoRAs)")
+        if mode is not None:
+            mode.render()
     readout = gr.HTML(render.readout_html(None, None, 1.0), elem_id=f"{prefix}-readout")
     report_html = gr.HTML("", elem_id=f"{prefix}-report")
     with gr.Column(visible=False) as profile_box:
         gr.Markdown("**Strength profile** — where the adapter acts, and how hard (redrawn as alpha and scale "
                     "change)", elem_classes=["h3-subhead"])
-        with gr.Row():
-            group_plot = gr.BarPlot(x="group", y="relative update", title="by group", height=200,
-                                    y_title="median ‖ΔW‖/‖W‖", x_title="")
-            block_plot = gr.BarPlot(x="block", y="relative update", title="by block", height=200,
-                                    y_title="median ‖ΔW‖/‖W‖", x_title="", sort=None)
+        group_plot = gr.BarPlot(x="group", y="relative update", title="by group", height=170,
+                                y_title="median ‖ΔW‖/‖W‖", x_title="", show_label=False)
+        block_plot = gr.BarPlot(x="block", y="relative update", title="by block", height=170,
+                                y_title="median ‖ΔW‖/‖W‖", x_title="", sort=None, show_label=False)
         profile_html = gr.HTML(render.placeholder("Load the adapter to measure where it acts and how hard."),
                                elem_id=f"{prefix}-profile-note")
     return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
-                       inspect_html, alpha_html, known_html, preset_button, targets, info_json, override, alpha,
+                       inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override, alpha,
                        strength, readout, report_html, profile_box, group_plot, block_plot, profile_html, gr.State(None),
                        gr.State(None))
 
@@ -117,7 +121,7 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     """Bind the slot's events: listing, inspect, readout (off the queue), load (on the GPU queue)."""
     inspect_inputs = [ui.source, ui.weight, ui.revision, token, workflow, ui.qkv_layout, ui.override, ui.alpha,
                       ui.strength]
-    inspect_outputs = [ui.info, ui.inspect_html, ui.alpha_html, ui.readout, ui.known_html, ui.preset_button,
+    inspect_outputs = [ui.info, ui.inspect_html, ui.alpha_html, ui.readout, ui.known_html, ui.known_box,
                        ui.targets, ui.info_json, ui.alpha]
     cleared = [ui.basis, ui.report_html, ui.profile_box]
 
@@ -146,7 +150,7 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
                 render.readout_html(None, None, 1.0), "", gr.update(visible=False), None, "", gr.update(visible=False))
 
     ui.source.input(forget, [ui.source], [ui.info, ui.inspect_html, ui.alpha_html, ui.readout, ui.known_html,
-                                          ui.preset_button, ui.basis, ui.report_html, ui.profile_box], **CHEAP)
+                                          ui.known_box, ui.basis, ui.report_html, ui.profile_box], **CHEAP)
     ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
 
     strength_inputs = [ui.info, ui.override, ui.alpha, ui.strength]
@@ -155,7 +159,7 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
         trigger(events.profile, [ui.basis, ui.override, ui.alpha, ui.strength],
                 [ui.group_plot, ui.block_plot, ui.profile_html], **CHEAP)
 
-    def load(session_value: Any, source: str, weight: str, revision: str, override: bool, alpha: float,
+    def load(session_value: Any, source: str, weight: str, revision: str, override: bool, alpha: str,
              strength: float, mode_value: str, qkv: str, workflow_value: str, token_value: str,
              request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, ...]:
         return events.load_view(session_value, ui.slot, source, weight, revision, override, alpha, strength,

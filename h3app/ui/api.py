@@ -86,8 +86,8 @@ class ApiEvents:
 
     def generate(self, session: dict[str, Any] | None, prompt: str, seed: float, steps: float, duration: float,
                  height: float, width: float, shift: float, audio_shift: float, workflow: str,
-                 first_frame: str | None, last_frame: str | None, references: list[Any] | None, adapters_json: str,
-                 token: str, request: gr.Request = None, progress: Any = gr.Progress()
+                 first_frame: str | None = None, last_frame: str | None = None, references: list[Any] | None = None,
+                 adapters_json: str = "", token: str = "", request: gr.Request = None, progress: Any = gr.Progress()
                  ) -> tuple[Any, dict[str, Any]]:
         """One generation → (mp4 with audio, ``generate --json`` + settings)."""
         try:
@@ -103,11 +103,11 @@ class ApiEvents:
 
     def check_equivalence(self, session: dict[str, Any] | None, prompt: str, seed: float, steps: float,
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
-                          scale_b: float, adapter_json: str, token: str, request: gr.Request = None,
+                          scale_b: float, adapters_json: str, token: str, request: gr.Request = None,
                           progress: Any = gr.Progress()) -> dict[str, Any]:
         """A vs B vs the alpha = rank fallback (+ A-vs-A control) through the full pipeline → ``check --json``."""
         try:
-            session, adapters = _adapters(session, adapter_json)
+            session, adapters = _adapters(session, adapters_json)
         except H3AppError as error:
             raise user_error(error) from error
         probe = {"adapters": {str(i + 1): a for i, a in enumerate(_as_json(adapters))}}
@@ -119,11 +119,11 @@ class ApiEvents:
         return result.to_json()
 
     def grid(self, session: dict[str, Any] | None, prompt: str, steps: float, duration: float, height: float,
-             width: float, alphas: str, scales: str, seeds: str, adapter_json: str, token: str,
+             width: float, alphas: str, scales: str, seeds: str, adapters_json: str, token: str,
              request: gr.Request = None, progress: Any = gr.Progress()) -> Iterator[list[dict[str, Any]]]:
         """Alpha × scale × seed cells as they finish (a growing list of cell JSON, distances to no-LoRA)."""
         try:
-            session, adapters = _adapters(session, adapter_json)
+            session, adapters = _adapters(session, adapters_json)
         except H3AppError as error:
             raise user_error(error) from error
         probe = {"adapters": {str(i + 1): a for i, a in enumerate(_as_json(adapters))}}

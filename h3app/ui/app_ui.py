@@ -73,10 +73,11 @@ def build_app(backend: Any) -> gr.Blocks:
         with gr.Row(equal_height=False):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")
-                slot_1 = build_adapter_slot(adapter_events, "1")
-                mode = gr.Radio(["unmerged", "merged"], value="unmerged", label="LoRA mode", elem_id="mode",
+                mode = gr.Radio(["unmerged", "merged"], value="unmerged", label="LoRA mode (every adapter)",
+                                elem_id="mode", render=False,
                                 info="unmerged: exact, alpha/scale changes are free · merged: faster steps, "
                                      "re-merged from a pristine copy on change")
+                slot_1 = build_adapter_slot(adapter_events, "1", mode)
                 with gr.Accordion("Hugging Face token (private or gated repos)", open=False):
                     token = gr.Textbox(label="HF token", type="password", placeholder="hf_…", elem_id="token",
                                        info="sent with this request only; never stored or logged")
@@ -149,6 +150,7 @@ def _wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slot_1: Ada
         [session, mode, *request_inputs, grid.alphas, grid.scales, grid.seeds, token],
         [grid.gallery, grid.table, grid.status, session, grid.cells], **GPU)
     gridded.then(comparisons.history_view, [session], history_outputs, **CHEAP)
+    gridded.then(comparisons.estimate, [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
     gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], comparisons.estimate,
           [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
 
@@ -176,7 +178,7 @@ def _wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slot_1: Ada
                          [slot.source, slot.weight, slot.revision, token, request.workflow, slot.qkv_layout,
                           slot.override, slot.alpha, slot.strength],
                          [slot.info, slot.inspect_html, slot.alpha_html, slot.readout, slot.known_html,
-                          slot.preset_button, slot.targets, slot.info_json, slot.alpha], api_visibility="private",
+                          slot.known_box, slot.targets, slot.info_json, slot.alpha], api_visibility="private",
                          concurrency_id="inspect", concurrency_limit=4)
 
 

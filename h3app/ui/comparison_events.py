@@ -170,6 +170,10 @@ class ComparisonEvents:
         """Generator: (gallery, table, status, session) after each finished cell."""
         fields = (workflow, prompt, seed, steps, duration, height, width, shift, audio_shift, first_frame,
                   last_frame, references)
+        try:
+            columns = len(self.plan(alphas, scales, seeds).strengths)  # rows = alphas, columns = scales
+        except (H3AppError, ValueError) as error:
+            raise user_error(H3AppError(str(error))) from error
         gallery: list[tuple[str, str]] = []
         rows: list[list[Any]] = []
         cells = []
@@ -181,7 +185,8 @@ class ComparisonEvents:
                          "inf" if not math.isfinite(cell.baseline_psnr) else round(cell.baseline_psnr, 2),
                          round(cell.baseline_max_abs_diff, 4), cell.hash[:19], round(cell.seconds, 2)])
             cells.append(cell)
-            yield gallery, pd.DataFrame(rows, columns=GRID_COLUMNS), self._grid_status(cells), gr.skip(), cells_state(cells)
+            yield (gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
+                   self._grid_status(cells), gr.skip(), cells_state(cells))
         for cell in cells:
             alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
             session = add_history(session, {"kind": "grid", "label": f"grid α{alpha}×{cell.strength:g} seed {cell.seed}",
@@ -189,8 +194,8 @@ class ComparisonEvents:
                                             "hash": cell.hash, "settings": {"alpha": cell.alpha,
                                                                             "strength": cell.strength,
                                                                             "seed": cell.seed}})
-        yield gallery, pd.DataFrame(rows, columns=GRID_COLUMNS), self._grid_status(cells, done=True), session, \
-            cells_state(cells)
+        yield (gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
+               self._grid_status(cells, done=True), session, cells_state(cells))
 
     @staticmethod
     def _grid_status(cells: list[Any], done: bool = False) -> str:

@@ -221,11 +221,12 @@ def load_settings_view(path: str | None) -> tuple[Any, ...]:
     for slot in ("1", "2"):
         adapter = controls[f"slot{slot}"]
         if adapter is None:
-            values += ["", gr.update(choices=[], value=None), "", False, None, 1.0]
+            values += ["", gr.update(choices=[], value=None), "", False, "", 1.0]
         else:
             weight = adapter["weight_name"]
+            alpha = "" if adapter["alpha"] is None else f"{float(adapter['alpha']):g}"
             values += [adapter["source"], gr.update(choices=[weight] if weight else [], value=weight),
-                       adapter["revision"], adapter["override"], adapter["alpha"], adapter["strength"]]
+                       adapter["revision"], adapter["override"], alpha, adapter["strength"]]
     missing = [k for k in ("first_frame", "last_frame") if data["request"].get(k)]
     if data["request"].get("references"):
         missing.append("references")

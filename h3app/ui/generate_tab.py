@@ -59,7 +59,7 @@ def build_request_controls() -> RequestControls:
             steps = gr.Slider(2, 60, value=5, step=1, label="Steps", info=STEPS_HELP, elem_id="steps")
             duration = gr.Slider(MIN_SECONDS, MAX_SECONDS, value=MIN_SECONDS, step=0.5, label="Duration (s)")
         note = gr.Markdown(steps_note(5, None), elem_classes=["h3-note"])
-        with gr.Accordion("Canvas and flow shifts (empty = model default)", open=False):
+        with gr.Accordion("Canvas and flow shifts (0 = model default)", open=False):
             with gr.Row():
                 height = gr.Number(label="Height (px)", value=None, precision=0, minimum=0, elem_id="height")
                 width = gr.Number(label="Width (px)", value=None, precision=0, minimum=0, elem_id="width")

@@ -76,16 +76,17 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
         chip(format_bytes(info.get("file_bytes"))),
     ] + ([chip("rsLoRA (alpha / √rank)", "h3-chip-strong")] if info.get("use_rslora") else []))
     title = f'<div class="h3-title">{esc(name)}</div>' if name else ""
+    hints = ""
+    if info.get("hints"):
+        hints = ("<div class='h3-small'>trainer hints (shown, never applied): "
+                 + esc(", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items())) + "</div>")
     body = (f"{title}<div>{chips}</div>"
             f"<div class='h3-row'><b>rank</b> {esc(rank_text)} &nbsp;·&nbsp; <b>{info.get('num_targets', 0)} targets</b>: "
-            f"{esc(group_text)}</div>")
+            f"{esc(group_text)}</div>{hints}")
     parts = [card("info", body, testid="inspect-summary")]
     parts.append(match_preview(info))
     # the alpha guess and unmatched keys have their own boxes; the rest is listed here
     warnings = [w for w in info.get("warnings") or () if "no alpha in the file" not in w and "match no H3" not in w]
-    if info.get("hints"):
-        warnings.append("hints (shown, never applied): "
-                        + ", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items()))
     if warnings:
         parts.append(card("warn", "<b>Warnings</b>" + _bullets(warnings)))
     return "".join(parts)
@@ -132,17 +133,12 @@ TARGET_COLUMNS = ["group", "targets", "rank", "alpha", "alpha source"]
 
 
 def alpha_card(info: Mapping[str, Any], alpha: float | None) -> str:
-    """Alpha and where it came from — amber with the factor at stake when it is only the "alpha = rank" guess."""
-    source = "explicit" if alpha is not None else info.get("alpha_source", "mixed")
-    if alpha is not None:
-        value = f"{alpha:g}"
-    elif info.get("alpha") is not None:
-        value = f"{float(info['alpha']):g}"
-    else:
-        value = "per module"
+    """Alpha and where it came from — amber with the factor at stake when it is only the "alpha = rank" guess;
+    an override also names what the file would have given."""
     if relies_on_rank_fallback(info, alpha):
         ranks = sorted(set((info.get("ranks") or {}).values()))
         top = max(ranks) if ranks else 0
+        value = f"{float(info['alpha']):g}" if info.get("alpha") is not None else "= rank"
         risk = (f"If it was trained with alpha 8, this is {top / 8:g}× too strong" if top > 8 else
                 "If it was trained with a smaller alpha, this is rank/alpha times too strong")
         return card("warn", f"<div class='h3-big'>⚠ alpha {esc(value)} — a guess</div>"
@@ -150,15 +146,23 @@ def alpha_card(info: Mapping[str, Any], alpha: float | None) -> str:
                             f"({esc(', '.join(map(str, ranks)))}) is assumed. {esc(risk)} (LightX2V's rank-128 Turbo "
                             f"expects 8: at alpha = rank it is 16× too strong). Check the model card and set "
                             f"<b>Override alpha</b> if it gives one.", testid="alpha-card")
-    per_module = ""
-    if alpha is None and info.get("alpha") is None:
-        counts: dict[str, int] = {}
-        for target, a in (info.get("alphas") or {}).items():
-            key = f"{float(a):g} ({SOURCE_NAMES.get((info.get('alpha_sources') or {}).get(target), '?')})"
-            counts[key] = counts.get(key, 0) + 1
-        per_module = "<br>" + esc(_count_list(counts))
-    return card("ok", f"<div class='h3-big'>alpha {esc(value)}</div>from {esc(SOURCE_NAMES.get(source, source))}"
-                      f"{per_module}", testid="alpha-card")
+    value, origin = _chain(info)
+    if alpha is not None:
+        return card("ok", f"<div class='h3-big'>alpha {alpha:g}</div>from your override · the file gives "
+                          f"{esc(value)} ({esc(origin)})", testid="alpha-card")
+    return card("ok", f"<div class='h3-big'>alpha {esc(value)}</div>from {esc(origin)}", testid="alpha-card")
+
+
+def _chain(info: Mapping[str, Any]) -> tuple[str, str]:
+    """(value, where from) of the alpha chain: one value, or per module with each value's source and count."""
+    if info.get("alpha") is not None and info.get("alpha_source") not in (None, "mixed"):
+        return f"{float(info['alpha']):g}", SOURCE_NAMES.get(info["alpha_source"], info["alpha_source"])
+    counts: dict[str, int] = {}
+    sources = info.get("alpha_sources") or {}
+    for target, value in (info.get("alphas") or {}).items():
+        key = f"{float(value):g} from {SOURCE_NAMES.get(sources.get(target), '?')}"
+        counts[key] = counts.get(key, 0) + 1
+    return "per module", _count_list(counts)
 
 
 def known_card(known: Mapping[str, Any] | None) -> str:
@@ -281,8 +285,9 @@ def verdict_html(result: Mapping[str, Any]) -> str:
         return f"alpha {alpha} × scale {float(column['strength']):g}"
 
     fallback = (f"The old fallback (alpha = rank, scale 1) differs from A by up to "
-                f"{float(result['fallback_max_abs_diff']):.3g} (effective scale {_scale_text(result['effective_scale_fallback'])}"
-                f" vs {_scale_text(result['effective_scale_a'])}).")
+                f"{float(result['fallback_max_abs_diff']):.3g}: effective scale "
+                f"{_scale_text(result['effective_scale_fallback'])} vs {_scale_text(result['effective_scale_a'])}"
+                f"{_ratio_text(result['effective_scale_fallback'], result['effective_scale_a'])}.")
     if result["identical"]:
         head = "<div class='h3-big h3-verdict' data-testid='verdict'>IDENTICAL ✔ bit for bit</div>"
         body = (f"{head}A ({esc(setting(a))}) and B ({esc(setting(b))}) give the same output: "
@@ -296,6 +301,13 @@ def verdict_html(result: Mapping[str, Any]) -> str:
     return card("bad", body, testid="verdict-card")
 
 
+def _ratio_text(fallback: Any, a: Any) -> str:
+    if isinstance(fallback, Mapping) or isinstance(a, Mapping) or not float(a):
+        return ""
+    ratio = float(fallback) / float(a)
+    return f" — {ratio:.3g}× as strong" if abs(ratio - 1.0) > 1e-9 else ""
+
+
 def _scale_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"rank {k}: {float(v):.4g}" for k, v in value.items())
@@ -303,7 +315,10 @@ def _scale_text(value: Any) -> str:
 
 
 def column_caption(column: Mapping[str, Any]) -> str:
-    alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
+    if column["label"] == "fallback":
+        alpha = "= rank"
+    else:
+        alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
     return (f"**{column['label']}** — alpha {alpha} × scale {float(column['strength']):g} → effective "
             f"{_scale_text(column['effective_scale'])}  \n`{column['hash'][:23]}…`")
 

@@ -1,0 +1,256 @@
+"""``python -m bench.gpu``: the full-size H3 transformer on one CUDA GPU (H100/H200, ≥ 80 GB) — one denoising step
+at 544p and 768p with no LoRA, an unmerged and a merged rank-128 adapter, and the alpha re-apply times.
+
+The transformer is diffusers' ``MiniMaxH3Transformer3DModel()`` with the published config (50 + 2 blocks, hidden
+5376, 33.1 B parameters), built directly on the GPU in bf16 with random weights (61.7 GiB; the checkpoint's float32
+islands — patch projections, timestep MLP, output heads, rope — stay float32 as ``from_pretrained`` keeps them), so
+no 62 GB download is needed. The adapter is a LightX2V-shaped rank-128 file (624 tensors, 1.29 GiB bf16, alpha 8),
+written once to the bench cache and loaded through h3app's normal path.
+
+One denoising step is one transformer forward on a packed sequence of a real request's size
+(``bench.models.sequence_rows``): 960×544 × 124 frames → 18,870 video + 414 audio + 256 text rows; 1344×768 → 37,296
+video rows. Times use CUDA events around synchronised calls; the median of ``--repeats`` runs after a warm-up.
+
+Reported, per resolution: base forward; unmerged forward (ratio to base; theory ≈ 1.02); merged forward (≈ 1.0);
+optionally PEFT's unmerged forward (``--peft``). Once: attach (read + normalise + bind), an unmerged alpha change,
+the switch to merged mode (pristine copies to host RAM + merge), and a merged alpha re-apply (re-merge of 312
+layers from the host copies). Needs ~70 GB of GPU memory and ~40 GB of free host RAM for merged mode (else merged
+rows are skipped with the reason).
+
+Refuses with exit status 2 and one line on stderr when no CUDA device is present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
+DEFAULT_FRAMES = 124
+RANK = 128
+ADAPTER = "bench"
+NO_CUDA_MESSAGE = ("bench/gpu.py needs a CUDA GPU (H100/H200 class, >= 80 GB) and found none; "
+                   "run `python -m bench` for the CPU benchmarks instead.")
+
+
+def parse_resolutions(text: str) -> list[str]:
+    """``"544p,768p"`` → ``["544p", "768p"]``; anything else is an error naming the choices."""
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    unknown = [name for name in names if name not in RESOLUTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"resolutions are a comma-separated list of {', '.join(RESOLUTIONS)}; "
+                                         f"got {text!r}")
+    return list(dict.fromkeys(names))
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--resolutions", type=parse_resolutions, default=list(RESOLUTIONS), metavar="544p,768p")
+    parser.add_argument("--frames", type=_positive, default=DEFAULT_FRAMES, help="pixel frames (17n+5; default 124)")
+    parser.add_argument("--repeats", type=_positive, default=3, help="timed runs per measurement (default 3)")
+    parser.add_argument("--text-rows", type=_positive, default=256, help="text rows in the packed sequence")
+    parser.add_argument("--no-merged", action="store_true", help="skip merged mode (needs ~40 GB of host RAM)")
+    parser.add_argument("--peft", action="store_true", help="also time PEFT's unmerged forward (diffusers loader)")
+    parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v into to_qkv before attaching")
+    parser.add_argument("--cache-dir", type=Path, default=None, help="adapter file cache (default as `python -m bench`)")
+    parser.add_argument("--device", default="cuda", help="CUDA device (default cuda)")
+    return parser
+
+
+def cuda_device(name: str) -> Any:
+    """The CUDA device to run on, or None when CUDA is not available (or ``name`` is not a CUDA device)."""
+    import torch
+
+    if not name.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    return torch.device(name)
+
+
+def build_full_size(device: Any) -> Any:
+    """diffusers' full-size H3 transformer, bf16, random weights, built on ``device`` (float32 islands kept)."""
+    import torch
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # allocate bf16 directly: an fp32 build would need 124 GB
+    try:
+        with torch.device(device):
+            model = MiniMaxH3Transformer3DModel()
+    finally:
+        torch.set_default_dtype(previous)
+    for name, module in model.named_modules():
+        if any(keep in name for keep in model._keep_in_fp32_modules) and name:
+            module.to(torch.float32)
+    model.rope.inv_freq = model.rope.inv_freq.float()
+    return model.eval().requires_grad_(False)
+
+
+def time_cuda(operation: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    """Median seconds of ``operation`` between synchronised CUDA events."""
+    import torch
+
+    for _ in range(warmup):
+        operation()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        operation()
+        end.record()
+        torch.cuda.synchronize()
+        runs.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(runs)
+
+
+def time_host(operation: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    """Median wall seconds of ``operation`` (synchronised), for host-side work such as attach."""
+    import torch
+
+    for _ in range(warmup):
+        operation()
+    runs = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        operation()
+        torch.cuda.synchronize()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, str]]:
+    """The measurements as ``(what, resolution, seconds, note)`` rows."""
+    import torch
+
+    from h3app.adapters.normalise import load_adapter
+    from h3app.errors import H3AppError
+    from h3app.lora.engine import LoRAEngine
+    from h3app.model.loader import fuse_qkv
+    from h3app.model.shapes import FULL_SIZE_CONFIG, transformer_shapes
+    from h3app.settings import LoRASettings
+
+    from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout
+    from .models import packed_input, sequence_rows
+    from .p4_forward import theoretical_ratio
+
+    rows: list[tuple[str, str, float, str]] = []
+    path, _ = cached_adapter_file(args.cache_dir or default_cache_dir(), "lightx2v-full",
+                                  lightx2v_layout(FULL_SIZE_CONFIG, RANK, torch.bfloat16), {"alpha": "8"})
+    print(f"building the full-size transformer on {device} (bf16) …", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    model = build_full_size(device)
+    if args.fuse_qkv:
+        fuse_qkv(model)
+    rows.append(("build full-size transformer on the GPU", "", time.perf_counter() - started,
+                 f"{sum(p.numel() for p in model.parameters()) / 1e9:.1f} B parameters"))
+    engine = LoRAEngine(model)
+    shapes = transformer_shapes(FULL_SIZE_CONFIG)
+    settings = LoRASettings(source=str(path), alpha=8.0)
+
+    def attach() -> None:
+        engine.attach(load_adapter(path, shapes=shapes), settings, ADAPTER)
+
+    def reattach() -> None:
+        engine.detach(ADAPTER)
+        attach()
+
+    attach()
+    rows.append(("attach (read + normalise + bind), unmerged", "", time_host(reattach, args.repeats), path.name))
+    alpha = [8.0]
+
+    def flip_alpha() -> None:
+        alpha[0] = 16.0 if alpha[0] == 8.0 else 8.0
+        engine.set_lora(ADAPTER, alpha=alpha[0])
+
+    rows.append(("alpha change, unmerged (set_lora)", "", time_host(flip_alpha, args.repeats), "O(1)"))
+
+    inputs = {}
+    for name in args.resolutions:
+        height, width = RESOLUTIONS[name]
+        seq = sequence_rows(height, width, args.frames, args.text_rows)
+        inputs[name] = (seq, packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"],
+                                                                        seq["grid_w"]),
+                                          audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device))
+
+    def forward(batch: dict) -> Callable[[], Any]:
+        def call() -> Any:
+            with torch.no_grad():
+                return model(**batch)
+        return call
+
+    for name, (seq, batch) in inputs.items():
+        tokens = seq["video"] + seq["audio"] + seq["text"]
+        theory = theoretical_ratio(FULL_SIZE_CONFIG, tokens, seq["text"])
+        print(f"{name}: {tokens} tokens …", file=sys.stderr, flush=True)
+        unmerged = time_cuda(forward(batch), args.repeats)
+        engine.detach(ADAPTER)
+        base = time_cuda(forward(batch), args.repeats)
+        rows.append(("one denoising step, no LoRA", name, base, f"{tokens:,} tokens"))
+        rows.append(("one denoising step, unmerged rank 128", name, unmerged,
+                     f"{unmerged / base:.3f}× base (theory {theory:.3f}×, goal ≤ 1.1×)"))
+        if args.peft:
+            from .peers import diffusers_attach, diffusers_detach, quiet_diffusers
+
+            quiet_diffusers()
+            diffusers_attach(model, path)
+            peft = time_cuda(forward(batch), args.repeats)
+            diffusers_detach(model)
+            rows.append(("one denoising step, PEFT unmerged rank 128", name, peft,
+                         f"ours / PEFT = {unmerged / peft:.3f}× (goal ≤ 1×)"))
+        attach()
+
+    if not args.no_merged:
+        try:
+            started = time.perf_counter()
+            engine.set_mode("merged")
+            torch.cuda.synchronize()
+            rows.append(("switch to merged (pristine copies + merge)", "", time.perf_counter() - started,
+                         "host RAM copies of the 312 targeted weights"))
+            rows.append(("alpha re-apply, merged (re-merge 312 layers)", "", time_host(flip_alpha, args.repeats),
+                         "from the pristine host copies"))
+            for name, (seq, batch) in inputs.items():
+                rows.append(("one denoising step, merged", name, time_cuda(forward(batch), args.repeats),
+                             "no per-forward overhead expected"))
+            engine.set_mode("unmerged")
+        except H3AppError as error:
+            rows.append(("merged mode", "", float("nan"), f"skipped: {error}"))
+    engine.detach()
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    device = cuda_device(args.device)
+    if device is None:
+        print(NO_CUDA_MESSAGE, file=sys.stderr)
+        return 2
+    import torch
+
+    properties = torch.cuda.get_device_properties(device)
+    print(f"## h3app GPU benchmark\n\nGPU: {properties.name}, {properties.total_memory / 2**30:.0f} GiB; torch "
+          f"{torch.__version__}; frames {args.frames}; rank {RANK}; fused QKV {args.fuse_qkv}.\n")
+    rows = run(args, device)
+    print("| what | resolution | median | note |\n|---|---|---|---|")
+    for what, resolution, seconds, note in rows:
+        shown = "—" if seconds != seconds else (f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s")
+        print(f"| {what} | {resolution or '—'} | {shown} | {note} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

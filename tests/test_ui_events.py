@@ -1,0 +1,329 @@
+"""The UI's event functions called directly, on a real ``Backend("tiny")`` with the demo adapters.
+
+Generations use 2 steps on a 32×32 canvas to stay fast on two cores.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from h3app.backend import media
+from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
+from h3app.ui.adapter_events import AdapterEvents, implied_weight
+from h3app.ui.app_ui import header_html, launch_kwargs
+from h3app.ui.comparison_events import ComparisonEvents
+from h3app.ui.generate_events import GenerateEvents, load_settings_view
+from h3app.ui.session import RunningJobs, new_session
+
+NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
+KOHYA = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
+RSLORA_FOLDER = str(DEMO_ADAPTERS_DIR / "peft_rslora")
+FAST = {"steps": 2, "duration": 5.0, "height": 32, "width": 32}
+
+
+class Request:
+    """What Gradio hands an event: the session hash (events key their running job by it)."""
+
+    def __init__(self, session_hash: str) -> None:
+        self.session_hash = session_hash
+
+
+@pytest.fixture(scope="module")
+def backend():
+    backend = Backend("tiny")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    return RunningJobs()
+
+
+@pytest.fixture(scope="module")
+def adapters(backend, jobs):
+    return AdapterEvents(backend, jobs)
+
+
+@pytest.fixture(scope="module")
+def generation(backend, jobs):
+    return GenerateEvents(backend, jobs)
+
+
+@pytest.fixture(scope="module")
+def comparisons(backend, jobs):
+    return ComparisonEvents(backend, jobs)
+
+
+def session_with(adapters: AdapterEvents, source: str, alpha: float | None = None, strength: float = 1.0) -> dict:
+    return adapters.sync_session(new_session(), "unmerged", source, None, "", alpha is not None, alpha, strength,
+                                 "auto", "", None, "", False, None, 1.0, "auto")
+
+
+def generate(generation: GenerateEvents, session: dict, seed: int = 5, randomize: bool = False, **overrides):
+    fields = {**FAST, **overrides}
+    return generation.generate_view(session, "unmerged", "t2va", "a fox in snow", seed, randomize, fields["steps"],
+                                    fields["duration"], fields["height"], fields["width"], None, None, None, None,
+                                    None, "", None, None, request=Request("gen"), progress=None)
+
+
+# ------------------------------------------------------------------------------------------------ inspect
+def test_demo_choices_list_every_demo_adapter(adapters, backend):
+    choices = adapters.demo_choices()
+    assert [path for _, path in choices] == backend.demo_adapters()
+    assert ("peft_rslora", RSLORA_FOLDER) in choices
+
+
+def test_inspect_shows_format_rank_and_the_alpha_guess(adapters):
+    values = adapters.inspect_view(NO_ALPHA, "lightx2v_turbo_no_alpha.safetensors", "", "", "t2va", "auto", False,
+                                   None, 1.0)
+    info, card, alpha_card, readout, known, preset, targets, raw, alpha_box = values
+    assert info["format"] == "peft" and info["alpha_source"] == "rank_fallback"
+    assert "format peft" in card and f"{info['num_targets']} targets" in card
+    assert "a guess" in alpha_card and "h3-warn" in alpha_card
+    assert "h3-warn" in readout and "alpha is a guess" in readout
+    assert alpha_box == f"{info['alpha']:g}" == str(info["rank"])  # the chain's value as the override's start
+    assert known == "" and preset["visible"] is False
+    assert isinstance(targets, pd.DataFrame) and targets["targets"].sum() == info["num_targets"]
+    assert raw is info
+
+
+def test_inspect_reads_alpha_from_the_files_alpha_tensors(adapters):
+    info, _, alpha_card, readout, *_ = adapters.inspect_view(KOHYA, None, "", "", "t2va", "auto", False, None, 2.0)
+    assert info["alpha"] == 1.5 and info["alpha_source"] == "module_tensor"
+    assert "alpha 1.5" in alpha_card and "the file&#x27;s .alpha tensors" in alpha_card and "h3-ok" in alpha_card
+    assert f"{2.0 * 1.5 / info['rank']:.6g}" in readout  # strength × alpha / rank
+
+
+def test_readout_follows_the_override_without_a_model_call(adapters):
+    info = adapters.inspect(NO_ALPHA, None, None, None)
+    alpha_card, readout = adapters.readout(info, True, 8.0, 1.0)
+    assert "your override" in alpha_card
+    assert f"{8.0 / info['rank']:.6g}" in readout and "alpha is a guess" not in readout
+    _, problem = adapters.readout(info, True, "-1", 1.0)
+    assert "h3-bad" in problem and "alpha must be a finite number &gt; 0" in problem
+    _, typo = adapters.readout(info, True, "8x", 1.0)
+    assert "alpha must be a number such as 8" in typo
+
+
+def test_inspect_errors_are_one_line_gradio_errors(adapters, tmp_path):
+    with pytest.raises(gr.Error) as missing:
+        adapters.inspect_view(str(tmp_path / "nope.safetensors"), None, "", "", "t2va", "auto", False, None, 1.0)
+    assert "does not exist" in missing.value.message or "not found" in missing.value.message
+    assert "\n" not in missing.value.message
+    with pytest.raises(gr.Error, match="source is empty"):
+        adapters.inspect("", None, None, None)
+    pickle = tmp_path / "lora.ckpt"
+    pickle.write_bytes(b"not really")
+    with pytest.raises(gr.Error) as refused:
+        adapters.inspect(str(pickle), None, None, None)
+    assert "pickle" in refused.value.message
+
+
+def test_listing_a_folder_and_implied_weight_names(adapters):
+    update = adapters.list_weights(RSLORA_FOLDER)
+    assert update["value"] == "adapter_model.safetensors"
+    assert update["choices"][0][1] == "adapter_model.safetensors" and "kB" in update["choices"][0][0]
+    assert implied_weight(RSLORA_FOLDER, "adapter_model.safetensors") is None
+    assert implied_weight(NO_ALPHA, "lightx2v_turbo_no_alpha.safetensors") is None
+    assert implied_weight("owner/repo", "lora.safetensors") == "lora.safetensors"
+    assert adapters.list_weights("")["choices"] == []
+
+
+def test_upload_copies_into_the_output_folder_and_hosted_mode_enforces_limits(adapters, backend, tmp_path):
+    source, weight = adapters.upload(KOHYA)
+    assert Path(source).read_bytes() == Path(KOHYA).read_bytes()
+    assert Path(backend.output_dir) in Path(source).parents and weight["value"] == "kohya_musubi.safetensors"
+    text = tmp_path / "notes.txt"
+    text.write_text("x")
+    with pytest.raises(gr.Error, match="not a .safetensors file"):
+        adapters.upload(str(text))
+    hosted = Backend("tiny", hosted=True, max_remote_bytes=1000, loaded=backend.model, output_dir=tmp_path / "out")
+    try:
+        with pytest.raises(gr.Error, match="over this server's limit"):
+            AdapterEvents(hosted).upload(KOHYA)
+        small = tmp_path / "small.safetensors"
+        save_file({"x.lora_A.weight": torch.zeros(1, 1)}, str(small))
+        with pytest.raises(gr.Error, match="uploads are not enabled"):
+            AdapterEvents(hosted).upload(str(small))
+        with pytest.raises(gr.Error, match="not allowed on this server"):
+            AdapterEvents(hosted).inspect(str(small), None, None, None)
+        assert "hosted mode" in header_html(hosted) and "local mode" in header_html(backend)
+        served = launch_kwargs(hosted)
+        assert served["max_file_size"] == 1000 and served["run_history"] is False
+        assert served["allowed_paths"] == [str(tmp_path / "out")]
+    finally:
+        hosted.close()
+
+
+# --------------------------------------------------------------------------------------------------- load
+def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
+    values = adapters.load_view(new_session(), "1", NO_ALPHA, None, "", False, None, 1.0, "unmerged", "auto", "t2va",
+                                "", request=Request("load"))
+    session, info, report, basis, group_bars, block_bars, note, box = values
+    assert session["adapters"]["1"]["source"] == NO_ALPHA and session["adapters"]["1"]["alpha"] is None
+    assert "Loaded: all" in report and "0 keys unmatched" in report and "sha256" in report
+    assert len(basis["targets"]) == info["num_targets"] and box["visible"] is True
+    by_group, by_block = group_bars["value"], block_bars["value"]
+    assert set(by_group["group"]) <= {"attention", "feed-forward", "adaln", "refiner", "input-output"}
+    assert group_bars["y_lim"][0] == 0 and group_bars["y_lim"][1] > by_group["relative update"].max()
+    assert not by_block.empty and "no alpha stored" in note  # random demo factors at alpha = rank: implausible
+    twice = adapters.profile(basis, False, None, 2.0)[0]["value"]
+    assert list(twice["relative update"]) == pytest.approx(list(2 * by_group["relative update"]))
+    at_alpha_8, _, calm = adapters.profile(basis, True, 8.0, 1.0)
+    assert "no alpha stored" not in calm
+    assert list(at_alpha_8["value"]["relative update"]) == pytest.approx(
+        list(by_group["relative update"] * 8 / info["rank"]))
+
+
+def test_load_partial_match_is_a_visible_warning(adapters, tmp_path):
+    tensors = load_file(str(DEMO_ADAPTERS_DIR / "peft_diffusers_metadata.safetensors"))
+    tensors["transformer.not_a_layer.lora_A.weight"] = torch.zeros(4, 8)
+    tensors["transformer.not_a_layer.lora_B.weight"] = torch.zeros(8, 4)
+    partial = tmp_path / "partial.safetensors"
+    save_file(tensors, str(partial))
+    preview = adapters.inspect_view(str(partial), None, "", "", "t2va", "auto", False, None, 1.0)[1]
+    assert "2 keys match nothing" in preview
+    with pytest.warns(UserWarning, match="partial match: 2 adapter keys matched nothing"):  # the gr.Warning toast
+        report = adapters.load_view(new_session(), "1", str(partial), None, "", False, None, 1.0, "unmerged", "auto",
+                                    "t2va", "", request=Request("load"))[2]
+    assert "Partial match" in report and "2 keys matched NOTHING" in report
+    assert "transformer.not_a_layer.lora_A.weight" in report
+
+
+def test_load_with_zero_matches_is_an_error(adapters, tmp_path):
+    nothing = tmp_path / "nothing.safetensors"
+    save_file({"transformer.not_a_layer.lora_A.weight": torch.zeros(4, 8),
+               "transformer.not_a_layer.lora_B.weight": torch.zeros(8, 4)}, str(nothing))
+    with pytest.raises(gr.Error) as error:
+        adapters.load_view(new_session(), "1", str(nothing), None, "", False, None, 1.0, "unmerged", "auto", "t2va",
+                           "", request=Request("load"))
+    assert "none of its 2 keys" in error.value.message and "\n" not in error.value.message
+
+
+def test_sync_session_refuses_a_bad_alpha_with_the_slot_named(adapters):
+    with pytest.raises(gr.Error) as error:
+        adapters.sync_session(new_session(), "unmerged", NO_ALPHA, None, "", True, -2.0, 1.0, "auto",
+                              "", None, "", False, None, 1.0, "auto")
+    assert error.value.message.startswith("adapter 1: alpha must be a finite number > 0")
+    with pytest.raises(gr.Error, match="Override alpha is ticked but no alpha"):
+        adapters.sync_session(new_session(), "unmerged", NO_ALPHA, None, "", True, None, 1.0, "auto",
+                              "", None, "", False, None, 1.0, "auto")
+
+
+# ----------------------------------------------------------------------------------------------- generate
+def test_generate_writes_back_a_random_seed_and_shows_how_to_reproduce(adapters, generation):
+    session = session_with(adapters, NO_ALPHA, alpha=8.0)
+    video, seed, settings, result, h3app, sglang, notes, snippet, session = generate(generation, session,
+                                                                                      randomize=True)
+    assert Path(video).is_file() and media.read_settings(video)["hash"] == settings["hash"]
+    assert settings["request"]["seed"] == seed and 0 <= seed < 2**31
+    adapter = settings["adapters"][0]
+    assert adapter["resolved_alpha"] == 8.0 and adapter["resolved_alpha_source"] == "explicit"
+    assert len(adapter["sha256"]) == 64 and "commit" in adapter
+    assert settings["result"]["evaluations"] == 1 and "out" not in settings["result"]
+    assert f"seed {seed}" in result and "your override" in result
+    assert f"--seed {seed}" in h3app and "--alpha 8" in h3app
+    assert "--lora-alpha 8" in sglang and "sglang serves the real weights" in notes
+    assert "load_lora_weights" in snippet
+    assert session["history"][-1]["video"] == video and session["history"][-1]["hash"] == settings["hash"]
+
+    restored = load_settings_view(video)  # "load settings" from the mp4 it just made
+    assert restored[2] == seed and restored[11] == NO_ALPHA and restored[14] is True and restored[15] == "8"
+
+
+def test_generate_request_errors_are_gradio_errors(adapters, generation):
+    with pytest.raises(gr.Error, match="the prompt is empty"):
+        generation.generate_view(new_session(), "unmerged", "t2va", "  ", 1, False, 2, 5.0, 32, 32, None, None, None,
+                                 None, None, "", None, None, request=Request("gen"), progress=None)
+    with pytest.raises(gr.Error, match="fl2va needs a first and/or last keyframe"):
+        generation.generate_view(new_session(), "unmerged", "fl2va", "a fox", 1, False, 2, 5.0, 32, 32, None, None,
+                                 None, None, None, "", None, None, request=Request("gen"), progress=None)
+
+
+def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, backend):
+    started = threading.Event()
+    cancelled: list[str] = []
+
+    def progress(value, desc=None, unit=None):
+        if isinstance(value, tuple) and not started.is_set():
+            started.set()
+            cancelled.append(generation.runner.cancel(Request("canceller-is-this-session")))
+
+    request = Request("canceller-is-this-session")
+    fields = {**FAST, "steps": 4}
+    with pytest.warns(UserWarning, match=r"generation cancelled after \d+ of 3 steps"):  # the gr.Warning toast
+        result = generation.generate_view(new_session(), "unmerged", "t2va", "a fox", 1, False, fields["steps"],
+                                          fields["duration"], 32, 32, None, None, None, None, None, "", None, None,
+                                          request=request, progress=progress)
+    assert result == (gr.skip(),) * 9  # nothing shown: the run stopped
+    assert cancelled and cancelled[0].startswith("Cancelling **generate**")
+    assert generation.runner.cancel(request) == "Nothing of yours is running."
+    after = generate(generation, new_session(), seed=1)
+    assert Path(after[0]).is_file()
+
+
+# -------------------------------------------------------------------------------------------- comparisons
+def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, comparisons):
+    session = session_with(adapters, KOHYA)
+    values = comparisons.check_view(session, "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None, None, None, None,
+                                    None, 8, 1.0, 128, 0.0625, "", request=Request("eq"), progress=None)
+    verdict, video_a, video_b, video_f, cap_a, cap_b, cap_f, heat, heat_f, plot, spec, spec_f, audio_a, audio_b, data, \
+        session = values
+    assert "IDENTICAL" in verdict and data["identical"] and data["control_identical"]
+    assert data["hash_a"] == data["hash_b"] != data["hash_fallback"]
+    assert all(Path(p).is_file() for p in (video_a, video_b, video_f, heat, heat_f, spec, spec_f, audio_a, audio_b))
+    assert set(plot["pair"]) == {"A vs B", "A vs fallback"}
+    assert plot[plot["pair"] == "A vs B"]["PSNR (dB)"].eq(100.0).all()  # identical frames at the ceiling
+    assert plot[plot["pair"] == "A vs fallback"]["PSNR (dB)"].lt(100.0).any()
+    assert "alpha 128 × scale 0.0625" in cap_b and "check A" in session["history"][-2]["kind"]
+
+
+def test_equivalence_needs_an_adapter_and_valid_settings(comparisons, adapters):
+    with pytest.raises(gr.Error, match="needs an adapter"):
+        comparisons.check_view(new_session(), "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None, None, None, None,
+                               None, 8, 1.0, 128, 0.0625, "", request=Request("eq"), progress=None)
+    with pytest.raises(gr.Error, match="setting B"):
+        comparisons.check_view(session_with(adapters, KOHYA), "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None,
+                               None, None, None, None, 8, 1.0, -128, 0.0625, "", request=Request("eq"), progress=None)
+
+
+def test_grid_fills_cell_by_cell_and_flags_a_do_nothing_cell(adapters, comparisons):
+    assert "time unknown" in comparisons.estimate("8", "1", "7") or "about" in comparisons.estimate("8", "1", "7")
+    assert comparisons.estimate("8, x", "1", "7").startswith("✖ alphas must be comma-separated")
+    session = session_with(adapters, KOHYA)
+    steps = list(comparisons.grid_view(session, "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None, None, None,
+                                       None, None, "auto", "0, 1", "3", "", request=Request("grid"), progress=None))
+    assert len(steps) == 3  # one yield per cell, then the final one with the session
+    gallery, table, status, final_session, cells = steps[-1]
+    assert len(gallery["value"]) == 2 and gallery["columns"] == 2 and len(table) == 2 and len(cells) == 2
+    zero, one = cells
+    assert zero["strength"] == 0.0 and zero["baseline_psnr"] == "inf"  # scale 0 is no LoRA: flagged
+    assert one["strength"] == 1.0 and one["baseline_psnr"] != "inf"
+    assert "1 cells are identical to no LoRA" in status
+    assert [h["kind"] for h in final_session["history"][-2:]] == ["grid", "grid"]
+    assert steps[0][3] == gr.skip()  # the session is written once, at the end
+
+
+def test_history_compare_names_the_settings_that_differ(adapters, generation, comparisons):
+    session = session_with(adapters, KOHYA)
+    session = generate(generation, session, seed=11)[-1]
+    session = generate(generation, session, seed=12)[-1]
+    gallery, table, pick_a, pick_b = comparisons.history_view(session)
+    assert len(gallery) == 2 and list(table["kind"]) == ["generate", "generate"]
+    assert pick_b["value"] == session["history"][-1]["id"] and pick_a["value"] == session["history"][0]["id"]
+    video_a, video_b, verdict, differences = comparisons.compare(session, pick_a["value"], pick_b["value"])
+    assert Path(video_a).is_file() and Path(video_b).is_file()
+    assert "DIFFERENT" in verdict and "PSNR" in verdict
+    assert "request.seed" in set(differences["setting"])
+    same = comparisons.compare(session, pick_a["value"], pick_a["value"])[2]
+    assert "IDENTICAL" in same
+    with pytest.raises(gr.Error, match="pick two results"):
+        comparisons.compare(session, "#99 nothing", pick_a["value"])

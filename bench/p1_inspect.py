@@ -60,7 +60,8 @@ def run(ctx: BenchContext) -> list[Row]:
     variants = [Variant("ours", lambda: inspect_file(path)),
                 Variant("lazy", lambda: load_file(path)),
                 Variant("read", lambda: read_every_tensor(load_file(path)))]
-    warm = compare(variants, repeats=ctx.repeats, warmup=2)
+    clock = ctx.clock("cpu")
+    warm = compare(variants, repeats=ctx.repeats, warmup=2, clock=clock)
     which = (f"rank {rank}, {len(specs)} tensors, {size_gib:.2f} GiB bf16"
              + ("" if rank == FULL_RANK else " (quick: the full-size file is not cached yet; same keys, smaller)"))
     goal = Goal("≤ 50 ms and ≤ 1/50", max_ratio=1 / 50, max_seconds=0.050)
@@ -68,9 +69,9 @@ def run(ctx: BenchContext) -> list[Row]:
     rows = [
         Row(CASE, "inspect full-size LightX2V file", ours, "load_file (safetensors 0.8: lazy)", warm["lazy"].median,
             goal, f"{which}; load_file maps the file and returns tensors backed by the map, reading almost none of "
-                  "it, so this compares two header reads"),
+                  "it, so this compares two header reads", clock),
         Row(CASE, "inspect full-size LightX2V file", ours, "load_file + read every tensor (page cache warm)",
-            warm["read"].median, goal, "the read limit when the file was just downloaded or read"),
+            warm["read"].median, goal, "the read limit when the file was just downloaded or read", clock),
     ]
     if hasattr(os, "posix_fadvise"):
         def evict() -> None:
@@ -78,11 +79,11 @@ def run(ctx: BenchContext) -> list[Row]:
 
         cold = compare([Variant("ours", lambda: inspect_file(path), setup=evict),
                         Variant("read", lambda: read_every_tensor(load_file(path)), setup=evict)],
-                       repeats=ctx.heavy_repeats, warmup=0)
+                       repeats=ctx.heavy_repeats, warmup=0, clock=ctx.clock("wall"))
         rows.append(Row(CASE, "inspect full-size LightX2V file, cold", cold["ours"].median,
                         "load_file + read every tensor (cold)", cold["read"].median, goal,
                         "this file's pages evicted from the page cache (posix_fadvise DONTNEED) before each run: "
-                        "a first look at a file on disk"))
+                        "a first look at a file on disk", ctx.clock("wall")))
     return rows
 
 

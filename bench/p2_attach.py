@@ -65,15 +65,16 @@ def run(ctx: BenchContext) -> list[Row]:
         quiet_diffusers()
         variants.append(Variant("diffusers", lambda: diffusers_attach(transformer, path), setup=detach_all,
                                 teardown=detach_all))
-    timings = compare(variants, repeats=ctx.repeats, warmup=1)
+    clock = ctx.clock("cpu")
+    timings = compare(variants, repeats=ctx.repeats, warmup=1, clock=clock)
     ours = timings["ours"].median
     what = "attach (read + normalise + bind), medium model"
     rows = [Row(CASE, what, ours, "load_file + read every tensor", timings["read"].median, Goal("≤ 2×", max_ratio=2.0),
-                f"rank {RANK}, {len(specs) // 2} targets, {size_mb:.0f} MB fp32; the read limit")]
+                f"rank {RANK}, {len(specs) // 2} targets, {size_mb:.0f} MB fp32; the read limit", clock)]
     if "diffusers" in timings:
         rows.append(Row(CASE, what, ours, "diffusers lora_state_dict + load_lora_adapter", timings["diffusers"].median,
-                        Goal("≤ 0.5×", max_ratio=0.5), "same file, same model; PEFT injection"))
+                        Goal("≤ 0.5×", max_ratio=0.5), "same file, same model; PEFT injection", clock))
     else:
         rows.append(Row(CASE, what, ours, "diffusers + PEFT (not installed)", None, Goal("≤ 0.5×", max_ratio=0.5),
-                        "pip install -r requirements-dev.txt for the peer"))
+                        "pip install -r requirements-dev.txt for the peer", clock))
     return rows

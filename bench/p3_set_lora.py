@@ -125,9 +125,10 @@ def run(ctx: BenchContext) -> list[Row]:
 
         e2e.append(Variant("peft", peer_change_and_forward))
 
-    changes = compare(variants, repeats=ctx.repeats, warmup=2)
+    clock = ctx.clock("cpu")
+    changes = compare(variants, repeats=ctx.repeats, warmup=2, clock=clock)
     with torch.no_grad():
-        forwards = compare(e2e, repeats=ctx.heavy_repeats + 1, warmup=2)
+        forwards = compare(e2e, repeats=ctx.heavy_repeats + 1, warmup=2, clock=clock)
     engine.detach(ADAPTER)
     shallow_engine.detach(ADAPTER)
 
@@ -141,14 +142,15 @@ def run(ctx: BenchContext) -> list[Row]:
             Goal("≤ 0.1 ms and ≤ 1/100", max_ratio=0.01, max_seconds=1e-4),
             f"ours = set_lora + the per-layer scale refresh it triggers on the next forward (measured as (set_lora + "
             f"one scale lookup per layer) − the same lookups without a change: {changes['ours'].median * 1e6:.1f} − "
-            f"{changes['lookups'].median * 1e6:.1f} µs); set_lora alone {changes['set_lora'].median * 1e6:.1f} µs"),
+            f"{changes['lookups'].median * 1e6:.1f} µs); set_lora alone {changes['set_lora'].median * 1e6:.1f} µs", clock),
         Row(CASE, f"same, {blocks} vs {shallow_blocks} blocks (growth with depth)", ours,
             f"ours at {shallow_blocks} blocks ({len(shallow_entries)} layers)", shallow,
-            Goal("≤ 1.5× (O(1) in layers)", max_ratio=1.5), "the cost of a change must not grow with the number of layers"),
+            Goal("≤ 1.5× (O(1) in layers)", max_ratio=1.5), "the cost of a change must not grow with the number of layers",
+            clock),
     ]
     if peer_transformer is not None:
         diffusers_detach(peer_transformer)
         rows.append(Row(CASE, f"change + one forward ({FORWARD_TOKENS} tokens), {blocks} blocks", forwards["ours"].median,
                         "PEFT set_adapters + forward", forwards["peft"].median, Goal("≤ 1×", max_ratio=1.0),
-                        "end to end at a small width, where per-layer Python overhead is visible"))
+                        "end to end at a small width, where per-layer Python overhead is visible", clock))
     return rows

@@ -80,7 +80,8 @@ def _measure_model(ctx: BenchContext, label: str, config: dict, tokens: int, rep
         return call
 
     ctx.log(f"P4: {label}: {tokens} tokens, {repeats} rounds of {len(models)} forwards …")
-    timings = compare([Variant(name, forward(model)) for name, model in models.items()], repeats=repeats, warmup=1)
+    timings = compare([Variant(name, forward(model)) for name, model in models.items()], repeats=repeats, warmup=1,
+                      clock=ctx.clock("cpu"))
     _check_same_adapter(models, inputs, label)
     text_rows = int(inputs["text_indices"].numel())
     return {"timings": timings, "theory": theoretical_ratio(config, tokens, text_rows)}
@@ -120,10 +121,11 @@ def run(ctx: BenchContext) -> list[Row]:
             theory += f" here, {real:.3f}× for the full model at 544p (18,870 video rows)"
         rows.append(Row(CASE, f"unmerged forward, rank {RANK}, {label}", ours.median, "bare model forward",
                         timings["base"].median, base_goal,
-                        f"{theory}; best-of-{len(ours.runs)} ratio {ours.best / timings['base'].best:.3f}×"))
+                        f"{theory}; best-of-{len(ours.runs)} ratio {ours.best / timings['base'].best:.3f}×",
+                        ctx.clock("cpu")))
         if "peft" in timings:
             rows.append(Row(CASE, f"unmerged forward, rank {RANK}, {label}", ours.median, "PEFT forward",
                             timings["peft"].median, Goal("≤ 1×", max_ratio=1.0),
                             f"same adapter via diffusers load_lora_adapter; best-of ratio "
-                            f"{ours.best / timings['peft'].best:.3f}×"))
+                            f"{ours.best / timings['peft'].best:.3f}×", ctx.clock("cpu")))
     return rows

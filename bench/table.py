@@ -38,6 +38,7 @@ class Row:
     peer_s: float | None
     goal: Goal
     note: str = ""
+    clock: str = "wall"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -53,7 +54,7 @@ class Row:
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "what": self.what, "ours_s": self.ours_s, "peer": self.peer,
                 "peer_s": self.peer_s, "ratio": self.ratio, "goal": self.goal.text, "met": self.met,
-                "note": self.note, **({"extra": self.extra} if self.extra else {})}
+                "note": self.note, "clock": self.clock, **({"extra": self.extra} if self.extra else {})}
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -86,10 +87,10 @@ def _cell(text: str) -> str:
 
 def render_markdown(rows: Iterable[Row]) -> str:
     """The results as a GitHub markdown table (one line per row)."""
-    lines = ["| case | what | ours (median) | peer | peer (median) | ratio | goal | met? | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | what | ours (median) | peer | peer (median) | ratio | goal | met? | clock | note |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         cells = (row.case, row.what, format_seconds(row.ours_s), row.peer, format_seconds(row.peer_s),
-                 format_ratio(row.ratio), row.goal.text, _verdict(row.met), row.note)
+                 format_ratio(row.ratio), row.goal.text, _verdict(row.met), row.clock, row.note)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)

@@ -1,9 +1,14 @@
-"""Wall-clock timing: warm-up runs, then the median of several timed runs — of one operation, or of several
-operations interleaved round by round so that each sees the same machine load.
+"""Timing: warm-up runs, then the median of several timed runs — of one operation, or of several operations
+interleaved round by round so that each sees the same machine load.
 
 On a shared machine the load changes from second to second; timing h3app for ten runs and then its peer for ten
 would compare two different machines. ``compare`` runs one timed call of every variant per round (rotating the
 order), so a ratio of medians compares like with like.
+
+Two clocks: ``wall`` (``perf_counter``: what a user waits) and ``cpu`` (``process_time``: CPU seconds of this
+process, all threads). With one torch thread, CPU time is the work done, and barely moves when other processes
+compete for the cores (±4 % where wall time moved ±25 % on the 2-core machine of docs/performance.md); it is
+wrong for I/O waits and for work spread over several threads, which use ``wall``.
 """
 
 from __future__ import annotations
@@ -48,15 +53,16 @@ class Variant:
     teardown: Callable[[], Any] | None = None
     inner: int = 1
 
-    def timed_call(self) -> float:
+    def timed_call(self, clock: str = "wall") -> float:
+        now = CLOCKS[clock]
         if self.setup is not None:
             self.setup()
         gc.disable()  # a collection inside a 50 µs operation would be most of its time
         try:
-            start = time.perf_counter()
+            start = now()
             for _ in range(self.inner):
                 self.operation()
-            elapsed = (time.perf_counter() - start) / self.inner
+            elapsed = (now() - start) / self.inner
         finally:
             gc.enable()
         if self.teardown is not None:
@@ -64,9 +70,14 @@ class Variant:
         return elapsed
 
 
-def compare(variants: Sequence[Variant], *, repeats: int, warmup: int = 1) -> dict[str, Timing]:
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def compare(variants: Sequence[Variant], *, repeats: int, warmup: int = 1, clock: str = "wall") -> dict[str, Timing]:
     """``warmup`` untimed calls of each variant, then ``repeats`` rounds of one timed call each (order rotated every
-    round). Returns name → Timing."""
+    round), on ``clock`` (``wall`` or ``cpu``). Returns name → Timing."""
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {', '.join(CLOCKS)}, got {clock!r}")
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats must be >= 1 and warmup >= 0, got {repeats} and {warmup}")
     if len({v.name for v in variants}) != len(variants):
@@ -81,11 +92,12 @@ def compare(variants: Sequence[Variant], *, repeats: int, warmup: int = 1) -> di
     for round_index in range(repeats):
         shift = round_index % len(variants)
         for variant in (*variants[shift:], *variants[:shift]):
-            runs[variant.name].append(variant.timed_call())
+            runs[variant.name].append(variant.timed_call(clock))
     return {name: Timing(tuple(values)) for name, values in runs.items()}
 
 
 def measure(operation: Callable[[], Any], *, repeats: int, warmup: int = 1,
-            setup: Callable[[], Any] | None = None, inner: int = 1) -> Timing:
+            setup: Callable[[], Any] | None = None, inner: int = 1, clock: str = "wall") -> Timing:
     """Time one operation (see ``Variant`` for ``setup`` and ``inner``)."""
-    return compare([Variant("only", operation, setup=setup, inner=inner)], repeats=repeats, warmup=warmup)["only"]
+    return compare([Variant("only", operation, setup=setup, inner=inner)], repeats=repeats, warmup=warmup,
+                   clock=clock)["only"]

@@ -20,6 +20,7 @@ from h3app.backend.service import Backend
 from h3app.backend.worker import QueueFull, Worker
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
+from tests.hub_server import fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"
@@ -205,3 +206,21 @@ def test_cli_generate_two_adapters_and_registry_presets(tmp_path):
     assert media.read_settings(out)["adapters"] == result["adapters"]
     bad = run_cli("generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_inspect_and_load_a_hub_weight_at_a_revision(backend, tmp_path, fake_hub):
+    main, tagged = tmp_path / "main", tmp_path / "v2"
+    main.mkdir(), tagged.mkdir()
+    (main / "a.safetensors").write_bytes(Path(TURBO).read_bytes())
+    (main / "b.safetensors").write_bytes(Path(KOHYA).read_bytes())
+    (tagged / "b.safetensors").write_bytes(Path(KOHYA).read_bytes())
+    fake_hub.add_repo("someone/loras", main)
+    commit = fake_hub.add_revision("someone/loras", "v2", tagged)
+    info = backend.inspect("someone/loras", "a.safetensors", None)
+    assert info.format == "peft" and info.rank == 128
+    reads = fake_hub.requests_for("someone/loras", "a.safetensors")
+    assert reads and not any(r.is_full_get for r in reads)  # header only: HTTP ranges, never the whole file
+    assert backend.inspect("someone/loras", "b.safetensors", "v2").format == "kohya"
+    loaded = backend.load(LoRASettings(source="someone/loras", weight_name="b.safetensors", revision="v2"))
+    assert loaded.provenance["commit"] == commit and loaded.report.matched
+    backend.binder.reset()

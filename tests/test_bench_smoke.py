@@ -27,13 +27,14 @@ def test_quick_p3_prints_a_table_with_ratios(tmp_path: Path) -> None:
     result = _bench("--quick", "--only", "P3", cache=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    assert "| case | what | ours (median) | peer | peer (median) | ratio | goal | met? | note |" in out
+    assert "| case | what | ours (median) | peer | peer (median) | ratio | goal | met? | clock | note |" in out
     rows = [line for line in out.splitlines() if line.startswith("| P3 |")]
     assert len(rows) == 3, out  # PEFT is installed here (requirements-dev): all three rows have a peer
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[5].endswith("×") or "× (1/" in cells[5], row  # a ratio, not "—"
         assert cells[7] in ("yes", "**no**"), row
+        assert cells[8] == "cpu", row  # P3 is single-threaded compute: CPU time by default
     assert "CPU: " in out and "torch threads: 1" in out and "load average" in out
     assert "rows meet their goal" in out
     assert list(tmp_path.glob("lightx2v-narrow52-*.safetensors")), "the adapter fixture is written to the cache dir"
@@ -62,12 +63,25 @@ def test_goal_and_ratio() -> None:
     assert both.met(0.06, 0.01) is False  # too slow in absolute terms
     assert both.met(0.01, 0.5) is False  # ratio missed
     assert both.met(0.01, None) is None  # peer missing: unknown, not a pass
-    row = Row("P9", "thing", 0.2, "peer", 0.1, Goal("≤ 1.5×", max_ratio=1.5), "a | b")
+    row = Row("P9", "thing", 0.2, "peer", 0.1, Goal("≤ 1.5×", max_ratio=1.5), "a | b", "cpu")
     assert row.ratio == pytest.approx(2.0) and row.met is False
     table = render_markdown([row])
-    assert "| P9 | thing | 200.00 ms | peer | 100.00 ms | 2.00× | ≤ 1.5× | **no** | a \\| b |" in table
+    assert "| P9 | thing | 200.00 ms | peer | 100.00 ms | 2.00× | ≤ 1.5× | **no** | cpu | a \\| b |" in table
     assert format_ratio(0.02) == "0.02× (1/50)"
     assert format_ratio(None) == "—"
+
+
+def test_cpu_clock_ignores_sleeping_but_wall_clock_does_not() -> None:
+    import time
+
+    from bench.timing import Variant, compare
+
+    timings = {clock: compare([Variant("sleep", lambda: time.sleep(0.05))], repeats=2, warmup=0, clock=clock)
+               for clock in ("cpu", "wall")}
+    assert timings["wall"]["sleep"].median >= 0.05
+    assert timings["cpu"]["sleep"].median < 0.02  # waiting costs no CPU: the cpu clock measures work only
+    with pytest.raises(ValueError):
+        compare([Variant("x", lambda: None)], repeats=1, clock="sundial")
 
 
 def test_compare_interleaves_and_runs_setup_around_each_call() -> None:

@@ -103,10 +103,23 @@ def at_base(server: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def cli_uses_loaded_model(monkeypatch: pytest.MonkeyPatch, tiny_model) -> None:
-    """In-process ``generate`` builds its own Backend; hand it the session's tiny model instead of loading it again."""
+    """In-process ``generate`` builds its own Backend; hand it the session's tiny model instead of loading it again.
+    A real CLI process ends after a success, taking its adapters with it; here the model is shared, so after the
+    test (not before its checks) every Backend the CLI built is reset."""
     import h3app.backend.service as service
 
+    built: list[Backend] = []
+    original_init = service.Backend.__init__
+
+    def init(self: Backend, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        built.append(self)
+
     monkeypatch.setattr(service, "load_model", lambda model, workflow="t2va", options=None: tiny_model)
+    monkeypatch.setattr(service.Backend, "__init__", init)
+    yield
+    for backend in built:
+        backend.binder.reset()
 
 
 def entry(kind: str, corpus_dir: Path) -> BadInput:
@@ -381,3 +394,50 @@ def test_real_cli_processes_exit_2_with_one_line(corpus_dir: Path, tmp_path: Pat
         assert process.returncode == 2, (name, out, err)
         assert_one_line(err, commands[name][1])
     assert not list(tmp_path.glob("*.mp4"))
+
+
+# ---------------------------------------------------------------------------------------- found while testing
+OVERFLOW = (
+    "defect: nothing bounds alpha × strength: h3app/settings.py check_alpha() and the alpha chain (alpha.py _number) "
+    "accept any finite alpha; at alpha 1e30 the output is NaN and the mp4 encoder raises av.error.ArgumentError (a "
+    "traceback). Check the output is finite in backend/generation.py run_generation (one line naming the effective "
+    "scale), and bound alpha like strength"
+)
+
+
+# Regression: Backend.inspect once passed weight_name/revision to read_header together with the parsed SourceRef
+# (ValueError, a traceback for every `generate --adapter FOLDER_OR_REPO --weight-name F`).
+def test_backend_inspect_with_a_weight_name_reads_that_file(corpus_dir: Path, at_base: dict[str, Any]) -> None:
+    backend: Backend = at_base["backend"]
+    info = backend.inspect(str(corpus_dir / "several_weights"), "b.safetensors")
+    assert info.num_targets == 6
+    assert_refused(lambda: backend.inspect(str(corpus_dir / "several_weights")), r"2 \.safetensors files")
+
+
+@pytest.mark.slow
+def test_cli_generate_with_a_folder_and_a_weight_name(corpus_dir: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str], cli_uses_loaded_model,
+                                                      at_base: dict[str, Any]) -> None:
+    out_file = tmp_path / "b.mp4"
+    code, out, err = run_cli(["generate", "--prompt", "a fox", "--steps", "2", "--out", str(out_file), "--adapter",
+                              str(corpus_dir / "several_weights"), "--weight-name", "b.safetensors", "--json"], capsys)
+    assert code == 0 and out_file.exists(), err
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=OVERFLOW)
+@pytest.mark.parametrize("where", ["explicit", "stored"])
+def test_an_alpha_that_overflows_the_output_is_refused_in_one_line(where: str, corpus_dir: Path, tmp_path: Path,
+                                                                   at_base: dict[str, Any]) -> None:
+    from bad_inputs import good_tensors
+    from safetensors.torch import save_file
+
+    if where == "explicit":
+        settings = LoRASettings(source=str(corpus_dir / "good_for_settings.safetensors"), alpha=1e30)
+    else:
+        path = tmp_path / "huge_alpha.safetensors"
+        save_file(good_tensors(), str(path), metadata={"lora_alpha": "1e30"})
+        settings = LoRASettings(source=str(path))
+    assert_refused(lambda: at_base["backend"].generate(GenerationRequest(prompt="a fox", steps=2), [settings]),
+                   r"alpha|scale|NaN|Inf|finite")
+    assert_at_base(at_base)

@@ -1,6 +1,6 @@
 """One real browser run through the main flow, in Debian's chromium (no Playwright browser download):
-pick a demo adapter → Inspect shows its format and alpha → change alpha → Load → Generate → the Equivalence tab says
-identical. Saves docs/screenshot.png (the main view) and screenshots under the test's tmp folder.
+pick a demo adapter → Inspect shows its format and alpha → change alpha → Load → Generate → the Equivalence
+tab says identical. Saves docs/screenshot.png (the main view) and screenshots under the test's tmp folder.
 
 Gradio keeps a heartbeat stream open for apps with session state, so the page never reaches Playwright's
 "networkidle"; the test waits for "load" and then for the app's own elements (auto-waiting locators).

@@ -137,7 +137,7 @@ def test_listing_a_folder_and_implied_weight_names(adapters):
     assert adapters.list_weights("")["choices"] == []
 
 
-def test_upload_copies_into_the_output_folder_and_hosted_mode_enforces_limits(adapters, backend, tmp_path):
+def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(adapters, backend, tmp_path):
     source, weight = adapters.upload(KOHYA)
     assert Path(source).read_bytes() == Path(KOHYA).read_bytes()
     assert Path(backend.output_dir) in Path(source).parents and weight["value"] == "kohya_musubi.safetensors"
@@ -151,10 +151,12 @@ def test_upload_copies_into_the_output_folder_and_hosted_mode_enforces_limits(ad
             AdapterEvents(hosted).upload(KOHYA)
         small = tmp_path / "small.safetensors"
         save_file({"x.lora_A.weight": torch.zeros(1, 1)}, str(small))
-        with pytest.raises(gr.Error, match="uploads are not enabled"):
-            AdapterEvents(hosted).upload(str(small))
+        uploaded, _ = AdapterEvents(hosted).upload(str(small))  # uploads land in an allowed folder
+        assert Path(hosted.uploads_dir) in Path(uploaded).parents
+        with pytest.raises(gr.Error, match="not a MiniMax-H3 LoRA"):  # read (allowed), then judged on its keys
+            AdapterEvents(hosted).inspect(uploaded, None, None, None)
         with pytest.raises(gr.Error, match="not allowed on this server"):
-            AdapterEvents(hosted).inspect(str(small), None, None, None)
+            AdapterEvents(hosted).inspect(str(small), None, None, None)  # other local paths are refused
         assert "hosted mode" in header_html(hosted) and "local mode" in header_html(backend)
         served = launch_kwargs(hosted)
         assert served["max_file_size"] == 1000 and served["run_history"] is False
@@ -327,3 +329,20 @@ def test_history_compare_names_the_settings_that_differ(adapters, generation, co
     assert "IDENTICAL" in same
     with pytest.raises(gr.Error, match="pick two results"):
         comparisons.compare(session, "#99 nothing", pick_a["value"])
+
+
+def test_cancel_stops_a_running_grid_between_steps(adapters, comparisons, generation):
+    calls: list[str | None] = []
+
+    def progress(value, desc=None, unit=None):
+        if isinstance(value, tuple) and not calls:
+            calls.append(generation.runner.cancel(Request("grid-canceller")))
+
+    session = session_with(adapters, KOHYA)
+    with pytest.warns(UserWarning, match="grid cancelled"):
+        steps = list(comparisons.grid_view(session, "unmerged", "t2va", "a fox", 3, 3, 5.0, 32, 32, None, None, None,
+                                           None, None, "1, 2, 4", "0.5, 1", "3", "",
+                                           request=Request("grid-canceller"), progress=progress))
+    assert calls and calls[0] == "Cancelling **grid**: it stops at its next step; the model is left unchanged."
+    assert len(steps[-1][4]) < 6  # stopped before the sixth cell
+    assert Path(generate(generation, new_session(), seed=2)[0]).is_file()  # the worker serves on

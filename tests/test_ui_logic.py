@@ -14,14 +14,22 @@ from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
 from h3app.ui.generate_events import apply_preset, load_settings_view, read_settings_file, steps_note, with_trigger
 from h3app.ui.scales import profile_view, relative_updates, scale_groups
-from h3app.ui.session import (MAX_HISTORY, RunningJobs, add_history, job_adapters, parse_adapters_json,
-                              settings_from_json, with_adapter)
+from h3app.ui.session import (
+    MAX_HISTORY,
+    RunningJobs,
+    add_history,
+    job_adapters,
+    parse_adapters_json,
+    settings_from_json,
+    with_adapter,
+)
 
 
 def mixed_info(alpha_source: str = "rank_fallback", rslora: bool = False) -> dict:
     """An AdapterInfo.to_json()-shaped dict: 2 AdaLN targets at rank 2 and 3 attention targets at rank 8."""
     ranks = {"transformer_blocks.0.norm1.linear": 2, "transformer_blocks.1.norm1.linear": 2,
-             "transformer_blocks.0.attn.to_q": 8, "transformer_blocks.0.attn.to_k": 8, "transformer_blocks.0.attn.to_v": 8}
+             "transformer_blocks.0.attn.to_q": 8, "transformer_blocks.0.attn.to_k": 8,
+             "transformer_blocks.0.attn.to_v": 8}
     alphas = {t: float(r) for t, r in ranks.items()} if alpha_source == "rank_fallback" else {t: 4.0 for t in ranks}
     return {"format": "native", "suffix_style": "lora_A/B", "prefix": "", "rank": None, "ranks": ranks,
             "alpha": None if alpha_source == "rank_fallback" else 4.0, "alpha_source": alpha_source, "alphas": alphas,

@@ -73,14 +73,16 @@ class Backend:
                  loaded: LoadedModel | None = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, "t2va", options)
         self.hosted = hosted
-        allowed = tuple(str(Path(p).resolve()) for p in (allowed_local_dirs or (DEMO_ADAPTERS_DIR,)))
+        self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
+        self.uploads_dir = self.output_dir / "uploads"
+        self.uploads_dir.mkdir(parents=True, exist_ok=True)
+        allowed = tuple(str(Path(p).resolve()) for p in (*(allowed_local_dirs or (DEMO_ADAPTERS_DIR,)),
+                                                         self.uploads_dir))
         self.policy = SourcePolicy(hosted=hosted, allowed_local_dirs=allowed, max_remote_bytes=max_remote_bytes)
         from ..lora.cache import AdapterCache
 
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
         self.binder = AdapterBinder(self.model, policy=self.policy, cache=cache)
-        self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
-        self.output_dir.mkdir(parents=True, exist_ok=True)
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
         self._baselines: dict[str, GenerationResult] = {}
         self.last_seconds_per_run: float | None = None
@@ -104,7 +106,7 @@ class Backend:
                 token: str | None = None, workflow: str = "t2va", qkv_layout: str = "auto") -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the held model's shapes; no weights downloaded."""
         ref = sources.parse_source(source, weight_name, revision, **self._local_rule())
-        view = sources.read_header(ref, weight_name, revision, self.policy.token(token), **self._local_rule())
+        view = sources.read_header(ref, None, None, self.policy.token(token), **self._local_rule())  # ref has them
         partition = repo.partition_for(workflow)
         shapes = transformer_shapes(repo.read_transformer_config(str(self.model.location.folder), partition))
         repo_id, filename = ref.repo_id, ref.filename or view.name
@@ -164,8 +166,10 @@ class Backend:
         return plan_grid(alphas, strengths, seeds, self.last_seconds_per_run)
 
     def grid(self, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, token: str | None = None,
-             on_step: Callable[[int, int], None] | None = None) -> Iterator[GridCell]:
-        """Run the grid as one worker job and yield its cells as they finish (errors re-raised here)."""
+             on_step: Callable[[int, int], None] | None = None,
+             on_handle: Callable[[JobHandle], None] | None = None) -> Iterator[GridCell]:
+        """Run the grid as one worker job and yield its cells as they finish (errors re-raised here).
+        ``on_handle`` receives the job's handle as soon as it is queued (to cancel it)."""
         cells: queue.Queue[Any] = queue.Queue()
         done = object()
 
@@ -179,6 +183,8 @@ class Backend:
             return count
 
         handle = self.worker.submit(job, label="grid")
+        if on_handle is not None:
+            on_handle(handle)
         watcher = _Forwarder(handle, cells, done, on_step)
         watcher.start()
         while True:
@@ -229,8 +235,8 @@ class Backend:
         """Delete output files older than ``keep_seconds``; returns how many were removed."""
         cutoff = time.time() - keep_seconds
         removed = 0
-        for path in self.output_dir.iterdir():
-            if path.stat().st_mtime < cutoff:
+        for path in [*self.output_dir.iterdir(), *self.uploads_dir.iterdir()]:
+            if path != self.uploads_dir and path.stat().st_mtime < cutoff:
                 if path.is_dir():
                     shutil.rmtree(path, ignore_errors=True)
                 else:

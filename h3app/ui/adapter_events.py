@@ -15,9 +15,9 @@ import pandas as pd
 
 from ..adapters import source as sources
 from ..errors import H3AppError
+from ..lora.profile import FAR_ABOVE_FACTOR
 from ..settings import LoRASettings, check_alpha, check_strength
 from . import render
-from ..lora.profile import FAR_ABOVE_FACTOR
 from .scales import profile_basis, profile_view
 from .session import RunningJobs, session_key, settings_to_json, with_adapter
 
@@ -64,9 +64,10 @@ def settings_from_controls(source: str | None, weight_name: str | None, revision
     """The panel's adapter settings; None when the source box is empty (no adapter in this slot)."""
     if not source or not str(source).strip():
         return None
-    return LoRASettings(source=str(source).strip(), weight_name=weight_name or None, revision=(revision or "").strip() or None,
-                        alpha=alpha_from_controls(override, alpha), strength=check_strength(float(strength)),
-                        mode=mode or "unmerged", qkv_layout=qkv_layout or "auto")
+    return LoRASettings(source=str(source).strip(), weight_name=weight_name or None,
+                        revision=(revision or "").strip() or None, alpha=alpha_from_controls(override, alpha),
+                        strength=check_strength(float(strength)), mode=mode or "unmerged",
+                        qkv_layout=qkv_layout or "auto")
 
 
 class AdapterEvents:
@@ -103,10 +104,8 @@ class AdapterEvents:
         return path, self.list_weights(path, revision, token)
 
     def upload(self, file_path: str | None) -> tuple[str, dict[str, Any]]:
-        """Copy an uploaded ``.safetensors`` into the server's output folder (cleaned after an hour) and select it.
-
-        Hosted mode: the copy must land in a folder the backend allows local adapters from, and its size is capped
-        like a remote adapter's."""
+        """Copy an uploaded ``.safetensors`` into the backend's uploads folder (an allowed adapter folder, cleaned
+        after an hour) and select it. Hosted mode caps its size like a remote adapter's."""
         if not file_path:
             return gr.skip(), gr.skip()
         upload = Path(file_path)
@@ -118,10 +117,7 @@ class AdapterEvents:
         if limit is not None and size > limit:
             raise gr.Error(f"{upload.name} is {sources.format_bytes(size)}, over this server's limit of "
                            f"{sources.format_bytes(limit)}: use a smaller adapter.", print_exception=False)
-        folder = Path(self.backend.output_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
-        if self.backend.hosted and not sources.is_allowed_local_path(folder, self.backend.policy.allowed_local_dirs):
-            raise gr.Error("uploads are not enabled on this hosted server (its upload folder is not an allowed "
-                           "adapter folder): give a Hub repo id or URL instead.", print_exception=False)
+        folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
         folder.mkdir(parents=True)
         target = folder / Path(upload.name).name
         shutil.copyfile(upload, target)
@@ -149,7 +145,8 @@ class AdapterEvents:
                      workflow: str, qkv_layout: str, override: bool, alpha: float | str | None, strength: float
                      ) -> tuple[Any, ...]:
         """Inspect and render: (info, inspect card, alpha card, readout, known card, known-card box visibility,
-        targets table, JSON, alpha box). With Override off, the alpha box shows the chain's value as a starting point."""
+        targets table, JSON, alpha box). With Override off, the alpha box shows the chain's value as a starting
+        point."""
         info = self.inspect(source, weight_name, revision, token, workflow, qkv_layout)
         alpha_box = gr.skip() if override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
         return (info, render.inspect_card(info, info.get("name", "")), *self.readout(info, override, alpha, strength),
@@ -179,8 +176,8 @@ class AdapterEvents:
 
         def on_step(done: int, total: int) -> None:
             if progress is not None:
-                progress((done, total), desc=f"downloading {sources.format_bytes(done)} of {sources.format_bytes(total)}",
-                         unit="bytes")
+                progress((done, total), unit="bytes",
+                         desc=f"downloading {sources.format_bytes(done)} of {sources.format_bytes(total)}")
 
         def on_phase(phase: str) -> None:
             if progress is not None:
@@ -235,8 +232,8 @@ class AdapterEvents:
         far_above = view.median > FAR_ABOVE_FACTOR * high
         position = (f"{view.median / high:.3g}× the top of" if view.median > high else
                     "below" if view.median < low else "inside")
-        text = (f"median relative update ‖ΔW‖/‖W‖ <b>{view.median:.3g}</b> — {position} the usual {low:g}–{high:g} "
-                f"of a well-scaled LoRA fine-tune (a heuristic).")
+        text = (f"median relative update ‖ΔW‖/‖W‖ <b>{view.median:.3g}</b> — {position} the usual "
+                f"{low:g}–{high:g} of a well-scaled LoRA fine-tune (a heuristic).")
         kind = "bad" if view.warning else "warn" if far_above else "plain"
         note = render.card(kind, (f"<b>⚠ {render.esc(view.warning)}</b><br>" if view.warning else "") + text,
                            testid="profile-note")

@@ -61,7 +61,8 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     with gr.Group(elem_classes=["h3-panel"]):
         with gr.Row(equal_height=True):
             source = gr.Textbox(label="Adapter source", scale=3, elem_id=f"{prefix}-source",
-                                placeholder="owner/repo · https://huggingface.co/…/resolve/… · /path/to/lora.safetensors")
+                                placeholder="owner/repo · https://huggingface.co/…/resolve/… · "
+                                            "/path/to/lora.safetensors")
             demo = gr.Dropdown(choices=demos, value=None, label="…or a demo adapter", scale=2,
                                elem_id=f"{prefix}-demo", info="small adapters for the tiny model, one per format")
         with gr.Row(equal_height=True):
@@ -111,9 +112,9 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
         profile_html = gr.HTML(render.placeholder("Load the adapter to measure where it acts and how hard."),
                                elem_id=f"{prefix}-profile-note")
     return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
-                       inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override, alpha,
-                       strength, readout, report_html, profile_box, group_plot, block_plot, profile_html, gr.State(None),
-                       gr.State(None))
+                       inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
+                       alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
+                       gr.State(None), gr.State(None))
 
 
 def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio,

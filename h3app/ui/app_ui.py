@@ -18,8 +18,15 @@ from .adapter_panel import CHEAP, GPU, AdapterSlot, build_adapter_slot, wire_ada
 from .api import ApiEvents, build_api
 from .comparison_events import ComparisonEvents
 from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
-from .generate_events import (GenerateEvents, apply_preset, load_settings_view, steps_note, trigger_button,
-                              with_trigger, workflow_inputs)
+from .generate_events import (
+    GenerateEvents,
+    apply_preset,
+    load_settings_view,
+    steps_note,
+    trigger_button,
+    with_trigger,
+    workflow_inputs,
+)
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
 from .session import RunningJobs, new_session
 

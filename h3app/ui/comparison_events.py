@@ -93,9 +93,9 @@ class ComparisonEvents:
         audio_a = extract_audio(result.a.video_path, Path(result.a.video_path).with_suffix(".wav"))
         audio_b = extract_audio(result.b.video_path, Path(result.b.video_path).with_suffix(".wav"))
         plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
-        session = add_history(session, {"kind": "check A", "label": f"check A {result.a.label}", "video": result.a.video_path,
-                                        "thumbnail": result.a.thumbnail_path, "hash": result.a.hash,
-                                        "settings": result.settings})
+        session = add_history(session, {"kind": "check A", "label": f"check A {result.a.label}",
+                                        "video": result.a.video_path, "thumbnail": result.a.thumbnail_path,
+                                        "hash": result.a.hash, "settings": result.settings})
         session = add_history(session, {"kind": "check fallback", "label": "check fallback (alpha = rank)",
                                         "video": result.fallback.video_path,
                                         "thumbnail": result.fallback.thumbnail_path, "hash": result.fallback.hash,
@@ -142,17 +142,13 @@ class ComparisonEvents:
         finished = [0]
 
         def on_step(done: int, total: int) -> None:
-            # The grid's handle is not handed out by Backend.grid; while the grid job runs it is the worker's current
-            # job, and GPU events run one at a time (concurrency_id "gpu"), so it is this session's.
-            current = getattr(self.backend.worker, "current", None)
-            if current is not None and current.label == "grid":
-                self.jobs.set(key, current)
             if progress is not None:
                 progress((done, total), desc=f"grid: {finished[0]}/{plan.cells} cells done, step {done}/{total}",
                          unit="steps")
 
         try:
-            for cell in self.backend.grid(generation, adapters[0], plan, token or None, on_step):
+            for cell in self.backend.grid(generation, adapters[0], plan, token or None, on_step,
+                                          on_handle=lambda handle: self.jobs.set(key, handle)):
                 finished[0] += 1
                 yield cell
         except Cancelled as error:
@@ -189,11 +185,11 @@ class ComparisonEvents:
                    self._grid_status(cells), gr.skip(), cells_state(cells))
         for cell in cells:
             alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
-            session = add_history(session, {"kind": "grid", "label": f"grid α{alpha}×{cell.strength:g} seed {cell.seed}",
-                                            "video": cell.video_path, "thumbnail": cell.thumbnail_path,
-                                            "hash": cell.hash, "settings": {"alpha": cell.alpha,
-                                                                            "strength": cell.strength,
-                                                                            "seed": cell.seed}})
+            label = f"grid α{alpha}×{cell.strength:g} seed {cell.seed}"
+            session = add_history(session, {"kind": "grid", "label": label, "video": cell.video_path,
+                                            "thumbnail": cell.thumbnail_path, "hash": cell.hash,
+                                            "settings": {"alpha": cell.alpha, "strength": cell.strength,
+                                                         "seed": cell.seed}})
         yield (gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
                self._grid_status(cells, done=True), session, cells_state(cells))
 

@@ -16,7 +16,8 @@ EQUIVALENCE_INTRO = (
     "which is what loaders that ignore alpha do. Uses **adapter 1** and the request above; A is also run twice as a "
     "determinism control.")
 GRID_INTRO = ("Sweep alpha × scale (and seeds) with adapter 1 and the request above. Each cell shows how far it moved "
-              "from the same request **without** the LoRA — a cell identical to no-LoRA means the adapter did nothing.")
+              "from the same request **without** the LoRA — a cell identical to no-LoRA means the adapter did "
+              "nothing.")
 
 
 @dataclass

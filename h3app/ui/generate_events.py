@@ -258,7 +258,8 @@ def with_trigger(prompt: str | None, info: Mapping[str, Any] | None) -> str:
 
 def trigger_button(info: Mapping[str, Any] | None) -> dict[str, Any]:
     trigger = ((info or {}).get("known") or {}).get("trigger")
-    return gr.update(visible=bool(trigger), value=f"Add trigger word “{trigger}”" if trigger else "Add trigger word")
+    label = f"Add trigger word “{trigger}”" if trigger else "Add trigger word"
+    return gr.update(visible=bool(trigger), value=label)
 
 
 def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> tuple[Any, ...]:

@@ -98,8 +98,8 @@ def build_generate_tab() -> GenerateTab:
     with gr.Accordion("Reproduce: settings JSON, load settings, copy as CLI", open=False):
         settings_json = gr.JSON(label="Settings (with adapter commit and file sha256)", open=False)
         with gr.Row():
-            settings_file = gr.File(label="Load settings from a .json or an .mp4 made here", file_types=[".json", ".mp4"],
-                                    height=90)
+            settings_file = gr.File(label="Load settings from a .json or an .mp4 made here",
+                                    file_types=[".json", ".mp4"], height=90)
             load_status = gr.Markdown("")
         h3app_command = gr.Code(label="h3app CLI", language="shell", interactive=False, lines=3)
         sglang_command = gr.Code(label="sglang", language="shell", interactive=False, lines=3)

@@ -64,7 +64,8 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
     rank_counts: dict[int, int] = {}
     for rank in ranks.values():
         rank_counts[rank] = rank_counts.get(rank, 0) + 1
-    rank_text = str(info["rank"]) if info.get("rank") is not None else "mixed: " + _count_list(dict(sorted(rank_counts.items())))
+    rank_text = (str(info["rank"]) if info.get("rank") is not None
+                 else "mixed: " + _count_list(dict(sorted(rank_counts.items()))))
     grouped = targets_by_group(list(info.get("targets") or ()))
     group_text = " · ".join(f"{GROUP_NAMES.get(g, g)} {len(t)}" for g, t in grouped.items()) or "none"
     prefix = info.get("prefix") or ""
@@ -81,8 +82,8 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
         hints = ("<div class='h3-small'>trainer hints (shown, never applied): "
                  + esc(", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items())) + "</div>")
     body = (f"{title}<div>{chips}</div>"
-            f"<div class='h3-row'><b>rank</b> {esc(rank_text)} &nbsp;·&nbsp; <b>{info.get('num_targets', 0)} targets</b>: "
-            f"{esc(group_text)}</div>{hints}")
+            f"<div class='h3-row'><b>rank</b> {esc(rank_text)} &nbsp;·&nbsp; "
+            f"<b>{info.get('num_targets', 0)} targets</b>: {esc(group_text)}</div>{hints}")
     parts = [card("info", body, testid="inspect-summary")]
     parts.append(match_preview(info))
     # the alpha guess and unmatched keys have their own boxes; the rest is listed here
@@ -237,9 +238,9 @@ def report_card(report: Mapping[str, Any], provenance: Mapping[str, Any] | None 
                f"trained on them).</div><div class='h3-small'>mode {esc(report.get('mode'))}"
                f"{' · fused QKV' if report.get('fused_qkv') else ''}</div>")
     if provenance:
+        commit = (f" · commit <code>{esc(str(provenance['commit'])[:12])}</code>" if provenance.get("commit") else "")
         details += (f"<div class='h3-small'>file sha256 <code>{esc(str(provenance.get('sha256', ''))[:16])}…</code>"
-                    f"{' · commit <code>' + esc(str(provenance['commit'])[:12]) + '</code>' if provenance.get('commit') else ''}"
-                    "</div>")
+                    f"{commit}</div>")
     if unmatched:
         body = (f"<div class='h3-big'>⚠ Partial match: {len(matched)} targets bound, {len(unmatched)} keys matched "
                 f"NOTHING</div>Those parts of the adapter are ignored ({esc(group_text)} bound)."
@@ -256,9 +257,9 @@ def report_card(report: Mapping[str, Any], provenance: Mapping[str, Any] | None 
 
 def result_html(output: Mapping[str, Any]) -> str:
     """One line per generation: seed, steps → evaluations, size, time, hash, and what each adapter ran at."""
-    lines = [f"<b>seed {output.get('seed')}</b> · {output.get('steps')} steps → {output.get('evaluations')} evaluations"
-             f" · {output.get('frames')} frames {output.get('width')}×{output.get('height')} @ {output.get('fps')} fps"
-             f" · stereo {output.get('sample_rate')} Hz · {output.get('seconds')} s",
+    lines = [f"<b>seed {output.get('seed')}</b> · {output.get('steps')} steps → {output.get('evaluations')} "
+             f"evaluations · {output.get('frames')} frames {output.get('width')}×{output.get('height')} @ "
+             f"{output.get('fps')} fps · stereo {output.get('sample_rate')} Hz · {output.get('seconds')} s",
              f"hash <code>{esc(str(output.get('hash', ''))[:23])}…</code>"]
     adapters = output.get("adapters") or []
     if not adapters:
@@ -266,9 +267,9 @@ def result_html(output: Mapping[str, Any]) -> str:
     for a in adapters:
         source = a.get("resolved_alpha_source") or a.get("alpha_source")
         alpha = a.get("resolved_alpha")
-        lines.append(f"{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: alpha "
-                     f"{'per module' if alpha is None else f'{float(alpha):g}'} ({esc(SOURCE_NAMES.get(source, source))})"
-                     f" × scale {float(a.get('strength', 1.0)):g}")
+        alpha_text = "per module" if alpha is None else f"{float(alpha):g}"
+        lines.append(f"{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: alpha {alpha_text} "
+                     f"({esc(SOURCE_NAMES.get(source, source))}) × scale {float(a.get('strength', 1.0)):g}")
     kind = "warn" if any((a.get("resolved_alpha_source") == "rank_fallback") for a in adapters) else "ok"
     return card(kind, "<br>".join(lines), testid="result")
 
@@ -276,9 +277,10 @@ def result_html(output: Mapping[str, Any]) -> str:
 def verdict_html(result: Mapping[str, Any]) -> str:
     """The equivalence verdict: identical (bitwise) or not, with the control and the fallback's distance."""
     a, b = result["a"], result["b"]
-    control = ("✔ control: A run twice gave the same hash, so this device is deterministic." if result["control_identical"]
-               else "✖ control: A run twice differed — this device is not deterministic, so a difference below "
-                    "proves nothing.")
+    control = ("✔ control: A run twice gave the same hash, so this device is deterministic."
+               if result["control_identical"] else
+               "✖ control: A run twice differed — this device is not deterministic, so a difference below proves "
+               "nothing.")
 
     def setting(column: Mapping[str, Any]) -> str:
         alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
@@ -295,8 +297,9 @@ def verdict_html(result: Mapping[str, Any]) -> str:
         return card("ok" if result["control_identical"] else "warn", body, testid="verdict-card")
     head = "<div class='h3-big h3-verdict' data-testid='verdict'>DIFFERENT ✖</div>"
     body = (f"{head}A ({esc(setting(a))}) <code>{esc(a['hash'][:23])}…</code> vs B ({esc(setting(b))}) "
-            f"<code>{esc(b['hash'][:23])}…</code>: max |A−B| = {float(result['max_abs_diff']):.3g}. Effective scales "
-            f"{_scale_text(result['effective_scale_a'])} vs {_scale_text(result['effective_scale_b'])}.<br>"
+            f"<code>{esc(b['hash'][:23])}…</code>: max |A−B| = {float(result['max_abs_diff']):.3g}. "
+            f"Effective scales {_scale_text(result['effective_scale_a'])} vs "
+            f"{_scale_text(result['effective_scale_b'])}.<br>"
             f"{esc(control)}<br>{esc(fallback)}")
     return card("bad", body, testid="verdict-card")
 

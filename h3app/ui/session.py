@@ -48,7 +48,8 @@ def settings_from_json(data: Mapping[str, Any]) -> LoRASettings:
     """A LoRASettings from a dict with LoRASettings field names (or ``scale``/``weight``/``rev`` aliases);
     validation errors are :class:`H3AppError` one-liners."""
     if not isinstance(data, Mapping):
-        raise H3AppError(f"adapter settings must be a JSON object such as {{\"source\": \"owner/repo\"}}, got {data!r}.")
+        raise H3AppError(f"adapter settings must be a JSON object such as {{\"source\": \"owner/repo\"}}, "
+                         f"got {data!r}.")
     fields: dict[str, Any] = {}
     for key, value in data.items():
         name = FIELD_ALIASES.get(key, key)
@@ -101,8 +102,8 @@ def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
-        raise H3AppError(f"adapters must be JSON (a list of objects with \"source\", \"alpha\", \"scale\"): {error.msg} "
-                         f"at character {error.pos}.") from None
+        raise H3AppError(f"adapters must be JSON (a list of objects with \"source\", \"alpha\", \"scale\"): "
+                         f"{error.msg} at character {error.pos}.") from None
     items = data if isinstance(data, list) else [data]
     if len(items) > len(SLOTS):
         raise H3AppError(f"at most {len(SLOTS)} adapters per job, got {len(items)}.")

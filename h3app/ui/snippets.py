@@ -140,9 +140,11 @@ def _sglang_alpha(adapter: Mapping[str, Any], info: Mapping[str, Any] | None
     if tensor_alphas:
         fractional = [a for a in tensor_alphas if not _integral(a)]
         if fractional:
+            truncated = ", ".join(str(int(a)) for a in fractional)
+            ratios = "/".join(f"{int(a) / a:.2g}" for a in fractional)
             notes.append(f"the file's per-module .alpha tensors ({', '.join(f'{a:g}' for a in fractional)}) are "
-                         f"int()-truncated by sglang (→ {', '.join(str(int(a)) for a in fractional)}): its LoRA would "
-                         f"be {'/'.join(f'{int(a) / a:.2g}' for a in fractional)}× as strong as here.")
+                         f"int()-truncated by sglang (→ {truncated}): its LoRA would be {ratios}× as strong as "
+                         f"here.")
         if explicit is not None and any(float(explicit) != a for a in tensor_alphas):
             notes.append(f"this file has per-module .alpha tensors: sglang applies them and ignores --lora-alpha, so "
                          f"your alpha {float(explicit):g} would have no effect there (it runs at alpha "
@@ -158,8 +160,8 @@ def _sglang_alpha(adapter: Mapping[str, Any], info: Mapping[str, Any] | None
     if len(ranks) == 1:
         rank = next(iter(ranks))
         notes.append(f"sglang's --lora-alpha is an integer (int() would truncate {alpha:g} to {int(alpha)}); the "
-                     f"command uses the equivalent alpha {rank} × scale {strength * alpha / rank:.6g} instead — same "
-                     f"product, though not bit-identical to h3app's float64 scale.")
+                     f"command uses the equivalent alpha {rank} × scale {strength * alpha / rank:.6g} instead — "
+                     f"same product, though not bit-identical to h3app's float64 scale.")
         return int(rank), strength * alpha / rank, notes
     notes.append(f"sglang's --lora-alpha is an integer: alpha {alpha:g} would become {int(alpha)} "
                  f"({int(alpha) / alpha:.2g}× as strong), and mixed ranks leave no exact integer equivalent.")

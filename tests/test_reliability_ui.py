@@ -1,0 +1,110 @@
+"""Reliability: the UI shows each bad input as ``gr.Error`` carrying exactly the backend's one-line message, the
+model stays at its base, and the app serves on. The event functions are called directly (tests/test_ui_*.py cover
+the layout; tests/test_reliability_many_users.py drives the named endpoints over HTTP).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import pytest
+
+from bad_inputs import corpus_entries, make_corpus
+from lora_fixtures import state_hash
+
+from h3app.backend.generation import GenerationRequest
+from h3app.backend.service import Backend
+from h3app.errors import H3AppError
+from h3app.lora.layers import LoRALinear
+from h3app.settings import LoRASettings
+
+REQUEST = GenerationRequest(prompt="a fox in the snow", seed=1, steps=2)
+ENTRIES = {entry.kind: entry for entry in corpus_entries()}
+# A few of each stage: refused from the header, from the source text, from the tensors, from the settings.
+UI_KINDS = ("html_page", "pickle_renamed_zip", "header_over_100mb", "pruned_h3_lora", "wan_lora", "loha",
+            "a_without_b", "several_weights_no_name", "weight_name_dotdot", "repo_missing_offline", "nan_weights",
+            "reference_partition_only", "user_alpha_negative", "user_alpha_nan", "scale_1e9")
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ui_bad_inputs")
+    make_corpus(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ui(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    events = pytest.importorskip("h3app.ui.adapter_events")
+    generate = pytest.importorskip("h3app.ui.generate_events")
+    session = pytest.importorskip("h3app.ui.session")
+    transformer = tiny_model.transformer()
+    assert not any(isinstance(m, LoRALinear) for m in transformer.modules()), "another test left an adapter attached"
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("ui_outputs"))
+    jobs = session.RunningJobs()
+    state = {"backend": backend, "adapters": events.AdapterEvents(backend, jobs),
+             "generate": generate.GenerateEvents(backend, jobs), "transformer": transformer,
+             "base": state_hash(transformer)}
+    yield state
+    backend.binder.reset()
+    backend.close()
+
+
+def backend_message(call: Any) -> str:
+    with pytest.raises(H3AppError) as caught:
+        call()
+    return str(caught.value)
+
+
+def ui_message(call: Any) -> str:
+    with pytest.raises(gr.Error) as caught:
+        call()
+    return caught.value.message
+
+
+def assert_at_base(ui: dict[str, Any]) -> None:
+    assert not any(isinstance(m, LoRALinear) for m in ui["transformer"].modules())
+    assert state_hash(ui["transformer"]) == ui["base"]
+
+
+@pytest.mark.parametrize("kind", UI_KINDS)
+def test_ui_shows_the_backends_one_line_as_gr_error(kind: str, corpus_dir: Path, ui: dict[str, Any]) -> None:
+    bad = ENTRIES[kind].resolve(corpus_dir)
+    backend: Backend = ui["backend"]
+    ui["backend"].binder.reset()
+    override = bad.alpha is not None
+
+    if bad.stage == "settings":
+        expected = backend_message(lambda: LoRASettings(source=bad.source, alpha=bad.alpha, strength=bad.strength))
+    elif bad.stage == "load":
+        expected = backend_message(lambda: backend.load(LoRASettings(source=bad.source, weight_name=bad.weight_name)))
+        assert ui["adapters"].inspect(bad.source, bad.weight_name, None, None)["format"]  # the header is fine
+    else:
+        expected = backend_message(lambda: backend.inspect(bad.source, bad.weight_name, bad.revision))
+        assert ui_message(lambda: ui["adapters"].inspect(bad.source, bad.weight_name, bad.revision, None)) == expected
+    assert "\n" not in expected
+    assert_at_base(ui)
+
+    shown = ui_message(lambda: ui["adapters"].load_view(
+        None, "1", bad.source, bad.weight_name, bad.revision, override, bad.alpha, bad.strength, "unmerged", "auto",
+        "t2va", None))
+    assert shown == expected
+    assert_at_base(ui)
+
+    if bad.stage != "settings":  # the Generate tab, with a good adapter attached first: back to base, same line
+        good = LoRASettings(source=str(corpus_dir / "good_for_settings.safetensors"), alpha=8.0)
+        ui["adapters"].load(None, "1", good)
+        bad_settings = LoRASettings(source=bad.source, weight_name=bad.weight_name, revision=bad.revision)
+        shown = ui_message(lambda: ui["generate"].generate(REQUEST, [good, bad_settings], None, None, None))
+        assert shown == expected
+        assert_at_base(ui)
+
+
+def test_the_ui_serves_on_after_the_bad_inputs(corpus_dir: Path, ui: dict[str, Any]) -> None:
+    good = LoRASettings(source=str(corpus_dir / "good_for_settings.safetensors"), alpha=8.0)
+    output = ui["generate"].generate(REQUEST, [good], None, None, None)
+    assert Path(output.video_path).exists() and output.result.frames > 0
+    ui["backend"].binder.reset()
+    assert_at_base(ui)

@@ -196,7 +196,7 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     good_bytes = save_bytes({k: v.clone().contiguous() for k, v in good.items()})  # what save_file writes
     add("truncated", "a valid adapter cut 100 bytes short (an interrupted copy)",
         files.bytes("truncated.safetensors", good_bytes[:-100]), "header", r"truncated")
-    add("header_length_beyond_file", "the 8-byte length claims a 4096-byte header in a 40-byte file",
+    add("header_length_beyond_file", "the 8-byte length claims a 4096-byte header in a 16-byte file",
         files.bytes("header_beyond_file.safetensors", raw_safetensors(b"{}", declared_length=4096)), "header",
         r"truncated")
     add("header_over_100mb", "the 8-byte length claims a 200 MB header (only those 8 bytes are written)",

@@ -108,3 +108,23 @@ def test_the_ui_serves_on_after_the_bad_inputs(corpus_dir: Path, ui: dict[str, A
     assert Path(output.video_path).exists() and output.result.frames > 0
     ui["backend"].binder.reset()
     assert_at_base(ui)
+
+
+def test_uploads_are_capped_and_only_safetensors_are_taken(tiny_model, corpus_dir: Path, tmp_path: Path) -> None:
+    events = pytest.importorskip("h3app.ui.adapter_events")
+    good = corpus_dir / "good_for_settings.safetensors"
+    pickle = corpus_dir / "zip_pickle_renamed.safetensors"
+    limit = (good.stat().st_size + pickle.stat().st_size) // 2
+    hosted = Backend(loaded=tiny_model, hosted=True, max_remote_bytes=limit, output_dir=tmp_path / "outputs")
+    try:
+        panel = events.AdapterEvents(hosted)
+        assert "over this server's limit" in ui_message(lambda: panel.upload(str(pickle)))
+        assert "not a .safetensors file" in ui_message(lambda: panel.upload(str(corpus_dir / "adapter.pt")))
+        source, _ = panel.upload(str(good))  # within the limit: taken, and served by path
+        assert panel.inspect(source, None, None, None)["num_targets"] == 6
+        small_pickle = tmp_path / "innocent.safetensors"  # a pickle under the limit, renamed: refused when read
+        small_pickle.write_bytes(pickle.read_bytes()[:limit - 1])
+        source, _ = panel.upload(str(small_pickle))
+        assert "pickle" in ui_message(lambda: panel.inspect(source, None, None, None))
+    finally:
+        hosted.close()

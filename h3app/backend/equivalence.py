@@ -1,7 +1,8 @@
 """The equivalence check, full mode: the whole pipeline under settings A, B, the old fallback and an A-vs-A control.
 
 Same seed, same prompt embedding (encoded once through the prompt cache), unmerged, deterministic algorithms on and
-diffusers' ``native`` attention backend. Hashes are sha256 over the decoded fp32 video then audio (DESIGN.md
+diffusers' ``native`` attention backend. The decode cache is on for the check: a column whose latents are bitwise
+equal to an earlier column's reuses its decoded output (so the control checks that denoising is deterministic). Hashes are sha256 over the decoded fp32 video then audio (DESIGN.md
 decision 10). A (default alpha 8 / strength 1.0) and B (alpha 128 / strength 0.0625) have the same alpha × strength,
 so they must be bit-identical; the fallback column is the same adapter at alpha = rank, strength 1 — what the old
 loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.
@@ -132,7 +133,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
             on_step(step_offset[0] + done, total * len(phases))
 
     try:
-        with deterministic():
+        with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
             engine.attach(loaded.adapter, dataclasses.replace(adapter, alpha=a.alpha, strength=a.strength,
                                                               mode="unmerged"), CHECK_NAME)
             for index, (label, setting) in enumerate(phases):

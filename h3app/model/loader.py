@@ -14,7 +14,7 @@ import torch
 
 from ..errors import H3AppError
 from . import repo
-from .prompt_cache import PromptCache, with_prompt_cache
+from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
 
 OFFLOAD_MODES = ("none", "auto", "group")
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
@@ -95,7 +95,8 @@ def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float
 class LoadedModel:
     """A model's loaded components, shared by the workflow pipelines built from them.
 
-    Every workflow pipeline encodes prompts through ``prompt_cache`` (an LRU of text-encoder outputs).
+    Every workflow pipeline encodes prompts through ``prompt_cache`` (an LRU of text-encoder outputs) and decodes
+    through ``decode_cache`` (off unless a comparison turns it on: equal latents are decoded once).
 
     Not thread-safe by design beyond component loading: one worker owns it (DESIGN.md decision 7).
     """
@@ -106,7 +107,8 @@ class LoadedModel:
     _pipelines: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _manager: Any = None
-    prompt_cache: PromptCache = field(default_factory=PromptCache)
+    prompt_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=32))
+    decode_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=2, enabled=False))
 
     @property
     def name(self) -> str:
@@ -127,7 +129,8 @@ class LoadedModel:
 
                 folder = str(self.location.folder)
                 blocks = ModularPipeline.from_pretrained(folder, workflow=workflow).blocks  # pruned copy
-                pipe = with_prompt_cache(blocks, self.prompt_cache).init_pipeline(folder)
+                caches = {TEXT_ENCODER_STEP: self.prompt_cache, **{step: self.decode_cache for step in DECODE_STEPS}}
+                pipe = with_step_caches(blocks, caches).init_pipeline(folder)
                 needed = repo.components_for(workflow)
                 pipe.update_components(**{name: self.components[name] for name in needed})
                 pipe.set_progress_bar_config(disable=True)  # progress is reported per step by the caller

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 import torch
 
 TEXT_ENCODER_STEP = "text_encoder"
+DECODE_STEPS = ("decode.video", "decode.audio")
 
 
 def _feed(digest: "hashlib._Hash", value: Any) -> None:
@@ -47,15 +49,37 @@ def _feed(digest: "hashlib._Hash", value: Any) -> None:
         raise TypeError(f"cannot key the prompt cache on a {type(value).__name__}")
 
 
-class PromptCache:
-    """Thread-safe LRU of ``digest → {output name: tensor}`` with at most ``max_entries`` prompts."""
+class StepCache:
+    """Thread-safe LRU of ``digest → {output name: value}`` with at most ``max_entries`` entries.
 
-    def __init__(self, max_entries: int = 32) -> None:
+    A cache created with ``enabled=False`` only answers inside ``with cache.enabled():`` and is emptied when that
+    block ends (the decode cache: decoded videos are large)."""
+
+    def __init__(self, max_entries: int = 32, enabled: bool = True) -> None:
         self.max_entries = max_entries
+        self._always_on = enabled
+        self._active = 0
         self._entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    @property
+    def on(self) -> bool:
+        return self._always_on or self._active > 0
+
+    @contextmanager
+    def enabled(self) -> Iterator[None]:
+        """Turn the cache on for the duration of the block; a temporary cache is emptied afterwards."""
+        with self._lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if not self.on:
+                    self._entries.clear()
 
     def get(self, key: str) -> dict[str, Any] | None:
         with self._lock:
@@ -77,42 +101,45 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __deepcopy__(self, memo: dict) -> "PromptCache":
+    def __deepcopy__(self, memo: dict) -> "StepCache":
         # diffusers deep-copies pipeline blocks; the cache they point at is shared on purpose.
         return self
 
 
-class _CachedEncoderStep:
-    """Mixed in front of a diffusers text-encoder step class (see :func:`install_prompt_cache`)."""
+class _CachedStep:
+    """Mixed in front of a diffusers step class (see :func:`with_step_caches`)."""
 
-    prompt_cache: PromptCache
+    step_cache: StepCache
 
     def __call__(self, components: Any, state: Any) -> tuple[Any, Any]:
+        if not self.step_cache.on:
+            return super().__call__(components, state)
         block_state = self.get_block_state(state)
         digest = hashlib.sha256(type(self).__mro__[2].__name__.encode())
         for spec in self.inputs:
             _feed(digest, spec.name)
             _feed(digest, getattr(block_state, spec.name, None))
         key = digest.hexdigest()
-        cached = self.prompt_cache.get(key)
+        cached = self.step_cache.get(key)
         if cached is not None:
             for name, value in cached.items():
                 setattr(block_state, name, value)
             self.set_block_state(state, block_state)
             return components, state
         components, state = super().__call__(components, state)
-        self.prompt_cache.put(key, {spec.name: state.get(spec.name) for spec in self.intermediate_outputs})
+        self.step_cache.put(key, {spec.name: state.get(spec.name) for spec in self.intermediate_outputs})
         return components, state
 
 
-def with_prompt_cache(blocks: Any, cache: PromptCache) -> Any:
-    """Return ``blocks`` (pipeline blocks pruned to one workflow) with its text-encoder step caching in ``cache``."""
-    step = blocks.sub_blocks.get(TEXT_ENCODER_STEP)
-    if step is None:
-        raise ValueError("these blocks have no text_encoder step to cache")
-    if not isinstance(step, _CachedEncoderStep):
-        cached_class = type(f"Cached{type(step).__name__}", (_CachedEncoderStep, type(step)), {})
-        step = cached_class()
-        blocks.sub_blocks[TEXT_ENCODER_STEP] = step
-    step.prompt_cache = cache
+def with_step_caches(blocks: Any, caches: dict[str, StepCache]) -> Any:
+    """Return ``blocks`` (pipeline blocks pruned to one workflow) with each named sub-block caching in its cache."""
+    for name, cache in caches.items():
+        step = blocks.sub_blocks.get(name)
+        if step is None:
+            raise ValueError(f"these blocks have no {name!r} step to cache")
+        if not isinstance(step, _CachedStep):
+            cached_class = type(f"Cached{type(step).__name__}", (_CachedStep, type(step)), {})
+            step = cached_class()
+            blocks.sub_blocks[name] = step
+        step.step_cache = cache
     return blocks

@@ -1,7 +1,7 @@
-"""The prompt-embedding cache: a hit skips the text encoder and changes nothing in the output."""
+"""Step caches: a prompt-cache hit skips the text encoder; a decode-cache hit skips the VAEs; neither changes output."""
 
 from h3app.backend.generation import GenerationRequest, run_generation
-from h3app.model.prompt_cache import PromptCache
+from h3app.model.step_cache import StepCache
 
 
 def test_cache_hit_skips_the_encoder_and_is_bitwise_equal(tiny_model):
@@ -32,7 +32,32 @@ def test_cache_hit_skips_the_encoder_and_is_bitwise_equal(tiny_model):
 
 
 def test_lru_evicts_oldest():
-    cache = PromptCache(max_entries=2)
+    cache = StepCache(max_entries=2)
     for key in "abc":
         cache.put(key, {"x": key})
     assert cache.get("a") is None and cache.get("c") == {"x": "c"} and len(cache) == 2
+
+
+def test_decode_cache_only_inside_its_block_and_reuses_equal_latents(tiny_model):
+    pipe = tiny_model.pipeline("t2va")
+    request = GenerationRequest(prompt="decode once", seed=9, steps=2)
+    decodes = []
+    original_decode = tiny_model.components["vae"].decode
+
+    def counting_decode(*args, **kwargs):
+        decodes.append(1)
+        return original_decode(*args, **kwargs)
+
+    tiny_model.components["vae"].decode = counting_decode
+    try:
+        outside = [run_generation(pipe, request).hash for _ in range(2)]
+        assert len(decodes) == 2 and len(tiny_model.decode_cache) == 0  # off by default
+        decodes.clear()
+        with tiny_model.decode_cache.enabled():
+            inside = [run_generation(pipe, request).hash for _ in range(2)]
+            other = run_generation(pipe, GenerationRequest(prompt="decode once", seed=10, steps=2)).hash
+        assert len(decodes) == 2  # seed 9 decoded once, seed 10 once
+        assert len(tiny_model.decode_cache) == 0  # emptied when the block ends
+    finally:
+        del tiny_model.components["vae"].decode
+    assert outside == inside and other != inside[0]

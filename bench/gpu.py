@@ -80,8 +80,9 @@ def cuda_device(name: str) -> Any:
     return torch.device(name)
 
 
-def build_full_size(device: Any) -> Any:
-    """diffusers' full-size H3 transformer, bf16, random weights, built on ``device`` (float32 islands kept)."""
+def build_full_size(device: Any, config: dict[str, Any] | None = None) -> Any:
+    """diffusers' H3 transformer (full size unless ``config`` says otherwise), bf16, random weights, allocated
+    directly on ``device``; the float32 islands diffusers keeps (``_keep_in_fp32_modules``) stay float32."""
     import torch
     from diffusers import MiniMaxH3Transformer3DModel
 
@@ -89,11 +90,12 @@ def build_full_size(device: Any) -> Any:
     torch.set_default_dtype(torch.bfloat16)  # allocate bf16 directly: an fp32 build would need 124 GB
     try:
         with torch.device(device):
-            model = MiniMaxH3Transformer3DModel()
+            model = MiniMaxH3Transformer3DModel(**(config or {}))
     finally:
         torch.set_default_dtype(previous)
+    keep = tuple(model._keep_in_fp32_modules)
     for name, module in model.named_modules():
-        if any(keep in name for keep in model._keep_in_fp32_modules) and name:
+        if name and any(pattern in name for pattern in keep):
             module.to(torch.float32)
     model.rope.inv_freq = model.rope.inv_freq.float()
     return model.eval().requires_grad_(False)
@@ -170,7 +172,9 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
         attach()
 
     attach()
-    rows.append(("attach (read + normalise + bind), unmerged", "", time_host(reattach, args.repeats), path.name))
+    layers = len(engine.report(ADAPTER).matched)
+    rows.append(("attach (read + normalise + bind), unmerged", "", time_host(reattach, args.repeats),
+                 f"{path.name}: {layers} targets"))
     alpha = [8.0]
 
     def flip_alpha() -> None:
@@ -220,9 +224,9 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
             engine.set_mode("merged")
             torch.cuda.synchronize()
             rows.append(("switch to merged (pristine copies + merge)", "", time.perf_counter() - started,
-                         "host RAM copies of the 312 targeted weights"))
-            rows.append(("alpha re-apply, merged (re-merge 312 layers)", "", time_host(flip_alpha, args.repeats),
-                         "from the pristine host copies"))
+                         f"host RAM copies of the weights of {layers} targets"))
+            rows.append(("alpha re-apply, merged (re-merge every bound layer)", "", time_host(flip_alpha, args.repeats),
+                         f"{layers} targets, from the pristine host copies"))
             for name, (seq, batch) in inputs.items():
                 rows.append(("one denoising step, merged", name, time_cuda(forward(batch), args.repeats),
                              "no per-forward overhead expected"))

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from safetensors.torch import save as save_bytes  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 
-from adapter_fixtures import TINY_CONFIG, TINY_SHAPES, factors, lora_keys  # noqa: E402
+from adapter_fixtures import TINY_CONFIG, factors, lora_keys  # noqa: E402
 
 # How far a correct h3app gets before refusing an entry:
 #   "settings": the adapter settings themselves (alpha, scale) — refused before any file is touched;
@@ -385,14 +385,15 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("inf_weights", "one +Inf in lora_A of blocks.0.attn.qkv_proj", files.tensors("inf.safetensors", inf), "load",
         r"NaN/Inf")
     kohya = native_factors({"lora_unet_blocks_0_attn_out_proj": (24, 32)}, style="du")
+    alpha_key = "lora_unet_blocks_0_attn_out_proj.alpha"
     add("stored_alpha_negative", "a kohya .alpha tensor of -8",
-        files.tensors("alpha_negative.safetensors", {**kohya, "lora_unet_blocks_0_attn_out_proj.alpha": torch.tensor(-8.0)}),
+        files.tensors("alpha_negative.safetensors", {**kohya, alpha_key: torch.tensor(-8.0)}),
         "header", r"stores alpha -8")
     add("stored_alpha_nan", "a kohya .alpha tensor of NaN",
-        files.tensors("alpha_nan.safetensors", {**kohya, "lora_unet_blocks_0_attn_out_proj.alpha": torch.tensor(float("nan"))}),
+        files.tensors("alpha_nan.safetensors", {**kohya, alpha_key: torch.tensor(float("nan"))}),
         "header", r"stores alpha nan")
     add("stored_alpha_not_scalar", "a kohya .alpha tensor of shape [2]",
-        files.tensors("alpha_vector.safetensors", {**kohya, "lora_unet_blocks_0_attn_out_proj.alpha": torch.tensor([8.0, 8.0])}),
+        files.tensors("alpha_vector.safetensors", {**kohya, alpha_key: torch.tensor([8.0, 8.0])}),
         "header", r"not a readable scalar alpha")
 
     # --- settings given by the user ------------------------------------------------------------------------------
@@ -404,8 +405,8 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
         add(kind, f"explicit alpha {value!r}", good_path, "settings", expect, alpha=value,
             cli_expect=r"--alpha.*invalid float value: 'eight'" if isinstance(value, str) else None)
     for kind, value in (("scale_nan", float("nan")), ("scale_inf", float("inf")), ("scale_1e9", 1e9)):
-        add(kind, f"scale (strength) {value!r}", good_path, "settings", r"scale must be finite and between -100 and 100",
-            strength=value)
+        add(kind, f"scale (strength) {value!r}", good_path, "settings",
+            r"scale must be finite and between -100 and 100", strength=value)
     add("scale_string", "scale 'strong'", good_path, "settings", r"scale must be a number", strength="strong",
         cli_expect=r"--scale.*invalid float value: 'strong'")
 
@@ -419,7 +420,8 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
         return files.call(name, build)
 
     add("adapter_config_malformed", "adapter_config.json is not JSON",
-        peft_folder("config_malformed", '{"r": 4, "lora_alpha": 8,'), "header", r"adapter_config\.json is not valid JSON")
+        peft_folder("config_malformed", '{"r": 4, "lora_alpha": 8,'), "header",
+        r"adapter_config\.json is not valid JSON")
     add("adapter_config_not_object", "adapter_config.json holds a JSON list",
         peft_folder("config_list", "[4, 8]"), "header", r"must hold a JSON object")
     add("adapter_config_loha", "adapter_config.json says peft_type LOHA for a file of LoRA factors",
@@ -434,7 +436,8 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
         files.tensors("metadata_negative_alpha.safetensors", native_factors({"blocks.0.attn.out_proj": (24, 32)}),
                       {"lora_alpha": "-8"}), "header", r"lora_alpha.*-8")
     add("adapter_config_pattern_not_regex", "adapter_config.json alpha_pattern has a key that is not a regex",
-        peft_folder("config_bad_pattern", '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "alpha_pattern": {"to_out.(": 4}}'),
+        peft_folder("config_bad_pattern",
+                    '{"peft_type": "LORA", "r": 4, "lora_alpha": 8, "alpha_pattern": {"to_out.(": 4}}'),
         "header", r"alpha_pattern.*to_out\.\(")
 
     # --- where the file is: weight names, repo ids, folders ------------------------------------------------------
@@ -473,8 +476,8 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("url_file_scheme", "a file:// URL", "file:///etc/passwd", "source", r"only http\(s\) URLs")
     add("revision_dotdot", "revision with '..'", NONEXISTENT_REPO, "source", r"not a valid branch",
         revision="main/../../x")
-    add("local_file_missing", "a local path that does not exist", files.call("missing.safetensors", lambda path: None), "source",
-        r"does not exist")
+    add("local_file_missing", "a local path that does not exist",
+        files.call("missing.safetensors", lambda path: None), "source", r"does not exist")
     add("repo_missing_offline", "a Hub repo that does not exist, with HF_HUB_OFFLINE=1", NONEXISTENT_REPO, "source",
         r"not in the local cache and HF_HUB_OFFLINE=1")
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import wave
 from pathlib import Path
 
 import numpy as np
@@ -130,8 +131,13 @@ def test_fl2va_and_ref2va_workflows(backend, tmp_path):
     first = backend.generate(GenerationRequest(prompt="pan left", steps=2, workflow="fl2va", first_frame=str(image)))
     last = backend.generate(GenerationRequest(prompt="pan left", steps=2, workflow="fl2va", last_frame=str(image)))
     assert first.result.hash != last.result.hash and first.result.width == 96
+    voice = tmp_path / "voice16k.wav"  # not at the audio VAE's 32 kHz: resampled with PyAV, no torchaudio needed
+    t = np.arange(6 * 16000) / 16000
+    with wave.open(str(voice), "wb") as out:
+        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16000)
+        out.writeframes((0.3 * np.sin(2 * np.pi * 440 * t) * 32767).astype(np.int16).tobytes())
     ref = backend.generate(GenerationRequest(prompt="the same object", steps=2, workflow="ref2va",
-                                             references=(str(image),)))
+                                             references=(str(image), str(voice))))
     assert ref.result.frames > 0
     with pytest.raises(H3AppError, match="keyframe"):
         GenerationRequest(prompt="x", workflow="fl2va")
@@ -224,3 +230,14 @@ def test_inspect_and_load_a_hub_weight_at_a_revision(backend, tmp_path, fake_hub
     loaded = backend.load(LoRASettings(source="someone/loras", weight_name="b.safetensors", revision="v2"))
     assert loaded.provenance["commit"] == commit and loaded.report.matched
     backend.binder.reset()
+
+
+def test_resample_audio_keeps_duration_and_pitch():
+    t = np.arange(16000) / 16000
+    tone = np.stack([np.sin(2 * np.pi * 1000 * t)] * 2).astype(np.float32)
+    up = media.resample_audio(tone, 16000, 32000)
+    assert up.shape[0] == 2 and abs(up.shape[1] - 32000) <= 64
+    spectrum = np.abs(np.fft.rfft(up[0, 1000:31000]))
+    assert abs(np.argmax(spectrum) * 32000 / 30000 - 1000) < 5
+    assert media.resample_audio(tone, 16000, 16000) is not None and np.array_equal(
+        media.resample_audio(tone, 16000, 16000), tone)

@@ -167,3 +167,18 @@ def test_gpu_script_parses_its_arguments() -> None:
             gpu.build_parser().parse_args(bad)
         assert exit_info.value.code == 2
     assert gpu.cuda_device("cpu") is None  # a non-CUDA device name is refused, not run on
+
+
+def test_gpu_model_builder_keeps_the_float32_islands() -> None:
+    """The builder bench/gpu.py uses on the GPU, exercised on the CPU with the tiny config."""
+    from bench.gpu import build_full_size
+    from h3app.model.tiny import TINY_TRANSFORMER_CONFIG
+
+    model = build_full_size("cpu", dict(TINY_TRANSFORMER_CONFIG))
+    assert torch.get_default_dtype() == torch.float32  # restored
+    assert model.transformer_blocks[0].attn.to_q.weight.dtype == torch.bfloat16
+    assert model.context_embedder.weight.dtype == torch.bfloat16
+    for name in ("proj_in", "audio_proj_in", "proj_out", "audio_proj_out"):
+        assert getattr(model, name).weight.dtype == torch.float32, name
+    assert model.time_embedder.linear_1.weight.dtype == torch.float32
+    assert model.rope.inv_freq.dtype == torch.float32

@@ -146,8 +146,8 @@ def big_repo(tmp_path: Path) -> Path:
     folder = tmp_path / "repo"
     sub = folder / "sub"
     sub.mkdir(parents=True)
-    save_file({k: v.contiguous() for k, v in native_factors({"blocks.0.adaln_proj.linear": (432, 16)}, rank=1024).items()},
-              str(folder / "lora.safetensors"))
+    big = native_factors({"blocks.0.adaln_proj.linear": (432, 16)}, rank=1024)
+    save_file({k: v.contiguous() for k, v in big.items()}, str(folder / "lora.safetensors"))
     save_file({k: v.contiguous() for k, v in native_factors({"blocks.0.attn.out_proj": (24, 32)}).items()},
               str(sub / "lora.safetensors"))
     (sub / "adapter_config.json").write_text(json.dumps({"r": 4, "lora_alpha": 4, "padding": "x" * 2_000_000}))
@@ -314,7 +314,8 @@ def test_diffusers_converter_loops_forever_on_a_negative_alpha_so_it_only_runs_u
         "import sys, torch\n"
         "from diffusers.loaders.lora_conversion_utils import _convert_non_diffusers_minimax_h3_lora_to_diffusers as c\n"
         "alpha = float(sys.argv[1])\n"
-        "sd = {'video_patch_proj.lora_down.weight': torch.ones(4, 16), 'video_patch_proj.lora_up.weight': torch.ones(24, 4),\n"
+        "sd = {'video_patch_proj.lora_down.weight': torch.ones(4, 16),\n"
+        "      'video_patch_proj.lora_up.weight': torch.ones(24, 4),\n"
         "      'video_patch_proj.alpha': torch.tensor(alpha)}\n"
         "print('converting', flush=True)\n"
         "c(sd)\n"

@@ -61,11 +61,10 @@ KNOWN_DEFECTS = {
 
 def kinds(*stages: str) -> list[Any]:
     """Corpus kinds of the given stages, as pytest params (known defects marked strict xfail)."""
-    return [
-        pytest.param(e.kind, id=e.kind,
-                     marks=[pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[e.kind])] if e.kind in KNOWN_DEFECTS else [])
-        for e in ENTRIES if e.stage in stages
-    ]
+    def marks(kind: str) -> list[Any]:
+        return [pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[kind])] if kind in KNOWN_DEFECTS else []
+
+    return [pytest.param(e.kind, id=e.kind, marks=marks(e.kind)) for e in ENTRIES if e.stage in stages]
 
 
 # ------------------------------------------------------------------------------------------------------ fixtures

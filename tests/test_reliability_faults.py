@@ -90,7 +90,8 @@ def assert_at_base(server: dict[str, Any]) -> None:
 def assert_next_job_is_clean(server: dict[str, Any]) -> None:
     """The server serves on, and its results are those of a fresh server (no leftover from the fault)."""
     backend: Backend = server["backend"]
-    assert backend.generate(REQUEST, [LoRASettings(source=KOHYA, strength=0.5)]).result.hash == server["reference"]["kohya"]
+    kohya = backend.generate(REQUEST, [LoRASettings(source=KOHYA, strength=0.5)]).result.hash
+    assert kohya == server["reference"]["kohya"]
     assert backend.generate(REQUEST).result.hash == server["reference"]["clean"]
     assert_at_base(server)
 

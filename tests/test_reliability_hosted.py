@@ -191,4 +191,5 @@ def test_one_visitors_upload_is_not_listed_or_loadable_by_another(hosted: Backen
         hosted.inspect(str(uploads))
     assert "alice" not in str(caught.value)
     with pytest.raises(H3AppError):
-        hosted.load(LoRASettings(source=str(uploads), weight_name="upload-aaaaaaaaaaaa/alice_private_style.safetensors"))
+        hosted.load(LoRASettings(source=str(uploads),
+                                 weight_name="upload-aaaaaaaaaaaa/alice_private_style.safetensors"))

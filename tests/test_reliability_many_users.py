@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from lora_fixtures import state_hash
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend

@@ -95,8 +95,21 @@ def reference_kind(path: str) -> str:
                      f"({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES + AUDIO_SUFFIXES)}).")
 
 
-def workflow_inputs(request: GenerationRequest) -> dict[str, Any]:
-    """The pipeline inputs for keyframes (fl2va) and references (ref2va), decoded from their files."""
+def _at_rate(reference: Any, sample_rate: int) -> Any:
+    """A reference whose soundtrack is resampled to the audio VAE's rate (diffusers would need torchaudio)."""
+    import dataclasses
+
+    audio = getattr(reference, "audio", None)
+    rate = getattr(reference, "sample_rate", None)
+    if audio is None or rate is None or int(rate) == sample_rate:
+        return reference
+    resampled = media.resample_audio(audio.detach().float().cpu().numpy(), int(rate), sample_rate)
+    return dataclasses.replace(reference, audio=torch.from_numpy(resampled), sample_rate=sample_rate)
+
+
+def workflow_inputs(request: GenerationRequest, sample_rate: int = 32000) -> dict[str, Any]:
+    """The pipeline inputs for keyframes (fl2va) and references (ref2va), decoded from their files; reference
+    soundtracks at ``sample_rate`` (Hz)."""
     from PIL import Image
 
     inputs: dict[str, Any] = {}
@@ -114,7 +127,8 @@ def workflow_inputs(request: GenerationRequest) -> dict[str, Any]:
 
             classes = {"image": MiniMaxH3ImageReference, "video": MiniMaxH3VideoReference,
                        "audio": MiniMaxH3AudioReference}
-            inputs["references"] = [classes[reference_kind(p)].from_file(p) for p in request.references]
+            inputs["references"] = [_at_rate(classes[reference_kind(p)].from_file(p), sample_rate)
+                                    for p in request.references]
     except H3AppError:
         raise
     except Exception as error:  # PIL/PyAV decoding errors come in many types; name the problem for the user
@@ -207,7 +221,7 @@ def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tupl
         inputs["prompt_embeds"], inputs["text_token_tags"] = prompt_embeds
     if request.height is not None:
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
-    inputs.update(workflow_inputs(request))
+    inputs.update(workflow_inputs(request, int(pipe.audio_vae.config.sampling_rate)))
     inputs.update(extra_inputs or {})
 
     handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)

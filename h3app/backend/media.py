@@ -127,6 +127,24 @@ def read_settings(path: str | Path) -> dict[str, Any] | None:
     return json.loads(text) if text else None
 
 
+def resample_audio(audio: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """``[channels, samples]`` float32 at ``from_rate`` → the same at ``to_rate`` (PyAV's libswresample)."""
+    import av
+
+    audio = np.ascontiguousarray(audio, dtype=np.float32)
+    if from_rate == to_rate:
+        return audio
+    layout = {1: "mono", 2: "stereo"}.get(audio.shape[0])
+    if layout is None:
+        raise ValueError(f"only mono or stereo audio can be resampled, got {audio.shape[0]} channels")
+    resampler = av.AudioResampler(format="fltp", layout=layout, rate=to_rate)
+    frame = av.AudioFrame.from_ndarray(audio, format="fltp", layout=layout)
+    frame.sample_rate = from_rate
+    pieces = [out.to_ndarray() for out in resampler.resample(frame)]
+    pieces += [out.to_ndarray() for out in resampler.resample(None)]
+    return np.concatenate(pieces, axis=1).astype(np.float32) if pieces else np.zeros((audio.shape[0], 0), np.float32)
+
+
 def write_thumbnail(path: str | Path, video: np.ndarray, max_side: int = 256) -> Path:
     """The middle frame as a PNG, at most ``max_side`` pixels on its long side."""
     from PIL import Image

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 
 def _stderr(message: str) -> None:
@@ -27,7 +27,7 @@ class BenchContext:
 
     @classmethod
     def create(cls, *, quick: bool, cache_dir: Path, repeats: int | None = None, clock: str | None = None,
-               log: Callable[[str], None] = _stderr) -> "BenchContext":
+               log: Callable[[str], None] = _stderr) -> BenchContext:
         light = repeats if repeats is not None else (5 if quick else 9)
         heavy = repeats if repeats is not None else (2 if quick else 5)
         return cls(quick=quick, cache_dir=Path(cache_dir), repeats=light, heavy_repeats=heavy, log=log,

@@ -23,11 +23,13 @@ Refuses with exit status 2 and one line on stderr when no CUDA device is present
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
 DEFAULT_FRAMES = 124
@@ -251,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = run(args, device)
     print("| what | resolution | median | note |\n|---|---|---|---|")
     for what, resolution, seconds, note in rows:
-        shown = "—" if seconds != seconds else (f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s")
+        shown = "—" if math.isnan(seconds) else (f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s")
         print(f"| {what} | {resolution or '—'} | {shown} | {note} |")
     return 0
 

@@ -9,7 +9,8 @@ block on 2 cores); buffers (the rotary ``inv_freq``) are built normally.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import os
 
-from .adapter_files import adapter_file_path, cached_adapter_file, is_cached, lightx2v_layout
+from .adapter_files import (
+    adapter_file_path,
+    cached_adapter_file,
+    is_cached,
+    lightx2v_layout,
+)
 from .context import BenchContext
 from .table import Goal, Row
 from .timing import Variant, compare

@@ -14,12 +14,19 @@ full model is printed beside it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .adapter_files import cached_adapter_file, lightx2v_layout
 from .context import BenchContext
-from .models import (MEDIUM_CONFIG, build_transformer, full_width_block_config, linear_flops, packed_input_for_tokens,
-                     shared_weight_copy)
+from .models import (
+    MEDIUM_CONFIG,
+    build_transformer,
+    full_width_block_config,
+    linear_flops,
+    packed_input_for_tokens,
+    shared_weight_copy,
+)
 from .peers import diffusers_attach, peft_available, quiet_diffusers
 from .table import Goal, Row
 from .timing import Variant, compare

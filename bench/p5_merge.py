@@ -11,9 +11,8 @@ from __future__ import annotations
 from .adapter_files import cached_adapter_file, lightx2v_layout
 from .context import BenchContext
 from .models import MEDIUM_CONFIG, build_transformer
-from .p3_set_lora import _Alternate
 from .table import Goal, Row
-from .timing import Variant, compare
+from .timing import Alternate, Variant, compare
 
 CASE = "P5"
 RANK = 128
@@ -40,8 +39,8 @@ def run(ctx: BenchContext) -> list[Row]:
     engine = LoRAEngine(transformer)
     engine.attach(adapter, LoRASettings(source=str(path), mode="merged"), ADAPTER)
 
-    ours_alpha = _Alternate(8.0, 16.0)
-    bare_alpha = _Alternate(8.0, 16.0)
+    ours_alpha = Alternate(8.0, 16.0)
+    bare_alpha = Alternate(8.0, 16.0)
 
     def bare_merge() -> None:
         alpha = bare_alpha()

@@ -12,8 +12,8 @@ import importlib
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 CASES: dict[str, str] = {
     "P1": "bench.p1_inspect",

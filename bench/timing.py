@@ -16,8 +16,9 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,19 @@ class Variant:
         if self.teardown is not None:
             self.teardown()
         return elapsed
+
+
+class Alternate:
+    """Flip between two values on every call, so that every timed change is a real change (an engine may skip a
+    change to the value it already has)."""
+
+    def __init__(self, first: float, second: float) -> None:
+        self.values = (first, second)
+        self.index = 0
+
+    def __call__(self) -> float:
+        self.index ^= 1
+        return self.values[self.index]
 
 
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}

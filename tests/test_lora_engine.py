@@ -10,7 +10,7 @@ import torch
 from h3app.backend.transformer_check import packed_check_input
 from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, LoRALinear, MatchError
-from h3app.lora.layers import LoRAFactors
+from h3app.lora.layers import AdapterScale, LoRAFactors
 from h3app.settings import LoRASettings
 from lora_fixtures import (block_targets, build_tiny, forward, linear_shapes, make_adapter, max_rel_err,
                            module_types, same_bits, state_hash)
@@ -248,25 +248,28 @@ def test_exception_mid_merge_leaves_weights_bitwise_as_before(tiny_setup, monkey
         assert engine.active()["first"].alpha is None and engine.active()["first"].strength == 1.0
 
 
-def test_set_lora_is_lazy_and_does_not_touch_layers(tiny_setup, monkeypatch):
+def test_set_lora_costs_no_work_per_layer(tiny_setup, monkeypatch):
     shapes, inputs = tiny_setup
     model = build_tiny()
     engine = LoRAEngine(model)
     engine.attach(_adapter(shapes, 4, alpha=4.0), _settings(), "a")
-    forward(model, inputs)
-    refreshed = {"n": 0}
-    original = LoRAFactors._refresh
+    base_out = forward(model, inputs)
+    fills = {"n": 0}
+    original = AdapterScale._fill
 
-    def counting(self):
-        refreshed["n"] += 1
-        original(self)
+    def counting(self, key, entry):
+        fills["n"] += 1
+        original(self, key, entry)
 
-    monkeypatch.setattr(LoRAFactors, "_refresh", counting)
-    for strength in (0.1, 0.2, 0.3):
-        engine.set_lora("a", strength=strength)
-    assert refreshed["n"] == 0  # O(1): no per-layer work at set time
-    forward(model, inputs)
-    assert refreshed["n"] == len(engine._adapters["a"].entries)  # each layer refreshes once, lazily
+    monkeypatch.setattr(AdapterScale, "_fill", counting)
+    engine.set_lora("a", strength=0.5)
+    kinds = fills["n"]
+    layers = len(engine._adapters["a"].entries)
+    assert 0 < kinds < layers  # one refill per kind of layer (group, alphas, ranks), not per layer
+    fills["n"] = 0
+    changed = forward(model, inputs)
+    assert fills["n"] == 0  # the next forward reads the shared entries: no per-layer refresh
+    assert not torch.equal(changed[0], base_out[0])
 
 
 def test_two_adapters_each_with_its_own_alpha_and_strength(tiny_setup):

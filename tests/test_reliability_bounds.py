@@ -204,13 +204,20 @@ def test_old_output_files_are_deleted_and_new_ones_kept(clean_model, tmp_path: P
     os.utime(old_dir, (old_time, old_time))
     recent = outputs / "recent.mp4"
     recent.write_bytes(b"x")
+    uploads = getattr(backend, "uploads_dir", None)  # uploads live an hour too
+    if uploads is not None:
+        old_upload = Path(uploads) / "upload-000000000000"
+        old_upload.mkdir()
+        (old_upload / "a.safetensors").write_bytes(b"x")
+        os.utime(old_upload, (old_time, old_time))
+        old.append(old_upload)
     try:
         output = backend.generate(REQUEST)  # each result's save sweeps the folder first
         assert not any(p.exists() for p in old) and not old_dir.exists()
         assert recent.exists() and Path(output.video_path).exists() and Path(output.thumbnail_path).exists()
         assert backend.cleanup_outputs(keep_seconds=3600) == 0
         assert backend.cleanup_outputs(keep_seconds=-1) == 3  # recent.mp4 and this result's mp4 + png
-        assert list(outputs.iterdir()) == []
+        assert [p for p in outputs.iterdir() if p != getattr(backend, "uploads_dir", None)] == []
     finally:
         backend.close()
 
@@ -230,14 +237,14 @@ def test_an_entry_that_vanishes_from_the_output_folder_does_not_stop_generation(
 
 # ----------------------------------------------------------------------------------------- resident memory
 def _heavy_adapter(path: Path, seed: int) -> Path:
-    """A native LoRA on every module of the tiny model at rank 512: ~5 MB of fp32 factors. (Rank is kept moderate:
+    """A native LoRA on every module of the tiny model at rank 256: ~2.4 MB of fp32 factors. (Rank is kept moderate:
     attach time grows as rank² through the strength profile's Gram matrices.)"""
     vocabulary = native_vocabulary(TINY_SHAPES)
     generator = torch.Generator().manual_seed(seed)
     tensors: dict[str, torch.Tensor] = {}
     for name, (out_features, in_features) in vocabulary.items():
-        tensors[f"{name}.lora_A.weight"] = torch.randn(512, in_features, generator=generator) * 0.01
-        tensors[f"{name}.lora_B.weight"] = torch.randn(out_features, 512, generator=generator) * 0.01
+        tensors[f"{name}.lora_A.weight"] = torch.randn(256, in_features, generator=generator) * 0.01
+        tensors[f"{name}.lora_B.weight"] = torch.randn(out_features, 256, generator=generator) * 0.01
     save_file(tensors, str(path))
     return path
 
@@ -256,7 +263,7 @@ def _rss_after_collecting() -> int:
 @pytest.mark.slow
 def test_resident_memory_stays_flat_over_twenty_adapter_loads_and_unloads(clean_model, tmp_path: Path) -> None:
     files = [_heavy_adapter(tmp_path / f"heavy_{i}.safetensors", seed=i) for i in range(4)]
-    assert files[0].stat().st_size > 4e6
+    assert files[0].stat().st_size > 2e6
     backend = backend_for(clean_model, tmp_path, cache_bytes=0)
     base = state_hash(clean_model.transformer())
     # Each job: two adapters at once, alternating modes; the cache is emptied so that every load reads and normalises

@@ -295,19 +295,21 @@ def test_accepted_inputs_apply_with_a_warning(accepted: dict[str, Any], at_base:
 
 # -------------------------------------------------------------------------------------------------- hosted mode
 @pytest.fixture(scope="module")
-def hosted(tiny_model, tmp_path_factory: pytest.TempPathFactory, server: dict[str, Any]) -> Backend:
+def hosted_server(tiny_model, tmp_path_factory: pytest.TempPathFactory, server: dict[str, Any]) -> dict[str, Any]:
+    """A hosted-mode backend on the same model (after ``server``, so that the base hash is known) and its one allowed
+    folder."""
     allowed = tmp_path_factory.mktemp("allowed_uploads")
     backend = Backend(loaded=tiny_model, hosted=True, allowed_local_dirs=[allowed],
                       output_dir=tmp_path_factory.mktemp("hosted_outputs"))
-    backend.allowed_folder = allowed  # type: ignore[attr-defined]
-    yield backend
+    yield {"backend": backend, "allowed": allowed}
     backend.binder.reset()
     backend.close()
 
 
 @pytest.mark.parametrize("kind", kinds("hosted"))
-def test_hosted_server_refuses_paths_outside_its_folders(kind: str, corpus_dir: Path, hosted: Backend,
+def test_hosted_server_refuses_paths_outside_its_folders(kind: str, corpus_dir: Path, hosted_server: dict[str, Any],
                                                          at_base: dict[str, Any]) -> None:
+    hosted: Backend = hosted_server["backend"]
     bad = entry(kind, corpus_dir)
     assert_refused(lambda: hosted.inspect(bad.source), bad.expect)
     assert_refused(lambda: hosted.load(settings_of(bad)), bad.expect)
@@ -316,8 +318,9 @@ def test_hosted_server_refuses_paths_outside_its_folders(kind: str, corpus_dir: 
 
 
 def test_hosted_server_refuses_a_symlink_out_of_its_folders_and_accepts_a_file_inside(
-        corpus_dir: Path, hosted: Backend, at_base: dict[str, Any]) -> None:
-    allowed: Path = hosted.allowed_folder  # type: ignore[attr-defined]
+        corpus_dir: Path, hosted_server: dict[str, Any], at_base: dict[str, Any]) -> None:
+    hosted: Backend = hosted_server["backend"]
+    allowed: Path = hosted_server["allowed"]
     link = allowed / "innocent.safetensors"
     link.unlink(missing_ok=True)
     link.symlink_to(corpus_dir / "good_for_settings.safetensors")

@@ -54,10 +54,6 @@ def fail_on_call(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, call_nu
     return calls
 
 
-def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> dict[str, int]:
-    return fail_on_call(monkeypatch, owner, name, call_number=-1)
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     transformer = tiny_model.transformer()
@@ -215,7 +211,7 @@ def lora_repo(tmp_path: Path) -> Path:
     folder = tmp_path / "repo"
     folder.mkdir()
     # Big enough that a cut half-way is a real partial file (a few hundred kB).
-    tensors = {k: v.repeat(1, 1) for k, v in good_tensors().items()}
+    tensors = dict(good_tensors())
     tensors["blocks.1.adaln_proj.linear.lora_A.weight"] = torch.randn(256, 16) * 0.01
     tensors["blocks.1.adaln_proj.linear.lora_B.weight"] = torch.randn(432, 256) * 0.01
     save_file(tensors, str(folder / "lora.safetensors"))

@@ -304,8 +304,10 @@ def test_inspect_header_on_mutated_key_sets(view: HeaderView, with_model: bool, 
     if not isinstance(result, H3AppError):
         json.dumps(result.to_json(), allow_nan=True)  # the inspect --json contract stays serialisable
         assert result.num_targets == len(result.targets)
-        assert all(a > 0 and math.isfinite(a) for a in result.alphas.values() if isinstance(a, float)) or \
-            explicit_alpha is None  # an explicit alpha is only ever a valid one
+        if explicit_alpha is not None:  # accepted only when valid, and then it is every target's alpha
+            assert math.isfinite(explicit_alpha) and explicit_alpha > 0
+            assert set(result.alpha_sources.values()) <= {"explicit"}
+            assert all(a == float(explicit_alpha) for a in result.alphas.values())
 
 
 @fuzz(300)

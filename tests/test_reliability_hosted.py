@@ -45,7 +45,6 @@ def hosted(tiny_model, tmp_path: Path) -> Backend:
     uploads.mkdir()
     backend = Backend(loaded=tiny_model, hosted=True, allowed_local_dirs=[uploads], max_remote_bytes=10**7,
                       output_dir=tmp_path / "outputs")
-    backend.uploads = uploads  # type: ignore[attr-defined]
     yield backend
     backend.binder.reset()
     backend.close()
@@ -144,7 +143,7 @@ def test_local_refusals_reveal_nothing_about_the_servers_files(hosted: Backend, 
 
 def test_uploads_inside_the_allowed_folder_are_served_and_traversal_out_of_it_is_not(hosted: Backend,
                                                                                      tmp_path: Path) -> None:
-    uploads: Path = hosted.uploads  # type: ignore[attr-defined]
+    uploads = tmp_path / "uploads"  # the hosted fixture's allowed folder
     save_file(good_tensors(), str(uploads / "mine.safetensors"))
     save_file(good_tensors(seed=3), str(tmp_path / "theirs.safetensors"))
     assert hosted.inspect(str(uploads / "mine.safetensors")).num_targets == 6

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,7 @@ def test_eight_gradio_clients_at_once_get_their_own_results(app_url: str, solo_h
         client = Client(app_url, verbose=False)  # one client (session) per user
         start.wait()
         _, result = client.predict(prompt=REQUEST.prompt, seed=REQUEST.seed, steps=REQUEST.steps,
-                                   duration=REQUEST.duration, adapters_json=_settings_json(USERS[index]) or "[]",
+                                   duration=REQUEST.duration, adapters_json=_settings_json(USERS[index]),
                                    api_name="/generate")
         return result["hash"]
 
@@ -175,3 +176,39 @@ def test_a_bad_adapter_over_http_is_one_line_and_the_app_serves_on(app_url: str,
                                duration=REQUEST.duration, adapters_json=_settings_json(USERS[3]),
                                api_name="/generate")
     assert result["hash"] == solo_hashes[3]
+
+
+@pytest.mark.slow
+def test_over_http_the_queue_bound_answers_clearly_when_full(tiny_model, backend: Backend, tmp_path: Path) -> None:
+    """The app's queue is as long as the backend's: with the GPU busy and the queue full, one more client is told so,
+    and the queued ones are served."""
+    from gradio_client import Client
+
+    ui = pytest.importorskip("h3app.ui.app_ui")
+    small = Backend(loaded=tiny_model, output_dir=tmp_path, max_queue=2)
+    demo = ui.build_app(small)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True,
+                allowed_paths=[str(small.output_dir)])
+    release = threading.Event()
+    blocker = small.worker.submit(lambda ctx: release.wait(120), label="a long job")
+    try:
+        client = Client(demo.local_url, verbose=False)
+        arguments = dict(prompt=REQUEST.prompt, seed=REQUEST.seed, steps=REQUEST.steps, duration=REQUEST.duration,
+                         adapters_json=_settings_json(USERS[1]), api_name="/generate")
+        jobs = []
+        for _ in range(4):  # one runs (waiting on the blocked worker), two wait in the queue, one is refused
+            jobs.append(client.submit(**arguments))
+            time.sleep(0.5)
+        refused = jobs[-1]
+        with pytest.raises(Exception, match=r"(?i)queue is full") as caught:
+            refused.result(timeout=60)
+        assert "\n" not in str(caught.value).strip()
+        release.set()
+        served = [job.result(timeout=600)[1]["hash"] for job in jobs[:-1]]
+        assert len(set(served)) == 1
+    finally:
+        release.set()
+        blocker.result(timeout=120)
+        demo.close()
+        small.binder.reset()
+        small.close()

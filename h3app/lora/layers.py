@@ -4,8 +4,8 @@ Scale (DESIGN.md decision 4): per module ``(alpha × strength × group strength)
 computed in float64 and applied in fp32. ``alpha × strength × group strength`` is one float64 number per adapter
 and group held by an ``AdapterScale`` that every layer of the adapter shares; each layer only knows its own rank
 (and, when the adapter's stored alphas differ per module, its own alpha). A slider change updates the shared
-object — a handful of Python floats — and bumps its version; each layer recomputes its scale lazily on its next
-forward. So a change is O(1), and two settings with the same float64 ``alpha × strength`` (8 × 1.0 and
+object — a handful of Python floats — and refills the few shared ``ScaleEntry`` objects (one per kind of layer:
+group, alphas, ranks) that the layers read on every forward. So a change costs no work per layer, and two settings with the same float64 ``alpha × strength`` (8 × 1.0 and
 128 × 0.0625) run bit-identical arithmetic for every rank.
 """
 
@@ -31,6 +31,16 @@ MERGE_CHUNK_BYTES = 64 << 20  # fp32 rows merged at a time: bounds the temporary
 FORWARD_CHUNK_BYTES = 512 << 20  # unmerged inference: fp32 input/delta rows processed at a time
 
 
+class ScaleEntry:
+    """The scales one kind of layer applies: float64 ``values`` per group, and ``applied`` (float or fp32 tensor)."""
+
+    __slots__ = ("values", "applied")
+
+    def __init__(self) -> None:
+        self.values: tuple[float, ...] = ()
+        self.applied: float | torch.Tensor = 0.0
+
+
 class AdapterScale:
     """The per-adapter scale state shared by all of the adapter's layers.
 
@@ -42,11 +52,11 @@ class AdapterScale:
     def __init__(self, chain_alpha: float | None, alpha: float | None, strength: float,
                  group_strengths: Mapping[str, float]) -> None:
         self.chain_alpha = chain_alpha
-        self.version = 0
+        self._entries: dict[tuple, ScaleEntry] = {}
         self.update(alpha, strength, group_strengths)
 
     def update(self, alpha: float | None, strength: float, group_strengths: Mapping[str, float]) -> None:
-        """O(1): recompute the few per-group products and bump the version."""
+        """O(kinds of layers): recompute the few per-group products and refill the shared entries."""
         self.alpha = alpha
         self.strength = float(strength)
         self.group_strengths = {group: float(value) for group, value in group_strengths.items()}
@@ -54,7 +64,28 @@ class AdapterScale:
         self.uses_module_alpha = shared_alpha is None
         base = self.strength if shared_alpha is None else float(shared_alpha) * self.strength
         self.products = {group: base * self.group_strengths.get(group, 1.0) for group in GROUPS}
-        self.version += 1
+        for key, entry in self._entries.items():
+            self._fill(key, entry)
+
+    def entry_for(self, group: str, module_alphas: tuple[float, ...], divisors: tuple[float, ...],
+                  ranks: tuple[int, ...], device: torch.device, stacked: bool) -> "ScaleEntry":
+        """The shared scale entry of one kind of layer (same group, alphas, divisors, ranks, device). ``update``
+        refills every entry, so a slider change costs O(kinds of layers) — a handful — and no work per layer."""
+        key = (group, module_alphas, divisors, ranks, device, stacked)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = ScaleEntry()
+            self._fill(key, entry)
+        return entry
+
+    def _fill(self, key: tuple, entry: "ScaleEntry") -> None:
+        group, module_alphas, divisors, ranks, device, stacked = key
+        values = tuple(self.module_scale(group, alpha, divisor) if rank else 0.0
+                       for alpha, divisor, rank in zip(module_alphas, divisors, ranks))
+        entry.values = values
+        # 2D: a Python float, which torch applies in the tensor's dtype (fp32); stacks: an fp32 tensor per group.
+        entry.applied = (torch.tensor(values, dtype=torch.float64).to(device=device, dtype=torch.float32)
+                         if stacked else values[0])
 
     def module_scale(self, group: str, module_alpha: float, divisor: float) -> float:
         """The float64 scale of one module: ``products[group] (× module alpha) / divisor``."""
@@ -91,35 +122,17 @@ class LoRAFactors:
         self.module_alphas = module_alphas
         self.divisors = divisors
         self.group_ranks = group_ranks
-        self._version = -1
-        self._values: tuple[float, ...] = ()
-        self._scale: float | torch.Tensor = 0.0
+        self._entry = state.entry_for(group, module_alphas, divisors, group_ranks, down.device, self.stacked)
 
     def scale_values(self) -> tuple[float, ...]:
-        """Float64 scale per group (one value for 2D), refreshed when the shared state changed."""
-        if self._version != self.state.version:
-            self._refresh()
-        return self._values
-
-    def _refresh(self) -> None:
-        values = tuple(
-            self.state.module_scale(self.group, alpha, divisor) if rank else 0.0
-            for alpha, divisor, rank in zip(self.module_alphas, self.divisors, self.group_ranks)
-        )
-        self._values = values
-        if self.stacked:
-            self._scale = torch.tensor(values, dtype=torch.float64).to(device=self.down.device, dtype=torch.float32)
-        else:
-            self._scale = values[0]  # a Python float: torch applies it in the tensor's dtype (fp32)
-        self._version = self.state.version
+        """Float64 scale per group (one value for 2D), as the shared state has them now."""
+        return self._entry.values
 
     def delta(self, x32: torch.Tensor) -> torch.Tensor:
         """``[..., out]`` fp32 delta for fp32 input ``x32 [..., in]``."""
-        if self._version != self.state.version:
-            self._refresh()
         if self.stacked:
-            return compute_lora_delta(x32, self.down, self.up, group_scales=self._scale)
-        return compute_lora_delta(x32, self.down, self.up, scale=self._scale)
+            return compute_lora_delta(x32, self.down, self.up, group_scales=self._entry.applied)
+        return compute_lora_delta(x32, self.down, self.up, scale=self._entry.applied)
 
     def add_to_weight(self, weight32: torch.Tensor, start: int, stop: int) -> None:
         """``weight32`` holds fp32 rows ``[start, stop)`` of the layer; add ``scale · B @ A`` for those rows."""

@@ -110,6 +110,9 @@ def test_full_mode_equivalence_identical_and_fallback_differs(backend, tiny_mode
     assert result.a_vs_b.video_max_abs_diff == 0.0 and result.a_vs_fallback.video_max_abs_diff > 0
     assert result.a.effective_scale == pytest.approx(8 / 128) and result.fallback.effective_scale == 1.0
     assert len(result.a_vs_fallback.frame_psnr) == media.probe_mp4(result.a.video_path).frames
+    b_file = media.probe_mp4(result.b.video_path)  # B's mp4 is A's streams, remuxed with B's own settings
+    assert b_file.settings["alpha"] == 128.0 and b_file.settings["column"] == "B" and b_file.audio_channels == 2
+    assert b_file.frames == media.probe_mp4(result.a.video_path).frames
     for path in (result.heatmap_path, result.spectrogram_diff_path, result.fallback_heatmap_path):
         assert Path(path).stat().st_size > 0
     assert weights_digest(tiny_model.transformer()) == base  # left at base

@@ -178,11 +178,19 @@ def test_a_bad_adapter_over_http_is_one_line_and_the_app_serves_on(app_url: str,
     assert result["hash"] == solo_hashes[3]
 
 
+def _wait_for_status(job: Any, codes: set[Any], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while job.status().code not in codes:
+        assert time.monotonic() < deadline, f"job stuck in {job.status().code}"
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_over_http_the_queue_bound_answers_clearly_when_full(tiny_model, backend: Backend, tmp_path: Path) -> None:
     """The app's queue is as long as the backend's: with the GPU busy and the queue full, one more client is told so,
     and the queued ones are served."""
     from gradio_client import Client
+    from gradio_client.utils import Status
 
     ui = pytest.importorskip("h3app.ui.app_ui")
     small = Backend(loaded=tiny_model, output_dir=tmp_path, max_queue=2)
@@ -195,14 +203,17 @@ def test_over_http_the_queue_bound_answers_clearly_when_full(tiny_model, backend
         client = Client(demo.local_url, verbose=False)
         arguments = dict(prompt=REQUEST.prompt, seed=REQUEST.seed, steps=REQUEST.steps, duration=REQUEST.duration,
                          adapters_json=_settings_json(USERS[1]), api_name="/generate")
-        jobs = []
-        for _ in range(4):  # one runs (waiting on the blocked worker), two wait in the queue, one is refused
+        # one runs (waiting on the blocked worker), two wait in the queue, one is refused
+        jobs = [client.submit(**arguments)]
+        _wait_for_status(jobs[0], {Status.PROCESSING, Status.PROGRESS})
+        for _ in range(2):
             jobs.append(client.submit(**arguments))
-            time.sleep(0.5)
+            _wait_for_status(jobs[-1], {Status.IN_QUEUE})
+        jobs.append(client.submit(**arguments))
         refused = jobs[-1]
         with pytest.raises(Exception, match=r"(?i)queue is full") as caught:
             refused.result(timeout=60)
-        assert "\n" not in str(caught.value).strip()
+        assert "\n" not in str(caught.value).strip(); print("REFUSED:", type(caught.value).__name__, caught.value)
         release.set()
         served = [job.result(timeout=600)[1]["hash"] for job in jobs[:-1]]
         assert len(set(served)) == 1

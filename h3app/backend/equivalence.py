@@ -25,6 +25,7 @@ from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
 from ..settings import LoRASettings
 from . import metrics
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
+from .media import remux_with_settings, write_thumbnail
 
 CHECK_NAME = "equivalence-check"
 DEFAULT_A = CheckSetting(alpha=8.0, strength=1.0)
@@ -156,16 +157,20 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:12]
 
-    def column(label: str, alpha: float | None, strength: float) -> Column:
+    def column(label: str, alpha: float | None, strength: float, same_as: Column | None = None) -> Column:
         result = runs[label]
-        video = save_result(result, output_dir / f"{stem}-{label}.mp4",
-                            {**settings, "column": label, "alpha": alpha, "strength": strength, "hash": result.hash})
-        from .media import write_thumbnail
-
-        thumb = write_thumbnail(output_dir / f"{stem}-{label}.png", result.video)
+        metadata = {**settings, "column": label, "alpha": alpha, "strength": strength, "hash": result.hash}
+        path = output_dir / f"{stem}-{label}.mp4"
+        if same_as is not None and same_as.hash == result.hash:  # bit-identical: copy the streams, no re-encode
+            video = remux_with_settings(same_as.video_path, path, metadata)
+            thumb = Path(same_as.thumbnail_path)
+        else:
+            video = save_result(result, path, metadata)
+            thumb = write_thumbnail(output_dir / f"{stem}-{label}.png", result.video)
         return Column(label, alpha, strength, str(video), str(thumb), result.hash, scales[label])
 
-    col_a, col_b = column("A", a.alpha, a.strength), column("B", b.alpha, b.strength)
+    col_a = column("A", a.alpha, a.strength)
+    col_b = column("B", b.alpha, b.strength, same_as=col_a)
     col_fallback = column("fallback", None, 1.0)
     ra, rb, rf = runs["A"], runs["B"], runs["fallback"]
     heat = metrics.save_image(metrics.colorize(metrics.video_difference_map(ra.video, rb.video)),

@@ -76,6 +76,26 @@ def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rat
     return path
 
 
+def remux_with_settings(source: str | Path, target: str | Path, settings: Mapping[str, Any]) -> Path:
+    """Copy ``source``'s encoded streams into ``target`` (no re-encode) with ``settings`` as its metadata: the mp4 of
+    a result bit-identical to one already written."""
+    import av
+
+    target = Path(target)
+    tmp = target.with_name(target.name + ".partial")
+    with av.open(str(source)) as src, av.open(str(tmp), mode="w", format="mp4") as dst:
+        dst.metadata[SETTINGS_TAG] = json.dumps(settings, sort_keys=True, default=str)
+        streams = {stream.index: dst.add_stream_from_template(stream) for stream in src.streams
+                   if stream.type in ("video", "audio")}
+        for packet in src.demux(*[src.streams[i] for i in streams]):
+            if packet.dts is None:  # the demuxer's end-of-stream marker
+                continue
+            packet.stream = streams[packet.stream.index]
+            dst.mux(packet)
+    tmp.replace(target)
+    return target
+
+
 @dataclass(frozen=True)
 class MediaInfo:
     """What an mp4 holds, as read back with PyAV."""

@@ -10,6 +10,7 @@ from .errors import H3AppError
 
 MODES = ("unmerged", "merged")
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
+MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
 
 
 def check_alpha(alpha: float | None) -> float | None:
@@ -18,8 +19,9 @@ def check_alpha(alpha: float | None) -> float | None:
         return None
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise H3AppError(f"alpha must be a number, got {alpha!r}: give a positive number such as 8, or leave it on auto.")
-    if not math.isfinite(alpha) or alpha <= 0:
-        raise H3AppError(f"alpha must be a finite number > 0, got {alpha!r}: give a positive number such as 8, or leave it on auto.")
+    if not math.isfinite(alpha) or alpha <= 0 or alpha > MAX_ALPHA:
+        raise H3AppError(f"alpha must be a finite number > 0 (at most {MAX_ALPHA:g}), got {alpha!r}: give a "
+                         f"positive number such as 8, or leave it on auto.")
     return float(alpha)
 
 

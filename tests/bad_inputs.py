@@ -6,9 +6,10 @@ file is built from tiny tensors, ``struct``-packed headers, ``torch.save``/``pic
 never loaded) or plain text, for the tiny H3 transformer of ``assets/tiny-h3``.
 
 An entry (:class:`BadInput`) says what to pass (``source``, ``weight_name``, ``revision``, ``alpha``, ``strength``),
-how far a correct h3app gets before refusing it (``stage``) and a regex the one-line refusal must match — the words
-that name the problem (:data:`STAGES`). :data:`ACCEPTED` entries look odd but are valid and must be applied (a stored
-alpha of 0 means alpha = rank, with a warning).
+how far a correct h3app gets before refusing it (``stage``, one of :data:`STAGES`) and a regex the one-line refusal
+must match — the words that name the problem. :func:`make_accepted` writes inputs that look odd but are valid and must
+be applied (a stored alpha of 0 means alpha = rank, with a warning). :func:`corpus_entries` lists the entries without
+writing anything (for pytest's collection); ``BadInput.resolve(folder)`` points one at a written corpus.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def f32_entries(shapes: Mapping[str, tuple[int, ...]], value: float = 0.01) -> t
 
 def native_factors(modules: Mapping[str, tuple[int, int]], rank: int = 4, style: str = "ab",
                    seed: int = 0) -> dict[str, torch.Tensor]:
-    """Random factors for native module names → their (out, in)."""
+    """Random lora_A/lora_B (``style="du"``: lora_down/lora_up) factors for each module name → its (out, in)."""
     tensors: dict[str, torch.Tensor] = {}
     for offset, (name, (out_features, in_features)) in enumerate(modules.items()):
         down, up = factors(out_features, in_features, rank, seed=seed + offset)

@@ -34,29 +34,7 @@ ENTRIES = corpus_entries()
 BY_KIND = {entry.kind: entry for entry in ENTRIES}
 
 # Defects found by this corpus (reported to the lead with a proposed fix); the marker goes when the fix lands.
-NEGATIVE_CONFIG_ALPHA = (
-    "defect: h3app/adapters/alpha.py _number() accepts a negative lora_alpha from adapter_config.json / metadata: "
-    "inspect shows alpha -8 without a word, load fails with a misleading 'shape errors … pruned H3?' line"
-)
-PATTERN_NOT_REGEX = (
-    "defect: h3app/adapters/alpha.py get_pattern_key() compiles alpha_pattern/rank_pattern keys as regexes; an "
-    "invalid one raises re.error (a traceback) instead of one H3AppError line"
-)
-DTYPE_NOT_A_STRING = (
-    "defect: h3app/adapters/header.py parse_header() tests `dtype not in DTYPE_BITS` on any JSON value; a list or "
-    "object dtype raises TypeError (unhashable) instead of one H3AppError line"
-)
-NUL_IN_SOURCE = (
-    "defect: hosted mode only: h3app/adapters/source.py parse_source() → is_allowed_local_path() calls "
-    "os.path.realpath() on text with a NUL byte: ValueError ('embedded null byte') instead of one H3AppError line"
-)
-KNOWN_DEFECTS = {
-    "header_dtype_not_a_string": DTYPE_NOT_A_STRING,
-    "hosted_source_nul_byte": NUL_IN_SOURCE,
-    "adapter_config_negative_alpha": NEGATIVE_CONFIG_ALPHA,
-    "metadata_negative_alpha": NEGATIVE_CONFIG_ALPHA,
-    "adapter_config_pattern_not_regex": PATTERN_NOT_REGEX,
-}
+KNOWN_DEFECTS: dict[str, str] = {}  # kind → defect, for entries pinned as strict xfail (none open)
 
 
 def kinds(*stages: str) -> list[Any]:
@@ -399,13 +377,6 @@ def test_real_cli_processes_exit_2_with_one_line(corpus_dir: Path, tmp_path: Pat
 
 
 # ---------------------------------------------------------------------------------------- found while testing
-OVERFLOW = (
-    "defect: nothing bounds alpha × strength: h3app/settings.py check_alpha() and the alpha chain (alpha.py _number) "
-    "accept any finite alpha; at alpha 1e30 the output is NaN and the mp4 encoder raises av.error.ArgumentError (a "
-    "traceback). Check the output is finite in backend/generation.py run_generation (one line naming the effective "
-    "scale), and bound alpha like strength"
-)
-
 
 # Regression: Backend.inspect once passed weight_name/revision to read_header together with the parsed SourceRef
 # (ValueError, a traceback for every `generate --adapter FOLDER_OR_REPO --weight-name F`).
@@ -427,19 +398,21 @@ def test_cli_generate_with_a_folder_and_a_weight_name(corpus_dir: Path, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=OVERFLOW)
 @pytest.mark.parametrize("where", ["explicit", "stored"])
 def test_an_alpha_that_overflows_the_output_is_refused_in_one_line(where: str, corpus_dir: Path, tmp_path: Path,
                                                                    at_base: dict[str, Any]) -> None:
     from bad_inputs import good_tensors
     from safetensors.torch import save_file
 
-    if where == "explicit":
-        settings = LoRASettings(source=str(corpus_dir / "good_for_settings.safetensors"), alpha=1e30)
-    else:
+    if where == "explicit":  # refused when the settings are made
+        def settings() -> LoRASettings:
+            return LoRASettings(source=str(corpus_dir / "good_for_settings.safetensors"), alpha=1e30)
+    else:  # stored: the non-finite output is refused after the run, before anything is written
         path = tmp_path / "huge_alpha.safetensors"
         save_file(good_tensors(), str(path), metadata={"lora_alpha": "1e30"})
-        settings = LoRASettings(source=str(path))
-    assert_refused(lambda: at_base["backend"].generate(GenerationRequest(prompt="a fox", steps=2), [settings]),
+
+        def settings() -> LoRASettings:
+            return LoRASettings(source=str(path))
+    assert_refused(lambda: at_base["backend"].generate(GenerationRequest(prompt="a fox", steps=2), [settings()]),
                    r"alpha|scale|NaN|Inf|finite")
     assert_at_base(at_base)

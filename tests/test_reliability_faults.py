@@ -267,10 +267,6 @@ def test_out_of_memory_in_the_denoiser_is_one_line_with_advice_and_the_next_job_
     assert_next_job_is_clean(at_base)
 
 
-@pytest.mark.xfail(strict=True, raises=torch.OutOfMemoryError, reason=(
-    "defect: h3app/backend/adapter_binding.py AdapterBinder.apply() (and Backend.submit_load) re-raise "
-    "torch.OutOfMemoryError from attaching/merging an adapter as is; only run_generation turns OOM into a one-line "
-    "H3AppError with advice"))
 def test_out_of_memory_while_merging_an_adapter_is_one_line_with_advice(
         at_base: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     backend: Backend = at_base["backend"]

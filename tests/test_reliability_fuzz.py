@@ -365,9 +365,6 @@ def test_weight_names_and_revisions_are_relative_and_plain(name: str) -> None:
 
 
 # ------------------------------------------------------------------------------------- pinned known defects
-@pytest.mark.xfail(strict=True, raises=(OverflowError,), reason=(
-    "defect: h3app/adapters/alpha.py _number() calls float() on a JSON integer beyond float range and lets "
-    "OverflowError escape (catch it with TypeError/ValueError: 'not a usable alpha: ignored')"))
 @pytest.mark.parametrize("where", ["adapter_config", "metadata"])
 def test_an_alpha_integer_beyond_float_range_is_one_line_not_a_traceback(where: str) -> None:
     huge = 10 ** 400

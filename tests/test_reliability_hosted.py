@@ -96,11 +96,6 @@ def test_a_visitors_token_serves_that_request_only_and_is_never_recorded(
     assert VISITOR_TOKEN not in str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: h3app/adapters/source.py fetch() → huggingface_hub.hf_hub_download(token=False) answers a gated file "
-    "from the shared HF cache when the Hub refuses the HEAD (401 GatedRepo): in hosted mode a visitor without a token "
-    "gets a gated adapter another visitor downloaded. Check access first (get_hf_file_metadata with the job's token, "
-    "letting GatedRepoError/RepositoryNotFoundError through) and only then download or use the cache"))
 def test_a_gated_file_downloaded_for_one_visitor_is_not_served_from_the_cache_to_the_next(
         fake_hub: FakeHub, repo_folder: Path, hosted: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_hub.add_repo("owner/gated-for-visitor", repo_folder, gated_token=VISITOR_TOKEN)
@@ -112,12 +107,6 @@ def test_a_gated_file_downloaded_for_one_visitor_is_not_served_from_the_cache_to
         hosted.load(settings)  # visitor B, no token
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: h3app/backend/adapter_binding.py AdapterBinder.apply() reuses an adapter that is still attached "
-    "(`self._files[name] if name in self._files and name in engine.active()`) without checking the new job's access: "
-    "in hosted mode, a visitor without a token can generate with a gated/private adapter that the previous visitor's "
-    "token unlocked. In hosted mode, re-check access (a HEAD with the job's token) before reusing, or key the slot by "
-    "whether a token was needed"))
 def test_a_gated_adapter_attached_for_one_visitor_is_not_usable_by_the_next_without_a_token(
         fake_hub: FakeHub, repo_folder: Path, hosted: Backend, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_hub.add_repo("owner/gated-for-visitor", repo_folder, gated_token=VISITOR_TOKEN)
@@ -164,12 +153,6 @@ def test_uploads_inside_the_allowed_folder_are_served_and_traversal_out_of_it_is
         hosted.load(LoRASettings(source=str(uploads), weight_name="mine.pt"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "defect: hosted mode allows the whole uploads folder (h3app/backend/service.py Backend.__init__ adds "
-    "self.uploads_dir to allowed_local_dirs) and folder sources are listed recursively (source.py _list_local): a "
-    "visitor who passes that folder (its path is shown in their own source box after an upload) sees every other "
-    "visitor's uploaded file names and can load them by weight name. Allow each upload file (or a per-session "
-    "folder) only, and refuse folder sources under the uploads folder"))
 def test_one_visitors_upload_is_not_listed_or_loadable_by_another(hosted: Backend) -> None:
     uploads = getattr(hosted, "uploads_dir", None)
     if uploads is None:

@@ -223,9 +223,12 @@ def _number(value: Any, where: str, warnings: list[str]) -> float | None:
         return None
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        warnings.append(f"{where} is {value!r}, not a number: ignored.")
+    except (TypeError, ValueError, OverflowError):
+        warnings.append(f"{where} is {str(value)[:40]!r}, not a usable number: ignored.")
         return None
+    if number < 0:
+        raise H3AppError(f"{where} is {number:g}: a negative alpha is not a LoRA scale; fix the file (or give an "
+                         f"explicit alpha).")
     if not math.isfinite(number) or number == 0:
         warnings.append(f"{where} is {value!r}, not a usable alpha: ignored.")
         return None
@@ -240,6 +243,11 @@ def _pattern(raw: Any, where: str, warnings: list[str], *, integer: bool) -> dic
         return {}
     out: dict[str, Any] = {}
     for key, value in raw.items():
+        try:
+            re.compile(str(key))
+        except re.error as error:
+            raise H3AppError(f"{where} key {str(key)[:60]!r} is not a valid regular expression ({error}): fix the "
+                             f"adapter config.") from None
         number = _number(value, f"{where}[{key!r}]", warnings)
         if number is not None:
             out[str(key)] = int(number) if integer else number

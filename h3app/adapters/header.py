@@ -164,7 +164,7 @@ def parse_header(
         if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
             raise H3AppError(f"{name} is not a valid safetensors file: header entry {key!r} lacks dtype/shape/data_offsets.")
         dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
-        if dtype not in DTYPE_BITS:
+        if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
             raise H3AppError(f"{name}: tensor {key!r} has unknown dtype {dtype!r}; the file is damaged or from a newer format.")
         if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
             raise H3AppError(f"{name} is not a valid safetensors file: tensor {key!r} has shape {shape!r}.")

@@ -174,6 +174,8 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
     if not isinstance(source, (str, os.PathLike)):
         raise H3AppError(f"SOURCE must be text, got {type(source).__name__}: give a Hub repo id, an HF URL or a path.")
     text = os.fspath(source).strip()
+    if any(ord(char) < 32 or ord(char) == 127 for char in text):
+        raise H3AppError("SOURCE contains control characters: give a Hub repo id (owner/name), an HF URL or a path.")
     if not text:
         raise H3AppError(
             "SOURCE is empty: give a Hub repo id (owner/name), an HF URL, or a local .safetensors file or folder."
@@ -802,6 +804,19 @@ def fetch(source: LocalPath | SourceRef, weight_name: str | None = None, revisio
     return AdapterFile(path=path, adapter_config_path=config if config.is_file() else None, repo_id=ref.repo_id,
                        revision=ref.revision or "main", commit=commit, filename=weight.name, size=size,
                        sidecar_paths=sidecars)
+
+
+def check_access(repo_id: str, filename: str, revision: str | None = None, token: Token = None) -> None:
+    """Ask the Hub (a HEAD with ``token``) whether this caller may read ``repo_id/filename``; the one-line gated /
+    not-found errors otherwise. A cached copy proves nothing about *this* caller's access (hosted mode serves many
+    visitors from one cache). Offline there is nobody to ask: the check is skipped."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    ref = SourceRef(kind="hub", repo_id=repo_id, filename=filename, revision=revision)
+    with _hub_errors(ref, filename):
+        get_hf_file_metadata(hf_hub_url(repo_id, filename, revision=revision), token=token)
 
 
 def _download_pinned(ref: SourceRef, filename: str, listing: _HubListing, token: Token,

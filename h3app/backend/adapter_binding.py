@@ -13,6 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+
 from ..adapters import source as sources
 from ..adapters.normalise import load_adapter
 from ..adapters.types import NormalisedAdapter
@@ -36,6 +38,24 @@ class SourcePolicy:
     hosted: bool = False
     allowed_local_dirs: tuple[str, ...] = ()
     max_remote_bytes: int | None = None
+    unlisted_dirs: tuple[str, ...] = ()
+
+    def check_source(self, source: str) -> None:
+        """Hosted mode: a folder inside ``unlisted_dirs`` (the uploads) is never a source — listing it would show
+        one visitor's uploads to another; each upload is reachable only by its own (unguessable) file path."""
+        if not self.hosted or not self.unlisted_dirs:
+            return
+        path = Path(str(source)).expanduser()
+        try:
+            is_folder = path.is_dir()
+            resolved = path.resolve()
+        except (OSError, ValueError):
+            return  # not a usable local path: parse_source gives the one-line answer
+        for folder in self.unlisted_dirs:
+            root = Path(folder).resolve()
+            if is_folder and (resolved == root or root in resolved.parents):
+                raise H3AppError("the uploads folder cannot be listed on this server: give the path of your uploaded "
+                                 ".safetensors file, a Hub repo id or an HF URL.")
 
     def fetch_kwargs(self) -> dict[str, Any]:
         if not self.hosted:
@@ -102,7 +122,7 @@ class AdapterBinder:
                  cache: AdapterCache | None = None) -> None:
         self.model = model
         self.policy = policy or SourcePolicy()
-        self.cache = cache or AdapterCache(DEFAULT_CACHE_BYTES)
+        self.cache = cache if cache is not None else AdapterCache(DEFAULT_CACHE_BYTES)
         self._engines: dict[str, LoRAEngine] = {}
         self._files: dict[str, LoadedAdapter] = {}
         self._lock = threading.RLock()
@@ -123,8 +143,10 @@ class AdapterBinder:
         """Fetch (only that file + json sidecars) and normalise ``settings``' adapter for ``workflow``'s
         partition, through the byte-budgeted cache."""
         partition = repo.partition_for(workflow)
+        self.policy.check_source(settings.source)
         file = sources.fetch(settings.source, settings.weight_name, settings.revision,
                              token=self.policy.token(token), progress=progress, **self.policy.fetch_kwargs())
+        self._check_access(file, token)
         key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}", revision=file.commit or
                          settings.revision, file=file.filename, size=file.size, sha256=file.sha256())
 
@@ -135,6 +157,11 @@ class AdapterBinder:
 
         adapter = self.cache.get_or_load(key, read)
         return LoadedAdapter(settings=settings, file=file, adapter=adapter)
+
+    def _check_access(self, file: sources.AdapterFile, token: str | None) -> None:
+        """Hosted mode: this job's token must open the file, even when the cache (or the engine) already holds it."""
+        if self.policy.hosted and file.repo_id is not None:
+            sources.check_access(file.repo_id, file.filename, file.revision, self.policy.token(token))
 
     def dry_run(self, loaded: LoadedAdapter, workflow: str = "t2va") -> MatchReport:
         """The match report against the held transformer, without binding anything."""
@@ -154,7 +181,7 @@ class AdapterBinder:
         with self._lock:
             engine = self.engine(workflow)
             try:
-                loaded = [self._files[name] if name in self._files and name in engine.active()
+                loaded = [self._reuse(name, token) if name in self._files and name in engine.active()
                           else self.load(settings, workflow, token) for name, settings in zip(names, adapters)]
                 for name in list(engine.active()):
                     if name not in names:
@@ -173,9 +200,18 @@ class AdapterBinder:
                     self._files[name] = item
                     result.append(item)
                 return result
+            except torch.OutOfMemoryError as error:
+                self.reset(workflow)
+                raise H3AppError("out of GPU memory while applying the adapters (the model is back at its base): "
+                                 "use unmerged mode, fewer adapters, or --offload auto.") from error
             except BaseException:
                 self.reset(workflow)
                 raise
+
+    def _reuse(self, name: str, token: str | None) -> LoadedAdapter:
+        loaded = self._files[name]
+        self._check_access(loaded.file, token)
+        return loaded
 
     def reset(self, workflow: str | None = None) -> None:
         """Detach every adapter (of one partition, or all): the transformers are bitwise their base."""

@@ -248,6 +248,9 @@ def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tupl
         on_step(done[0], total)
     video = np.asarray(state.get("videos")[0], dtype=np.float32)
     audio = state.get("audio")[0].detach().float().cpu().numpy()
+    if not (np.isfinite(video).all() and np.isfinite(audio).all()):
+        raise H3AppError("the output is NaN/Inf: a LoRA scale (alpha × scale / rank) is far too large for this "
+                         "model; lower alpha or scale.")
     return GenerationResult(
         video=video,
         audio=audio,

@@ -78,7 +78,8 @@ class Backend:
         self.uploads_dir.mkdir(parents=True, exist_ok=True)
         allowed = tuple(str(Path(p).resolve()) for p in (*(allowed_local_dirs or (DEMO_ADAPTERS_DIR,)),
                                                          self.uploads_dir))
-        self.policy = SourcePolicy(hosted=hosted, allowed_local_dirs=allowed, max_remote_bytes=max_remote_bytes)
+        self.policy = SourcePolicy(hosted=hosted, allowed_local_dirs=allowed, max_remote_bytes=max_remote_bytes,
+                                   unlisted_dirs=(str(self.uploads_dir.resolve()),))
         from ..lora.cache import AdapterCache
 
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
@@ -100,11 +101,13 @@ class Backend:
 
     def list_weights(self, source: str, revision: str | None = None, token: str | None = None
                      ) -> list[sources.WeightFile]:
+        self.policy.check_source(source)
         return sources.list_weight_files(source, revision, self.policy.token(token), **self._local_rule())
 
     def inspect(self, source: str, weight_name: str | None = None, revision: str | None = None,
                 token: str | None = None, workflow: str = "t2va", qkv_layout: str = "auto") -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the held model's shapes; no weights downloaded."""
+        self.policy.check_source(source)
         ref = sources.parse_source(source, weight_name, revision, **self._local_rule())
         view = sources.read_header(ref, None, None, self.policy.token(token), **self._local_rule())  # ref has them
         partition = repo.partition_for(workflow)
@@ -236,12 +239,16 @@ class Backend:
         cutoff = time.time() - keep_seconds
         removed = 0
         for path in [*self.output_dir.iterdir(), *self.uploads_dir.iterdir()]:
-            if path != self.uploads_dir and path.stat().st_mtime < cutoff:
-                if path.is_dir():
+            try:
+                if path == self.uploads_dir or path.lstat().st_mtime >= cutoff:
+                    continue
+                if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path, ignore_errors=True)
                 else:
                     path.unlink(missing_ok=True)
-                removed += 1
+            except FileNotFoundError:  # removed by someone else meanwhile
+                continue
+            removed += 1
         return removed
 
     def close(self) -> None:

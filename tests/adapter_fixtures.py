@@ -260,3 +260,32 @@ def kohya_block(index: int = 0, rank: int = 4, alpha: float | None = None, seed:
         if alpha is not None:
             tensors[f"{stem}.alpha"] = torch.tensor(alpha)
     return tensors
+
+
+def forbid_tensor_loads(monkeypatch: Any) -> None:
+    """Make ``safetensors.safe_open`` header-only for the rest of the test: reading any tensor fails it."""
+    import safetensors
+
+    real = safetensors.safe_open
+
+    class HeaderOnly:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._inner = real(*args, **kwargs)
+
+        def __enter__(self) -> "HeaderOnly":
+            self._handle = self._inner.__enter__()
+            return self
+
+        def __exit__(self, *exc: Any) -> Any:
+            return self._inner.__exit__(*exc)
+
+        def keys(self) -> Any:
+            return self._handle.keys()
+
+        def get_slice(self, key: str) -> Any:
+            return self._handle.get_slice(key)
+
+        def get_tensor(self, key: str) -> Any:
+            raise AssertionError(f"tensor {key} was loaded during a header-only read")
+
+    monkeypatch.setattr(safetensors, "safe_open", HeaderOnly)

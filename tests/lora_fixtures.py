@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import torch
 
 from h3app.adapters.types import AdapterInfo, ModuleLoRA, NormalisedAdapter
+from h3app.model.loader import fuse_qkv as fuse  # the loader's own fusing, freeing the split weights
 
 TINY_CONFIG = dict(
     num_attention_heads=2, attention_head_dim=16, hidden_size=24, num_layers=2, num_refiner_layers=2, ffn_dim=32,
@@ -36,15 +37,6 @@ def build_tiny(seed: int = 0, *, fused: bool = False, **overrides) -> torch.nn.M
     if fused:
         fuse(model)
     return model
-
-
-def fuse(model: torch.nn.Module) -> None:
-    model.fuse_qkv_projections()
-    for module in model.modules():
-        if getattr(module, "fused_projections", False) and hasattr(module, "to_qkv"):
-            for name in ("to_q", "to_k", "to_v"):
-                if hasattr(module, name):
-                    delattr(module, name)
 
 
 def linear_shapes(model: torch.nn.Module) -> dict[str, tuple[int, int]]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from adapter_fixtures import factors, save, write_sparse_safetensors
+from adapter_fixtures import factors, forbid_tensor_loads, save, write_sparse_safetensors
 from h3app.adapters.header import read_local_header
 from h3app.errors import H3AppError
 
@@ -193,32 +193,8 @@ def test_never_reads_tensor_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         handle.read = read  # type: ignore[method-assign]
         return handle
 
-    import safetensors
-
-    real_safe_open = safetensors.safe_open
-
-    class NoTensorLoads:
-        def __init__(self, *args, **kwargs) -> None:
-            self._inner = real_safe_open(*args, **kwargs)
-
-        def __enter__(self):
-            self._handle = self._inner.__enter__()
-            return self
-
-        def __exit__(self, *exc):
-            return self._inner.__exit__(*exc)
-
-        def keys(self):
-            return self._handle.keys()
-
-        def get_slice(self, key):
-            return self._handle.get_slice(key)
-
-        def get_tensor(self, key):  # pragma: no cover - reaching it fails the test
-            raise AssertionError(f"tensor {key} was loaded during a header read")
-
     monkeypatch.setattr(Path, "open", counting_open)
-    monkeypatch.setattr(safetensors, "safe_open", NoTensorLoads)
+    forbid_tensor_loads(monkeypatch)
     view = read_local_header(path)
     assert view.scalars == {"blocks.0.attn.qkv_proj.alpha": 8.0}
     assert view.tensors["blocks.0.attn.qkv_proj.lora_B.weight"] == ("BF16", (21504, 64))

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from adapter_fixtures import (
-    TINY_SHAPES, diffusers_targets, factors, header_view, larry_full_size_entries, lightx2v_full_size_entries,
-    lora_keys, native_block, save, write_sparse_safetensors,
+    TINY_SHAPES, diffusers_targets, factors, forbid_tensor_loads, header_view, larry_full_size_entries,
+    lightx2v_full_size_entries, lora_keys, native_block, save, write_sparse_safetensors,
 )
 from h3app.adapters.inspect import inspect_file, inspect_header
 from h3app.adapters.types import HeaderView
@@ -89,41 +89,13 @@ def test_reference_only_file_says_nothing_applies() -> None:
     assert for_ref.num_targets == len(TINY_SHAPES.linears)
 
 
-def _forbid_tensor_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    import safetensors
-
-    real = safetensors.safe_open
-
-    class HeaderOnly:
-        def __init__(self, *args, **kwargs) -> None:
-            self._inner = real(*args, **kwargs)
-
-        def __enter__(self):
-            self._handle = self._inner.__enter__()
-            return self
-
-        def __exit__(self, *exc):
-            return self._inner.__exit__(*exc)
-
-        def keys(self):
-            return self._handle.keys()
-
-        def get_slice(self, key):
-            return self._handle.get_slice(key)
-
-        def get_tensor(self, key):
-            raise AssertionError(f"tensor {key} was loaded during inspection")
-
-    monkeypatch.setattr(safetensors, "safe_open", HeaderOnly)
-
-
 @pytest.mark.slow
 def test_full_size_lightx2v_file_inspects_from_its_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     entries = lightx2v_full_size_entries(rank=128)
     assert len(entries) == 624
     path = write_sparse_safetensors(tmp_path / "minimax_h3_fl2v_turbo_4step_v0.1.safetensors", entries)
     assert path.stat().st_size > 1_380_000_000
-    _forbid_tensor_loads(monkeypatch)
+    forbid_tensor_loads(monkeypatch)
     started = time.perf_counter()
     info = inspect_file(path, shapes=FULL_SHAPES, repo_id="lightx2v/Minimax-h3-Turbo")
     seconds = time.perf_counter() - started
@@ -144,7 +116,7 @@ def test_full_size_larry_file_with_mixed_ranks(tmp_path: Path, monkeypatch: pyte
     entries = larry_full_size_entries()
     assert len(entries) == 518
     path = write_sparse_safetensors(tmp_path / "minimax_h3_turbo_v4_step600_ema.safetensors", entries)
-    _forbid_tensor_loads(monkeypatch)
+    forbid_tensor_loads(monkeypatch)
     info = inspect_file(path, shapes=FULL_SHAPES, repo_id="larryvrh/MiniMax-H3-Turbo-Lora")
     assert info.format == "native" and info.rank is None
     assert set(info.ranks.values()) == {64, 16}

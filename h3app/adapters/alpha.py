@@ -223,8 +223,11 @@ def _number(value: Any, where: str, warnings: list[str]) -> float | None:
         return None
     try:
         number = float(value)
-    except (TypeError, ValueError, OverflowError):
-        warnings.append(f"{where} is {str(value)[:40]!r}, not a usable number: ignored.")
+    except (TypeError, ValueError):
+        warnings.append(f"{where} is {value!r}, not a number: ignored.")
+        return None
+    except OverflowError:  # a JSON integer beyond float range
+        warnings.append(f"{where} is {str(value)[:40]}…, far beyond any usable alpha: ignored.")
         return None
     if number < 0:
         raise H3AppError(f"{where} is {number:g}: a negative alpha is not a LoRA scale; fix the file (or give an "

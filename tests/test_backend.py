@@ -244,3 +244,25 @@ def test_resample_audio_keeps_duration_and_pitch():
     assert abs(np.argmax(spectrum) * 32000 / 30000 - 1000) < 5
     assert media.resample_audio(tone, 16000, 16000) is not None and np.array_equal(
         media.resample_audio(tone, 16000, 16000), tone)
+
+
+def test_hosted_download_cache_is_trimmed_to_its_budget(tiny_model, tmp_path, fake_hub):
+    from huggingface_hub import scan_cache_dir
+
+    for repo_id, source in (("a/turbo", TURBO), ("b/kohya", KOHYA)):
+        folder = tmp_path / repo_id.replace("/", "_")
+        folder.mkdir()
+        (folder / Path(source).name).write_bytes(Path(source).read_bytes())
+        fake_hub.add_repo(repo_id, folder)
+    budget = Path(TURBO).stat().st_size + Path(KOHYA).stat().st_size // 2  # room for one of the two
+    hosted = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path / "out", max_download_cache_bytes=budget)
+    try:
+        hosted.load(LoRASettings(source="a/turbo"))
+        assert {r.repo_id for r in scan_cache_dir().repos} == {"a/turbo"}
+        hosted.load(LoRASettings(source="b/kohya"))
+        cached = {r.repo_id: r.size_on_disk for r in scan_cache_dir().repos}
+        assert set(cached) == {"b/kohya"} and sum(cached.values()) <= budget  # the older download was evicted
+        assert hosted.generate(GenerationRequest(prompt="x", steps=2), [LoRASettings(source="b/kohya")]).result.frames
+    finally:
+        hosted.binder.reset()
+        hosted.close()

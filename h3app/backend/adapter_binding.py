@@ -39,6 +39,8 @@ class SourcePolicy:
     allowed_local_dirs: tuple[str, ...] = ()
     max_remote_bytes: int | None = None
     unlisted_dirs: tuple[str, ...] = ()
+    max_cache_bytes: int | None = None
+    protected_repos: tuple[str, ...] = ()
 
     def check_source(self, source: str) -> None:
         """Hosted mode: a folder inside ``unlisted_dirs`` (the uploads) is never a source — listing it would show
@@ -110,6 +112,36 @@ class LoadedAdapter:
         return by_rank
 
 
+def trim_hub_cache(max_bytes: int, *, keep_commits: set[str | None] = frozenset(),
+                   protected_repos: Sequence[str] = ()) -> int:
+    """Hosted mode: keep the Hugging Face cache's adapter downloads under ``max_bytes`` by deleting the least
+    recently used model-repo revisions (never ``keep_commits``, the file just fetched, nor ``protected_repos``, the
+    loaded model). Returns the bytes freed. Already-loaded adapters live on in memory."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir()
+    except CacheNotFound:
+        return 0
+    candidates = [(revision.last_modified, revision.commit_hash, revision.size_on_disk)
+                  for repo in info.repos if repo.repo_type == "model" and repo.repo_id not in protected_repos
+                  for revision in repo.revisions if revision.commit_hash not in keep_commits]
+    total = sum(repo.size_on_disk for repo in info.repos if repo.repo_type == "model"
+                and repo.repo_id not in protected_repos)
+    doomed: list[str] = []
+    for _, commit, size in sorted(candidates):  # oldest first
+        if total <= max_bytes:
+            break
+        doomed.append(commit)
+        total -= size
+    if not doomed:
+        return 0
+    strategy = info.delete_revisions(*doomed)
+    strategy.execute()
+    return strategy.expected_freed_size
+
+
 def adapter_slot_name(settings: LoRASettings) -> str:
     """The engine name of an adapter: which file it is, not how strongly it is applied."""
     return f"{settings.source}|{settings.weight_name or ''}|{settings.revision or ''}|{settings.qkv_layout}"
@@ -147,6 +179,9 @@ class AdapterBinder:
         file = sources.fetch(settings.source, settings.weight_name, settings.revision,
                              token=self.policy.token(token), progress=progress, **self.policy.fetch_kwargs())
         self._check_access(file, token)
+        if self.policy.hosted and self.policy.max_cache_bytes is not None and file.repo_id is not None:
+            trim_hub_cache(self.policy.max_cache_bytes, keep_commits={file.commit},
+                           protected_repos=self.policy.protected_repos)
         key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}", revision=file.commit or
                          settings.revision, file=file.filename, size=file.size, sha256=file.sha256())
 

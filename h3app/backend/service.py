@@ -70,6 +70,7 @@ class Backend:
     def __init__(self, model: str = repo.TINY, options: LoadOptions | None = None, *, hosted: bool = False,
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
                  max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
+                 max_download_cache_bytes: int | None = None,
                  loaded: LoadedModel | None = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, "t2va", options)
         self.hosted = hosted
@@ -79,7 +80,9 @@ class Backend:
         allowed = tuple(str(Path(p).resolve()) for p in (*(allowed_local_dirs or (DEMO_ADAPTERS_DIR,)),
                                                          self.uploads_dir))
         self.policy = SourcePolicy(hosted=hosted, allowed_local_dirs=allowed, max_remote_bytes=max_remote_bytes,
-                                   unlisted_dirs=(str(self.uploads_dir.resolve()),))
+                                   unlisted_dirs=(str(self.uploads_dir.resolve()),),
+                                   max_cache_bytes=max_download_cache_bytes,
+                                   protected_repos=tuple(r for r in (self.model.location.repo_id,) if r))
         from ..lora.cache import AdapterCache
 
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
@@ -281,9 +284,12 @@ def backend_from_env(model: str | None = None, options: LoadOptions | None = Non
     """The app's backend configured from environment variables (README lists them)."""
     hosted = os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
+    cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
-                   max_remote_bytes=int(float(max_mb) * 1024**2) if max_mb else (2 * 1024**3 if hosted else None))
+                   max_remote_bytes=int(float(max_mb) * 1024**2) if max_mb else (2 * 1024**3 if hosted else None),
+                   max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
+                       20 * 1024**3 if hosted else None))
 
 
 __all__ = ["Backend", "GenerationOutput", "LoadResult", "backend_from_env"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
+from app_fixtures import running_app
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
@@ -119,15 +119,8 @@ def _settings_json(adapters: list[LoRASettings]) -> str:
 @pytest.fixture(scope="module")
 def app_url(backend: Backend, solo_hashes: list[str]) -> str:
     """The real app (build_app + launch) on 127.0.0.1, on the same backend."""
-    ui = pytest.importorskip("h3app.ui.app_ui")
-    demo = ui.build_app(backend)
-    kwargs = ui.launch_kwargs(backend) if hasattr(ui, "launch_kwargs") else {}
-    kwargs.pop("max_file_size", None)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True, **kwargs)
-    try:
-        yield demo.local_url
-    finally:
-        demo.close()
+    with running_app(backend, max_file_size=None) as url:
+        yield url
 
 
 def _generate_endpoint(client: Any) -> dict[str, Any]:

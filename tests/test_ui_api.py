@@ -4,15 +4,14 @@ and the demo adapters."""
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
+from app_fixtures import running_app
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
-from h3app.ui.app_ui import build_app, launch_kwargs
 
 KOHYA = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
@@ -21,21 +20,15 @@ FAST = {"steps": 2, "duration": 5.0, "height": 32, "width": 32}
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    backend = Backend("tiny", output_dir=tmp_path_factory.mktemp("outputs"))
-    demo = build_app(backend)
-    _, local_url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(),
-                                  quiet=True, **launch_kwargs(backend))
-    yield local_url
-    demo.close()
-    backend.close()
+def url(tiny_model, tmp_path_factory):
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
+    try:
+        with running_app(backend) as local_url:
+            yield local_url
+    finally:
+        backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
+        backend.close()
 
 
 @pytest.fixture

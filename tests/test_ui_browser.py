@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 from pathlib import Path
 
 import pytest
+from app_fixtures import running_app
 
 from h3app.backend.service import Backend
-from h3app.ui.app_ui import build_app, launch_kwargs
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -27,21 +26,15 @@ DEMO = "lightx2v_turbo_no_alpha.safetensors"
 GENERATION_TIMEOUT_MS = 120_000
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    backend = Backend("tiny", output_dir=tmp_path_factory.mktemp("outputs"))
-    demo = build_app(backend)
-    _, url, _ = demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=free_port(), quiet=True,
-                            **launch_kwargs(backend))
-    yield url
-    demo.close()
-    backend.close()
+def app_url(tiny_model, tmp_path_factory):
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
+    try:
+        with running_app(backend) as url:
+            yield url
+    finally:
+        backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
+        backend.close()
 
 
 def test_whole_flow_in_chromium(app_url, tmp_path):

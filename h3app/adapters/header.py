@@ -80,20 +80,27 @@ def read_local_header(path: str | Path, adapter_config_path: str | Path | None =
                 f"{path.name} has {file_bytes - expected:,} bytes after the end its header declares "
                 f"({expected:,}): not a valid safetensors file; re-download it."
             )
-        scalars = _read_scalars(handle, 8 + header_len, tensors)
+        scalars = read_scalars(handle, 8 + header_len, tensors)
     _confirm_with_safetensors(path, tensors)
 
     config_path = Path(adapter_config_path) if adapter_config_path is not None else path.with_name(ADAPTER_CONFIG_NAME)
     if adapter_config_path is not None and not config_path.is_file():
         raise H3AppError(f"{config_path} does not exist: check the adapter_config.json path.")
     adapter_config = read_adapter_config(config_path) if config_path.is_file() else None
+    return make_header_view(tensors, metadata, scalars, adapter_config, file_bytes, path.name)
+
+
+def make_header_view(tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]], metadata: Mapping[str, str],
+                     scalars: Mapping[str, float], adapter_config: Mapping[str, Any] | None, file_bytes: int,
+                     name: str) -> HeaderView:
+    """A ``HeaderView`` from :func:`parse_header`'s entries (offsets dropped), for local and remote files alike."""
     return HeaderView(
         tensors={key: (dtype, shape) for key, (dtype, shape, _) in tensors.items()},
         metadata=metadata,
         scalars=scalars,
         adapter_config=adapter_config,
         file_bytes=file_bytes,
-        name=path.name,
+        name=name,
     )
 
 
@@ -209,7 +216,7 @@ def decode_scalar(dtype: str, raw: bytes) -> float | None:
     return None  # no adapter stores alpha as fp8 or sub-byte floats
 
 
-def _read_scalars(handle: Any, data_start: int, tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]]) -> dict[str, float]:
+def read_scalars(handle: Any, data_start: int, tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]]) -> dict[str, float]:
     """Decode every scalar entry (see ``is_scalar_entry``), a few bytes each."""
     scalars: dict[str, float] = {}
     for key, (dtype, shape, (begin, end)) in tensors.items():

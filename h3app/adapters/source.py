@@ -21,6 +21,7 @@ the commit it came from. Every failure is one ``H3AppError`` line naming the rep
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -36,7 +37,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from ..errors import H3AppError
-from .header import ADAPTER_CONFIG_NAME, PICKLE_SUFFIXES, parse_header, read_adapter_config, read_local_header
+from .header import (ADAPTER_CONFIG_NAME, PICKLE_SUFFIXES, make_header_view, parse_header, read_adapter_config,
+                     read_local_header, read_scalars)
 from .types import HeaderView
 
 WEIGHT_SUFFIX = ".safetensors"
@@ -106,6 +108,14 @@ class MultipleWeightFiles(H3AppError):
         )
 
 
+@functools.lru_cache(maxsize=256)
+def file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    """Hex sha256 of ``path``; ``size`` and ``mtime_ns`` are part of the cache key, so a rewritten file is hashed
+    again. Every job names its adapter file again, and a 1.3 GB Turbo file takes seconds to hash."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
 @dataclass(frozen=True)
 class AdapterFile:
     """A local copy of an adapter file and where it came from.
@@ -127,10 +137,10 @@ class AdapterFile:
     _digest: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def sha256(self) -> str:
-        """Hex sha256 of the file's bytes: streamed once, then cached on this object."""
+        """Hex sha256 of the file's bytes, streamed once per file version (path, size, mtime) in this process."""
         if "sha256" not in self._digest:
-            with open(self.path, "rb") as handle:
-                self._digest["sha256"] = hashlib.file_digest(handle, "sha256").hexdigest()
+            stat = self.path.stat()
+            self._digest["sha256"] = file_sha256(str(self.path.resolve()), stat.st_size, stat.st_mtime_ns)
         return self._digest["sha256"]
 
     def __fspath__(self) -> str:
@@ -608,14 +618,7 @@ def _read_remote_header(ref: SourceRef, weight: WeightFile, listing: _HubListing
         with _hub_errors(ref, config_name):
             config_path = hf_hub_download(ref.repo_id, config_name, revision=pinned, token=token, cache_dir=cache_dir)
         adapter_config = read_adapter_config(config_path)
-    return HeaderView(
-        tensors={key: (dtype, shape) for key, (dtype, shape, _) in tensors.items()},
-        metadata=metadata,
-        scalars=scalars,
-        adapter_config=adapter_config,
-        file_bytes=file_bytes,
-        name=name,
-    )
+    return make_header_view(tensors, metadata, scalars, adapter_config, file_bytes, name)
 
 
 def _header_json(remote: Any) -> bytes:
@@ -636,7 +639,6 @@ def _read_remote_scalars(url: str, headers: Mapping[str, str],
     one request when less than ``SCALAR_SPAN_GAP`` apart; the rest in parallel) and must agree, else the file is
     damaged and refused.
     """
-    from .header import _read_scalars  # the local reader's rule for which tensors are scalars, and its decoding
 
     def get(start: int, end_inclusive: int) -> bytes:
         return _range_get(url, headers, start, end_inclusive, where)
@@ -683,7 +685,7 @@ def _read_remote_scalars(url: str, headers: Mapping[str, str],
             f"{where} {problem} (the Hub says {size:,} bytes, its header {declared:,}): not a valid safetensors "
             "file; fix the upload or pick another file."
         )
-    return _read_scalars(reader, data_start, tensors), size
+    return read_scalars(reader, data_start, tensors), size
 
 
 class _SpanReader:

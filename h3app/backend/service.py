@@ -130,9 +130,9 @@ class Backend:
 
         def job(ctx: JobContext) -> LoadResult:
             ctx.set_phase("downloading")
-            loaded: LoadedAdapter = self.binder.load(settings, workflow, token, progress=ctx.on_step)
+            self.binder.load(settings, workflow, token, progress=ctx.on_step)  # with progress; apply then hits the cache
             ctx.set_phase("binding")
-            self.binder.apply([settings], workflow, token)
+            loaded: LoadedAdapter = self.binder.apply([settings], workflow, token)[0]
             return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(),
                               report=self.binder.report(settings, workflow))
 

@@ -46,7 +46,7 @@ class TensorSpec:
 def lightx2v_layout(config: Mapping[str, Any], rank: int, dtype: torch.dtype = torch.bfloat16) -> list[TensorSpec]:
     """LightX2V's keys for a transformer ``config`` (a diffusers config dict): ``A [r, in]``, ``B [out, r]`` per target
     of every main and refiner block, in the model's module order."""
-    from h3app.model.shapes import transformer_shapes
+    from h3app.rules.h3_modules import transformer_shapes
 
     specs: list[TensorSpec] = []
     for target, linear in transformer_shapes(config).linears.items():

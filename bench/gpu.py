@@ -145,7 +145,7 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
     from h3app.errors import H3AppError
     from h3app.lora.engine import LoRAEngine
     from h3app.model.loader import fuse_qkv
-    from h3app.model.shapes import FULL_SIZE_CONFIG, transformer_shapes
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
     from h3app.settings import LoRASettings
 
     from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout

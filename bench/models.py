@@ -32,7 +32,7 @@ DEEP_NARROW_CONFIG: dict[str, Any] = {
 def full_width_block_config() -> dict[str, Any]:
     """P4: one main block at the real width (hidden 5376, 56 heads × 128, ffn 14336, AdaLN from the real 2688-wide
     time embedding), no refiner block; the real input/output projections."""
-    from h3app.model.shapes import FULL_SIZE_CONFIG
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
     return {**FULL_SIZE_CONFIG, "num_layers": 1, "num_refiner_layers": 0, "patch_size": (1, 2, 2)}
 
@@ -151,7 +151,7 @@ def linear_flops(config: Mapping[str, Any], tokens: int, text_rows: int, targets
     """Multiply-add FLOPs (×2) of one forward at ``tokens`` rows: ``base`` (every Linear on the rows it sees —
     refiner blocks see text rows only, AdaLN sees the 2 timestep rows — plus attention ``QKᵀ`` and ``AV``) and
     ``lora`` (``2·rows·r·(in + out)`` for each target in ``targets``: name → rank)."""
-    from h3app.model.shapes import transformer_shapes
+    from h3app.rules.h3_modules import transformer_shapes
 
     shapes = transformer_shapes(config)
     inner = shapes.heads * shapes.head_dim

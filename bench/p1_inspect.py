@@ -40,7 +40,7 @@ def run(ctx: BenchContext) -> list[Row]:
     from safetensors.torch import load_file
 
     from h3app.adapters.inspect import inspect_file
-    from h3app.model.shapes import FULL_SIZE_CONFIG
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
     metadata = {"alpha": "8"}
     full_specs = lightx2v_layout(FULL_SIZE_CONFIG, FULL_RANK, torch.bfloat16)

@@ -49,7 +49,7 @@ def _bound(ctx: BenchContext, config: dict[str, Any]) -> tuple[Any, Any, Any, li
     from h3app.adapters.normalise import load_adapter
     from h3app.lora.engine import LoRAEngine
     from h3app.lora.layers import LoRALinear
-    from h3app.model.shapes import transformer_shapes
+    from h3app.rules.h3_modules import transformer_shapes
     from h3app.settings import LoRASettings
 
     specs = lightx2v_layout(config, RANK, torch.float32)

@@ -38,7 +38,7 @@ ADAPTER = "bench"
 
 def theoretical_ratio(config: Mapping[str, Any], tokens: int, text_rows: int, rank: int = RANK) -> float:
     """(base + LoRA FLOPs) / base FLOPs for the LightX2V targets of ``config`` at ``tokens`` rows."""
-    from h3app.model.shapes import transformer_shapes
+    from h3app.rules.h3_modules import transformer_shapes
 
     from .adapter_files import LIGHTX2V_SUFFIXES
 
@@ -50,7 +50,7 @@ def theoretical_ratio(config: Mapping[str, Any], tokens: int, text_rows: int, ra
 
 def real_request_theory() -> float:
     """The theoretical ratio for the full 52-block model on a 544p, 124-frame request (18,870 video rows)."""
-    from h3app.model.shapes import FULL_SIZE_CONFIG
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
     from .models import sequence_rows
 
@@ -63,7 +63,7 @@ def _measure_model(ctx: BenchContext, label: str, config: dict, tokens: int, rep
 
     from h3app.adapters.normalise import load_adapter
     from h3app.lora.engine import LoRAEngine
-    from h3app.model.shapes import transformer_shapes
+    from h3app.rules.h3_modules import transformer_shapes
     from h3app.settings import LoRASettings
 
     specs = lightx2v_layout(config, RANK, torch.bfloat16)

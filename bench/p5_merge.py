@@ -24,7 +24,7 @@ def run(ctx: BenchContext) -> list[Row]:
 
     from h3app.adapters.normalise import load_adapter
     from h3app.lora.engine import LoRAEngine
-    from h3app.model.shapes import transformer_shapes
+    from h3app.rules.h3_modules import transformer_shapes
     from h3app.settings import LoRASettings
 
     specs = lightx2v_layout(MEDIUM_CONFIG, RANK, torch.float32)

@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_file
 
 from h3app.adapters.types import HeaderView, ModuleLoRA
-from h3app.model.shapes import transformer_shapes
+from h3app.rules.h3_modules import transformer_shapes
 
 # The tiny checkpoint's transformer (common.md) and a twin with 128-wide heads, for the DiffSynth oracle which
 # hard-codes head_dim 128.
@@ -171,7 +171,7 @@ def write_sparse_safetensors(
 
 def lightx2v_full_size_entries(rank: int = 128) -> dict[str, tuple[str, tuple[int, ...]]]:
     """The 624 keys of LightX2V's rank-128 H3 Turbo (diffusers names, ``.default.`` slot, BF16), full size."""
-    from h3app.model.shapes import FULL_SIZE_CONFIG
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
     shapes = transformer_shapes(FULL_SIZE_CONFIG)
     six = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
@@ -186,7 +186,7 @@ def lightx2v_full_size_entries(rank: int = 128) -> dict[str, tuple[str, tuple[in
 def larry_full_size_entries() -> dict[str, tuple[str, tuple[int, ...]]]:
     """A Larry-shaped native file at full size: rank 64 on attention/FFN, 16 on AdaLN, bare names, BF16."""
     from h3app.adapters.formats import native_vocabulary
-    from h3app.model.shapes import FULL_SIZE_CONFIG
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
     vocabulary = native_vocabulary(transformer_shapes(FULL_SIZE_CONFIG))
     entries: dict[str, tuple[str, tuple[int, ...]]] = {}

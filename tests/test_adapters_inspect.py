@@ -16,7 +16,7 @@ from adapter_fixtures import (
 from h3app.adapters.inspect import inspect_file, inspect_header
 from h3app.adapters.types import HeaderView
 from h3app.errors import H3AppError
-from h3app.model.shapes import FULL_SIZE_CONFIG, transformer_shapes
+from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 
 FULL_SHAPES = transformer_shapes(FULL_SIZE_CONFIG)
 CONTRACT_FIELDS = {

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from h3app.lora import LoRAEngine, MatchError
-from h3app.model.shapes import FULL_SIZE_CONFIG, transformer_shapes
+from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 from h3app.settings import LoRASettings
 from lora_fixtures import LIGHTX2V_SUFFIXES, block_targets, fuse, make_adapter
 

@@ -29,7 +29,7 @@ from typing import Callable
 
 import torch
 
-from ..model.shapes import TransformerShapes, transformer_shapes
+from ..rules.h3_modules import TransformerShapes, transformer_shapes
 from .formats import native_vocabulary
 
 SEED = 3

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import H3AppError
-from ..model.shapes import ADALN, FULL_SIZE_CONFIG, TransformerShapes, group_of, transformer_shapes
+from ..rules.h3_modules import ADALN, FULL_SIZE_CONFIG, TransformerShapes, group_of, transformer_shapes
 from .formats import ModulePlan
 
 _SHOWN = 3

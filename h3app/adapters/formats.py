@@ -27,7 +27,7 @@ from typing import Iterable, Mapping, Sequence
 
 from ..errors import H3AppError
 from ..settings import QKV_LAYOUTS
-from ..model.shapes import TransformerShapes
+from ..rules.h3_modules import TransformerShapes
 from .types import HeaderView
 
 # How a module's lora_B rows map onto its canonical targets.

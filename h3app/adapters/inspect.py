@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..model.shapes import TransformerShapes
+from ..rules.h3_modules import TransformerShapes
 from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import H3AppError
-from ..model.shapes import TransformerShapes
+from ..rules.h3_modules import TransformerShapes
 from .alpha import AlphaChoice, resolve_alphas
 from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
 from .header import read_local_header

@@ -24,7 +24,7 @@ from ..lora.engine import LoRAEngine
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel
-from ..model.shapes import transformer_shapes
+from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 
 DEFAULT_CACHE_BYTES = 8 * 1024**3

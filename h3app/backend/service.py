@@ -23,7 +23,7 @@ from ..adapters.types import AdapterInfo
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
-from ..model.shapes import transformer_shapes
+from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalence

@@ -69,7 +69,7 @@ def load_check_adapter(args: argparse.Namespace, transformer: "torch.nn.Module")
     """Fetch ``args.adapter`` (repo id, URL or local path) and normalise it for ``transformer``'s shapes."""
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
-    from ..model.shapes import transformer_shapes
+    from ..rules.h3_modules import transformer_shapes
 
     fetched = fetch(args.adapter, weight_name=args.weight_name, revision=args.revision)
     return load_adapter(fetched.path, shapes=transformer_shapes(dict(transformer.config)),

@@ -35,7 +35,7 @@ def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -
     from ..adapters.header import read_local_header
     from ..errors import H3AppError
     from ..model.repo import TINY, read_transformer_config
-    from ..model.shapes import FULL_SIZE_CONFIG, transformer_shapes
+    from ..rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
     from .inspect import model_shapes
 
     if model is not None:

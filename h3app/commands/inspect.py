@@ -45,7 +45,7 @@ def model_shapes(model: str | None, partition: str) -> Any:
     if model is None:
         return None
     from ..model.repo import read_transformer_config
-    from ..model.shapes import transformer_shapes
+    from ..rules.h3_modules import transformer_shapes
 
     return transformer_shapes(read_transformer_config(model, partition=partition))
 

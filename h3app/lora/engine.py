@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
-from ..model.shapes import GROUPS, group_of
+from ..rules.h3_modules import GROUPS, group_of
 from ..settings import LoRASettings, MODES, check_alpha, check_strength
 from .delta import stack_group_factors
 from .layers import AdapterScale, LoRAFactors, LoRALinear, PristineStore, is_mergeable, scale_divisor

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import H3AppError
-from ..model.shapes import GROUPS
+from ..rules.h3_modules import GROUPS
 from .delta import compute_lora_delta
 
 MERGE_CHUNK_BYTES = 64 << 20  # fp32 rows merged at a time: bounds the temporary to 64 MiB per layer

@@ -94,7 +94,7 @@ def _summarise(values: Iterable[float]) -> StrengthSummary:
 
 @dataclass(frozen=True)
 class StrengthProfile:
-    """Relative updates per target, summarised per block and per group (groups as in ``h3app.model.shapes``)."""
+    """Relative updates per target, summarised per block and per group (groups as in ``h3app.rules.h3_modules``)."""
 
     targets: tuple[TargetStrength, ...]
     per_block: Mapping[str, StrengthSummary]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..lora.profile import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
-from ..model.shapes import group_of
+from ..rules.h3_modules import group_of
 
 FALLBACK_SOURCE = "rank_fallback"
 
@@ -171,7 +171,7 @@ def _block_order(block: str) -> tuple[int, int]:
 
 
 def targets_by_group(targets: list[str]) -> dict[str, list[str]]:
-    """Canonical targets grouped as in ``h3app.model.shapes`` (attention, feed-forward, AdaLN, refiner, I/O)."""
+    """Canonical targets grouped as in ``h3app.rules.h3_modules`` (attention, feed-forward, AdaLN, refiner, I/O)."""
     grouped: dict[str, list[str]] = {}
     for target in targets:
         grouped.setdefault(group_of(target), []).append(target)

@@ -1,0 +1,8 @@
+"""Fixed choices, one constant per fact. Validation messages list these, so a new choice is added here only."""
+
+WORKFLOWS = ("t2va", "fl2va", "ref2va")
+LORA_MODES = ("unmerged", "merged")
+QKV_LAYOUTS = ("auto", "blocked", "interleaved")
+OFFLOAD_MODES = ("none", "auto", "group")
+# dtype names accepted on the command line and in the UI → torch dtype attribute names
+DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}

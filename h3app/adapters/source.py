@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import unquote, urlsplit
 
 from ..errors import H3AppError
+from ..rules.units import format_bytes
 from .header import (ADAPTER_CONFIG_NAME, PICKLE_SUFFIXES, make_header_view, parse_header, read_adapter_config,
                      read_local_header, read_scalars)
 from .types import HeaderView
@@ -151,16 +152,6 @@ class AdapterFile:
         if self.repo_id is None:
             return str(self.path)
         return f"{self.repo_id}/{self.filename}@{(self.commit or self.revision or 'main')[:12]}"
-
-
-def format_bytes(size: int | None) -> str:
-    """``1234567`` → ``"1.2 MB"`` (decimal units, as the Hub shows them)."""
-    if size is None:
-        return "size unknown"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
 
 
 def describe_files(files: Sequence[WeightFile]) -> str:

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..adapters import source as sources
 from ..errors import H3AppError
+from ..rules.units import format_bytes
 from ..lora.profile import FAR_ABOVE_FACTOR
 from ..settings import LoRASettings, check_alpha, check_strength
 from . import render
@@ -91,7 +92,7 @@ class AdapterEvents:
             files = self.backend.list_weights(str(source).strip(), (revision or "").strip() or None, token or None)
         except H3AppError as error:
             raise user_error(error) from error
-        choices = [(f"{f.name} — {sources.format_bytes(f.size)}", f.name) for f in files]
+        choices = [(f"{f.name} — {format_bytes(f.size)}", f.name) for f in files]
         names = [f.name for f in files]
         value = current if current in names else (names[0] if len(names) == 1 else None)
         return gr.update(choices=choices, value=value)
@@ -115,13 +116,13 @@ class AdapterEvents:
         size = upload.stat().st_size
         limit = self.backend.policy.max_remote_bytes if self.backend.hosted else None
         if limit is not None and size > limit:
-            raise gr.Error(f"{upload.name} is {sources.format_bytes(size)}, over this server's limit of "
-                           f"{sources.format_bytes(limit)}: use a smaller adapter.", print_exception=False)
+            raise gr.Error(f"{upload.name} is {format_bytes(size)}, over this server's limit of "
+                           f"{format_bytes(limit)}: use a smaller adapter.", print_exception=False)
         folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
         folder.mkdir(parents=True)
         target = folder / Path(upload.name).name
         shutil.copyfile(upload, target)
-        return str(target), gr.update(choices=[(f"{target.name} — {sources.format_bytes(size)}", target.name)],
+        return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
                                       value=target.name)
 
     # ---------------------------------------------------------------------------------------------- inspect
@@ -177,7 +178,7 @@ class AdapterEvents:
         def on_step(done: int, total: int) -> None:
             if progress is not None:
                 progress((done, total), unit="bytes",
-                         desc=f"downloading {sources.format_bytes(done)} of {sources.format_bytes(total)}")
+                         desc=f"downloading {format_bytes(done)} of {format_bytes(total)}")
 
         def on_phase(phase: str) -> None:
             if progress is not None:

@@ -13,7 +13,7 @@ import math
 from pathlib import PurePath
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..adapters.source import format_bytes
+from ..rules.units import format_bytes
 from .scales import ScaleGroup, relies_on_rank_fallback, scale_groups, targets_by_group
 
 GROUP_NAMES = {"attention": "attention", "feed_forward": "feed-forward", "adaln": "AdaLN", "refiner": "refiner",

@@ -1,4 +1,4 @@
-"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in DESIGN.md)."""
+"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -131,7 +131,7 @@ class _Plan:
 
 
 class LoRAEngine:
-    """Adapters on one transformer. Not thread-safe: one worker owns it (DESIGN.md decision 7).
+    """Adapters on one transformer. Not thread-safe: one worker owns it (docs/architecture.md, decision 7).
 
     Mode is engine-wide: ``unmerged`` (default; wrappers add ``scale·B·A·x`` at run time, slider changes are O(1))
     or ``merged`` (``W = W0 + Σ scale·B@A`` re-merged from a pristine copy on every change).

@@ -1,6 +1,6 @@
 """LoRA on one ``nn.Linear``: the unmerged wrapper, the merge from a pristine copy, and the shared scale state.
 
-Scale (DESIGN.md decision 4): per module ``(alpha × strength × group strength) / rank`` (``/ √rank`` for rsLoRA),
+Scale (docs/architecture.md, decision 4): per module ``(alpha × strength × group strength) / rank`` (``/ √rank`` for rsLoRA),
 computed in float64 and applied in fp32. ``alpha × strength × group strength`` is one float64 number per adapter
 and group held by an ``AdapterScale`` that every layer of the adapter shares; each layer only knows its own rank
 (and, when the adapter's stored alphas differ per module, its own alpha). A slider change updates the shared

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .context_parallel import parallelize
+from .diagnostics import weights_digests
 from .group import STOP, RankGroup
 from .timeouts import RankLost
 
@@ -36,6 +37,7 @@ REPLAY: dict[str, Callable[..., Any]] = {
     "submit_generate": lambda backend, *args: _wait(backend, backend.submit_generate(*args)),
     "submit_equivalence": lambda backend, *args: _wait(backend, backend.submit_equivalence(*args)),
     "grid": lambda backend, *args: list(backend.grid(*args)),
+    "weights_digests": weights_digests,
 }
 
 

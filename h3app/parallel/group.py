@@ -1,7 +1,7 @@
 """The ranks of one command: a job channel from rank 0 to the others, and the agreements that keep them in step.
 
 Jobs travel through ``torch.distributed``'s key-value store (rank 0 writes ``h3app/job/N``; a follower waits for it
-in ``POLL_S`` slices, so an idle app waits for days without a collective timing out). Inside a job every rank calls
+in ``IDLE_WAIT_S`` slices, so an idle app waits for days without a collective timing out). Inside a job every rank calls
 the same agreements, one small ``all_reduce`` over a gloo group of ``[cancel, failed, finished]`` counts:
 
 - ``step`` before every transformer evaluation: rank 0 contributes its cancel flag, so all ranks stop at the same
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import H3AppError
-from .timeouts import POLL_S, STOP_WAIT_S, RankLost, as_timedelta, rank_lost
+from .timeouts import IDLE_WAIT_S, STOP_WAIT_S, RankLost, as_timedelta, rank_lost
 from .topology import ParallelSpec
 
 JOB_KEY = "h3app/job/{}"
@@ -80,11 +80,11 @@ class RankGroup:
         store = self._store()
         while True:
             try:
-                store.wait([key], as_timedelta(POLL_S))
+                store.wait([key], as_timedelta(IDLE_WAIT_S))
                 break
             except dist.DistStoreError as error:
                 if "timeout" not in str(error).lower():  # the store itself is gone: the leader ended
-                    raise rank_lost(error, "rank 0", POLL_S) from error
+                    raise rank_lost(error, "rank 0", IDLE_WAIT_S) from error
         call = pickle.loads(store.get(key))
         self._jobs += 1
         return call
@@ -113,17 +113,20 @@ class RankGroup:
 
     def finish(self, error: BaseException | None) -> list[str | None]:
         """Every rank, leaving a job: wait until all ranks have left, then return each rank's outcome."""
-        import torch.distributed as dist
-
         while True:
             _, _, finished = self._all_reduce([0, int(error is not None), 1])
             if finished == self.world_size:
                 break
-        mine = None if error is None else f"{type(error).__name__}: {error}"
-        outcomes: list[Any] = [None] * self.world_size
-        self._collective(lambda: dist.all_gather_object(outcomes, mine, group=self._sync))
-        self.outcomes = outcomes
-        return outcomes
+        self.outcomes = self.gather(None if error is None else f"{type(error).__name__}: {error}")
+        return self.outcomes
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's ``value`` (picklable), in rank order, on every rank."""
+        import torch.distributed as dist
+
+        values: list[Any] = [None] * self.world_size
+        self._collective(lambda: dist.all_gather_object(values, value, group=self._sync))
+        return values
 
     def _all_reduce(self, values: list[int]) -> list[int]:
         import torch

@@ -45,25 +45,37 @@ def lockstep_job(group: RankGroup, backend: Any, call: JobCall, job: Callable[[A
         group.step()  # every rank holds the job
         if group.leader:
             group.forget()
-        error: BaseException | None = None
-        result = None
-        try:
+
+        def body() -> Any:
             parallelize(backend.model.transformer(call.workflow), group.spec)  # a partition loaded late
-            result = job(StepContext(ctx.handle))
-        except BaseException as caught:  # noqa: BLE001 — every outcome is shared with the other ranks below
-            error = caught
-        try:
-            outcomes = group.finish(error)
-        except RankLost as lost:
-            raise lost from error
-        if error is not None:
-            if isinstance(error, DistError):  # a collective inside the model failed: its group may be wedged
-                raise group.lose(error) from error
-            raise error
-        failed = [(rank, line) for rank, line in enumerate(outcomes) if line is not None]
-        if failed:
-            rank, line = failed[0]
-            raise PeerFailed(f"rank {rank} failed ({line}); every rank is back at the base weights.")
-        return result
+            return job(StepContext(ctx.handle))
+
+        return on_every_rank(group, body)
 
     return run
+
+
+def on_every_rank(group: RankGroup | None, work: Callable[[], Any]) -> Any:
+    """Run ``work`` on every rank (SPMD, no job channel) and agree on the outcome: a failure on any rank raises on
+    every rank (the failing rank's own error there, :class:`PeerFailed` elsewhere). ``None`` group: just run it."""
+    if group is None:
+        return work()
+    error: BaseException | None = None
+    result = None
+    try:
+        result = work()
+    except BaseException as caught:  # noqa: BLE001 — shared with the other ranks below
+        error = caught
+    try:
+        outcomes = group.finish(error)
+    except RankLost as lost:
+        raise lost from error
+    if isinstance(error, DistError):  # a collective inside the model failed: its process group may be wedged
+        raise group.lose(error) from error
+    if error is not None:
+        raise error
+    failed = [(rank, line) for rank, line in enumerate(outcomes) if line is not None]
+    if failed:
+        raise PeerFailed(f"rank {failed[0][0]} failed ({failed[0][1]}); every rank stopped and undid the job's "
+                         f"adapter changes.")
+    return result

@@ -1,8 +1,9 @@
 """Bounded collectives: a rank that dies or stops answering fails the job with one line instead of a hang.
 
-Three clocks: every in-job collective (the transformer's all-to-all / all-gather and our agreements) waits at most
-the spec's ``timeout_s``; a follower waits for the next job without limit but checks every ``POLL_S`` seconds that
-its leader still lives; the leader gives the ranks ``STARTUP_S`` to join (model loading happens after that).
+Clocks: every in-job collective (the transformer's all-to-all / all-gather and our agreements) waits at most the
+spec's ``timeout_s``; a follower waits for the next job without limit, in ``IDLE_WAIT_S`` slices of the store's
+wait (a store that vanished means rank 0 ended); a rank started by rank 0 checks every ``POLL_S`` seconds that
+rank 0 still lives; the ranks get ``STARTUP_S`` to meet.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import datetime
 from ..errors import H3AppError
 
 POLL_S = 2.0
+IDLE_WAIT_S = 600.0
 STARTUP_S = 300.0
 STOP_WAIT_S = 30.0
 

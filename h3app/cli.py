@@ -19,7 +19,7 @@ class _OneLineParser(argparse.ArgumentParser):
     """Argument errors are bad input: one line on stderr, exit 2, no usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message} (see `python -m h3app {self.prog.split()[-1]} --help`)\n")
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

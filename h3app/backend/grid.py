@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -17,6 +19,37 @@ from .generation import GenerationRequest, GenerationResult, run_generation, sav
 from .media import write_thumbnail
 
 MAX_CELLS = 64
+BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
+
+
+class Baselines:
+    """The grid's no-LoRA outputs by request, least recently used first out once their decoded arrays exceed
+    ``max_bytes`` (the newest is always kept: the running grid needs it)."""
+
+    def __init__(self, max_bytes: int = BASELINE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, GenerationResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> GenerationResult | None:
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+            return self._entries.get(key)
+
+    def put(self, key: str, result: GenerationResult) -> None:
+        with self._lock:
+            self._entries[key] = result
+            self._entries.move_to_end(key)
+            while len(self._entries) > 1 and self.nbytes > self.max_bytes:
+                self._entries.popitem(last=False)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.video.nbytes + r.audio.nbytes for r in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(frozen=True)
@@ -88,11 +121,11 @@ def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float |
 
 
 def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, output_dir: Path,
-             baselines: dict[str, GenerationResult], token: str | None = None,
+             baselines: Baselines, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
              should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
-    no-LoRA output per request (keyed by the request's JSON); the model is left at its base afterwards."""
+    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left at its base afterwards."""
     workflow = request.workflow
     pipe = binder.model.pipeline(workflow)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -101,10 +134,11 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
         for seed in plan.seeds:
             seeded = dataclasses.replace(request, seed=seed)
             key = repr(sorted(seeded.to_json().items()))
-            if key not in baselines:
+            base = baselines.get(key)
+            if base is None:
                 binder.reset(workflow)
-                baselines[key] = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
-            base = baselines[key]
+                base = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
+                baselines.put(key, base)
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)

@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from .model_options import add_model_flags
+from .model_options import add_model_flags, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -39,22 +39,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # cuBLAS reads this when its handle is created: set it before anything touches CUDA (deterministic GEMMs).
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     from ..backend.transformer_check import parse_setting, run_transformer_check
     from ..cli import emit
 
     a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
+    options = load_options(args)  # refuses a device this machine lacks before anything loads
+    token = os.environ.get("HF_TOKEN")
     if args.mode == "full":
-        from ..backend.equivalence import run_full_check
+        from ..backend.equivalence import DEFAULT_PROMPT, FullCheck, run_full_check
+        from ..backend.generation import GenerationRequest
+        from ..settings import LoRASettings
 
-        result = run_full_check(args, a, b)
+        request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
+                                    height=args.height, width=args.width)
+        adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision)
+        result = run_full_check(FullCheck(args.model, options, adapter, request, a, b), token)
     else:
-        from ..model.loader import load_transformer, parse_dtype
+        from ..model.loader import load_transformer
 
-        transformer = load_transformer(args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv,
-                                       revision=args.model_revision)
-        transformer.to(args.device)
+        transformer = load_transformer(args.model, dtype=options.dtype, fuse_qkv=options.fuse_qkv,
+                                       revision=options.revision)
+        transformer.to(options.device)
         adapter = load_check_adapter(args, transformer)
         result = run_transformer_check(transformer, adapter, a=a, b=b, seed=args.seed, source=args.adapter)
         result["model"] = args.model

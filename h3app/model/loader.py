@@ -6,11 +6,18 @@ Components are loaded once and shared by the per-workflow pipelines (``t2va``/``
 
 from __future__ import annotations
 
-import threading
+import os
+
+# cuBLAS reads this once, when its handle is created on the first GEMM of a device: it must be in the environment
+# before anything runs on CUDA, or the equivalence check's deterministic mode cannot take effect. Every path to a
+# CUDA device goes through this module first. A user-set value wins.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import threading  # noqa: E402
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
+import torch  # noqa: E402
 
 from ..errors import H3AppError
 from . import repo
@@ -40,8 +47,31 @@ class LoadOptions:
     token: str | None = None
 
     def __post_init__(self) -> None:
+        check_device(self.device)
         if self.offload not in OFFLOAD_MODES:
             raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {self.offload!r}.")
+
+
+def check_device(name: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N``, ``mps``…: refused in one line when this machine does not have it (torch would
+    fail later, mid-load, with a driver traceback)."""
+    try:
+        device = torch.device(str(name))
+    except (RuntimeError, ValueError):
+        raise H3AppError(f"unknown device {name!r}: use cpu, cuda or cuda:N.") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise H3AppError(f"--device {name}: this machine has no usable CUDA GPU (no driver, or none visible): "
+                             f"use --device cpu.")
+        if device.index is not None and device.index >= count:
+            raise H3AppError(f"--device {name}: this machine has {count} CUDA GPU(s), numbered from 0: use "
+                             f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}.")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise H3AppError(f"--device {name}: Apple's MPS backend is not available here: use --device cpu.")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise H3AppError(f"--device {name}: h3app runs on cpu, cuda or mps.")
+    return str(name)
 
 
 def parse_dtype(name: str) -> torch.dtype:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -173,7 +173,6 @@ class GenerationResult:
     seconds: float
     hash: str
     request: GenerationRequest
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
@@ -210,10 +209,8 @@ def _check_canvas(pipe: Any, request: GenerationRequest) -> None:
             raise H3AppError(f"{name} must be a positive multiple of {multiple} for this model, got {value}.")
 
 
-def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   on_step: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None,
-                   extra_inputs: dict[str, Any] | None = None) -> GenerationResult:
+def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> GenerationResult:
     """Run ``pipe`` (a workflow pipeline from :class:`h3app.model.loader.LoadedModel`) on ``request``.
 
     ``on_step(done, total)`` is called before every transformer evaluation and once at the end;
@@ -239,15 +236,11 @@ def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tupl
         "num_frames": request.num_frames,
         "generator": torch.Generator("cpu").manual_seed(int(request.seed)),
         "output_type": "np",
+        "prompt": request.prompt,
     }
-    if prompt_embeds is None:
-        inputs["prompt"] = request.prompt
-    else:
-        inputs["prompt_embeds"], inputs["text_token_tags"] = prompt_embeds
     if request.height is not None:
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
     inputs.update(workflow_inputs(request, int(pipe.audio_vae.config.sampling_rate)))
-    inputs.update(extra_inputs or {})
 
     handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)
     pipe.scheduler.set_shift(video_shift)

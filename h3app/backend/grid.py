@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import H3AppError
-from ..settings import LoRASettings, check_alpha, check_strength
+from ..rules import values
+from ..settings import LoRASettings
 from . import metrics
-from .generation import GenerationRequest, GenerationResult, run_generation, save_result
+from .generation import MAX_SEED, GenerationRequest, GenerationResult, run_generation, save_result
 from .media import write_thumbnail
 
 MAX_CELLS = 64
@@ -94,8 +95,9 @@ def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds:
     """Validate the axes (alpha None = auto) and estimate the time: cells + 1 baseline run."""
     if not alphas or not strengths or not seeds:
         raise H3AppError("the grid needs at least one alpha, one scale and one seed.")
-    plan = GridPlan(tuple(check_alpha(a) for a in alphas), tuple(check_strength(s) for s in strengths),
-                    tuple(int(s) for s in seeds), None)
+    plan = GridPlan(tuple(values.parse_alpha(a, "alpha") for a in alphas),
+                    tuple(values.parse_strength(s, "scale") for s in strengths),
+                    tuple(values.parse_int(s, "seed", 0, MAX_SEED) for s in seeds), None)
     if plan.cells > MAX_CELLS:
         raise H3AppError(f"the grid has {plan.cells} cells, more than {MAX_CELLS}: use fewer values.")
     estimate = None if seconds_per_run is None else seconds_per_run * (plan.cells + len(plan.seeds))
@@ -103,21 +105,18 @@ def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds:
 
 
 def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float | None]:
-    """``"8, 16, auto"`` → ``[8.0, 16.0, None]``."""
-    values: list[float | None] = []
-    for item in str(text).replace(";", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if allow_auto and item.lower() == "auto":
-            values.append(None)
-            continue
+    """``"8, 16, auto"`` → ``[8.0, 16.0, None]`` (ranges are checked by :func:`plan_grid`)."""
+
+    def item(word: str, name: str) -> float | None:
+        if allow_auto and word.lower() in values.AUTO_WORDS:
+            return None
         try:
-            values.append(float(item))
-        except ValueError:
-            raise H3AppError(f"{what} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
-                             f"got {item!r}.") from None
-    return values
+            return values.parse_number(word, name)
+        except H3AppError:
+            raise H3AppError(f"{name} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
+                             f"got {values.short(word)}.") from None
+
+    return values.parse_list(text, what, item)
 
 
 def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, output_dir: Path,

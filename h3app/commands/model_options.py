@@ -8,13 +8,11 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
+from ..model.repo import TINY
 from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES
 
 if TYPE_CHECKING:
     from ..model.loader import LoadOptions
-
-TINY = "tiny"  # the embedded checkpoint (h3app.model.repo.TINY)
-
 
 def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> None:
     parser.add_argument("--model", default=None if required else os.environ.get("H3APP_MODEL", TINY),

@@ -20,11 +20,11 @@ from typing import Any
 import torch  # noqa: E402
 
 from ..errors import H3AppError
+from ..rules import values
+from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES, PARTITIONS
 from . import repo
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
 
-OFFLOAD_MODES = ("none", "auto", "group")
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,11 @@ def check_device(name: str) -> str:
 
 
 def parse_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name.lower()]
-    except KeyError as error:
-        raise H3AppError(f"unknown dtype {name!r}: use float32 or bfloat16.") from error
+    """``float32``/``fp32``/``bfloat16``/``bf16`` (any case) → the torch dtype."""
+    attribute = DTYPE_NAMES.get(str(name).lower())
+    if attribute is None:
+        raise H3AppError(f"unknown dtype {values.short(name)}: use float32 or bfloat16.")
+    return getattr(torch, attribute)
 
 
 def fuse_qkv(transformer: torch.nn.Module) -> None:
@@ -196,7 +197,7 @@ class LoadedModel:
                 self._manager.add(name, component)
         if self.options.offload == "group":
             for name in names:
-                if name in ("transformer", "transformer_ref"):
+                if name in PARTITIONS:
                     self.components[name].enable_group_offload(
                         onload_device=torch.device(self.options.device), offload_device=torch.device("cpu"),
                         offload_type="block_level", num_blocks_per_group=1, use_stream=True,
@@ -209,7 +210,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
 
     folder = str(location.folder)
     loaded: dict[str, Any] = {}
-    other = [name for name in names if name not in ("transformer", "transformer_ref")]
+    other = [name for name in names if name not in PARTITIONS]
     if other:
         pipe = ModularPipeline.from_pretrained(folder)
         dtypes = {"text_encoder": options.dtype, "default": torch.float32}
@@ -224,7 +225,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
             if isinstance(component, torch.nn.Module):
                 component.requires_grad_(False).eval()
             loaded[name] = component
-    for partition in ("transformer", "transformer_ref"):
+    for partition in PARTITIONS:
         if partition in names:
             loaded[partition] = _load_transformer_from(folder, partition, options)
     return loaded

@@ -7,11 +7,23 @@ H3APP_HOSTED, H3APP_MAX_ADAPTER_MB and H3APP_OUTPUT_DIR. README.md lists every v
 
 import argparse
 import os
+import sys
 
 from h3app.cli import quiet_libraries
+from h3app.errors import H3AppError
 
 
 def main() -> None:
+    """Start the app, or refuse with one line on stderr and exit status 2 (a bad flag, no GPU, a model that cannot
+    be found or loaded), like every ``python -m h3app`` command."""
+    try:
+        serve()
+    except H3AppError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def serve() -> None:
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))

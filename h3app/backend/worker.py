@@ -148,13 +148,14 @@ class Worker:
                 for position, waiting in enumerate(self._pending, start=1):
                     waiting._progress.position = position
                     waiting._notify()
+            if handle._cancel.is_set():  # never started: nothing to clean up, the adapters stay as they are
+                from .generation import Cancelled
+
+                handle._finish(error=Cancelled("cancelled before it started."))
+                continue
             self.current = handle
             handle._progress.position, handle._progress.phase = 0, "running"
             try:
-                if handle._cancel.is_set():
-                    from .generation import Cancelled
-
-                    raise Cancelled("cancelled before it started.")
                 handle._finish(result=handle.run(JobContext(handle)))
             except BaseException as error:  # every failure goes back to the submitter, the worker lives on
                 if self._on_failure is not None:

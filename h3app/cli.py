@@ -1,4 +1,4 @@
-"""``python -m h3app …``: the command line. Contract in DESIGN.md: exit 0 on success, 2 on bad input with one
+"""``python -m h3app …``: the command line. Contract in docs/architecture.md: exit 0 on success, 2 on bad input with one
 line on stderr, JSON on stdout with ``--json``. Each command lives in ``h3app/commands/<name>.py`` with
 ``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``."""
 

@@ -1,4 +1,4 @@
-"""`python -m h3app inspect` and `python -m h3app export`: the DESIGN.md contracts (JSON on stdout, exit 2 with one
+"""`python -m h3app inspect` and `python -m h3app export`: the contracts in docs/architecture.md (JSON on stdout, exit 2 with one
 line on stderr for bad input)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The alpha chain (DESIGN.md decision 5), resolved per module, every value with its provenance.
+"""The alpha chain (docs/architecture.md, decision 5), resolved per module, every value with its provenance.
 
     explicit > the module's ``.alpha`` tensor > ``adapter_config.json`` > in-file metadata > known-adapter registry > rank
 

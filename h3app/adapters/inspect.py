@@ -1,7 +1,7 @@
 """Inspection: what an adapter is, from its header and 0-dim scalars alone (no weight tensor is read).
 
 ``inspect_header`` turns a ``HeaderView`` (local or remote) into an ``AdapterInfo`` — the ``inspect --json``
-contract of DESIGN.md: format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
+contract of docs/architecture.md: format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
 known-adapter registry entry. With ``shapes`` (the model in use) every target's shape is checked against it and a
 misfit is refused; without, the full-size H3 shapes are used to warn only.
 """

@@ -3,7 +3,7 @@
 Values are *suggestions* (source ``registry``): anything the file itself says (``.alpha`` tensors, metadata,
 ``adapter_config.json``) wins over them. ``steps`` is always ``num_inference_steps``, the number of sigma points
 *including* the terminal 0, so a "4-step" distilled adapter needs 5 and an "8-step" one needs 9 (N − 1 model
-evaluations). Sources: shared/reference/sglang_h3_lora.md §1 and §8.12 (LightX2V README, SGLang cookbook,
+evaluations). Sources: docs/architecture.md, decision 11 (LightX2V README, SGLang cookbook,
 vllm-omni PR #7062, the Larry and fal model cards).
 """
 

@@ -39,7 +39,7 @@ class ModuleLoRA:
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    """What the header says (no weight data read). Fields follow DESIGN.md's ``inspect --json`` contract."""
+    """What the header says (no weight data read). Fields follow the ``inspect --json`` contract in docs/architecture.md."""
 
     format: str
     suffix_style: str

@@ -1,6 +1,6 @@
 """Make the held transformer carry exactly a job's adapters: fetch, normalise (cached), attach, re-scale, detach.
 
-Each job carries its complete adapter settings (DESIGN.md decision 7); :meth:`AdapterBinder.apply` turns the
+Each job carries its complete adapter settings (docs/architecture.md, decision 7); :meth:`AdapterBinder.apply` turns the
 engine's current state into the job's with the fewest operations — an alpha/strength change on an adapter that is
 already attached is a scalar update, a new file is fetched and attached, adapters the job does not name are
 detached. If anything fails, every adapter is detached so the next job starts from the bitwise base.

@@ -2,7 +2,7 @@
 
 Same seed, same prompt embedding (encoded once through the prompt cache), unmerged, deterministic algorithms on and
 diffusers' ``native`` attention backend. The decode cache is on for the check: a column whose latents are bitwise
-equal to an earlier column's reuses its decoded output (so the control checks that denoising is deterministic). Hashes are sha256 over the decoded fp32 video then audio (DESIGN.md
+equal to an earlier column's reuses its decoded output (so the control checks that denoising is deterministic). Hashes are sha256 over the decoded fp32 video then audio (docs/architecture.md,
 decision 10). A (default alpha 8 / strength 1.0) and B (alpha 128 / strength 0.0625) have the same alpha × strength,
 so they must be bit-identical; the fallback column is the same adapter at alpha = rank, strength 1 — what the old
 loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.

@@ -1,6 +1,6 @@
 """Decoded frames + stereo audio → a browser-playable mp4 (h264 yuv420p + AAC), with the settings inside.
 
-Hashes are computed on the decoded arrays (DESIGN.md decision 10), never on mp4 bytes: encoders are not bitwise
+Hashes are computed on the decoded arrays (docs/architecture.md, decision 10), never on mp4 bytes: encoders are not bitwise
 stable across machines, the pipeline's output is.
 """
 

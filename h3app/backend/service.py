@@ -71,7 +71,7 @@ class Backend:
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
                  max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
                  max_download_cache_bytes: int | None = None,
-                 loaded: LoadedModel | None = None) -> None:
+                 loaded: LoadedModel | None = None, parallel: Any = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, "t2va", options)
         self.hosted = hosted
         self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
@@ -88,6 +88,11 @@ class Backend:
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
         self.binder = AdapterBinder(self.model, policy=self.policy, cache=cache)
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
+        self.parallel = parallel  # h3app.parallel.group.RankGroup when ranks share each job (docs/multi-gpu.md)
+        if parallel is not None:
+            from ..parallel.follower import bind
+
+            bind(parallel, self)
         self._baselines: dict[str, GenerationResult] = {}
         self.last_seconds_per_run: float | None = None
 
@@ -136,7 +141,7 @@ class Backend:
             return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(),
                               report=self.binder.report(settings, workflow))
 
-        return self.worker.submit(job, label=f"load {settings.source}")
+        return self._submit(job, f"load {settings.source}", "submit_load", (settings, workflow, token), workflow)
 
     def submit_generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings] = (),
                         token: str | None = None) -> JobHandle:
@@ -153,7 +158,7 @@ class Backend:
             ctx.set_phase("encoding mp4")
             return self._save(result, [a.provenance() for a in applied])
 
-        return self.worker.submit(job, label="generate")
+        return self._submit(job, "generate", "submit_generate", (request, adapters, token), request.workflow)
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                            b: CheckSetting = DEFAULT_B, token: str | None = None) -> JobHandle:
@@ -165,7 +170,18 @@ class Backend:
                                    token=token, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
                                    on_phase=ctx.set_phase)
 
-        return self.worker.submit(job, label="equivalence")
+        return self._submit(job, "equivalence", "submit_equivalence", (request, adapter, a, b, token),
+                            request.workflow)
+
+    def _submit(self, job: Callable[[JobContext], Any], label: str, method: str, args: tuple,
+                workflow: str) -> JobHandle:
+        """Queue ``job``. Parallel hook: with ranks, rank 0 announces ``method(*args)`` and every rank runs it in
+        step (``h3app.parallel.lockstep``)."""
+        if self.parallel is not None:
+            from ..parallel.lockstep import JobCall, lockstep_job
+
+            job = lockstep_job(self.parallel, self, JobCall(method, args, workflow), job)
+        return self.worker.submit(job, label=label)
 
     def plan_grid(self, alphas: Sequence[float | None], strengths: Sequence[float],
                   seeds: Sequence[int]) -> GridPlan:
@@ -188,7 +204,7 @@ class Backend:
                 count += 1
             return count
 
-        handle = self.worker.submit(job, label="grid")
+        handle = self._submit(job, "grid", "grid", (request, adapter, plan, token), request.workflow)
         if on_handle is not None:
             on_handle(handle)
         watcher = _Forwarder(handle, cells, done, on_step)

@@ -152,7 +152,7 @@ def run_transformer_check(transformer: "torch.nn.Module", adapter: "NormalisedAd
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 
     Runs with ``torch.use_deterministic_algorithms(True)`` and diffusers' ``native`` attention backend, unmerged.
-    Returns the ``check --json`` object (DESIGN.md) plus context fields.
+    Returns the ``check --json`` object (docs/architecture.md) plus context fields.
     """
     import torch
 

@@ -1,7 +1,7 @@
 """One worker thread owns the GPU: a bounded FIFO of jobs, per-step progress, cancel between steps.
 
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
-so two users never see each other's sliders (DESIGN.md decision 7). After a cancel or any exception the worker
+so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
 calls ``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
 """
 

@@ -1,4 +1,4 @@
-"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in DESIGN.md)."""
+"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
+from ..parallel.topology import add_parallel_arguments
 from .model_options import add_model_flags, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_model_flags(p)
+    add_parallel_arguments(p)
     p.add_argument("--workflow", default=None, choices=("t2va", "fl2va", "ref2va"),
                    help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
                         "adapter's, else t2va")
@@ -86,13 +88,18 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
     from ..cli import emit
+    from ..parallel.follower import follow
+    from ..parallel.launch import close_ranks, start_ranks
 
     if not args.out.endswith(".mp4"):
         raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
     adapters = adapters_from_args(args)
     token = os.environ.get("HF_TOKEN")
-    backend = Backend(args.model, load_options(args))
+    group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
+    backend = Backend(args.model, load_options(args), parallel=group)
     try:
+        if group is not None and not group.leader:
+            return follow(group, backend)
         known = None
         for adapter in adapters:  # header only: which adapter is known, before anything is downloaded
             info = backend.inspect(adapter.source, adapter.weight_name, adapter.revision, token,
@@ -110,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         output = backend.generate(request, adapters, token)
     finally:
         backend.close()
+        close_ranks(group)
     from pathlib import Path
     import shutil
 

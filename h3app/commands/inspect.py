@@ -1,4 +1,4 @@
-"""``python -m h3app inspect SOURCE [--weight-name F] [--revision R] [--model M] [--json]`` (contract in DESIGN.md).
+"""``python -m h3app inspect SOURCE [--weight-name F] [--revision R] [--model M] [--json]`` (contract in docs/architecture.md).
 
 Reads the adapter's header and 0-dim scalars only. With ``--model`` every target's shape is also checked against
 that model's transformer config (no weights loaded).

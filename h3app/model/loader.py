@@ -98,7 +98,7 @@ class LoadedModel:
     Every workflow pipeline encodes prompts through ``prompt_cache`` (an LRU of text-encoder outputs) and decodes
     through ``decode_cache`` (off unless a comparison turns it on: equal latents are decoded once).
 
-    Not thread-safe by design beyond component loading: one worker owns it (DESIGN.md decision 7).
+    Not thread-safe by design beyond component loading: one worker owns it (docs/architecture.md, decision 7).
     """
 
     location: repo.ModelLocation

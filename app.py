@@ -7,12 +7,24 @@ H3APP_HOSTED, H3APP_MAX_ADAPTER_MB and H3APP_OUTPUT_DIR. README.md lists every v
 
 import argparse
 import os
+import sys
 
 from h3app.cli import quiet_libraries
+from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
 
 def main() -> None:
+    """Start the app, or refuse with one line on stderr and exit status 2 (a bad flag, no GPU, a model that cannot
+    be found or loaded), like every ``python -m h3app`` command."""
+    try:
+        serve()
+    except H3AppError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def serve() -> None:
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
@@ -23,22 +35,18 @@ def main() -> None:
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env
-    from h3app.errors import H3AppError
     from h3app.model.loader import LoadOptions, parse_dtype
     from h3app.parallel.follower import follow
     from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
 
-    try:
-        group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
-    except H3AppError as error:
-        raise SystemExit(f"error: {error}") from None
+    group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
                           token=os.environ.get("HF_TOKEN"))
     backend = backend_from_env(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:
-            raise SystemExit(follow(group, backend))
+            sys.exit(follow(group, backend))
         build_app(backend).launch(**launch_kwargs(backend))
     finally:
         backend.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters import source as sources
+from ..adapters.limits import adapter_size_cap
 from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
@@ -28,7 +29,7 @@ from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
-from .grid import GridCell, GridPlan, plan_grid, run_grid
+from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
 from .media import write_thumbnail
 from .transformer_check import CheckSetting
 from .worker import JobContext, JobHandle, Worker
@@ -70,7 +71,7 @@ class Backend:
     def __init__(self, model: str = repo.TINY, options: LoadOptions | None = None, *, hosted: bool = False,
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
                  max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
-                 max_download_cache_bytes: int | None = None,
+                 max_download_cache_bytes: int | None = None, baseline_bytes: int = BASELINE_BYTES,
                  loaded: LoadedModel | None = None, parallel: Any = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, "t2va", options)
         self.hosted = hosted
@@ -93,7 +94,7 @@ class Backend:
             from ..parallel.follower import bind
 
             bind(parallel, self)
-        self._baselines: dict[str, GenerationResult] = {}
+        self._baselines = Baselines(baseline_bytes)
         self.last_seconds_per_run: float | None = None
 
     # ------------------------------------------------------------------------------------------ model-free
@@ -135,9 +136,13 @@ class Backend:
 
         def job(ctx: JobContext) -> LoadResult:
             ctx.set_phase("downloading")
-            self.binder.load(settings, workflow, token, progress=ctx.on_step)  # with progress; apply then hits the cache
-            ctx.set_phase("binding")
-            loaded: LoadedAdapter = self.binder.apply([settings], workflow, token)[0]
+
+            def downloaded(done: int, total: int | None) -> None:
+                ctx.on_step(done, total or 0)
+                if total is not None and done >= total:
+                    ctx.set_phase("binding")
+
+            loaded: LoadedAdapter = self.binder.apply([settings], workflow, token, progress=downloaded)[0]
             return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(),
                               report=self.binder.report(settings, workflow))
 
@@ -304,7 +309,7 @@ def backend_from_env(model: str | None = None, options: LoadOptions | None = Non
     cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
-                   max_remote_bytes=int(float(max_mb) * 1024**2) if max_mb else (2 * 1024**3 if hosted else None),
+                   max_remote_bytes=adapter_size_cap(max_mb, hosted),
                    max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
                        20 * 1024**3 if hosted else None), parallel=parallel)
 

@@ -4,7 +4,7 @@
 They take plain, typed parameters (hidden components, so the UI's own events stay private) and return JSON.
 ``/load`` and ``/set_lora`` edit the calling session's adapter settings (a ``gr.State``; a ``Client`` keeps its
 session between calls) for its next job; ``/generate``, ``/check_equivalence`` and ``/grid`` use those settings,
-or — for clients without a session — the adapters given explicitly as JSON (DESIGN.md decision 7).
+or — for clients without a session — the adapters given explicitly as JSON (docs/architecture.md, decision 7).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The session dict lives in a ``gr.State`` (per session, deep-copied, so it holds only plain JSON-able values):
 ``adapters`` maps slot ``"1"``/``"2"`` to one adapter's settings (what ``/load`` and ``/set_lora`` edit, what the
-next job carries — DESIGN.md decision 7) and ``history`` lists this session's results. Job handles hold threads
+next job carries — docs/architecture.md, decision 7) and ``history`` lists this session's results. Job handles hold threads
 and events, so they live in :class:`RunningJobs`, keyed by the session hash, never in the State.
 """
 

@@ -92,7 +92,7 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
 
     ``infos`` are the adapters' ``AdapterInfo.to_json()`` when known (per-module alphas and their sources). sglang
     resolves alpha per module as: a ``.alpha`` tensor (``int()``-truncated) > ``--lora-alpha`` (an integer) >
-    ``adapter_config.json`` / header metadata > rank (shared/reference/sglang_h3_lora.md §4).
+    ``adapter_config.json`` / header metadata > rank (docs/architecture.md, decision 11).
     """
     request = settings.get("request", {})
     model = settings.get("model", TINY)

@@ -301,8 +301,9 @@ class _Forwarder:
         cells.put(done)
 
 
-def backend_from_env(model: str | None = None, options: LoadOptions | None = None) -> Backend:
-    """The app's backend configured from environment variables (README lists them)."""
+def backend_from_env(model: str | None = None, options: LoadOptions | None = None, parallel: Any = None) -> Backend:
+    """The app's backend configured from environment variables (README lists them); ``parallel``: the rank group
+    (h3app.parallel) when several ranks share each job."""
     hosted = os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
     cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
@@ -310,7 +311,7 @@ def backend_from_env(model: str | None = None, options: LoadOptions | None = Non
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
                    max_remote_bytes=adapter_size_cap(max_mb, hosted),
                    max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
-                       20 * 1024**3 if hosted else None))
+                       20 * 1024**3 if hosted else None), parallel=parallel)
 
 
 __all__ = ["Backend", "GenerationOutput", "LoadResult", "backend_from_env"]

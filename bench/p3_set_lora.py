@@ -2,7 +2,7 @@
 
 Model: diffusers' H3 transformer with 50 blocks + 2 refiner blocks at a small width (hidden 256, 2 heads × 128,
 ffn 512); adapter: LightX2V layout, rank 32, on all 312 attention/FFN targets. Depth is what matters here: the cost
-of a change must not grow with the number of layers (DESIGN.md decision 4).
+of a change must not grow with the number of layers (docs/architecture.md, decision 4).
 
 Ours: ``LoRAEngine.set_lora`` (an O(1) update of the shared scale state) plus the per-layer scale refresh that each
 layer then does lazily on its next forward (``LoRAFactors.scale_values``) — together, everything a change costs

@@ -14,15 +14,9 @@ from adapter_fixtures import (
     TINY_SHAPES, delta, diffusers_targets, lightx2v_full_size_entries, native_block, relative_error, save,
     write_sparse_safetensors,
 )
-from h3app.cli import main
+from cli_runner import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_inspect_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

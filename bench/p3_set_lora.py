@@ -2,7 +2,7 @@
 
 Model: diffusers' H3 transformer with 50 blocks + 2 refiner blocks at a small width (hidden 256, 2 heads × 128,
 ffn 512); adapter: LightX2V layout, rank 32, on all 312 attention/FFN targets. Depth is what matters here: the cost
-of a change must not grow with the number of layers (docs/lora-engine.md: shared per-kind scale entries).
+of a change must not grow with the number of layers (docs/architecture.md, decision 4).
 
 Ours: ``LoRAEngine.set_lora`` (it refills the adapter's few shared scale entries) plus whatever the layers would
 then pay on the next forward before their arithmetic (``LoRAFactors.scale_values``: a read of the shared entry; a

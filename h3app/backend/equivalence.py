@@ -2,7 +2,7 @@
 
 Same seed, same prompt embedding (encoded once through the prompt cache), unmerged, deterministic algorithms on and
 diffusers' ``native`` attention backend. The decode cache is on for the check: a column whose latents are bitwise
-equal to an earlier column's reuses its decoded output (so the control checks that denoising is deterministic). Hashes are sha256 over the decoded fp32 video then audio (DESIGN.md
+equal to an earlier column's reuses its decoded output (so the control checks that denoising is deterministic). Hashes are sha256 over the decoded fp32 video then audio (docs/architecture.md,
 decision 10). A (default alpha 8 / strength 1.0) and B (alpha 128 / strength 0.0625) have the same alpha × strength,
 so they must be bit-identical; the fallback column is the same adapter at alpha = rank, strength 1 — what the old
 loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.
@@ -11,7 +11,6 @@ loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import uuid
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
+from ..model.loader import LoadOptions
 from ..settings import LoRASettings
 from . import metrics
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
@@ -97,7 +97,6 @@ def deterministic() -> Iterator[None]:
     """Deterministic algorithms and a fixed attention backend for the duration of a check."""
     from diffusers.models.attention_dispatch import attention_backend
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
@@ -193,20 +192,27 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     )
 
 
-def run_full_check(args: Any, a: CheckSetting, b: CheckSetting) -> dict[str, Any]:
-    """``python -m h3app check --mode full``: the CLI face of :func:`run_equivalence`."""
+@dataclass(frozen=True)
+class FullCheck:
+    """A full-mode check from the command line: which model, placed how, which adapter, which request."""
+
+    model: str
+    options: LoadOptions
+    adapter: LoRASettings
+    request: GenerationRequest
+    a: CheckSetting = DEFAULT_A
+    b: CheckSetting = DEFAULT_B
+
+
+def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]:
+    """Load ``check.model`` and run :func:`run_equivalence` once; its JSON plus the model name and output folder."""
     import tempfile
 
-    from ..commands.model_options import load_options
     from ..model.loader import load_model
     from .adapter_binding import AdapterBinder
 
-    request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
-                                height=args.height, width=args.width)
-    model = load_model(args.model, request.workflow, load_options(args))
-    binder = AdapterBinder(model)
-    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision)
+    model = load_model(check.model, check.request.workflow, check.options)
     output_dir = Path(tempfile.mkdtemp(prefix="h3app-check-"))
-    result = run_equivalence(binder, request, adapter, a=a, b=b, output_dir=output_dir,
-                             token=os.environ.get("HF_TOKEN"))
+    result = run_equivalence(AdapterBinder(model), check.request, check.adapter, a=check.a, b=check.b,
+                             output_dir=output_dir, token=token)
     return {**result.to_json(), "model": model.name, "output_dir": str(output_dir)}

@@ -8,8 +8,9 @@ forward (diffusers' H3 denoise loop has no step callback).
 from __future__ import annotations
 
 import math
+import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,10 +19,13 @@ import torch
 
 from ..errors import H3AppError
 from ..model import repo
+from ..rules import values
+from ..rules.choices import WORKFLOWS
 from . import media
 
 MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
 MAX_STEPS = 200
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 
 
 @dataclass(frozen=True)
@@ -44,18 +48,39 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise H3AppError("the prompt is empty: describe the video you want.")
-        if not 2 <= int(self.steps) <= MAX_STEPS:
-            raise H3AppError(f"steps must be between 2 and {MAX_STEPS} (N steps run N−1 evaluations), got {self.steps}.")
-        if not (isinstance(self.duration, (int, float)) and MIN_SECONDS <= self.duration <= MAX_SECONDS):
-            raise H3AppError(f"duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got {self.duration}.")
+        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen: normalise in place
+        fix("seed", values.parse_int(self.seed, "seed", 0, MAX_SEED))
+        steps = values.parse_number(self.steps, "steps")
+        if not 2 <= steps <= MAX_STEPS or steps != int(steps):
+            raise H3AppError(f"steps must be a whole number between 2 and {MAX_STEPS} (N steps run N−1 "
+                             f"evaluations), got {values.short(self.steps)}.")
+        fix("steps", int(steps))
+        duration = values.parse_number(self.duration, "duration")
+        if not MIN_SECONDS <= duration <= MAX_SECONDS:
+            raise H3AppError(f"duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got "
+                             f"{values.short(self.duration)}.")
+        fix("duration", duration)
         if (self.height is None) != (self.width is None):
             raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
+        for name in ("height", "width"):
+            if getattr(self, name) is not None:
+                fix(name, values.parse_int(getattr(self, name), name, 1, None))
         for name in ("shift", "audio_shift"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise H3AppError(f"{name} must be a positive number, got {value}.")
+            if value is not None:
+                number = values.parse_number(value, name)
+                if number <= 0:
+                    raise H3AppError(f"{name} must be a positive number, got {values.short(value)}.")
+                fix(name, number)
+        if not isinstance(self.workflow, str):
+            raise H3AppError(f"workflow must be one of {', '.join(WORKFLOWS)}, got {values.short(self.workflow)}.")
+        references = (self.references,) if isinstance(self.references, str) else self.references
+        for name, value in (("first_frame", self.first_frame), ("last_frame", self.last_frame),
+                            *(("reference", r) for r in references)):
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise H3AppError(f"{name} must be a file path, got {values.short(value)}.")
+        fix("references", tuple(os.fspath(r) for r in references))
         repo.check_workflow(self.workflow)
-        object.__setattr__(self, "references", tuple(self.references))
         keyframes = [f for f in (self.first_frame, self.last_frame) if f]
         if self.workflow == "fl2va" and not keyframes:
             raise H3AppError("fl2va needs a first and/or last keyframe image: give --first-frame and/or --last-frame.")
@@ -148,7 +173,6 @@ class GenerationResult:
     seconds: float
     hash: str
     request: GenerationRequest
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
@@ -185,10 +209,8 @@ def _check_canvas(pipe: Any, request: GenerationRequest) -> None:
             raise H3AppError(f"{name} must be a positive multiple of {multiple} for this model, got {value}.")
 
 
-def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   on_step: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None,
-                   extra_inputs: dict[str, Any] | None = None) -> GenerationResult:
+def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> GenerationResult:
     """Run ``pipe`` (a workflow pipeline from :class:`h3app.model.loader.LoadedModel`) on ``request``.
 
     ``on_step(done, total)`` is called before every transformer evaluation and once at the end;
@@ -214,15 +236,11 @@ def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tupl
         "num_frames": request.num_frames,
         "generator": torch.Generator("cpu").manual_seed(int(request.seed)),
         "output_type": "np",
+        "prompt": request.prompt,
     }
-    if prompt_embeds is None:
-        inputs["prompt"] = request.prompt
-    else:
-        inputs["prompt_embeds"], inputs["text_token_tags"] = prompt_embeds
     if request.height is not None:
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
     inputs.update(workflow_inputs(request, int(pipe.audio_vae.config.sampling_rate)))
-    inputs.update(extra_inputs or {})
 
     handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)
     pipe.scheduler.set_shift(video_shift)

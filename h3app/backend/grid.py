@@ -5,18 +5,52 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import H3AppError
-from ..settings import LoRASettings, check_alpha, check_strength
+from ..rules import values
+from ..settings import LoRASettings
 from . import metrics
-from .generation import GenerationRequest, GenerationResult, run_generation, save_result
+from .generation import MAX_SEED, GenerationRequest, GenerationResult, run_generation, save_result
 from .media import write_thumbnail
 
 MAX_CELLS = 64
+BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
+
+
+class Baselines:
+    """The grid's no-LoRA outputs by request, least recently used first out once their decoded arrays exceed
+    ``max_bytes`` (the newest is always kept: the running grid needs it)."""
+
+    def __init__(self, max_bytes: int = BASELINE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, GenerationResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> GenerationResult | None:
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+            return self._entries.get(key)
+
+    def put(self, key: str, result: GenerationResult) -> None:
+        with self._lock:
+            self._entries[key] = result
+            self._entries.move_to_end(key)
+            while len(self._entries) > 1 and self.nbytes > self.max_bytes:
+                self._entries.popitem(last=False)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.video.nbytes + r.audio.nbytes for r in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(frozen=True)
@@ -61,8 +95,9 @@ def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds:
     """Validate the axes (alpha None = auto) and estimate the time: cells + 1 baseline run."""
     if not alphas or not strengths or not seeds:
         raise H3AppError("the grid needs at least one alpha, one scale and one seed.")
-    plan = GridPlan(tuple(check_alpha(a) for a in alphas), tuple(check_strength(s) for s in strengths),
-                    tuple(int(s) for s in seeds), None)
+    plan = GridPlan(tuple(values.parse_alpha(a, "alpha") for a in alphas),
+                    tuple(values.parse_strength(s, "scale") for s in strengths),
+                    tuple(values.parse_int(s, "seed", 0, MAX_SEED) for s in seeds), None)
     if plan.cells > MAX_CELLS:
         raise H3AppError(f"the grid has {plan.cells} cells, more than {MAX_CELLS}: use fewer values.")
     estimate = None if seconds_per_run is None else seconds_per_run * (plan.cells + len(plan.seeds))
@@ -70,29 +105,26 @@ def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds:
 
 
 def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float | None]:
-    """``"8, 16, auto"`` → ``[8.0, 16.0, None]``."""
-    values: list[float | None] = []
-    for item in str(text).replace(";", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if allow_auto and item.lower() == "auto":
-            values.append(None)
-            continue
+    """``"8, 16, auto"`` → ``[8.0, 16.0, None]`` (ranges are checked by :func:`plan_grid`)."""
+
+    def item(word: str, name: str) -> float | None:
+        if allow_auto and word.lower() in values.AUTO_WORDS:
+            return None
         try:
-            values.append(float(item))
-        except ValueError:
-            raise H3AppError(f"{what} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
-                             f"got {item!r}.") from None
-    return values
+            return values.parse_number(word, name)
+        except H3AppError:
+            raise H3AppError(f"{name} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
+                             f"got {values.short(word)}.") from None
+
+    return values.parse_list(text, what, item)
 
 
 def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, output_dir: Path,
-             baselines: dict[str, GenerationResult], token: str | None = None,
+             baselines: Baselines, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
              should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
-    no-LoRA output per request (keyed by the request's JSON); the model is left at its base afterwards."""
+    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left at its base afterwards."""
     workflow = request.workflow
     pipe = binder.model.pipeline(workflow)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -101,10 +133,11 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
         for seed in plan.seeds:
             seeded = dataclasses.replace(request, seed=seed)
             key = repr(sorted(seeded.to_json().items()))
-            if key not in baselines:
+            base = baselines.get(key)
+            if base is None:
                 binder.reset(workflow)
-                baselines[key] = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
-            base = baselines[key]
+                base = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
+                baselines.put(key, base)
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters import source as sources
+from ..adapters.limits import adapter_size_cap
 from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
@@ -28,7 +29,7 @@ from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
-from .grid import GridCell, GridPlan, plan_grid, run_grid
+from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
 from .media import write_thumbnail
 from .transformer_check import CheckSetting
 from .worker import JobContext, JobHandle, Worker
@@ -70,8 +71,8 @@ class Backend:
     def __init__(self, model: str = repo.TINY, options: LoadOptions | None = None, *, hosted: bool = False,
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
                  max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
-                 max_download_cache_bytes: int | None = None,
-                 loaded: LoadedModel | None = None) -> None:
+                 max_download_cache_bytes: int | None = None, baseline_bytes: int = BASELINE_BYTES,
+                 loaded: LoadedModel | None = None, parallel: Any = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, "t2va", options)
         self.hosted = hosted
         self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
@@ -88,7 +89,12 @@ class Backend:
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
         self.binder = AdapterBinder(self.model, policy=self.policy, cache=cache)
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
-        self._baselines: dict[str, GenerationResult] = {}
+        self.parallel = parallel  # h3app.parallel.group.RankGroup when ranks share each job (docs/multi-gpu.md)
+        if parallel is not None:
+            from ..parallel.follower import bind
+
+            bind(parallel, self)
+        self._baselines = Baselines(baseline_bytes)
         self.last_seconds_per_run: float | None = None
 
     # ------------------------------------------------------------------------------------------ model-free
@@ -130,13 +136,17 @@ class Backend:
 
         def job(ctx: JobContext) -> LoadResult:
             ctx.set_phase("downloading")
-            self.binder.load(settings, workflow, token, progress=ctx.on_step)  # with progress; apply then hits the cache
-            ctx.set_phase("binding")
-            loaded: LoadedAdapter = self.binder.apply([settings], workflow, token)[0]
+
+            def downloaded(done: int, total: int | None) -> None:
+                ctx.on_step(done, total or 0)
+                if total is not None and done >= total:
+                    ctx.set_phase("binding")
+
+            loaded: LoadedAdapter = self.binder.apply([settings], workflow, token, progress=downloaded)[0]
             return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(),
                               report=self.binder.report(settings, workflow))
 
-        return self.worker.submit(job, label=f"load {settings.source}")
+        return self._submit(job, f"load {settings.source}", "submit_load", (settings, workflow, token), workflow)
 
     def submit_generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings] = (),
                         token: str | None = None) -> JobHandle:
@@ -153,7 +163,7 @@ class Backend:
             ctx.set_phase("encoding mp4")
             return self._save(result, [a.provenance() for a in applied])
 
-        return self.worker.submit(job, label="generate")
+        return self._submit(job, "generate", "submit_generate", (request, adapters, token), request.workflow)
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                            b: CheckSetting = DEFAULT_B, token: str | None = None) -> JobHandle:
@@ -165,7 +175,18 @@ class Backend:
                                    token=token, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
                                    on_phase=ctx.set_phase)
 
-        return self.worker.submit(job, label="equivalence")
+        return self._submit(job, "equivalence", "submit_equivalence", (request, adapter, a, b, token),
+                            request.workflow)
+
+    def _submit(self, job: Callable[[JobContext], Any], label: str, method: str, args: tuple,
+                workflow: str) -> JobHandle:
+        """Queue ``job``. Parallel hook: with ranks, rank 0 announces ``method(*args)`` and every rank runs it in
+        step (``h3app.parallel.lockstep``)."""
+        if self.parallel is not None:
+            from ..parallel.lockstep import JobCall, lockstep_job
+
+            job = lockstep_job(self.parallel, self, JobCall(method, args, workflow), job)
+        return self.worker.submit(job, label=label)
 
     def plan_grid(self, alphas: Sequence[float | None], strengths: Sequence[float],
                   seeds: Sequence[int]) -> GridPlan:
@@ -188,7 +209,7 @@ class Backend:
                 count += 1
             return count
 
-        handle = self.worker.submit(job, label="grid")
+        handle = self._submit(job, "grid", "grid", (request, adapter, plan, token), request.workflow)
         if on_handle is not None:
             on_handle(handle)
         watcher = _Forwarder(handle, cells, done, on_step)
@@ -280,16 +301,17 @@ class _Forwarder:
         cells.put(done)
 
 
-def backend_from_env(model: str | None = None, options: LoadOptions | None = None) -> Backend:
-    """The app's backend configured from environment variables (README lists them)."""
+def backend_from_env(model: str | None = None, options: LoadOptions | None = None, parallel: Any = None) -> Backend:
+    """The app's backend configured from environment variables (README lists them); ``parallel``: the rank group
+    (h3app.parallel) when several ranks share each job."""
     hosted = os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
     cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
-                   max_remote_bytes=int(float(max_mb) * 1024**2) if max_mb else (2 * 1024**3 if hosted else None),
+                   max_remote_bytes=adapter_size_cap(max_mb, hosted),
                    max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
-                       20 * 1024**3 if hosted else None))
+                       20 * 1024**3 if hosted else None), parallel=parallel)
 
 
 __all__ = ["Backend", "GenerationOutput", "LoadResult", "backend_from_env"]

@@ -1,7 +1,7 @@
 """One worker thread owns the GPU: a bounded FIFO of jobs, per-step progress, cancel between steps.
 
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
-so two users never see each other's sliders (DESIGN.md decision 7). After a cancel or any exception the worker
+so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
 calls ``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
 """
 
@@ -148,13 +148,14 @@ class Worker:
                 for position, waiting in enumerate(self._pending, start=1):
                     waiting._progress.position = position
                     waiting._notify()
+            if handle._cancel.is_set():  # never started: nothing to clean up, the adapters stay as they are
+                from .generation import Cancelled
+
+                handle._finish(error=Cancelled("cancelled before it started."))
+                continue
             self.current = handle
             handle._progress.position, handle._progress.phase = 0, "running"
             try:
-                if handle._cancel.is_set():
-                    from .generation import Cancelled
-
-                    raise Cancelled("cancelled before it started.")
                 handle._finish(result=handle.run(JobContext(handle)))
             except BaseException as error:  # every failure goes back to the submitter, the worker lives on
                 if self._on_failure is not None:

@@ -79,10 +79,12 @@ class LoadedAdapter:
     file: sources.AdapterFile
     adapter: NormalisedAdapter
 
-    def provenance(self) -> dict[str, Any]:
-        """What the settings JSON records so that a result can be reproduced."""
+    def provenance(self, hide_paths: bool = False) -> dict[str, Any]:
+        """What the settings JSON records so that a result can be reproduced; ``hide_paths`` (hosted): a local
+        file by its name, never the server folder it lives in."""
+        local = self.file.repo_id is None
         return {
-            "source": self.settings.source,
+            "source": Path(self.settings.source).name if hide_paths and local else self.settings.source,
             "weight_name": self.file.filename,
             "revision": self.settings.revision,
             "commit": self.file.commit,

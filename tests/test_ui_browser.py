@@ -38,7 +38,8 @@ def app_url(tiny_model, tmp_path_factory):
 
 
 def test_whole_flow_in_chromium(app_url, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    from playwright import sync_api  # pinned in requirements-dev.txt: a missing or broken install fails
+
     chromium = shutil.which("chromium")
     assert chromium, "Debian's chromium is required: apt-get install chromium (scripts/test.sh does it)"
     with sync_api.sync_playwright() as playwright:

@@ -109,13 +109,16 @@ DIFFUSERS_MODULES: tuple[ModuleRule, ...] = (
 
 # Prefixes stripped from the front of a key, repeatedly (``base_model.model.transformer.`` is two of them).
 # ``transformer_ref.`` routes a key to the reference partition.
-WRAPPER_PREFIXES = ("base_model.model.", "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
+PEFT_SAVE_PREFIX = "base_model.model."
+WRAPPER_PREFIXES = (PEFT_SAVE_PREFIX, "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
                     "transformer.", "model.")
 FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_")
 
+# ``.weight`` is optional after the factor name: sglang's H3 mapping ends its patterns at ``lora_[AB]``, so files
+# written for it (``blocks.0.attn.qkv_proj.lora_A``) carry no suffix; a slot is never the word ``weight`` itself.
 _SUFFIX = re.compile(
-    r"^(?P<stem>.+?)\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>[A-Za-z0-9_\-]+))?\.weight|(?P<du>lora_(?:down|up))\.weight"
-    r"|(?P<alpha>alpha))$"
+    r"^(?P<stem>.+?)\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
+    r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha))$"
 )
 
 # Adapter families h3app does not apply, recognised by their key suffixes.
@@ -175,6 +178,18 @@ class ModulePlan:
     @property
     def keys(self) -> tuple[str, ...]:
         return (self.down_key, self.up_key) + ((self.alpha_key,) if self.alpha_key else ())
+
+    @property
+    def peft_name(self) -> str:
+        """The module name PEFT saw when it matched ``alpha_pattern``/``rank_pattern``: the stored stem without
+        PEFT's save prefix ``base_model.model.``, or without diffusers' component prefix (``transformer.``,
+        ``transformer_ref.``), which diffusers drops before injecting; other layouts: the prefix-stripped name."""
+        if self.format == "kohya":
+            return self.module
+        for prefix in (PEFT_SAVE_PREFIX, *(f"{p}." for p in PARTITIONS)):
+            if self.stem.startswith(prefix):
+                return self.stem[len(prefix):]
+        return self.module
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Inspection: what an adapter is, from its header and 0-dim scalars alone (no weight tensor is read).
 
 ``inspect_header`` turns a ``HeaderView`` (local or remote) into an ``AdapterInfo`` — the ``inspect --json``
-contract of docs/architecture.md: format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
+contract (docs/adapters.md): format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
 known-adapter registry entry. With ``shapes`` (the model in use) every target's shape is checked against it and a
 misfit is refused; without, the full-size H3 shapes are used to warn only.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..rules.h3_modules import TransformerShapes
 from .alpha import AlphaResolution, resolve_alphas, summarise
@@ -83,41 +84,16 @@ def analyse_header(
     return Analysis(view=view, plan=plan, alphas=alphas, known=known, info=info)
 
 
-def inspect_header(
-    view: HeaderView,
-    *,
-    shapes: TransformerShapes | None = None,
-    repo_id: str | None = None,
-    filename: str | None = None,
-    qkv_layout: str = "auto",
-    partition: str = MAIN_PARTITION,
-    explicit_alpha: float | None = None,
-) -> AdapterInfo:
-    """The ``AdapterInfo`` of a header (see ``analyse_header``)."""
-    return analyse_header(
-        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
-        explicit_alpha=explicit_alpha,
-    ).info
+def inspect_header(view: HeaderView, **options: Any) -> AdapterInfo:
+    """The ``AdapterInfo`` of a header; ``options`` are :func:`analyse_header`'s keywords."""
+    return analyse_header(view, **options).info
 
 
-def inspect_file(
-    path: str | Path,
-    *,
-    shapes: TransformerShapes | None = None,
-    repo_id: str | None = None,
-    filename: str | None = None,
-    qkv_layout: str = "auto",
-    partition: str = MAIN_PARTITION,
-    adapter_config_path: str | Path | None = None,
-    explicit_alpha: float | None = None,
-) -> AdapterInfo:
-    """Inspect a local file. A file inside the Hugging Face cache is matched to the registry by its repo."""
-    if repo_id is None:
+def inspect_file(path: str | Path, *, adapter_config_path: str | Path | None = None, **options: Any) -> AdapterInfo:
+    """Inspect a local file (``options`` as :func:`analyse_header`). A file inside the Hugging Face cache is matched
+    to the registry by its repo."""
+    if options.get("repo_id") is None:
         cached = repo_from_cache_path(str(path))
         if cached is not None:
-            repo_id, filename = cached[0], filename or cached[1]
-    view = read_local_header(path, adapter_config_path)
-    return inspect_header(
-        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
-        explicit_alpha=explicit_alpha,
-    )
+            options["repo_id"], options["filename"] = cached[0], options.get("filename") or cached[1]
+    return inspect_header(read_local_header(path, adapter_config_path), **options)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters import source as sources
+from ..adapters.limits import adapter_size_cap
 from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
@@ -378,16 +379,17 @@ class _Forwarder:
         cells.put(done)
 
 
-def backend_from_env(model: str | None = None, options: LoadOptions | None = None) -> Backend:
-    """The app's backend configured from environment variables (README lists them)."""
+def backend_from_env(model: str | None = None, options: LoadOptions | None = None, parallel: Any = None) -> Backend:
+    """The app's backend configured from environment variables (README lists them); ``parallel``: the rank group
+    (h3app.parallel) when several ranks share each job."""
     hosted = os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
     cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
-                   max_remote_bytes=int(float(max_mb) * 1024**2) if max_mb else (2 * 1024**3 if hosted else None),
+                   max_remote_bytes=adapter_size_cap(max_mb, hosted),
                    max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
-                       20 * 1024**3 if hosted else None))
+                       20 * 1024**3 if hosted else None), parallel=parallel)
 
 
 __all__ = ["Backend", "GenerationOutput", "LoadResult", "backend_from_env"]

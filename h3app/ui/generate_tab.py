@@ -9,7 +9,8 @@ import gradio as gr
 
 from ..backend.generation import MAX_SECONDS, MIN_SECONDS
 from . import render
-from .generate_events import WORKFLOWS, steps_note
+from ..rules.choices import WORKFLOWS
+from .generate_events import steps_note
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."

@@ -44,6 +44,11 @@ def chip(text: str, kind: str = "") -> str:
     return f'<span class="h3-chip {kind}">{esc(text)}</span>'
 
 
+def refusal(message: str) -> str:
+    """A refused input: the server's one-line message in a red box."""
+    return card("bad", f"✖ {esc(message)}", testid="refusal")
+
+
 def placeholder(text: str) -> str:
     return f'<div class="h3-placeholder">{esc(text)}</div>'
 

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any, Iterator, Mapping
 
 from ..errors import H3AppError
+from ..rules.values import parse_alpha, parse_strength
 from ..settings import LoRASettings
 
 SLOTS = ("1", "2")
@@ -63,35 +64,11 @@ def settings_from_json(data: Mapping[str, Any]) -> LoRASettings:
     for name in ("weight_name", "revision"):
         if fields.get(name) in ("", None):
             fields[name] = None
-    if isinstance(fields.get("alpha"), str):
+    if "alpha" in fields:
         fields["alpha"] = parse_alpha(fields["alpha"])
     if "strength" in fields:
-        fields["strength"] = _number(fields["strength"], "scale")
+        fields["strength"] = parse_strength(fields["strength"])
     return LoRASettings(**fields)
-
-
-def parse_alpha(value: Any) -> float | None:
-    """``"auto"``/``""``/None → None (the alpha chain's value); a number or numeric string → float."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("", "auto", "none", "null"):
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            raise H3AppError(f"alpha must be a number or \"auto\", got {value!r}.") from None
-    return _number(value, "alpha")
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool):
-        raise H3AppError(f"{what} must be a number, got {value!r}.")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise H3AppError(f"{what} must be a number, got {value!r}.") from None
 
 
 def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:

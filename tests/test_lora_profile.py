@@ -147,3 +147,40 @@ def test_a_rank_above_in_plus_out_is_refused_at_attach_and_nothing_changes():
     direct = 4.0 / limit * float(torch.linalg.norm(module.up.double() @ module.down.double()) / torch.linalg.norm(
         model.get_submodule(hostile).base.weight.double()))
     assert math.isclose(report.profile.to_json()["targets"][hostile], direct, rel_tol=1e-5)
+
+
+def test_the_profile_is_measured_on_first_request_and_memoised_per_adapter(monkeypatch):
+    from h3app.lora import profile as profile_module
+
+    calls = {"update": 0, "weight": 0}
+    update, weight = profile_module.update_norm, profile_module.weight_norm
+
+    def counting_update(*args):
+        calls["update"] += 1
+        return update(*args)
+
+    def counting_weight(*args):
+        calls["weight"] += 1
+        return weight(*args)
+
+    monkeypatch.setattr(profile_module, "update_norm", counting_update)
+    monkeypatch.setattr(profile_module, "weight_norm", counting_weight)
+    model = build_tiny()
+    shapes = linear_shapes(model)
+    targets = block_targets(shapes)
+    adapter = make_adapter(shapes, targets, rank=4, alpha=4.0)
+    engine = LoRAEngine(model)
+    attached = engine.attach(adapter, LoRASettings(source="s"), "a")
+    assert calls == {"update": 0, "weight": 0}  # attach binds; it measures nothing
+    first = engine.report("a").profile
+    assert calls == {"update": len(targets), "weight": len(targets)}
+    assert attached.profile.to_json() == first.to_json()  # the attach report measures on access, from the memo
+    engine.set_lora("a", strength=0.5)
+    engine.detach("a")
+    engine.attach(adapter, LoRASettings(source="s"), "a")  # the same adapter again: nothing to measure
+    assert engine.report("a").profile.to_json() == first.to_json()
+    assert calls == {"update": len(targets), "weight": len(targets)}
+    other = make_adapter(shapes, targets, rank=4, alpha=4.0, seed=5)
+    engine.attach(other, LoRASettings(source="s"), "b")
+    engine.report("b")
+    assert calls == {"update": 2 * len(targets), "weight": len(targets)}  # weight norms are per model target

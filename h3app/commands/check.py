@@ -12,14 +12,16 @@ import os
 from typing import TYPE_CHECKING
 
 from ..parallel.topology import add_parallel_arguments
-from .model_options import add_model_flags
+from .model_options import add_model_flags, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
 
     from ..adapters.types import NormalisedAdapter
+    from ..backend.generation import GenerationRequest
     from ..backend.transformer_check import CheckSetting
     from ..parallel.group import RankGroup
+    from ..settings import LoRASettings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -43,26 +45,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # cuBLAS reads this when its handle is created: set it before anything touches CUDA (deterministic GEMMs).
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     from ..backend.transformer_check import parse_setting, run_transformer_check
     from ..cli import emit
     from ..parallel.launch import close_ranks, start_ranks
 
     a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
+    options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     try:
         if args.mode == "full":
-            from ..backend.equivalence import run_full_check
+            from ..backend.equivalence import FullCheck, run_full_check
 
-            result = run_full_check(args, a, b) if group is None else _full_check_on_ranks(args, a, b, group)
+            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b), os.environ.get("HF_TOKEN"))
+                      if group is None else _full_check_on_ranks(args, a, b, group))
         else:
-            from ..model.loader import load_transformer, parse_dtype
+            from ..model.loader import load_transformer
             from ..parallel.lockstep import on_every_rank
 
-            transformer = load_transformer(args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv,
-                                           revision=args.model_revision)
-            transformer.to(args.device)
+            transformer = load_transformer(args.model, dtype=options.dtype, fuse_qkv=options.fuse_qkv,
+                                           revision=options.revision)
+            transformer.to(options.device)
             adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
             result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,
                                                                        seed=args.seed, source=args.adapter))
@@ -80,24 +82,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _full_job(args: argparse.Namespace) -> tuple["LoRASettings", "GenerationRequest"]:
+    """The adapter and the request of a full-mode check, from the flags."""
+    from ..backend.equivalence import DEFAULT_PROMPT
+    from ..backend.generation import GenerationRequest
+    from ..settings import LoRASettings
+
+    request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
+                                height=args.height, width=args.width)
+    return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision), request
+
+
 def _full_check_on_ranks(args: argparse.Namespace, a: "CheckSetting", b: "CheckSetting",
                          group: "RankGroup") -> dict | None:
     """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
-    from ..backend.equivalence import DEFAULT_PROMPT
-    from ..backend.generation import GenerationRequest
     from ..backend.service import Backend
     from ..parallel.follower import follow
-    from ..settings import LoRASettings
-    from .model_options import load_options
 
     backend = Backend(args.model, load_options(args), parallel=group)
     try:
         if not group.leader:
             follow(group, backend)
             return None
-        request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
-                                    height=args.height, width=args.width)
-        adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision)
+        adapter, request = _full_job(args)
         result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"))
         return {**result.to_json(), "model": backend.model_name, "output_dir": str(backend.output_dir)}
     finally:

@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
+from ..rules.choices import LORA_MODES, WORKFLOWS
 from ..parallel.topology import add_parallel_arguments
 from .model_options import add_model_flags, load_options
 
@@ -14,7 +15,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_model_flags(p)
     add_parallel_arguments(p)
-    p.add_argument("--workflow", default=None, choices=("t2va", "fl2va", "ref2va"),
+    p.add_argument("--workflow", default=None, choices=WORKFLOWS,
                    help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
                         "adapter's, else t2va")
     p.add_argument("--prompt", required=True)
@@ -37,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
-    p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")
+    p.add_argument("--mode", default="unmerged", choices=LORA_MODES, help="how LoRA is applied")
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
@@ -45,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def parse_adapter_spec(spec: str, mode: str) -> "Any":
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S"`` → LoRASettings (SOURCE first; the rest optional, any order)."""
+    from ..rules import values
     from ..settings import LoRASettings
 
     parts = [part.strip() for part in spec.split(",")]
@@ -56,13 +58,12 @@ def parse_adapter_spec(spec: str, mode: str) -> "Any":
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep or key.strip() not in names:
-            raise H3AppError(f"--adapter-spec: unknown field {part!r}; use weight=, rev=, alpha=, scale=.")
+            raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use weight=, rev=, alpha=, scale=.")
         name = names[key.strip()]
-        if name in ("alpha", "strength"):
-            try:
-                fields[name] = None if (name == "alpha" and value.strip() == "auto") else float(value)
-            except ValueError:
-                raise H3AppError(f"--adapter-spec: {key} must be a number, got {value!r}.") from None
+        if name == "alpha":
+            fields[name] = values.parse_alpha(value, f"--adapter-spec {key.strip()}")
+        elif name == "strength":
+            fields[name] = values.parse_strength(value, f"--adapter-spec {key.strip()}")
         else:
             fields[name] = value.strip() or None
     return LoRASettings(**fields)

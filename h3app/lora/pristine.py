@@ -84,6 +84,19 @@ class PristineStore:
         self._disk: dict[str, tuple[Path, object]] = {}
         self._where = "ram"
 
+    def set_placement(self, prefer: str, device_budget: int | None = None) -> None:
+        """Change the placement rule (and the device budget, bytes; None = free device memory minus the margin) for
+        copies made from now on; refused while copies are held (switch to unmerged mode first)."""
+        if prefer not in PLACEMENTS:
+            raise H3AppError(f"pristine placement must be one of {', '.join(PLACEMENTS)}, got {prefer!r}.")
+        if device_budget is not None and (isinstance(device_budget, bool) or int(device_budget) < 0):
+            raise H3AppError(f"the pristine device budget must be a number of bytes >= 0, got {device_budget!r}.")
+        if len(self):
+            raise H3AppError("the pristine placement cannot change while merged weights are in place: switch to "
+                             "unmerged mode first.")
+        self.prefer = prefer
+        self.device_budget = None if device_budget is None else int(device_budget)
+
     def __contains__(self, key: str) -> bool:
         return key in self._device or key in self._ram or key in self._disk
 

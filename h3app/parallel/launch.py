@@ -86,7 +86,8 @@ def _launch(spec: ParallelSpec, args: argparse.Namespace) -> RankGroup:
 def _init(device: str, spec: ParallelSpec, init_method: str, rank: int) -> None:
     import torch.distributed as dist
 
-    backend = "nccl" if _gpu_device(device) else "gloo"
+    # diffusers sizes "anything"-mode shards over the CPU backend when the group names one ("cpu:gloo")
+    backend = "cpu:gloo,cuda:nccl" if _gpu_device(device) else "cpu:gloo"
     try:
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=spec.world_size,
                                 timeout=as_timedelta(max(spec.timeout_s, STARTUP_S)))

@@ -72,10 +72,14 @@ def on_every_rank(group: RankGroup | None, work: Callable[[], Any]) -> Any:
         raise lost from error
     if isinstance(error, DistError):  # a collective inside the model failed: its process group may be wedged
         raise group.lose(error) from error
+    if error is not None and not isinstance(error, PeerFailed):
+        raise error  # this rank's own failure: the same line a single process would give
+    causes = [(rank, line) for rank, line in enumerate(outcomes)
+              if line is not None and not line.startswith(PeerFailed.__name__)]
+    if causes:
+        rank, line = causes[0]
+        raise PeerFailed(f"rank {rank} failed ({line}); every rank stopped and undid the job's adapter "
+                         f"changes.") from error
     if error is not None:
         raise error
-    failed = [(rank, line) for rank, line in enumerate(outcomes) if line is not None]
-    if failed:
-        raise PeerFailed(f"rank {failed[0][0]} failed ({failed[0][1]}); every rank stopped and undid the job's "
-                         f"adapter changes.")
     return result

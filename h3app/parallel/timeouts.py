@@ -29,8 +29,8 @@ class RankLost(H3AppError):
 def rank_lost(error: BaseException, who: str, timeout_s: float) -> RankLost:
     """The one line for a failed collective: which rank (when known), what happened, what to do."""
     detail = " ".join(str(error).split())
-    if len(detail) > 160:
-        detail = detail[:157] + "…"
-    return RankLost(f"{who} stopped answering within {timeout_s:g} s ({type(error).__name__}: {detail}); the "
-                    f"ranks cannot run more jobs together: restart the command (raise --parallel-timeout if a step "
+    if len(detail) > 120:
+        detail = detail[:117] + "…"
+    return RankLost(f"{who} is gone or was silent for {timeout_s:g} s ({type(error).__name__}: {detail}); the ranks "
+                    f"cannot run more jobs together: restart the command (or raise --parallel-timeout if a step "
                     f"legitimately takes longer).")

@@ -14,8 +14,8 @@ DEFAULT_TIMEOUT_S = 600.0
 
 @dataclass(frozen=True)
 class ParallelSpec:
-    """``ulysses`` × ``ring`` ranks split the token sequence (diffusers' ContextParallelConfig degrees);
-    ``timeout_s`` bounds every collective of a job (seconds)."""
+    """``ulysses`` or ``ring`` ranks split the token sequence (diffusers' ContextParallelConfig degrees; one of the
+    two is 1); ``timeout_s`` bounds every collective of a job (seconds)."""
 
     ulysses: int = 1
     ring: int = 1
@@ -26,6 +26,8 @@ class ParallelSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise H3AppError(f"--{name} must be a whole number ≥ 1 (ranks), got {value!r}.")
+        if self.ulysses > 1 and self.ring > 1:
+            raise H3AppError("use --ulysses N or --ring N, not both: one kind alone splits any sequence length.")
         if not self.timeout_s > 0:
             raise H3AppError(f"--parallel-timeout must be a positive number of seconds, got {self.timeout_s!r}.")
 
@@ -39,9 +41,9 @@ class ParallelSpec:
 
     @property
     def label(self) -> str:
-        parts = [f"ulysses {self.ulysses}"] if self.ulysses > 1 else []
-        parts += [f"ring {self.ring}"] if self.ring > 1 else []
-        return " × ".join(parts) or "one rank"
+        if self.ulysses > 1:
+            return f"ulysses {self.ulysses}"
+        return f"ring {self.ring}" if self.ring > 1 else "one rank"
 
 
 def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +52,8 @@ def add_parallel_arguments(parser: argparse.ArgumentParser) -> None:
                         help="context parallel: N ranks split the sequence, Ulysses all-to-all attention "
                              "(starts N ranks itself, or joins the ranks of torchrun); docs/multi-gpu.md")
     parser.add_argument("--ring", type=int, default=1, metavar="N",
-                        help="context parallel: N ranks with ring attention (needs a GPU attention backend "
-                             "that returns the log-sum-exp; combine with --ulysses for ulysses × ring ranks)")
+                        help="context parallel: N ranks with ring attention (CUDA only: needs an attention "
+                             "backend that returns the log-sum-exp)")
     parser.add_argument("--parallel-timeout", type=float,
                         default=float(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)), metavar="SECONDS",
                         help=f"a rank silent this long fails the job with one line (default {DEFAULT_TIMEOUT_S:g}, "

@@ -15,6 +15,7 @@ import gradio as gr
 import pandas as pd
 
 from ..adapters import source as sources
+from ..adapters.source import implied_weight
 from ..errors import H3AppError
 from ..lora.profile import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
@@ -32,21 +33,6 @@ RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, s
 def user_error(error: H3AppError) -> gr.Error:
     """The backend's one-line message as a Gradio error modal (never a traceback)."""
     return gr.Error(str(error), print_exception=False)
-
-
-def implied_weight(source: str, weight_name: str | None) -> str | None:
-    """The weight name to pass along, or None when the source already names exactly that file: a local file, or a
-    local folder whose only ``.safetensors`` it is. (The dropdown always shows a name; the backend's header reader
-    wants none when the source pins the file.)"""
-    if not weight_name:
-        return None
-    path = Path(source).expanduser()
-    if path.is_file():
-        return None if path.name == Path(weight_name).name else weight_name
-    if path.is_dir():
-        files = [p.name for p in path.iterdir() if p.suffix == sources.WEIGHT_SUFFIX]
-        return None if files == [weight_name] else weight_name
-    return weight_name
 
 
 @dataclass(frozen=True)
@@ -158,7 +144,8 @@ class AdapterEvents:
                            "demo adapter.", print_exception=False)
         source = str(source).strip()
         try:
-            info = self.backend.inspect(source, implied_weight(source, weight_name), (revision or "").strip() or None,
+            hosted_dirs = list(self.backend.policy.allowed_local_dirs) if self.backend.hosted else None
+            info = self.backend.inspect(source, implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs), (revision or "").strip() or None,
                                         token or None, workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
         except H3AppError as error:
             raise user_error(error) from error

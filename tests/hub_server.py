@@ -315,13 +315,17 @@ def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHu
     """A started ``FakeHub`` with huggingface_hub pointed at it, online, cache in ``tmp_path / "hf_home"``."""
     from huggingface_hub import close_session
 
+    from h3app.adapters import memo
+
     hub = FakeHub().start()
     point_huggingface_hub_at(monkeypatch, hub.endpoint, tmp_path / "hf_home")
+    memo.clear()  # fake repos reuse names and commits (and ports may be reused): no header from another test
     try:
         yield hub
     finally:
         close_session()  # drop pooled keep-alive connections to this server
         hub.stop()
+        memo.clear()
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from h3app.errors import H3AppError
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
 from h3app.ui import adapter_events as events, generate_events as generate, session
+from h3app.ui.forms import SlotForm
 
 REQUEST = GenerationRequest(prompt="a fox in the snow", seed=1, steps=2)
 ENTRIES = {entry.kind: entry for entry in corpus_entries()}
@@ -81,9 +82,8 @@ def test_ui_shows_the_backends_one_line_as_gr_error(kind: str, corpus_dir: Path,
     assert "\n" not in expected
     assert_at_base(ui)
 
-    shown = ui_message(lambda: ui["adapters"].load_view(
-        None, "1", bad.source, bad.weight_name, bad.revision, override, bad.alpha, bad.strength, "unmerged", "auto",
-        "t2va", None))
+    slot = SlotForm(bad.source, bad.weight_name, bad.revision, override, bad.alpha, bad.strength)
+    shown = ui_message(lambda: ui["adapters"].load_view(None, "1", slot, "unmerged", "t2va", None))
     assert shown == expected
     assert_at_base(ui)
 

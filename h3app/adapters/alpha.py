@@ -361,9 +361,10 @@ def _hints(metadata: Mapping[str, str]) -> dict[str, Any]:
     for field in HINT_METADATA:
         if field in metadata:
             value: Any = metadata[field]
-            try:
-                value = float(value) if field in ("ss_network_alpha", "ss_network_dim") else value
-            except ValueError:
-                pass
+            if field in ("ss_network_alpha", "ss_network_dim"):
+                try:
+                    value = parse_number(value, field)
+                except H3AppError:
+                    value = metadata[field]  # not a number: shown as written (a hint is never applied)
             hints[field] = value
     return hints

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import H3AppError
+from . import memo
 from .limits import check_header_length, check_tensor_count
+from .memo import file_version
 from .types import HeaderView
 
 ADAPTER_CONFIG_NAME = "adapter_config.json"
@@ -39,11 +41,18 @@ def read_local_header(path: str | Path, adapter_config_path: str | Path | None =
     """The header of a local ``.safetensors`` file plus its 0-dim (and single-element ``.alpha``) scalars.
 
     ``adapter_config_path`` defaults to ``adapter_config.json`` in the same folder, read when present. Reads
-    8 + N header bytes and a few bytes per scalar: weight tensors are never loaded. A file that disappears while
+    8 + N header bytes and a few bytes per scalar: weight tensors are never loaded; an unchanged file (and
+    adapter_config.json) is read once per process (``memo.py``). A file that disappears while
     it is read (another request trimming the download cache) is one ``H3AppError``, never a raw OS error.
     """
+    path = Path(path)
+    config_path = Path(adapter_config_path) if adapter_config_path is not None else path.with_name(ADAPTER_CONFIG_NAME)
+    version = file_version(path)
     try:
-        return _read_local_header(Path(path), adapter_config_path)
+        if version is None:  # missing (or unreadable): the reader names the problem
+            return _read_local_header(path, adapter_config_path)
+        key = (version, file_version(config_path), adapter_config_path is not None)
+        return memo.HEADERS.get_or_compute(key, lambda: _read_local_header(path, adapter_config_path))
     except FileNotFoundError as error:
         raise vanished(error.filename or path) from None
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..rules.h3_modules import TransformerShapes
+from . import memo
 from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
@@ -42,7 +43,20 @@ def analyse_header(
     partition: str = MAIN_PARTITION,
     explicit_alpha: float | None = None,
 ) -> Analysis:
-    """Plan the keys, check shapes, resolve alpha; ``H3AppError`` for anything h3app cannot apply correctly."""
+    """Plan the keys, check shapes, resolve alpha; ``H3AppError`` for anything h3app cannot apply correctly.
+
+    Remembered per (view, options): the header readers hand out one view per file version, so inspecting an
+    unchanged file again costs a ``stat`` and two look-ups. (A remembered ``Analysis`` holds its view, so that
+    view's ``id`` is not reused while it is remembered.)"""
+    shapes_key = tuple(shapes.linears.items()) if shapes is not None else None
+    key = (id(view), shapes_key, repo_id, filename, qkv_layout, partition, explicit_alpha)
+    return memo.ANALYSES.get_or_compute(key, lambda: _analyse(
+        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
+        explicit_alpha=explicit_alpha))
+
+
+def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str | None, filename: str | None,
+             qkv_layout: str, partition: str, explicit_alpha: float | None) -> Analysis:
     plan = plan_adapter(view, qkv_layout=qkv_layout, partition=partition)
     all_modules = plan.modules + plan.reference_modules
     warnings = list(plan.warnings)

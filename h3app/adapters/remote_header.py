@@ -10,6 +10,7 @@ and the file size the Hub lists must equal what the header declares.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import posixpath
 from concurrent.futures import ThreadPoolExecutor
@@ -18,9 +19,10 @@ from typing import Any, Mapping
 from ..errors import H3AppError
 from ..rules.units import format_bytes
 from .header import ADAPTER_CONFIG_NAME, make_header_view, parse_header, read_adapter_config, read_scalars
+from . import memo
 from .hub import SIDECAR_MAX_BYTES, HubListing, Token, hub_errors, remote_size
 from .limits import check_header_length
-from .refs import LocalPath, SourceRef, WeightFile
+from .refs import COMMIT_SHA, LocalPath, SourceRef, WeightFile
 from .types import HeaderView
 
 FIRST_READ_BYTES = 100_001  # bytes 0-100000: what huggingface_hub's own safetensors metadata parser reads first
@@ -33,7 +35,19 @@ Entries = Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]]
 def read_remote_header(ref: SourceRef, weight: WeightFile, listing: HubListing, token: Token,
                        cache_dir: LocalPath | None) -> HeaderView:
     """``weight``'s header view at ``listing.commit``; ``adapter_config.json`` from the same folder of the repo
-    (downloaded: it is small) when the listing has one."""
+    (downloaded: it is small) when the listing has one. Remembered per (endpoint, repo, commit, file, token)."""
+    from huggingface_hub import constants
+
+    pinned = listing.commit or ref.revision
+    if pinned is None or not COMMIT_SHA.match(pinned):
+        return _read(ref, weight, listing, token, cache_dir)
+    token_key = hashlib.sha256(token.encode()).hexdigest() if isinstance(token, str) else token
+    key = (constants.ENDPOINT, ref.repo_id, pinned, weight.name, token_key)
+    return memo.HEADERS.get_or_compute(key, lambda: _read(ref, weight, listing, token, cache_dir))
+
+
+def _read(ref: SourceRef, weight: WeightFile, listing: HubListing, token: Token,
+          cache_dir: LocalPath | None) -> HeaderView:
     from huggingface_hub import HfFileSystem, hf_hub_download
 
     pinned = listing.commit or ref.revision

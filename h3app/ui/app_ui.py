@@ -59,6 +59,9 @@ CSS = """
 .h3-note p {font-size: 0.92em; opacity: 0.9; margin: 2px 0;}
 .h3-subhead p {font-weight: 700; margin: 8px 0 0 0;}
 #grid-table th, #grid-table td {white-space: nowrap;}
+/* every grid row on screen (Gradio gives a gallery a fixed, scrolling height) */
+#grid-gallery, #grid-gallery .grid-wrap {height: auto !important; max-height: none !important;
+                                         overflow: visible !important;}
 /* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
 @media (max-width: 720px) {
   #h3-main {flex-direction: column-reverse !important;}

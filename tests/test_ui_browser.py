@@ -199,8 +199,9 @@ def test_5_progress_names_the_run_and_leaves_the_seed_box_alone(page):
     expect(page.locator("#result")).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
     page.get_by_role("tab", name="Equivalence").click()
     set_number(page, "#steps", "6")
+    expect(page.locator("#check-estimate")).to_contain_text(re.compile(r"costs 3 generations \+ 1 denoising step ≈"))
     page.locator("#check").click()
-    expect(page.locator("#verdict")).to_contain_text(re.compile(r"run [234]/4: (A again|B|fallback)"),
+    expect(page.locator("#verdict")).to_contain_text(re.compile(r"run [234]/4: (determinism control|B|fallback)"),
                                                      timeout=GENERATION_TIMEOUT_MS)
     expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL",
                                                                           timeout=3 * GENERATION_TIMEOUT_MS)

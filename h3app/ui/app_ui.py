@@ -119,8 +119,10 @@ def build_app(backend: Any) -> gr.Blocks:
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
                               token=token)
         _wire_request(request, slot_1)
-        wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
-                  adapter_events, generate_events, comparisons)
+        on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
+                            adapter_events, generate_events, comparisons)
+        for fn, inputs, outputs in on_load:
+            demo.load(fn, inputs, outputs, **CHEAP)
         demo.unload(generate_events.runner.abandon)
     demo.queue(max_size=getattr(backend.worker, "max_queue", 16), default_concurrency_limit=1)
     return demo

@@ -23,7 +23,7 @@ from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_strength
 from . import render
 from .adapter_events import user_error
-from .forms import KEEP, CheckForm, GridForm, JobForm
+from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
 from .session import RunningJobs, add_history, job_adapters, session_key
@@ -140,7 +140,7 @@ class ComparisonEvents:
         audio_b = extract_audio(result.b.video_path, Path(result.b.video_path).with_suffix(".wav"))
         plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
         session = form.session
-        for kind, column in (("check A", data["a"]), ("check B", data["b"]),
+        for kind, column in (("check B", data["b"]), ("check A", data["a"]),
                              ("check fallback", data["fallback"])):
             run = {"check A": result.a, "check B": result.b, "check fallback": result.fallback}[kind]
             session = add_history(session, {"kind": kind, "label": f"{kind}: {render.setting_text(column)}",
@@ -154,6 +154,15 @@ class ComparisonEvents:
                          spectrogram_ab=result.spectrogram_diff_path,
                          spectrogram_fallback=result.fallback_spectrogram_diff_path, audio_a=str(audio_a),
                          audio_b=str(audio_b), result_json=data, session=session)
+
+    def check_estimate(self, request: RequestForm) -> str:
+        """What the check will cost, before it starts: its runs and, once a generation has been timed on this
+        server, the seconds they add up to."""
+        try:
+            cost = self.backend.check_cost(request.to_request())
+        except H3AppError as error:
+            return f"✖ {error}"
+        return f"This check costs **{cost.describe()}** (A, B and the fallback in full; the control is one step)."
 
     # -------------------------------------------------------------------------------------------------- grid
     def plan(self, grid: GridForm) -> Any:

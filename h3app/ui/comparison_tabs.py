@@ -28,6 +28,7 @@ class EquivalenceTab:
     b_scale: gr.Number
     run_button: gr.Button
     cancel_button: gr.Button
+    estimate: gr.Markdown
     status: gr.Markdown
     verdict: gr.HTML
     video_a: gr.Video
@@ -61,6 +62,7 @@ def build_equivalence_tab() -> EquivalenceTab:
     with gr.Row():
         run_button = gr.Button("Run the equivalence check", variant="primary", scale=3, elem_id="check")
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="check-cancel")
+    estimate = gr.Markdown("", elem_id="check-estimate")
     status = gr.Markdown("", elem_id="check-status")
     verdict = gr.HTML(render.placeholder("The verdict appears here: identical bit for bit, or not."),
                       elem_id="verdict")
@@ -90,7 +92,8 @@ def build_equivalence_tab() -> EquivalenceTab:
         audio_b = gr.Audio(label="B audio", interactive=False, type="filepath")
     with gr.Accordion("check --json", open=False):
         result_json = gr.JSON(open=False)
-    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, status, verdict, video_a,
+    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, estimate, status, verdict,
+                          video_a,
                           video_b,
                           video_fallback, caption_a, caption_b, caption_fallback, heat_ab, heat_fallback, psnr_plot,
                           spectrogram_ab, spectrogram_fallback, audio_a, audio_b, result_json)

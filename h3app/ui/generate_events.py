@@ -92,7 +92,7 @@ class JobRunner:
         return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
 
 
-EQUIVALENCE_RUNS = {"A": "A", "control": "A again (determinism control)", "B": "B",
+EQUIVALENCE_RUNS = {"A": "A", "control": "determinism control (A's first step, twice)", "B": "B",
                     "fallback": "fallback (alpha = rank)"}
 
 

@@ -56,8 +56,11 @@ class JobWiring:
 
 def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Sequence[AdapterSlot],
               request: RequestControls, generate: Any, equivalence: Any, grid: Any, history: Any,
-              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents) -> None:
-    """Bind Generate, Equivalence, Grid, History, Cancel and settings files."""
+              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents
+              ) -> list[tuple[Any, Any, Any]]:
+    """Bind Generate, Equivalence, Grid, History, Cancel and settings files. Returns the (function, inputs,
+    outputs) to run when a page loads."""
+    page_loaded: list[tuple[Any, Any, Any]] = []
     jobs = JobWiring(session, mode, token, request, slots)
     slot_1, slot_2 = slots
     history_parts = parts(history, field_names(HistoryView))
@@ -108,10 +111,21 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
             return {equivalence.status: view.status}
         return {**write(view, check_outputs), equivalence.status: ""}
 
+    def check_estimate(values: dict[Any, Any]) -> str:
+        return comparisons.check_estimate(read(RequestForm, jobs.request_parts, values))
+
+    request_changes = [getattr(request, name).change for name in ("steps", "duration", "height", "width", "prompt",
+                                                                  "workflow")]
+    estimated = [equivalence.estimate]
+    gr.on(request_changes, check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
+    page_loaded.append((check_estimate, set(jobs.request_parts.values()), estimated))
+    generated.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
+
     checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
         run_check, jobs.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
         show_progress_on=[equivalence.verdict], **GPU)
     checked.then(show_history, [session], list(history_parts.values()), **CHEAP)
+    checked.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
     grid_outputs = {**parts(grid, ["gallery", "table", "status", "cells"]), "session": session}
 
@@ -149,6 +163,7 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
         button.click(generate_events.runner.cancel, None, [status], **CHEAP)
 
     _wire_settings_file(jobs, generate, adapter_events, token, request)
+    return page_loaded
 
 
 def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterEvents, token: gr.Textbox,

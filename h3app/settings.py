@@ -45,7 +45,13 @@ class LoRASettings:
         if not isinstance(source, str) or not source.strip():
             raise H3AppError(f"the adapter source must be a Hub repo id, an HF URL or a local path, got "
                              f"{values.short(source)}.")
-        object.__setattr__(self, "source", source)
+        object.__setattr__(self, "source", values.check_length(source, "the adapter source"))
+        for name in ("weight_name", "revision"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise H3AppError(f"{name} must be text, got {values.short(value)}.")
+            if value is not None:
+                values.check_length(value, name)
         object.__setattr__(self, "alpha", check_alpha(self.alpha))
         object.__setattr__(self, "strength", check_strength(self.strength))
         object.__setattr__(self, "group_strengths", {

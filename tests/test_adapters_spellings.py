@@ -144,7 +144,7 @@ PATTERNS = {
 
 def peft_alphas(config: dict) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """The state dict PEFT saves for ``config`` on ``_Wrapper`` and the alpha PEFT runs each module at."""
-    peft = pytest.importorskip("peft")  # requirements-dev pins it: the oracle is PEFT itself
+    import peft  # requirements-dev pins it: the oracle is PEFT itself, and a broken install must fail
     from peft.utils import get_peft_model_state_dict
 
     lora_config = peft.LoraConfig(**config)  # what LoraConfig.from_pretrained builds from adapter_config.json

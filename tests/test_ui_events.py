@@ -5,6 +5,7 @@ Generations use 2 steps on a 32×32 canvas to stay fast on two cores.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from h3app.ui.adapter_events import AdapterEvents, implied_weight
 from h3app.ui.app_ui import header_html, launch_kwargs
 from h3app.ui.comparison_events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
-from h3app.ui.generate_events import GenerateEvents, load_settings_view
+from h3app.ui.generate_events import GenerateEvents, Stopped, load_settings_view
 from h3app.ui.session import RunningJobs, new_session
 
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
@@ -277,7 +278,8 @@ def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, b
     fields = {**FAST, "steps": 4}
     with pytest.warns(UserWarning, match=r"generation cancelled after \d+ of 3 steps"):  # the gr.Warning toast
         result = generation.generate_view(job(new_session(), seed=1, **fields), request=request, progress=progress)
-    assert result is None  # nothing shown: the run stopped
+    assert isinstance(result, Stopped)  # no result shown: the run stopped, and the tab says so
+    assert re.match(r"\*\*Cancelled after \d+ of 3 steps\.\*\*", result.status)
     assert cancelled and cancelled[0].startswith("Cancelling **generate**")
     assert generation.runner.cancel(request) == "Nothing of yours is running."
     after = generate(generation, new_session(), seed=1)
@@ -299,6 +301,8 @@ def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, compari
     assert plot[plot["pair"] == "A vs B"]["PSNR (dB)"].eq(100.0).all()  # identical frames at the ceiling
     assert plot[plot["pair"] == "A vs fallback"]["PSNR (dB)"].lt(100.0).any()
     assert "alpha 128 × scale 0.0625" in cap_b and "check A" in session["history"][-2]["kind"]
+    cost = comparisons.check_estimate(RequestForm(prompt="a fox", steps=2, height=32, width=32))
+    assert "costs **3 generations + 1 denoising step ≈" in cost  # timed: a generation has run on this backend
 
 
 def test_equivalence_needs_an_adapter_and_valid_settings(comparisons, adapters):

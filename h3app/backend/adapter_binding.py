@@ -78,11 +78,14 @@ class LoadedAdapter:
     settings: LoRASettings
     file: sources.AdapterFile
     adapter: NormalisedAdapter
+    config_version: tuple[int, int] | None = None  # adapter_config.json's (size, mtime_ns) when it was read
 
-    def provenance(self) -> dict[str, Any]:
-        """What the settings JSON records so that a result can be reproduced."""
+    def provenance(self, hide_paths: bool = False) -> dict[str, Any]:
+        """What the settings JSON records so that a result can be reproduced; ``hide_paths`` (hosted): a local
+        file by its name, never the server folder it lives in."""
+        local = self.file.repo_id is None
         return {
-            "source": self.settings.source,
+            "source": Path(self.settings.source).name if hide_paths and local else self.settings.source,
             "weight_name": self.file.filename,
             "revision": self.settings.revision,
             "commit": self.file.commit,
@@ -153,11 +156,6 @@ def _config_version(file: sources.AdapterFile) -> tuple[int, int] | None:
     return stat.st_size, stat.st_mtime_ns
 
 
-def file_version(file: sources.AdapterFile) -> tuple[Any, ...]:
-    """What makes two fetches of one source the same weights: commit, file, size, sha256 and the config sidecar."""
-    return file.commit, file.filename, file.size, file.sha256(), _config_version(file)
-
-
 def adapter_slot_name(settings: LoRASettings) -> str:
     """The engine name of an adapter: which file it is, not how strongly it is applied."""
     return f"{settings.source}|{settings.weight_name or ''}|{settings.revision or ''}|{settings.qkv_layout}"
@@ -207,7 +205,8 @@ class AdapterBinder:
         if self.policy.hosted and self.policy.max_cache_bytes is not None and file.repo_id is not None:
             trim_hub_cache(self.policy.max_cache_bytes, keep_commits={file.commit},
                            protected_repos=self.policy.protected_repos)
-        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}#{_config_version(file)}",
+        config = _config_version(file)
+        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}#{config}",
                          revision=file.commit or settings.revision, file=file.filename, size=file.size,
                          sha256=file.sha256())
 
@@ -217,7 +216,13 @@ class AdapterBinder:
                                 adapter_config_path=file.adapter_config_path)
 
         adapter = self.cache.get_or_load(key, read)
-        return LoadedAdapter(settings=settings, file=file, adapter=adapter)
+        return LoadedAdapter(settings=settings, file=file, adapter=adapter, config_version=config)
+
+    def _unchanged(self, loaded: LoadedAdapter, token: str | None) -> bool:
+        """Does ``loaded``'s source still name the bytes that are attached? Local: ``stat`` of the file and of its
+        ``adapter_config.json``; Hub: the commit the revision points at now (one HEAD; none for a commit sha)."""
+        identity = sources.current_identity(loaded.file, self.policy.token(token))
+        return identity == loaded.file.identity and _config_version(loaded.file) == loaded.config_version
 
     def _check_access(self, file: sources.AdapterFile, token: str | None) -> None:
         """Hosted mode: this job's token must open the file, even when the cache (or the engine) already holds it."""
@@ -234,8 +239,9 @@ class AdapterBinder:
         strength, group strengths). Returns their provenance. On any error every adapter is detached (bitwise
         base) and the error is re-raised.
 
-        Every job resolves each source again: an attached adapter whose branch moved on the Hub, or whose local
-        file (or ``adapter_config.json``) was rewritten, is replaced by the new version before the job runs.
+        Every job asks whether each attached adapter's source still names the same bytes
+        (``sources.current_identity``: a ``stat`` for local files, one HEAD for a Hub branch): one whose branch moved
+        on, or whose local file or ``adapter_config.json`` was rewritten, is replaced by the new version.
         ``progress(done_bytes, total_bytes)`` follows each download."""
         modes = {a.mode for a in adapters}
         if len(modes) > 1:
@@ -248,15 +254,15 @@ class AdapterBinder:
             try:
                 loaded = []
                 for name, settings in zip(names, adapters):
-                    file = self._fetch(settings, token, progress)
                     attached = self._files.get(name) if name in engine.active() else None
-                    if attached is not None and file_version(attached.file) == file_version(file):
+                    if attached is not None and self._unchanged(attached, token):
+                        self._check_access(attached.file, token)
                         loaded.append(attached)
                         continue
                     if attached is not None:  # a new version of the same source: the old one goes
                         engine.detach(name)
                         self._files.pop(name, None)
-                    loaded.append(self._normalise(file, settings, workflow))
+                    loaded.append(self.load(settings, workflow, token, progress))
                 for name in list(engine.active()):
                     if name not in names:
                         engine.detach(name)

@@ -21,6 +21,7 @@ from ..adapters.limits import adapter_size_cap
 from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
+from ..errors import for_visitor
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
@@ -30,12 +31,14 @@ from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
 from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
+from .limits import Limits, model_limits
 from .media import write_thumbnail
 from .transformer_check import CheckSetting
 from .worker import JobContext, JobHandle, Worker
 
 DEMO_ADAPTERS_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"
 OUTPUT_KEEP_SECONDS = 3600
+POLL_SECONDS = 0.25  # how often a waiting caller looks at progress and at its client
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,44 @@ class GenerationOutput:
     thumbnail_path: str
     settings: dict[str, Any]
     result: GenerationResult
+    hide_paths: bool = False  # hosted: answers name files, never server folders
 
     def to_json(self) -> dict[str, Any]:
         r = self.result
-        return {"out": self.video_path, "thumbnail": self.thumbnail_path, "seed": r.request.seed,
+        return {"out": shown(self.video_path, self.hide_paths), "thumbnail": shown(self.thumbnail_path, self.hide_paths),
+                "seed": r.request.seed,
                 "steps": r.request.steps, "evaluations": r.evaluations, "frames": r.frames, "fps": 24,
                 "width": r.width, "height": r.height, "sample_rate": r.sample_rate,
                 "audio_channels": int(r.audio.shape[0]), "hash": r.hash,
                 "adapters": self.settings["adapters"], "seconds": round(r.seconds, 3)}
+
+
+def shown(path: str, hide_paths: bool) -> str:
+    """``path`` as an answer shows it: its file name on a hosted server (no server folders), else as is."""
+    return Path(path).name if hide_paths else path
+
+
+@dataclass(frozen=True)
+class CheckCost:
+    """What a full-mode equivalence check costs before it starts: ``full_runs`` whole pipeline runs plus
+    ``control_steps`` denoising steps, at ``seconds_per_run`` (the last measured generation; None before any)."""
+
+    full_runs: int
+    control_steps: int
+    steps_per_run: int
+    seconds_per_run: float | None
+
+    @property
+    def estimated_seconds(self) -> float | None:
+        if self.seconds_per_run is None:
+            return None
+        return self.seconds_per_run * (self.full_runs + self.control_steps / max(self.steps_per_run, 1))
+
+    def describe(self) -> str:
+        runs = f"{self.full_runs} generations + {self.control_steps} denoising step"
+        if self.estimated_seconds is None:
+            return f"{runs} (run one generation first for a time estimate)"
+        return f"{runs} ≈ {self.estimated_seconds:.0f} s ({self.seconds_per_run:.1f} s per generation)"
 
 
 @dataclass(frozen=True)
@@ -95,12 +128,30 @@ class Backend:
 
             bind(parallel, self)
         self._baselines = Baselines(baseline_bytes)
+        self._limits: Limits | None = None
         self.last_seconds_per_run: float | None = None
 
     # ------------------------------------------------------------------------------------------ model-free
     @property
     def model_name(self) -> str:
         return self.model.name
+
+    @property
+    def limits(self) -> Limits:
+        """The caps of the held model (tighter when hosted): canvas, steps, prompt tokens, grid cells."""
+        if self._limits is None:
+            self._limits = model_limits(self.model.pipeline("t2va"), hosted=self.hosted)
+        return self._limits
+
+    def check_request(self, request: GenerationRequest) -> None:
+        """Refuse, before anything is queued, a request over the model's caps (one line naming the limit)."""
+        self.limits.check_request(request, self.model.components.get("tokenizer"))
+
+    def check_cost(self, request: GenerationRequest) -> CheckCost:
+        """What :meth:`submit_equivalence` will cost for ``request``: A, B and the fallback as full runs, the
+        determinism control as one denoising step; seconds from the last measured generation."""
+        return CheckCost(full_runs=3, control_steps=1, steps_per_run=max(int(request.steps) - 1, 1),
+                         seconds_per_run=self.last_seconds_per_run)
 
     def demo_adapters(self) -> list[str]:
         """Paths of the demo adapters shipped with the app (files and PEFT folders)."""
@@ -152,6 +203,7 @@ class Backend:
                         token: str | None = None) -> JobHandle:
         """Apply exactly ``adapters`` (possibly none), generate, write the mp4; result: GenerationOutput."""
         adapters = tuple(adapters)
+        self.check_request(request)
 
         def job(ctx: JobContext) -> GenerationOutput:
             ctx.set_phase("applying adapters")
@@ -161,19 +213,22 @@ class Backend:
                                     should_cancel=ctx.should_cancel)
             self.last_seconds_per_run = result.seconds
             ctx.set_phase("encoding mp4")
-            return self._save(result, [a.provenance() for a in applied])
+            return self._save(result, [a.provenance(self.hosted) for a in applied])
 
         return self._submit(job, "generate", "submit_generate", (request, adapters, token), request.workflow)
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                            b: CheckSetting = DEFAULT_B, token: str | None = None) -> JobHandle:
         """A vs B vs fallback vs control through the full pipeline; result: EquivalenceResult."""
+        self.check_request(request)
 
         def job(ctx: JobContext) -> EquivalenceResult:
             self.cleanup_outputs()
-            return run_equivalence(self.binder, request, adapter, a=a, b=b, output_dir=self.output_dir,
-                                   token=token, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
-                                   on_phase=ctx.set_phase)
+            result = run_equivalence(self.binder, request, adapter, a=a, b=b, output_dir=self.output_dir,
+                                     token=token, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
+                                     on_phase=ctx.set_phase, hide_paths=self.hosted)
+            self.last_seconds_per_run = result.seconds_per_run
+            return result
 
         return self._submit(job, "equivalence", "submit_equivalence", (request, adapter, a, b, token),
                             request.workflow)
@@ -190,13 +245,19 @@ class Backend:
 
     def plan_grid(self, alphas: Sequence[float | None], strengths: Sequence[float],
                   seeds: Sequence[int]) -> GridPlan:
-        return plan_grid(alphas, strengths, seeds, self.last_seconds_per_run)
+        plan = plan_grid(alphas, strengths, seeds, self.last_seconds_per_run)
+        self.limits.check_grid(plan.cells)
+        return plan
 
     def grid(self, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
-             on_handle: Callable[[JobHandle], None] | None = None) -> Iterator[GridCell]:
+             on_handle: Callable[[JobHandle], None] | None = None,
+             abandoned: Callable[[], bool] | None = None) -> Iterator[GridCell]:
         """Run the grid as one worker job and yield its cells as they finish (errors re-raised here).
-        ``on_handle`` receives the job's handle as soon as it is queued (to cancel it)."""
+        ``on_handle`` receives the job's handle as soon as it is queued (to cancel it); ``abandoned()`` is polled
+        while waiting and cancels the job when it says the client went away."""
+        self.check_request(request)
+        self.limits.check_grid(plan.cells)
         cells: queue.Queue[Any] = queue.Queue()
         done = object()
 
@@ -204,7 +265,7 @@ class Backend:
             count = 0
             for cell in run_grid(self.binder, request, adapter, plan, output_dir=self.output_dir,
                                  baselines=self._baselines, token=token, on_step=ctx.on_step,
-                                 should_cancel=ctx.should_cancel):
+                                 should_cancel=ctx.should_cancel, hide_paths=self.hosted):
                 cells.put(cell)
                 count += 1
             return count
@@ -215,25 +276,42 @@ class Backend:
         watcher = _Forwarder(handle, cells, done, on_step)
         watcher.start()
         while True:
-            item = cells.get()
+            try:
+                item = cells.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                handle.cancel_if(abandoned)
+                continue
             if item is done:
-                handle.result()  # re-raise the job's error, if any
+                self._result(handle)  # re-raise the job's error, if any
                 return
             yield item
 
     def run(self, handle: JobHandle, on_step: Callable[[int, int], None] | None = None,
-            on_phase: Callable[[str], None] | None = None) -> Any:
-        """Wait for ``handle`` while forwarding its progress; return its result or raise its error."""
+            on_phase: Callable[[str], None] | None = None, abandoned: Callable[[], bool] | None = None) -> Any:
+        """Wait for ``handle`` while forwarding its progress; return its result or raise its error.
+        ``abandoned()`` (e.g. the UI's check of ``request.is_disconnected()``) is polled while waiting: when it
+        says nobody waits any more, the job is cancelled at its next denoising step."""
         last = None
         while not handle.done:
-            handle.wait_for_change(0.25)
+            handle.wait_for_change(POLL_SECONDS)
+            handle.cancel_if(abandoned)
             progress = handle.progress
             if on_phase is not None and progress.phase != (last.phase if last else None):
                 on_phase(progress.phase if progress.phase != "queued" else f"queued (position {progress.position})")
             if on_step is not None and progress.total and (last is None or progress.done != last.done):
                 on_step(progress.done, progress.total)
             last = progress
-        return handle.result()
+        return self._result(handle)
+
+    def _result(self, handle: JobHandle) -> Any:
+        """The job's result; its error as raised, except that a hosted server answers an unexpected one with one
+        generic line (the details go to the server log)."""
+        try:
+            return handle.result()
+        except Exception as error:
+            if self.hosted:
+                raise for_visitor(error, f"job {handle.id} ({handle.label})") from None
+            raise
 
     # Convenience for scripts and tests: submit and wait.
     def generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings] = (),
@@ -252,11 +330,11 @@ class Backend:
     def _save(self, result: GenerationResult, adapters: list[dict[str, Any]]) -> GenerationOutput:
         self.cleanup_outputs()
         settings = {"h3app": "generate", "model": self.model.name, "model_commit": self.model.location.commit,
-                    "request": result.request.to_json(), "adapters": adapters, "hash": result.hash}
+                    "request": result.request.to_json(self.hosted), "adapters": adapters, "hash": result.hash}
         stem = self.output_dir / uuid.uuid4().hex
         video = save_result(result, stem.with_suffix(".mp4"), settings)
         thumb = write_thumbnail(stem.with_suffix(".png"), result.video)
-        return GenerationOutput(str(video), str(thumb), settings, result)
+        return GenerationOutput(str(video), str(thumb), settings, result, hide_paths=self.hosted)
 
     def cleanup_outputs(self, keep_seconds: float = OUTPUT_KEEP_SECONDS) -> int:
         """Delete output files older than ``keep_seconds``; returns how many were removed."""

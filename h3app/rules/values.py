@@ -13,6 +13,7 @@ from ..errors import H3AppError
 
 MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
 MAX_STRENGTH = 100.0
+MAX_FIELD_CHARS = 4096  # a source, weight name, revision or path: PATH_MAX on Linux
 AUTO_WORDS = ("", "auto", "none", "null")
 
 
@@ -61,6 +62,13 @@ def parse_int(value: Any, what: str, low: int | None = None, high: int | None = 
             f"at least {low}" if low is not None else f"at most {high}")
         raise H3AppError(f"{what} must be {bounds}, got {short(value)}.")
     return int(number)
+
+
+def check_length(text: str, what: str, max_chars: int = MAX_FIELD_CHARS) -> str:
+    """``text`` unchanged, or one line naming the limit when it is longer than ``max_chars`` characters."""
+    if len(text) > max_chars:
+        raise H3AppError(f"{what} is {len(text):,} characters long, more than the {max_chars:,} allowed.")
+    return text
 
 
 def _number_or(value: Any, not_a_number: str) -> float | None:

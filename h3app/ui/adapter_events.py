@@ -27,6 +27,7 @@ from .scales import profile_basis, profile_view
 from .session import RunningJobs, session_key, with_adapter
 
 UPLOAD_PREFIX = "upload-"
+RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, so weight-relative sizes mean nothing
 
 
 def user_error(error: H3AppError) -> gr.Error:
@@ -219,6 +220,8 @@ class AdapterEvents:
         info = result.info.to_json()
         info["name"] = result.provenance.get("weight_name") or Path(settings.source).name
         basis = profile_basis(result.report, info, settings.group_strengths)
+        if basis is not None:
+            basis["random_weights"] = self.backend.model_name == RANDOM_WEIGHTS_MODEL
         bars = self.profile(basis, slot)
         return LoadView(session=session, info=info,
                         report_html=render.report_card(result.report.to_json(), result.provenance), basis=basis,
@@ -239,6 +242,13 @@ class AdapterEvents:
             return ProfileBars(KEEP, KEEP, KEEP)
         view = profile_view(basis, used, strength)
         low, high = basis["usual_range"]
+        if basis.get("random_weights"):  # the heuristic is shown, ranked below the file's facts and disarmed
+            text = (f"<b>Size heuristic — meaningless on this model:</b> its weights are random (the tiny test "
+                    f"checkpoint), so sizes relative to them say nothing about the adapter; follow the alpha card "
+                    f"above. At alpha {'auto' if used is None else f'{used:g}'} × scale {strength:g} the median "
+                    f"relative update ‖ΔW‖/‖W‖ is {view.median:.3g}"
+                    + (f" (it would say: {render.esc(view.warning)})" if view.warning else "") + ".")
+            return ProfileBars(*self._bars(view), render.card("plain", text, testid="profile-note"))
         far_above = view.median > FAR_ABOVE_FACTOR * high
         position = (f"{view.median / high:.3g}× the top of" if view.median > high else
                     "below" if view.median < low else "inside")
@@ -247,10 +257,14 @@ class AdapterEvents:
         kind = "bad" if view.warning else "warn" if far_above else "plain"
         note = render.card(kind, (f"<b>⚠ {render.esc(view.warning)}</b><br>" if view.warning else "") + text,
                            testid="profile-note")
+        return ProfileBars(*self._bars(view), note)
+
+    @staticmethod
+    def _bars(view: Any) -> tuple[Any, Any]:
+        """By-group and by-block bar updates, both on one y axis from 0 to just above the tallest bar."""
         by_group, by_block = pd.DataFrame(view.by_group), pd.DataFrame(view.by_block)
         top = max([*by_group["relative update"], *by_block["relative update"], 0.0]) * 1.15 or 1.0
-        return ProfileBars(gr.update(value=by_group, y_lim=[0, top]), gr.update(value=by_block, y_lim=[0, top]),
-                           note)
+        return gr.update(value=by_group, y_lim=[0, top]), gr.update(value=by_block, y_lim=[0, top])
 
     # --------------------------------------------------------------------------------------------- sessions
     def set_lora(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:

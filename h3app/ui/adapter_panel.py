@@ -10,7 +10,7 @@ import gradio as gr
 from ..rules.choices import QKV_LAYOUTS
 from . import render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout
-from .forms import SLOT_FIELDS, SlotForm, field_names, parts, read, write
+from .forms import KEEP, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 GPU = {"concurrency_id": "gpu", "concurrency_limit": 1, "api_visibility": "private"}
@@ -104,6 +104,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
         gr.Markdown("**Strength profile** — where the adapter acts, and how hard (redrawn as alpha and scale "
                     "change)", elem_classes=["h3-subhead"])
         group_plot = gr.BarPlot(x="group", y="relative update", title="by group", height=170,
+                                elem_id=f"{prefix}-group-plot",
                                 y_title="median ‖ΔW‖/‖W‖", x_title="", show_label=False)
         block_plot = gr.BarPlot(x="block", y="relative update", title="by block", height=170,
                                 y_title="median ‖ΔW‖/‖W‖", x_title="", sort=None, show_label=False)
@@ -123,7 +124,8 @@ def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
 def cleared_panel(ui: AdapterSlot, message: str) -> dict[Any, Any]:
     """The slot after a refusal or a source change: ``message`` in the inspect card, every result of the previous
     adapter gone (nothing else is marked: the one line is where the person is looking)."""
-    return {ui.info: None, ui.inspect_html: message, ui.alpha_html: "", ui.readout: render.readout_html(None, None, 1.0),
+    return {ui.info: None, ui.inspect_html: message, ui.alpha_html: "",
+            ui.readout: render.readout_html(None, None, 1.0),
             ui.known_html: "", ui.known_box: gr.update(visible=False), ui.basis: None, ui.report_html: "",
             ui.profile_box: gr.update(visible=False)}
 
@@ -173,16 +175,32 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     strength_parts = {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}
     readout_parts = parts(ui, field_names(Readout))
     profile_parts = parts(ui, field_names(ProfileBars))
+    strength_inputs = {ui.info, ui.basis, *strength_parts.values()}
 
     def readout(values: dict[Any, Any]) -> dict[Any, Any]:
         return write(events.readout(values[ui.info], read(SlotForm, strength_parts, values)), readout_parts)
 
-    def profile(values: dict[Any, Any]) -> dict[Any, Any]:
-        return write(events.profile(values[ui.basis], read(SlotForm, strength_parts, values)), profile_parts)
+    def redraw(values: dict[Any, Any]) -> dict[Any, Any]:
+        """Readout and profile bars at the current alpha/scale; the axes follow in :func:`axes`."""
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        shown = dict(readout(values))
+        for name, component in profile_parts.items():
+            if getattr(bars, name) is not KEEP:
+                shown[component] = bars_only(getattr(bars, name))
+        return shown
 
-    for trigger in (ui.override.change, ui.alpha.change, ui.strength.change):
-        trigger(readout, {ui.info, *strength_parts.values()}, list(readout_parts.values()), **CHEAP)
-        trigger(profile, {ui.basis, *strength_parts.values()}, list(profile_parts.values()), **CHEAP)
+    def axes(values: dict[Any, Any]) -> dict[Any, Any]:
+        """The bars' y axes, set after their data: Gradio's plot redraws with its previous data when the data and
+        the axis change in one update, so the bars would lag one change behind their own axis."""
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        return {plot: axis_only(getattr(bars, name)) for name, plot in (("group_plot", ui.group_plot),
+                                                                        ("block_plot", ui.block_plot))}
+
+    redraw_outputs = [*readout_parts.values(), *profile_parts.values()]
+    # one event for the three controls, newest input last: answers never arrive out of order
+    redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change], redraw, strength_inputs,
+                    redraw_outputs, trigger_mode="always_last", **CHEAP)
+    redrawn.then(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
 
     load_parts = {**parts(ui, [n for n in field_names(LoadView) if n != "session"]), "session": session}
 
@@ -192,8 +210,22 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
                                     values[workflow], values[token], request=request, progress=progress)
         except gr.Error as error:
             return {ui.report_html: render.refusal(error.message)}
-        return write(view, load_parts)
+        shown = write(view, load_parts)
+        return {c: bars_only(v) if isinstance(c, gr.BarPlot) else v for c, v in shown.items()}
 
     load_event = ui.load_button.click(load, {session, *names.values(), mode, workflow, token},
                                       list(load_parts.values()), **GPU)
     load_event.success(readout, {ui.info, *strength_parts.values()}, list(readout_parts.values()), **CHEAP)
+    load_event.success(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+
+
+def bars_only(update: Any) -> Any:
+    """A bar-plot update without its axis limits (see ``axes`` in :func:`wire_adapter_slot`)."""
+    return {k: v for k, v in update.items() if k != "y_lim"} if isinstance(update, dict) else update
+
+
+def axis_only(update: Any) -> Any:
+    """A bar-plot update with only its axis limits (no change when there are none)."""
+    if isinstance(update, dict) and "y_lim" in update:
+        return gr.update(y_lim=update["y_lim"])
+    return gr.skip()

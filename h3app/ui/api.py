@@ -18,7 +18,7 @@ from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .comparison_events import ComparisonEvents
 from .forms import CheckForm, GridForm, JobForm, RequestForm
-from .generate_events import GenerateEvents
+from .generate_events import GenerateEvents, Stopped
 from .session import check_slot, job_adapters, parse_adapters_json, settings_from_json, settings_to_json, with_adapter
 
 GPU = {"concurrency_id": "gpu", "concurrency_limit": 1}
@@ -146,7 +146,7 @@ class ApiEvents:
         except H3AppError as error:
             raise user_error(error) from error
         output = self.generate_events.generate(generation, adapters, token, request, progress)
-        if output is None:
+        if isinstance(output, Stopped):
             raise gr.Error("the generation was cancelled.", print_exception=False)
         return output.video_path, {**output.to_json(), "settings": output.settings}
 
@@ -180,7 +180,7 @@ class ApiEvents:
         form = JobForm(_probe(adapters), None, RequestForm(prompt=prompt, seed=seed, steps=steps, duration=duration,
                                                            height=height, width=width), token)
         result = self.comparisons.check(form, CheckForm(alpha_a, scale_a, alpha_b, scale_b), request, progress)
-        if result is None:
+        if isinstance(result, Stopped):
             raise gr.Error("the equivalence check was cancelled.", print_exception=False)
         return result.to_json()
 

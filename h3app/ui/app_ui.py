@@ -58,6 +58,15 @@ CSS = """
 .h3-header h1 {margin: 0; font-size: 1.6em;}
 .h3-note p {font-size: 0.92em; opacity: 0.9; margin: 2px 0;}
 .h3-subhead p {font-weight: 700; margin: 8px 0 0 0;}
+#grid-table th, #grid-table td {white-space: nowrap;}
+/* every grid row on screen (Gradio gives a gallery a fixed, scrolling height) */
+#grid-gallery, #grid-gallery .grid-wrap {height: auto !important; max-height: none !important;
+                                         overflow: visible !important;}
+/* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
+@media (max-width: 720px) {
+  #h3-main {flex-direction: column-reverse !important;}
+  #h3-main > .column {min-width: 0 !important;}
+}
 """
 
 
@@ -78,7 +87,7 @@ def build_app(backend: Any) -> gr.Blocks:
     with gr.Blocks(title=TITLE, delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
         session = gr.State(new_session())
         gr.HTML(header_html(backend))
-        with gr.Row(equal_height=False):
+        with gr.Row(equal_height=False, elem_id="h3-main"):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")
                 mode = gr.Radio(list(LORA_MODES), value="unmerged", label="LoRA mode (every adapter)",
@@ -98,7 +107,7 @@ def build_app(backend: Any) -> gr.Blocks:
                 with gr.Tabs():
                     with gr.Tab("Generate", id="generate-tab"):
                         generate = build_generate_tab()
-                    with gr.Tab("Equivalence check", id="equivalence-tab"):
+                    with gr.Tab("Equivalence", id="equivalence-tab"):
                         equivalence = build_equivalence_tab()
                     with gr.Tab("Grid", id="grid-tab"):
                         grid = build_grid_tab()
@@ -110,8 +119,11 @@ def build_app(backend: Any) -> gr.Blocks:
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
                               token=token)
         _wire_request(request, slot_1)
-        wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
-                  adapter_events, generate_events, comparisons)
+        on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
+                            adapter_events, generate_events, comparisons)
+        for fn, inputs, outputs in on_load:
+            demo.load(fn, inputs, outputs, **CHEAP)
+        demo.unload(generate_events.runner.abandon)
     demo.queue(max_size=getattr(backend.worker, "max_queue", 16), default_concurrency_limit=1)
     return demo
 

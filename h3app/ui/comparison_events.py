@@ -7,6 +7,7 @@ the history keeps this session's results so that any two can be put side by side
 
 from __future__ import annotations
 
+import contextvars
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,14 +23,14 @@ from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_strength
 from . import render
 from .adapter_events import user_error
-from .forms import KEEP, CheckForm, GridForm, JobForm
-from .generate_events import JobRunner
+from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
+from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
 from .session import RunningJobs, add_history, job_adapters, session_key
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
-GRID_COLUMNS = ["alpha", "scale", "seed", "distance to no-LoRA", "PSNR (dB)", "max |Δ|", "hash", "seconds"]
+GRID_COLUMNS = ["alpha", "scale", "seed", "vs no-LoRA", "max |Δ|", "seconds", "hash"]
 HISTORY_COLUMNS = ["id", "kind", "hash", "video"]
 
 
@@ -115,7 +116,7 @@ class ComparisonEvents:
 
     # ------------------------------------------------------------------------------------------- equivalence
     def check(self, form: JobForm, check: CheckForm, http_request: Any, progress: Any) -> Any:
-        """EquivalenceResult for the session's first adapter (None when cancelled)."""
+        """EquivalenceResult for the session's first adapter (Stopped when cancelled)."""
         try:
             generation = form.request.to_request()
             adapters = job_adapters(form.session, form.mode)
@@ -129,23 +130,22 @@ class ComparisonEvents:
                                http_request, progress, "equivalence check")
 
     def check_view(self, form: JobForm, check: CheckForm, request: gr.Request = None,
-                   progress: Any = gr.Progress()) -> CheckView | None:
-        """Run the check and lay out its verdict, videos, heat maps, PSNR plot, spectrograms and audio; None when
-        cancelled."""
+                   progress: Any = gr.Progress()) -> CheckView | Stopped:
+        """Run the check and lay out its verdict, videos, heat maps, PSNR plot, spectrograms and audio."""
         result = self.check(form, check, request, progress)
-        if result is None:
-            return None
+        if isinstance(result, Stopped):
+            return result
         data = result.to_json()
         audio_a = extract_audio(result.a.video_path, Path(result.a.video_path).with_suffix(".wav"))
         audio_b = extract_audio(result.b.video_path, Path(result.b.video_path).with_suffix(".wav"))
         plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
-        session = add_history(form.session, {"kind": "check A", "label": f"check A {result.a.label}",
-                                             "video": result.a.video_path, "thumbnail": result.a.thumbnail_path,
-                                             "hash": result.a.hash, "settings": result.settings})
-        session = add_history(session, {"kind": "check fallback", "label": "check fallback (alpha = rank)",
-                                        "video": result.fallback.video_path,
-                                        "thumbnail": result.fallback.thumbnail_path, "hash": result.fallback.hash,
-                                        "settings": result.settings})
+        session = form.session
+        for kind, column in (("check B", data["b"]), ("check A", data["a"]),
+                             ("check fallback", data["fallback"])):
+            run = {"check A": result.a, "check B": result.b, "check fallback": result.fallback}[kind]
+            session = add_history(session, {"kind": kind, "label": f"{kind}: {render.setting_text(column)}",
+                                            "video": run.video_path, "thumbnail": run.thumbnail_path,
+                                            "hash": run.hash, "settings": result.settings})
         return CheckView(verdict=render.verdict_html(data), video_a=result.a.video_path, video_b=result.b.video_path,
                          video_fallback=result.fallback.video_path, caption_a=render.column_caption(data["a"]),
                          caption_b=render.column_caption(data["b"]),
@@ -154,6 +154,15 @@ class ComparisonEvents:
                          spectrogram_ab=result.spectrogram_diff_path,
                          spectrogram_fallback=result.fallback_spectrogram_diff_path, audio_a=str(audio_a),
                          audio_b=str(audio_b), result_json=data, session=session)
+
+    def check_estimate(self, request: RequestForm) -> str:
+        """What the check will cost, before it starts: its runs and, once a generation has been timed on this
+        server, the seconds they add up to."""
+        try:
+            cost = self.backend.check_cost(request.to_request())
+        except H3AppError as error:
+            return f"✖ {error}"
+        return f"This check costs **{cost.describe()}** (A, B and the fallback in full; the control is one step)."
 
     # -------------------------------------------------------------------------------------------------- grid
     def plan(self, grid: GridForm) -> Any:
@@ -176,8 +185,11 @@ class ComparisonEvents:
         return (f"**{plan.cells} cells** ({len(plan.alphas)} alphas × {len(plan.strengths)} scales × "
                 f"{len(plan.seeds)} seeds) + {len(plan.seeds)} no-LoRA baseline = {runs} generations — {timing}.")
 
-    def grid_cells(self, form: JobForm, grid: GridForm, http_request: Any, progress: Any) -> Iterator[Any]:
-        """Yield GridCells as they finish (one worker job; Cancel stops it between steps)."""
+    def grid_cells(self, form: JobForm, grid: GridForm, http_request: Any, progress: Any,
+                   stopped: list[Stopped] | None = None) -> Iterator[Any]:
+        """Yield GridCells as they finish (one worker job; Cancel stops it between steps and appends the line to
+        show to ``stopped``)."""
+        stopped = [] if stopped is None else stopped
         try:
             generation = form.request.to_request()
             adapters = job_adapters(form.session, form.mode)
@@ -187,12 +199,25 @@ class ComparisonEvents:
         except (H3AppError, ValueError) as error:
             raise user_error(H3AppError(str(error))) from error
         key = session_key(http_request)
-        finished = [0]
+        if self.jobs.start(key):
+            stopped.append(self.runner.stopped("grid", "cancelled before it started."))
+            return
+        finished, runs, last = [0], [0], [0]
+        # the backend reports steps from its own thread, where Gradio's progress context is missing: run each report
+        # in a copy of this event's context
+        context = contextvars.copy_context()
+        total_runs = plan.cells + len(plan.seeds)
 
         def on_step(done: int, total: int) -> None:
-            if progress is not None:
-                progress((done, total), desc=f"grid: {finished[0]}/{plan.cells} cells done, step {done}/{total}",
-                         unit="steps")
+            if done < last[0] or runs[0] == 0:
+                runs[0] += 1
+            last[0] = done
+            if progress is None:
+                return
+            what = ("the no-LoRA baseline" if finished[0] == 0 and runs[0] == 1 else
+                    f"cell {min(finished[0] + 1, plan.cells)} of {plan.cells}")
+            context.copy().run(progress, (done, total), unit="steps",
+                               desc=f"grid run {runs[0]} of up to {total_runs}: {what}, step {done}/{total}")
 
         try:
             for cell in self.backend.grid(generation, adapters[0], plan, form.token or None, on_step,
@@ -200,7 +225,8 @@ class ComparisonEvents:
                 finished[0] += 1
                 yield cell
         except Cancelled as error:
-            gr.Warning(f"grid {error}")
+            stopped.append(self.runner.stopped("grid", f"{error}".rstrip(".") + f" ({finished[0]} of {plan.cells} "
+                                                                                  f"cells done)."))
         except H3AppError as error:
             raise user_error(error) from error
         finally:
@@ -216,13 +242,13 @@ class ComparisonEvents:
         gallery: list[tuple[str, str]] = []
         rows: list[list[Any]] = []
         cells = []
-        for cell in self.grid_cells(form, grid, request, progress):
+        stopped: list[Stopped] = []
+        for cell in self.grid_cells(form, grid, request, progress, stopped):
             alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
             gallery.append((cell.thumbnail_path, f"α {alpha} × {cell.strength:g} · seed {cell.seed} · "
                                                  f"{render.distance_text(cell.baseline_psnr)}"))
             rows.append([alpha, cell.strength, cell.seed, render.distance_text(cell.baseline_psnr),
-                         "inf" if not math.isfinite(cell.baseline_psnr) else round(cell.baseline_psnr, 2),
-                         round(cell.baseline_max_abs_diff, 4), cell.hash[:19], round(cell.seconds, 2)])
+                         round(cell.baseline_max_abs_diff, 4), round(cell.seconds, 1), cell.hash[:12]])
             cells.append(cell)
             yield GridView(gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
                            self._grid_status(cells), cells_state(cells))
@@ -234,8 +260,9 @@ class ComparisonEvents:
                                             "thumbnail": cell.thumbnail_path, "hash": cell.hash,
                                             "settings": {"alpha": cell.alpha, "strength": cell.strength,
                                                          "seed": cell.seed}})
+        status = stopped[0].status if stopped else self._grid_status(cells, done=True)
         yield GridView(gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
-                       self._grid_status(cells, done=True), cells_state(cells), session)
+                       status, cells_state(cells), session)
 
     @staticmethod
     def _grid_status(cells: list[Any], done: bool = False) -> str:
@@ -286,8 +313,8 @@ class ComparisonEvents:
             verdict = render.card("warn", f"<div class='h3-big'>DIFFERENT</div>hashes "
                                           f"<code>{render.esc(a['hash'][:19])}</code> vs "
                                           f"<code>{render.esc(b['hash'][:19])}</code>.{render.esc(detail)}")
-        rows = [[key, _short(va), _short(vb)] for key, va, vb in _differences(a.get("settings") or {},
-                                                                              b.get("settings") or {})]
+        rows = [[key, plain_value(key, va), plain_value(key, vb)]
+                for key, va, vb in _differences(a.get("settings") or {}, b.get("settings") or {})]
         table = pd.DataFrame(rows or [["(no differences in settings)", "", ""]], columns=["setting", "A", "B"])
         return CompareView(a["video"], b["video"], verdict, table)
 
@@ -310,7 +337,23 @@ def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, Any, A
         yield prefix.rstrip("."), a, b
 
 
-def _short(value: Any) -> str:
+def plain_value(key: str, value: Any) -> str:
+    """A setting as a person reads it (no Python reprs): an empty alpha is auto, adapters are named by file, lists
+    and objects are spelled out."""
+    if value is None:
+        return "auto" if key.endswith("alpha") else "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        if "source" in value:
+            alpha = value.get("alpha")
+            return (f"{Path(str(value['source'])).name} (alpha {'auto' if alpha is None else f'{float(alpha):g}'} "
+                    f"× scale {float(value.get('strength', 1.0)):g})")
+        return ", ".join(f"{k} {plain_value(str(k), v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "; ".join(plain_value(key, v) for v in value) if value else "none"
     text = str(value)
     return text if len(text) <= 60 else text[:57] + "…"
 

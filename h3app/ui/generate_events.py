@@ -18,10 +18,17 @@ from ..errors import H3AppError
 from ..rules.choices import WORKFLOWS
 from . import render, snippets
 from .adapter_events import user_error
-from .forms import JobForm, RequestForm, SlotForm
+from .forms import JobForm, RequestForm, SlotForm, SyncForm
 from .session import RunningJobs, add_history, job_adapters, session_key
 
 MAX_SEED = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A job that was cancelled (by its Cancel button, or because its browser went away): the line to show."""
+
+    status: str
 
 
 class JobRunner:
@@ -32,8 +39,11 @@ class JobRunner:
         self.jobs = jobs
 
     def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
-        """``submit()`` → JobHandle; wait for it. Returns the job's result, or None when it was cancelled (a toast
-        says at which step). Other user errors become ``gr.Error``."""
+        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when it was
+        cancelled (a toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
+        key = session_key(request)
+        if self.jobs.start(key):
+            return self.stopped(what, "cancelled before it started.")
         try:
             handle = submit()
         except H3AppError as error:
@@ -41,29 +51,57 @@ class JobRunner:
         phase = [what]
 
         def on_step(done: int, total: int) -> None:
-            if progress is not None:
+            if progress is None:
+                return
+            if done == total and phase[0] in (what, "denoising"):
+                progress(None, desc=f"{what}: {total}/{total} steps done — decoding video and audio")
+            else:
                 progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
 
         def on_phase(name: str) -> None:
-            phase[0] = name
+            phase[0] = describe_phase(what, name)
             if progress is not None:
-                progress(None, desc=name)
+                progress(None, desc=phase[0])
 
         try:
-            with self.jobs.track(session_key(request), handle):
+            with self.jobs.track(key, handle):
                 return self.backend.run(handle, on_step, on_phase)
         except Cancelled as error:
-            gr.Warning(f"{what} {error}")
-            return None
+            return self.stopped(what, str(error))
         except H3AppError as error:
             raise user_error(error) from error
 
-    def cancel(self, request: gr.Request) -> str:
-        """Stop this session's running job at its next denoising step (queued jobs are dropped by Gradio)."""
+    @staticmethod
+    def stopped(what: str, reason: str) -> Stopped:
+        gr.Warning(f"{what} {reason}")
+        return Stopped(f"**{reason[:1].upper()}{reason[1:]}** ({what}) The result shown is from the previous run.")
+
+    def expect(self, request: gr.Request = None) -> None:
+        """A job was clicked: until it starts, Cancel stops it before it runs."""
+        self.jobs.expect(session_key(request))
+
+    def abandon(self, request: gr.Request = None) -> None:
+        """The session's browser went away (tab closed or reloaded): its job stops at its next step."""
+        self.jobs.cancel(session_key(request))
+
+    def cancel(self, request: gr.Request = None) -> str:
+        """Stop this session's running job at its next denoising step (or before it starts, when still queued)."""
         label = self.jobs.cancel(session_key(request))
         if label is None:
             return "Nothing of yours is running."
         return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
+
+
+EQUIVALENCE_RUNS = {"A": "A", "control": "determinism control (A's first step, twice)", "B": "B",
+                    "fallback": "fallback (alpha = rank)"}
+
+
+def describe_phase(what: str, phase: str) -> str:
+    """The progress line for a backend phase: the equivalence check's runs ("B (3/4)") named in full."""
+    label, _, count = phase.partition(" (")
+    if label in EQUIVALENCE_RUNS and count:
+        return f"{what} · run {count.rstrip(')')}: {EQUIVALENCE_RUNS[label]}"
+    return f"{what} · {phase}"
 
 
 class GenerateEvents:
@@ -75,14 +113,13 @@ class GenerateEvents:
 
     def generate(self, request: GenerationRequest, adapters: Sequence[Any], token: str | None, http_request: Any,
                  progress: Any) -> Any:
-        """Run one generation; the GenerationOutput, or None when cancelled."""
+        """Run one generation; the GenerationOutput, or Stopped when cancelled."""
         return self.runner.run(lambda: self.backend.submit_generate(request, adapters, token or None), http_request,
                                progress, "generation")
 
     def generate_view(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None] = (),
-                      request: gr.Request = None, progress: Any = gr.Progress()) -> GenerateView | None:
-        """Generate with the session's adapters (``infos``: each slot's inspect JSON, for the sglang notes); None
-        when the run was cancelled."""
+                      request: gr.Request = None, progress: Any = gr.Progress()) -> GenerateView | Stopped:
+        """Generate with the session's adapters (``infos``: each slot's inspect JSON, for the sglang notes)."""
         used_seed = random.randint(0, MAX_SEED) if form.request.randomize else None
         try:
             generation = form.request.to_request(used_seed)
@@ -90,8 +127,8 @@ class GenerateEvents:
         except H3AppError as error:
             raise user_error(error) from error
         output = self.generate(generation, adapters, form.token, request, progress)
-        if output is None:
-            return None
+        if isinstance(output, Stopped):
+            return output
         summary = output.to_json()
         settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")}}
         sglang = reproduction_views(settings, list(infos)[:len(adapters)])
@@ -231,6 +268,32 @@ def load_settings_view(path: str | None) -> SettingsView:
         missing.append("references")
     status = "Settings restored" + (f" — upload these again: {', '.join(missing)}." if missing else ".")
     return SettingsView(request, controls["mode"], slots, status)
+
+
+# ------------------------------------------------------------------------------------- what a run applies
+APPLY_NOTE_EMPTY = "Generate runs the **base model** (no adapter in the panel)."
+
+
+def apply_note(form: SyncForm) -> str:
+    """What the next Generate, Equivalence check or Grid applies: the panel's adapters as they stand — Load is not
+    required (a job fetches and binds what the panel shows), but this says so before the run."""
+    lines = []
+    for name, slot in sorted(form.slots.items()):
+        if not slot.source or not str(slot.source).strip():
+            continue
+        try:
+            settings = slot.settings(form.mode)
+        except H3AppError as error:
+            lines.append(f"⚠ adapter {name}: {error}")
+            continue
+        loaded = ((form.session or {}).get("adapters") or {}).get(name) or {}
+        same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
+        alpha = "auto (the file's chain)" if settings.alpha is None else f"{settings.alpha:g}"
+        state = ("loaded" if same_file else
+                 "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
+        lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at alpha {alpha} × scale "
+                     f"{settings.strength:g} — {state}.")
+    return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY
 
 
 # ---------------------------------------------------------------------------------------- presets and prompts

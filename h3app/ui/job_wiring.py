@@ -23,7 +23,7 @@ from .forms import (
     read,
     write,
 )
-from .generate_events import GenerateEvents, GenerateView, load_settings_view
+from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view
 from .generate_tab import RequestControls
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
@@ -56,15 +56,27 @@ class JobWiring:
 
 def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Sequence[AdapterSlot],
               request: RequestControls, generate: Any, equivalence: Any, grid: Any, history: Any,
-              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents) -> None:
-    """Bind Generate, Equivalence, Grid, History, Cancel and settings files."""
+              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents
+              ) -> list[tuple[Any, Any, Any]]:
+    """Bind Generate, Equivalence, Grid, History, Cancel and settings files. Returns the (function, inputs,
+    outputs) to run when a page loads."""
+    page_loaded: list[tuple[Any, Any, Any]] = []
     jobs = JobWiring(session, mode, token, request, slots)
     slot_1, slot_2 = slots
     history_parts = parts(history, field_names(HistoryView))
     grid_parts = parts(grid, field_names(GridForm))
 
-    def sync(values: dict[Any, Any]) -> dict[str, Any]:
-        return adapter_events.sync_session(jobs.sync_form(values))
+    def sync(values: dict[Any, Any], request: gr.Request = None) -> dict[str, Any]:
+        session_value = adapter_events.sync_session(jobs.sync_form(values))
+        generate_events.runner.expect(request)
+        return session_value
+
+    def note(values: dict[Any, Any]) -> str:
+        return apply_note(jobs.sync_form(values))
+
+    gr.on([trigger for slot in slots for trigger in (slot.source.change, slot.weight.change, slot.revision.change,
+                                                     slot.override.change, slot.alpha.change, slot.strength.change)]
+          + [session.change, mode.change], note, jobs.sync_inputs(), [generate.apply_note], **CHEAP)
 
     def show_history(session_value: dict[str, Any] | None) -> dict[Any, Any]:
         return write(comparisons.history_view(session_value), history_parts)
@@ -79,11 +91,13 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
                      ) -> dict[Any, Any]:
         view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
                                              request, progress)
-        return gr.skip() if view is None else write(view, generate_parts)
+        if isinstance(view, Stopped):
+            return {generate.cancel_status: view.status}
+        return {**write(view, generate_parts), generate.cancel_status: ""}
 
     generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
-        run_generate, jobs.job_inputs(slot_1.info, slot_2.info), list(generate_parts.values()),
-        scroll_to_output=False, **GPU)
+        run_generate, jobs.job_inputs(slot_1.info, slot_2.info), [*generate_parts.values(), generate.cancel_status],
+        scroll_to_output=False, show_progress_on=[generate.video], **GPU)
     generated.then(show_history, [session], list(history_parts.values()), **CHEAP)
     generated.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
 
@@ -93,11 +107,25 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                   ) -> dict[Any, Any]:
         view = comparisons.check_view(jobs.job_form(values), read(CheckForm, check_parts, values), request, progress)
-        return gr.skip() if view is None else write(view, check_outputs)
+        if isinstance(view, Stopped):
+            return {equivalence.status: view.status}
+        return {**write(view, check_outputs), equivalence.status: ""}
+
+    def check_estimate(values: dict[Any, Any]) -> str:
+        return comparisons.check_estimate(read(RequestForm, jobs.request_parts, values))
+
+    request_changes = [getattr(request, name).change for name in ("steps", "duration", "height", "width", "prompt",
+                                                                  "workflow")]
+    estimated = [equivalence.estimate]
+    gr.on(request_changes, check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
+    page_loaded.append((check_estimate, set(jobs.request_parts.values()), estimated))
+    generated.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
     checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
-        run_check, jobs.job_inputs(*check_parts.values()), list(check_outputs.values()), **GPU)
+        run_check, jobs.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
+        show_progress_on=[equivalence.verdict], **GPU)
     checked.then(show_history, [session], list(history_parts.values()), **CHEAP)
+    checked.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
     grid_outputs = {**parts(grid, ["gallery", "table", "status", "cells"]), "session": session}
 
@@ -108,7 +136,8 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
             yield write(view, grid_outputs)
 
     gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
-        run_grid, jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()), **GPU)
+        run_grid, jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
+        show_progress_on=[grid.gallery], **GPU)
     gridded.then(show_history, [session], list(history_parts.values()), **CHEAP)
     gridded.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
     gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], estimate, set(grid_parts.values()),
@@ -127,11 +156,14 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     history.compare_button.click(compare, [session, history.pick_a, history.pick_b], list(compare_parts.values()),
                                  api_visibility="private", concurrency_id="compare", concurrency_limit=COMPARE_LIMIT)
 
-    for button in (generate.cancel_button, equivalence.cancel_button, grid.cancel_button):
-        button.click(generate_events.runner.cancel, None, [generate.cancel_status],
-                     cancels=[generated, checked, gridded], **CHEAP)
+    # Cancel asks the worker to stop the session's job at its next step; the job's own event then reports
+    # "Cancelled after k of n steps" (Gradio's `cancels=` would kill the event and lose that answer)
+    for button, status in ((generate.cancel_button, generate.cancel_status),
+                           (equivalence.cancel_button, equivalence.status), (grid.cancel_button, grid.status)):
+        button.click(generate_events.runner.cancel, None, [status], **CHEAP)
 
     _wire_settings_file(jobs, generate, adapter_events, token, request)
+    return page_loaded
 
 
 def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterEvents, token: gr.Textbox,

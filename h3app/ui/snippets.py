@@ -162,7 +162,8 @@ def _sglang_alpha(adapter: Mapping[str, Any], info: Mapping[str, Any] | None
     if len(ranks) == 1:
         rank = next(iter(ranks))
         notes.append(f"sglang's --lora-alpha is an integer (int() would truncate {alpha:g} to {int(alpha)}); the "
-                     f"command uses the equivalent alpha {rank} × scale {effective_scale(alpha, strength, rank):.6g} instead — "
+                     f"command uses the equivalent alpha {rank} × scale "
+                     f"{effective_scale(alpha, strength, rank):.6g} instead — "
                      f"same product, though not bit-identical to h3app's float64 scale.")
         return int(rank), effective_scale(alpha, strength, rank), notes
     notes.append(f"sglang's --lora-alpha is an integer: alpha {alpha:g} would become {int(alpha)} "

@@ -145,7 +145,8 @@ class AdapterEvents:
         source = str(source).strip()
         try:
             hosted_dirs = list(self.backend.policy.allowed_local_dirs) if self.backend.hosted else None
-            info = self.backend.inspect(source, implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs), (revision or "").strip() or None,
+            weight = implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs)
+            info = self.backend.inspect(source, weight, (revision or "").strip() or None,
                                         token or None, workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
         except H3AppError as error:
             raise user_error(error) from error

@@ -134,7 +134,8 @@ def build_grid_tab() -> GridTab:
                          object_fit="contain", allow_preview=False, elem_id="grid-gallery")
     table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=False, elem_id="grid-table")
     cell_video = gr.Video(label="selected cell", interactive=False, height=220)
-    return GridTab(alphas, scales, seeds, estimate, run_button, cancel_button, cancel_note, status, gallery, table, cell_video,
+    return GridTab(alphas, scales, seeds, estimate, run_button, cancel_button, cancel_note, status, gallery, table,
+                   cell_video,
                    gr.State([]))
 
 

@@ -110,5 +110,6 @@ def build_generate_tab() -> GenerateTab:
         sglang_command = gr.Code(label="sglang", language="shell", interactive=False, lines=3)
         sglang_notes = gr.HTML("")
         diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)
-    return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html, settings_json,
+    return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html,
+                       settings_json,
                        settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet)

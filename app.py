@@ -40,9 +40,9 @@ def serve() -> None:
     from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
 
-    group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
-                          token=os.environ.get("HF_TOKEN"))
+                          token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
+    group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     backend = backend_from_env(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:

@@ -86,9 +86,15 @@ def _moved(value: Any, home: Path) -> Any:
     return str(moved) if isinstance(value, str) else type(value)(moved)
 
 
-def _forget_cached_filesystems() -> None:
-    """``HfFileSystem`` instances are cached per arguments, each with its listings (fsspec's instance cache): a new
-    home must not inherit an earlier test's listing of a repo with the same name at the same endpoint."""
+def _forget_clients() -> None:
+    """A new home gets new Hub clients: huggingface_hub's one HTTP client (its pooled keep-alive connections could
+    reach a stand-in Hub of an earlier test on a reused port) and the cached ``HfFileSystem`` instances (fsspec keeps
+    one per arguments, each with its listings)."""
+    if "huggingface_hub" not in sys.modules:
+        return
+    from huggingface_hub import close_session
+
+    close_session()
     module = sys.modules.get("huggingface_hub.hf_file_system")
     if module is not None:
         module.HfFileSystem.clear_instance_cache()
@@ -100,7 +106,7 @@ def use_hf_home(monkeypatch: pytest.MonkeyPatch, home: str | Path) -> Path:
     home = Path(home).resolve()
     copies = home_path_copies()  # before ``home`` is known: nothing can lie under it yet
     _remember(home)
-    _forget_cached_filesystems()
+    _forget_clients()
     monkeypatch.setenv("HF_HOME", str(home))
     for name in OVERRIDING_VARIABLES:
         monkeypatch.delenv(name, raising=False)

@@ -159,15 +159,17 @@ class FakeHub:
         self._interruptions: dict[str, _Interruption] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self) -> "FakeHub":
+    def start(self, port: int = 0) -> "FakeHub":
+        """Listen on ``port`` of 127.0.0.1 (0: a free one)."""
         hub = self
 
         class Handler(_HubHandler):
             fake_hub = hub
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         server.daemon_threads = True
         server.block_on_close = False  # idle keep-alive connections must not block shutdown
         self._server = server
@@ -177,10 +179,28 @@ class FakeHub:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection. A client's pooled keep-alive connection would otherwise
+        still be answered by this stopped hub: a later hub on the same port (the OS reuses ports) would never see
+        those requests, and the client would get this hub's files."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client
+
+    def _opened(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(connection)
+
+    def _closed(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(connection)
 
     def __enter__(self) -> "FakeHub":
         return self.start()
@@ -336,6 +356,14 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logging
         return
+
+    def setup(self) -> None:
+        super().setup()
+        self.fake_hub._opened(self.connection)
+
+    def finish(self) -> None:
+        self.fake_hub._closed(self.connection)
+        super().finish()
 
     # -- plumbing ----------------------------------------------------------------------------------------------
     def do_HEAD(self) -> None:  # noqa: N802

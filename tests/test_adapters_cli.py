@@ -14,7 +14,7 @@ from adapter_fixtures import (
     TINY_SHAPES, delta, diffusers_targets, lightx2v_full_size_entries, native_block, relative_error, save,
     write_sparse_safetensors,
 )
-from cli_runner import run_cli
+from cli_runner import run_cli, run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -107,12 +107,10 @@ def test_export_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_module_entry_point_end_to_end(tmp_path: Path) -> None:
     path = save(tmp_path / "a.safetensors", native_block("", 0, rank=4))
-    done = subprocess.run([sys.executable, "-m", "h3app", "inspect", str(path), "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = run_cli_process("inspect", str(path), "--json", timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["format"] == "native"
-    bad = subprocess.run([sys.executable, "-m", "h3app", "inspect", str(tmp_path / "missing.safetensors")], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    bad = run_cli_process("inspect", str(tmp_path / "missing.safetensors"), timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
 
 

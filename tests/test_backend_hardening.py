@@ -150,3 +150,11 @@ def test_a_missing_gpu_is_one_line_at_start_up(argv):
 def test_an_uncached_hub_model_offline_is_one_line_at_start_up(tmp_path):
     done = run_python("app.py", "--model", "MiniMaxAI/MiniMax-H3", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
     assert_one_line_refusal(done, "MiniMaxAI/MiniMax-H3", "cache")
+
+
+def test_inspect_stays_light_no_torch_is_imported():
+    code = ("import sys; from h3app.cli import main; "
+            f"code = main(['inspect', {str(ROOT / 'assets' / 'adapters' / 'kohya_musubi.safetensors')!r}, '--json']); "
+            "print('torch loaded:', 'torch' in sys.modules, 'exit', code)")
+    done = run_python("-c", code)
+    assert done.stdout.strip().endswith("torch loaded: False exit 0"), done.stderr

@@ -14,6 +14,7 @@ import torch
 import hf_home
 from lora_fixtures import build_tiny
 from model_state import ModelGuard
+from tests.hub_server import FakeHub, point_huggingface_hub_at
 
 from h3app.backend.service import Backend
 from h3app.settings import LoRASettings
@@ -71,6 +72,33 @@ def test_a_home_made_by_an_earlier_test_is_moved_too(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(sys.modules, "h3app._late_import_for_test", module)
     later = hf_home.use_hf_home(monkeypatch, tmp_path / "later")
     assert module.CACHE == str(later / "hub") and module.OTHER == "unrelated"
+
+
+def test_a_stopped_hub_answers_nothing_even_on_a_pooled_connection(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """The OS reuses ports: a client that kept a keep-alive connection to an earlier test's hub must reach the hub
+    now on that port, not the stopped one (which would answer with its own repos and log nothing here)."""
+    from huggingface_hub import close_session
+
+    from h3app.adapters.source import list_weight_files
+
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "a.safetensors").write_bytes(b"x" * 100)
+    old = FakeHub().start()
+    old.add_repo("me/multi", tmp_path / "repo")
+    point_huggingface_hub_at(monkeypatch, old.endpoint, tmp_path / "hf_home")
+    assert [f.name for f in list_weight_files("me/multi")] == ["a.safetensors"]  # a pooled connection to ``old``
+    port = int(old.endpoint.rsplit(":", 1)[1])
+    old.stop()  # the client is not closed, as when it outlives the test that made it
+    new = FakeHub().start(port=port)
+    try:
+        new.add_repo("me/multi", tmp_path / "repo")
+        assert [f.name for f in list_weight_files("me/multi")] == ["a.safetensors"]
+        assert [r.path for r in new.requests if r.path.startswith("/api/models")] == ["/api/models/me/multi"]
+        assert len(old.requests) == 1
+    finally:
+        close_session()
+        new.stop()
 
 
 def _model_of(transformer: torch.nn.Module) -> SimpleNamespace:

@@ -92,3 +92,12 @@ def test_two_gpu_bench_section_says_why_it_skipped():
         pytest.skip("two GPUs present: the section runs for real in bench/gpu.py")
     (what, _, seconds, note), = two_gpu_rows()
     assert math.isnan(seconds) and note.startswith("skipped: needs 2 CUDA GPUs")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_ranks_without_a_gpu_are_refused_before_any_rank_starts(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    args = _args("--ulysses", "2", "--device", "cuda")
+    with pytest.raises(H3AppError, match="no usable CUDA GPU") as caught:
+        start_ranks(args)
+    assert "use --device cpu" in str(caught.value)

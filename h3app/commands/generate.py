@@ -96,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
         raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
     adapters = adapters_from_args(args)
     token = os.environ.get("HF_TOKEN")
+    options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
-    backend = Backend(args.model, load_options(args), parallel=group)
+    backend = Backend(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:
             return follow(group, backend)

@@ -141,8 +141,7 @@ class RankGroup:
         try:
             run()
         except (RuntimeError, ValueError) as error:  # gloo/nccl report a dead or silent peer as RuntimeError
-            self._lost = rank_lost(error, self.describe_lost(), self.spec.timeout_s)
-            raise self._lost from error
+            raise self.lose(error) from error
 
     def lose(self, error: BaseException) -> RankLost:
         """Mark the ranks as unable to continue after ``error`` (a failed collective inside the model)."""
@@ -151,12 +150,12 @@ class RankGroup:
         return self._lost
 
     def describe_lost(self) -> str:
-        """Which rank is gone, when this process started it (its exit code and log file); else "a rank"."""
+        """Which rank is gone, when this process started it (its exit code and log file); else a general name."""
         for child in self.spawned:
             code = child.process.poll()
             if code is not None:
                 return f"rank {child.rank} (exited with code {code}; its log: {child.log})"
-        return "rank 0" if not self.leader else "a rank"
+        return "a rank" if self.leader else "rank 0 or another rank"
 
     # ------------------------------------------------------------------------------------------------ close
     def close(self) -> None:
@@ -171,6 +170,5 @@ class RankGroup:
             except subprocess.TimeoutExpired:
                 child.process.kill()
                 child.process.wait()
-        if dist.is_initialized():
-            if self._lost is None:
-                dist.destroy_process_group()
+        if dist.is_initialized() and self._lost is None:  # a wedged group could block its own teardown
+            dist.destroy_process_group()

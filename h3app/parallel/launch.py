@@ -61,6 +61,7 @@ def close_ranks(group: RankGroup | None) -> None:
 
 
 def _launch(spec: ParallelSpec, args: argparse.Namespace) -> RankGroup:
+    _place(args, 0)  # a missing GPU is refused before any rank starts
     port = _free_port()
     logs = Path(tempfile.mkdtemp(prefix="h3app-ranks-"))
     children = []
@@ -73,7 +74,6 @@ def _launch(spec: ParallelSpec, args: argparse.Namespace) -> RankGroup:
             process = subprocess.Popen(list(sys.orig_argv), env=env, stdout=subprocess.DEVNULL, stderr=stream,
                                        stdin=subprocess.DEVNULL)
         children.append(Spawned(rank=rank, process=process, log=log))
-    _place(args, 0)
     try:
         _init(args.device, spec, f"tcp://127.0.0.1:{port}", 0)
     except BaseException:
@@ -106,6 +106,9 @@ def _place(args: argparse.Namespace, local_rank: int) -> None:
         return
     import torch
 
+    from ..model.loader import check_device
+
+    check_device(args.device)
     if local_rank >= torch.cuda.device_count():
         raise H3AppError(f"rank {local_rank} of this machine has no GPU ({torch.cuda.device_count()} visible): use "
                          f"at most that many ranks per machine.")

@@ -145,9 +145,9 @@ class AdapterEvents:
         source = str(source).strip()
         try:
             hosted_dirs = list(self.backend.policy.allowed_local_dirs) if self.backend.hosted else None
-            weight = implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs)
-            info = self.backend.inspect(source, weight, (revision or "").strip() or None,
-                                        token or None, workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
+            name = implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs)  # never looks outside them
+            info = self.backend.inspect(source, name, (revision or "").strip() or None, token or None,
+                                        workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
         except H3AppError as error:
             raise user_error(error) from error
         data = info.to_json()

@@ -5,10 +5,10 @@
 
 The result loads through the same loader as ``MiniMaxAI/MiniMax-H3`` (``modular_model_index.json`` plus one folder
 per component, ``transformer_ref/`` included; docs/architecture.md, decision 9). The transformer is diffusers' own test
-config (hidden 24, 2 heads × 16,
-2 layers, 2 refiner layers, ffn 32, in_channels 4, text_dim 8); the audio VAE keeps the real hop of 800 samples per
-latent at 32 kHz (so the soundtrack lasts as long as the video); the text encoder is a real Qwen3-VL with 51 decoder
-layers at hidden size 8 (the pipeline reads ``hidden_states[50]``) and a byte-level tokenizer built locally.
+config (hidden 24, 2 heads × 16, 2 layers, 2 refiner layers, ffn 32, in_channels 4, text_dim 8); the audio VAE keeps
+the real hop of 800 samples per latent at 32 kHz (so the soundtrack lasts as long as the video); the text encoder is a
+real Qwen3-VL with 51 decoder layers at hidden size 8 (the pipeline reads ``hidden_states[50]``) and a byte-level
+tokenizer, built locally, whose merges make the demo vocabulary's words single tokens.
 """
 
 from __future__ import annotations
@@ -259,6 +259,8 @@ def build(out_dir: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .tiny_training.recipe import STAGES, Recipe, train
+
     parser = argparse.ArgumentParser(prog="python -m h3app.model.tiny")
     sub = parser.add_subparsers(dest="command", required=True)
     build_parser = sub.add_parser("build", help="write the tiny checkpoint to DIR")
@@ -269,14 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     train_parser.add_argument("--work", default="build/tiny-train",
                               help="folder for per-stage results; a rerun resumes after the last finished stage")
     train_parser.add_argument("--smoke", action="store_true", help="one or two steps per stage (checks the recipe)")
-    train_parser.add_argument("--only", choices=("base", "style", "turbo"),
+    train_parser.add_argument("--only", choices=STAGES,
                               help="run just this stage into --work (to run independent stages side by side)")
     args = parser.parse_args(argv)
     if args.command == "train":
-        from .tiny_training.recipe import Recipe, train
-
         recipe = Recipe.smoke() if args.smoke else Recipe()
         train(Path(args.dir), Path(args.adapters), Path(args.work), recipe, only=args.only)
+        if args.only is not None:
+            print(f"stage {args.only} done in {args.work}")
+            return 0
         out = Path(args.dir)
     else:
         out = build(args.dir)

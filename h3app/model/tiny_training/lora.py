@@ -4,9 +4,25 @@ file layouts the demo adapters are written in."""
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import torch
+
+def write_canonical(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Path:
+    """Save ``tensors`` (sorted) with a canonical header: safetensors writes ``__metadata__`` in hash order, which
+    would make the bytes differ from run to run; the JSON is re-serialised with sorted keys (offsets unchanged)."""
+    from safetensors.torch import save
+
+    raw = save({k: tensors[k].contiguous() for k in sorted(tensors)}, metadata=metadata)
+    header_len = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8 : 8 + header_len])
+    canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    canonical += b" " * (-len(canonical) % 8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(canonical)) + canonical + raw[8 + header_len :])
+    return path
+
 
 TURBO_MODULES = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
 
@@ -52,8 +68,6 @@ class TrainingLora:
 
 def write_turbo(lora: TrainingLora, path: Path) -> Path:
     """LightX2V's Turbo layout: diffusers module names, PEFT ``lora_A/lora_B.default`` keys, no alpha anywhere."""
-    from ...adapters.demo import _write as write_canonical
-
     tensors = {}
     for name, (down, up) in lora.factors.items():
         tensors[f"{name}.lora_A.default.weight"] = down.detach().clone()
@@ -63,8 +77,6 @@ def write_turbo(lora: TrainingLora, path: Path) -> Path:
 
 def write_with_alpha(lora: TrainingLora, path: Path) -> Path:
     """diffusers' PEFT layout (``transformer.`` prefix) with ``r``/``lora_alpha`` in ``lora_adapter_metadata``."""
-    from ...adapters.demo import _write as write_canonical
-
     tensors = {}
     for name, (down, up) in lora.factors.items():
         tensors[f"transformer.{name}.lora_A.weight"] = down.detach().clone()

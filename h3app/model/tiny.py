@@ -76,7 +76,7 @@ TINY_AUDIO_VAE_CONFIG: dict[str, Any] = {
 }
 
 # The canvas the tiny model is trained at (32 × 56, 16:9): `generate --model tiny` without a size takes seconds.
-TINY_CANVAS = {"canvas_short_edge": 32, "canvas_max_pixels": 32 * 56, "reference_image_short_edge": 32}
+TINY_CANVAS = {"canvas_short_edge": 32, "canvas_max_pixels": 64 * 96, "reference_image_short_edge": 32}
 
 QWEN_SPECIAL_TOKENS = (
     "<|endoftext|>",

@@ -121,7 +121,7 @@ class GridTab:
 def build_grid_tab() -> GridTab:
     gr.Markdown(GRID_INTRO, elem_classes=["h3-note"])
     with gr.Row():
-        alphas = gr.Textbox("8, auto", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
+        alphas = gr.Textbox("1, 16", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
         scales = gr.Textbox("0.5, 1.0", label="scales", elem_id="grid-scales")
         seeds = gr.Textbox("7", label="seeds", elem_id="grid-seeds")
     estimate = gr.Markdown("", elem_id="grid-estimate")

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from .errors import H3AppError
 
-COMMANDS = ("inspect", "generate", "check", "export")
+COMMANDS = ("inspect", "generate", "check", "export", "plan")
 
 
 class _OneLineParser(argparse.ArgumentParser):

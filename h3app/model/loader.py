@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -109,6 +109,8 @@ class LoadedModel:
     _manager: Any = None
     prompt_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=32))
     decode_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=2, enabled=False))
+    # (location, names, options) → components; the hardware rehearsal builds full-size fake ones instead.
+    component_source: Callable[[repo.ModelLocation, list[str], LoadOptions], dict[str, Any]] | None = None
 
     @property
     def name(self) -> str:
@@ -146,7 +148,7 @@ class LoadedModel:
                 # A Hub model downloads only what the first workflow needed; fetch the other partition now.
                 self.location = repo.locate(self.location.repo_id, workflow=workflow,
                                             revision=self.options.revision, token=self.options.token)
-            self.components.update(_load_components(self.location, missing, self.options))
+            self.components.update((self.component_source or _load_components)(self.location, missing, self.options))
             self._place(missing)
 
     def _place(self, names: list[str]) -> None:

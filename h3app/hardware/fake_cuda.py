@@ -42,6 +42,10 @@ aten = torch.ops.aten
 SHADOW_ELEMENTS = 1 << 16
 HOST_FAKE_ELEMENTS = 1 << 20
 _CPU = torch.device("cpu")
+# Ops whose CUDA kernels refuse mixed input dtypes, which their meta kernels do not check.
+_SAME_DTYPE = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
+               aten.addmv.default, aten.convolution.default, aten._scaled_dot_product_flash_attention.default,
+               aten._scaled_dot_product_efficient_attention.default}
 _FACTORIES = {aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default, aten.ones.default,
               aten.full.default, aten.randn.default, aten.rand.default, aten.empty_like.default,
               aten.zeros_like.default, aten.randn_like.default}
@@ -142,6 +146,9 @@ class FakeCuda(FakeTensorMode):
 
     def __init__(self) -> None:
         super().__init__(allow_non_fake_inputs=True)
+        # The dispatch cache is shared by every fake mode of the process and keys on metadata only; known small
+        # values make outputs depend on more than that, so each rehearsal dispatches afresh.
+        self.cache_enabled = False
         self.counter = ByteCounter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: C901 - one dispatch table
@@ -161,6 +168,8 @@ class FakeCuda(FakeTensorMode):
         shadows = _shadow_arguments(args, kwargs)
         if func is aten._to_copy.default and fakes and _target_device(args, kwargs).type == "cpu" and shadows:
             return func(*shadows[0], **shadows[1])  # a small value copied to the host: the real value
+        if func in _SAME_DTYPE:
+            _check_same_dtype(func, args)
         try:
             out = self._dispatch_fake(func, types, args, kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException):
@@ -172,8 +181,9 @@ class FakeCuda(FakeTensorMode):
                 raise
             return tree_map(self._fake_of, func(*shadows[0], **shadows[1]))
         outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        if shadows is not None and all(t.numel() <= SHADOW_ELEMENTS for t in outputs):
-            real = tree_flatten(func(*shadows[0], **shadows[1]))[0]
+        real = _values(func, shadows) if shadows is not None and all(
+            t.numel() <= SHADOW_ELEMENTS for t in outputs) else None
+        if real is not None:
             for fake, value in zip(tree_flatten(out)[0], real):
                 if is_fake(fake) and isinstance(value, torch.Tensor):
                     fake._h3_value = value
@@ -252,6 +262,22 @@ def _shadow_arguments(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[
     return (new_args, new_kwargs) if known[0] else None
 
 
+def _check_same_dtype(func, args: tuple) -> None:
+    dtypes = {t.dtype for t in args if isinstance(t, torch.Tensor) and t.dtype.is_floating_point}
+    if len(dtypes) > 1:
+        names = " != ".join(sorted(str(d).replace("torch.", "") for d in dtypes))
+        raise RuntimeError(f"{func}: expected all inputs to have the same dtype, but got {names} "
+                           f"(a GPU refuses this)")
+
+
+def _values(func, shadows: tuple[tuple, dict[str, Any]]) -> list[Any] | None:
+    """The op run on known values on the CPU; None where the CPU has no kernel for it (GPU-only fused ops)."""
+    try:
+        return tree_flatten(func(*shadows[0], **shadows[1]))[0]
+    except (NotImplementedError, RuntimeError):
+        return None
+
+
 def _placeholder_scalar(dtype: torch.dtype) -> bool | int | float:
     if dtype == torch.bool:
         return True
@@ -268,10 +294,24 @@ class FusedKernels(TorchFunctionMode):
             query = args[0] if args else kwargs.get("query")
             if is_fake(query):
                 return fused_attention(*args, **kwargs)
+        device = kwargs.get("device")
+        if func is torch.tensor and device is not None and torch.device(device).type == "cuda":
+            # Built on the host then moved, as the GPU build does; the direct path would initialise a real CUDA.
+            data = _plain_numbers(args[0] if args else kwargs.pop("data"))
+            return func(data, *args[1:], **{**kwargs, "device": "cpu"}).to(device)
         if func is torch.Tensor.numpy and is_fake(args[0]):
             tensor = args[0]
             return np.zeros(tuple(tensor.shape), dtype=torch.empty((), dtype=tensor.dtype).numpy().dtype)
         return func(*args, **kwargs)
+
+
+def _plain_numbers(data: Any) -> Any:
+    """Nested lists of fake scalars → Python numbers (their known values), as ``torch.tensor`` reads them."""
+    if is_fake(data):
+        return data.tolist()
+    if isinstance(data, (list, tuple)):
+        return type(data)(_plain_numbers(item) for item in data)
+    return data
 
 
 def fused_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

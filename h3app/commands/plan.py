@@ -69,6 +69,9 @@ def plan_options(args: argparse.Namespace):
     for flag in ("ulysses", "ring"):
         if not 1 <= getattr(args, flag) <= MAX_RANKS:
             raise H3AppError(f"--{flag} must be between 1 and {MAX_RANKS}, got {getattr(args, flag)}.")
+    if args.fp8 and args.lora_mode == "merged" and args.adapter is not None:
+        raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
+                         "use --lora-mode unmerged, or drop --fp8.")
     if args.hardware is not None:
         from ..hardware.flavors import flavor
 

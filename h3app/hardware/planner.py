@@ -195,8 +195,11 @@ PREFERENCE = (Placement("none"), Placement("none", fp8=True), Placement("auto"),
 
 
 def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict[str, Any] | None:
-    """The smallest flavor with the fastest placement that fits it (None: nothing fits)."""
+    """The smallest flavor with the fastest placement that fits it (None: nothing fits). ZeroGPU is judged in
+    ``fits`` but never recommended: h3app's one worker holds the GPU for its lifetime (docs/hardware.md)."""
     for hardware in FLAVORS:
+        if hardware.zero_gpu:
+            continue
         for placement in PREFERENCE:
             placement = replace(placement, ranks=ranks)
             if placement.fp8 and lora_mode == "merged":

@@ -11,7 +11,15 @@ import os
 from h3app.cli import quiet_libraries
 
 
+def use_persistent_storage() -> None:
+    """On a Space with persistent storage (/data), keep the Hugging Face cache there: ~124 GB of weights are
+    downloaded once, not on every restart."""
+    if "HF_HOME" not in os.environ and os.path.isdir("/data") and os.access("/data", os.W_OK):
+        os.environ["HF_HOME"] = "/data/.huggingface"
+
+
 def main() -> None:
+    use_persistent_storage()
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))

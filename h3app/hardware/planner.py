@@ -213,7 +213,7 @@ def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict
 
 
 def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = full_size.FULL,
-              hardware: str | None = None) -> Plan:
+              hardware: str | None = None, measured: Measured | None = None) -> Plan:
     """Rehearse, compose for ``placement``, judge every flavor (or only ``hardware``), recommend."""
     started = time.perf_counter()
     if options.resolution not in RESOLUTIONS:
@@ -225,7 +225,7 @@ def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = f
         raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
                          "use --lora-mode unmerged, or drop --fp8.")
     judged = (flavor(hardware),) if hardware else FLAVORS
-    measured = measure(options, model)
+    measured = measured or measure(options, model)
     peak, phases = compose(measured, placement, lora_mode)
     rehearsal = measured.rehearsal
     components = dict(measured.weights)

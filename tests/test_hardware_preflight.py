@@ -1,0 +1,34 @@
+"""The app plans before downloading: a real model on a GPU too small stops with one line naming what fits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from h3app.errors import H3AppError
+from h3app.hardware import preflight
+from h3app.hardware.flavors import GB
+from h3app.model.loader import LoadOptions
+from tests.test_hardware_plan import _measured
+
+
+def test_tiny_and_cpu_runs_are_not_planned():
+    assert preflight.check_before_download("tiny", LoadOptions(device="cuda"), device=("H100", 80 * GB)) is None
+    assert preflight.check_before_download("MiniMaxAI/MiniMax-H3", LoadOptions(), device=None) is None
+
+
+def test_a_real_model_on_a_gpu_without_cuda_is_refused():
+    with pytest.raises(H3AppError, match="no CUDA GPU"):
+        preflight.check_before_download("MiniMaxAI/MiniMax-H3", LoadOptions(device="cuda"), device=None)
+
+
+def test_too_small_a_gpu_stops_before_downloading_and_names_what_fits(monkeypatch):
+    monkeypatch.setattr(preflight, "measure", lambda *a, **k: _measured())
+    options = LoadOptions(device="cuda", dtype=torch.bfloat16)  # offload none: ~140 GiB resident
+    with pytest.raises(H3AppError) as caught:
+        preflight.check_before_download("MiniMaxAI/MiniMax-H3", options, device=("NVIDIA H100", 80 * GB))
+    message = str(caught.value)
+    assert "\n" not in message and "--offload auto" in message and "nothing was downloaded" in message
+    fitting = preflight.check_before_download("MiniMaxAI/MiniMax-H3", LoadOptions(device="cuda", offload="auto",
+                                              dtype=torch.bfloat16), device=("NVIDIA H100", 80 * GB))
+    assert fitting is not None and fitting.peak_gpu_bytes < 80 * GB

@@ -1,4 +1,4 @@
-"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID]`.
+"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N]`.
 
 Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from --model
 or H3APP_MODEL (default: the embedded tiny checkpoint); hosted mode, adapter size cap and output folder from
@@ -7,8 +7,11 @@ H3APP_HOSTED, H3APP_MAX_ADAPTER_MB and H3APP_OUTPUT_DIR. README.md lists every v
 
 import argparse
 import os
+import sys
 
 from h3app.cli import quiet_libraries
+from h3app.errors import H3AppError
+from h3app.parallel.topology import add_parallel_arguments
 
 
 def use_persistent_storage() -> None:
@@ -19,23 +22,43 @@ def use_persistent_storage() -> None:
 
 
 def main() -> None:
+    """Start the app, or refuse with one line on stderr and exit status 2 (a bad flag, no GPU, a model that cannot
+    be found or loaded), like every ``python -m h3app`` command."""
+    try:
+        serve()
+    except H3AppError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def serve() -> None:
     use_persistent_storage()
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
     parser.add_argument("--device", default=os.environ.get("H3APP_DEVICE", "cpu"))
     parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
+    add_parallel_arguments(parser)
     args = parser.parse_args()
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env
     from h3app.model.loader import LoadOptions, parse_dtype
+    from h3app.parallel.follower import follow
+    from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
 
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
-                          token=os.environ.get("HF_TOKEN"))
-    backend = backend_from_env(args.model, options)
-    build_app(backend).launch(**launch_kwargs(backend))
+                          token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
+    group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
+    backend = backend_from_env(args.model, options, parallel=group)
+    try:
+        if group is not None and not group.leader:
+            sys.exit(follow(group, backend))
+        build_app(backend).launch(**launch_kwargs(backend))
+    finally:
+        backend.close()
+        close_ranks(group)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import torch
 
@@ -27,6 +28,25 @@ DEEP_NARROW_CONFIG: dict[str, Any] = {
     "num_refiner_layers": 2, "ffn_dim": 512, "in_channels": 24, "audio_in_channels": 32, "patch_size": (1, 2, 2),
     "text_dim": 256, "freq_dim": 64, "time_embed_hidden_dim": 256, "time_embed_dim": 128, "rope_freq_dim": 16,
 }
+
+
+class MediumCase(NamedTuple):
+    """P2/P5's subject: the medium transformer, its LightX2V-layout adapter file (rank ``rank`` on the six
+    attention/FFN targets of all 10 blocks, fp32, alpha 8 in ``__metadata__``) and the number of targets."""
+
+    transformer: torch.nn.Module
+    adapter_path: Path
+    targets: int
+    rank: int
+
+
+def medium_case(cache_dir: Path, rank: int = 128) -> MediumCase:
+    """Build the medium model and write (once; then reuse) its adapter file under ``cache_dir``."""
+    from .adapter_files import cached_adapter_file, lightx2v_layout
+
+    specs = lightx2v_layout(MEDIUM_CONFIG, rank, torch.float32)
+    path, _ = cached_adapter_file(cache_dir, "lightx2v-medium", specs, {"alpha": "8"})
+    return MediumCase(build_transformer(MEDIUM_CONFIG), path, len(specs) // 2, rank)
 
 
 def full_width_block_config() -> dict[str, Any]:

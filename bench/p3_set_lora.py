@@ -2,12 +2,13 @@
 
 Model: diffusers' H3 transformer with 50 blocks + 2 refiner blocks at a small width (hidden 256, 2 heads × 128,
 ffn 512); adapter: LightX2V layout, rank 32, on all 312 attention/FFN targets. Depth is what matters here: the cost
-of a change must not grow with the number of layers (DESIGN.md decision 4).
+of a change must not grow with the number of layers (docs/architecture.md, decision 4).
 
-Ours: ``LoRAEngine.set_lora`` (an O(1) update of the shared scale state) plus the per-layer scale refresh that each
-layer then does lazily on its next forward (``LoRAFactors.scale_values``) — together, everything a change costs
-before the next forward's arithmetic. It is measured as (set_lora + one scale lookup per layer) minus the same
-lookups without a change (which every forward pays anyway), each the mean of many back-to-back calls. Peer: diffusers ``set_adapters`` (PEFT ``set_weights_and_activate_adapters``: a
+Ours: ``LoRAEngine.set_lora`` (it refills the adapter's few shared scale entries) plus whatever the layers would
+then pay on the next forward before their arithmetic (``LoRAFactors.scale_values``: a read of the shared entry; a
+design that refreshed per layer would show here) — together, everything a change costs. It is measured as
+(set_lora + one scale lookup per layer) minus the same lookups without a change (which every forward pays anyway),
+each the mean of many back-to-back calls. Peer: diffusers ``set_adapters`` (PEFT ``set_weights_and_activate_adapters``: a
 ``set_scale`` on every LoRA layer). Also: the same at 4 blocks (growth with depth) and each followed by a real
 forward (end to end).
 """
@@ -91,7 +92,7 @@ def _lookups(entries: list[Any]) -> Callable[[], None]:
 def run(ctx: BenchContext) -> list[Row]:
     import torch
 
-    inner = 20 if ctx.quick else 50
+    inner = 50  # microsecond operations: many calls per timed run keep the subtraction below out of the noise
     engine, transformer, path, entries = _bound(ctx, DEEP_NARROW_CONFIG)
     shallow_config = with_depth(DEEP_NARROW_CONFIG, SHALLOW_LAYERS)
     shallow_engine, _, _, shallow_entries = _bound(ctx, shallow_config)

@@ -1,4 +1,4 @@
-"""``python -m h3app …``: the command line. Contract in DESIGN.md: exit 0 on success, 2 on bad input with one
+"""``python -m h3app …``: the command line. Contract in docs/architecture.md: exit 0 on success, 2 on bad input with one
 line on stderr, JSON on stdout with ``--json``. Each command lives in ``h3app/commands/<name>.py`` with
 ``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``."""
 
@@ -12,27 +12,21 @@ from typing import Any, Sequence
 
 from .errors import H3AppError
 
-COMMANDS = ("inspect", "generate", "check", "export", "plan")
+COMMANDS = ("inspect", "generate", "check", "export", "grid", "plan")
 
 
 class _OneLineParser(argparse.ArgumentParser):
     """Argument errors are bad input: one line on stderr, exit 2, no usage dump."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"error: {message} (see `python -m h3app {self.prog.split()[-1]} --help`)\n")
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="python -m h3app", description="H3 LoRA Lab command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"h3app.commands.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"h3app.commands.{name}":
-                raise
-            continue  # command not built yet
-        module.add_parser(sub)
+        importlib.import_module(f"h3app.commands.{name}").add_parser(sub)
     return parser
 
 

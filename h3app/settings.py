@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-import math
+import os
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from .errors import H3AppError
+from .rules import values
+from .rules.choices import LORA_MODES, QKV_LAYOUTS
 
-MODES = ("unmerged", "merged")
-QKV_LAYOUTS = ("auto", "blocked", "interleaved")
-MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
-
-
-def check_alpha(alpha: float | None) -> float | None:
-    """A user-given alpha must be a finite number > 0 (None means "use the resolved chain value")."""
-    if alpha is None:
-        return None
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-        raise H3AppError(f"alpha must be a number, got {alpha!r}: give a positive number such as 8, or leave it on auto.")
-    if not math.isfinite(alpha) or alpha <= 0 or alpha > MAX_ALPHA:
-        raise H3AppError(f"alpha must be a finite number > 0 (at most {MAX_ALPHA:g}), got {alpha!r}: give a "
-                         f"positive number such as 8, or leave it on auto.")
-    return float(alpha)
+MODES = LORA_MODES  # the name the LoRA engine imports
 
 
-def check_strength(strength: float, what: str = "scale") -> float:
-    """Strength (a.k.a. scale) may be negative (slider LoRAs) but must be finite and within ±100."""
-    if isinstance(strength, bool) or not isinstance(strength, (int, float)):
-        raise H3AppError(f"{what} must be a number, got {strength!r}: use a value such as 1.0.")
-    if not math.isfinite(strength) or abs(strength) > 100:
-        raise H3AppError(f"{what} must be finite and between -100 and 100, got {strength!r}: use a value such as 1.0.")
-    return float(strength)
+def check_alpha(alpha: Any) -> float | None:
+    """A user-given alpha: None (the alpha chain's value) or a finite number in (0, 1e6] (``rules.values``)."""
+    return values.parse_alpha(alpha)
+
+
+def check_strength(strength: Any, what: str = "scale") -> float:
+    """A strength (``--scale``): finite, within ±100, may be negative (``rules.values``)."""
+    return values.parse_strength(strength, what)
 
 
 @dataclass(frozen=True)
@@ -52,11 +41,23 @@ class LoRASettings:
     qkv_layout: str = "auto"
 
     def __post_init__(self) -> None:
-        check_alpha(self.alpha)
-        check_strength(self.strength)
-        for group, value in dict(self.group_strengths).items():
-            check_strength(value, what=f"strength of group {group!r}")
-        if self.mode not in MODES:
-            raise H3AppError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}.")
+        source = os.fspath(self.source) if isinstance(self.source, os.PathLike) else self.source
+        if not isinstance(source, str) or not source.strip():
+            raise H3AppError(f"the adapter source must be a Hub repo id, an HF URL or a local path, got "
+                             f"{values.short(source)}.")
+        object.__setattr__(self, "source", values.check_length(source, "the adapter source"))
+        for name in ("weight_name", "revision"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise H3AppError(f"{name} must be text, got {values.short(value)}.")
+            if value is not None:
+                values.check_length(value, name)
+        object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        object.__setattr__(self, "strength", check_strength(self.strength))
+        object.__setattr__(self, "group_strengths", {
+            group: check_strength(value, what=f"strength of group {group!r}")
+            for group, value in dict(self.group_strengths).items()})
+        if self.mode not in LORA_MODES:
+            raise H3AppError(f"mode must be one of {', '.join(LORA_MODES)}, got {self.mode!r}.")
         if self.qkv_layout not in QKV_LAYOUTS:
             raise H3AppError(f"qkv_layout must be one of {', '.join(QKV_LAYOUTS)}, got {self.qkv_layout!r}.")

@@ -1,11 +1,16 @@
-"""The real app (``build_app`` + ``launch``) on 127.0.0.1, for the HTTP and browser tests."""
+"""The real app (``build_app`` + ``launch``) on 127.0.0.1 for the HTTP and browser tests, and Debian's chromium
+driven by Playwright (no Playwright browser download)."""
 
 from __future__ import annotations
 
+import shutil
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 from h3app.ui.app_ui import build_app, launch_kwargs
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update"]
 
 
 @contextmanager
@@ -19,3 +24,18 @@ def running_app(backend: Any, **overrides: Any) -> Iterator[str]:
         yield demo.local_url
     finally:
         demo.close()
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """One headless Debian chromium (``apt-get install chromium``) for a test module."""
+    from playwright.sync_api import sync_playwright
+
+    executable = shutil.which("chromium")
+    assert executable, "Debian's chromium is required: apt-get install chromium (scripts/test.sh does it)"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,21 +1,58 @@
-"""Test-wide settings: nothing from the internet, no analytics, a private HF cache per session."""
+"""Test-wide settings and isolation: nothing from the internet, no analytics, and no state shared between tests.
+
+- Every test gets its own, empty Hugging Face home (``private_hf_home``): the environment and every import-time copy
+  of a home-derived path (``tests/hf_home.py``), so no test sees another's cache and the user's cache is never used.
+- The session's tiny model is loaded once; after each test that used it, backends are reset and the weights are
+  checked bit for bit against the model as loaded (``tests/model_state.py``), else that test fails.
+"""
 
 import os
-import tempfile
 
-# Set before huggingface_hub/gradio are imported anywhere (they read these at import time).
-os.environ["HF_HUB_OFFLINE"] = "1"
+from hf_home import isolate_process_environment
+
+# Before huggingface_hub/gradio are imported anywhere (they read these at import time).
+isolate_process_environment()
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
-os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
-os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="h3app-test-hf-home-"))
-os.environ.pop("HF_TOKEN", None)
+
+from pathlib import Path  # noqa: E402
+from typing import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
+from hf_home import use_hf_home  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def private_hf_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own, empty Hugging Face home (``fake_hub`` moves it again, under the test's ``tmp_path``)."""
+    return use_hf_home(monkeypatch, tmp_path_factory.mktemp("hf_home"))
+
 
 @pytest.fixture(scope="session")
-def tiny_model():
-    """The embedded tiny checkpoint, loaded once for the whole session (t2va components)."""
+def _model_guard() -> Iterator["ModelGuard"]:
+    """The embedded tiny checkpoint, both partitions loaded, with a bitwise copy of its weights."""
     from h3app.model.loader import load_model
+    from model_state import ModelGuard
 
-    return load_model("tiny", "t2va")
+    model = load_model("tiny", "t2va")
+    model.transformer("ref2va")  # loaded now, so that its base is the checkpoint's
+    guard = ModelGuard(model)
+    yield guard
+    guard.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(_model_guard):
+    """The embedded tiny checkpoint, loaded once for the whole session (both transformer partitions).
+
+    Shared: every test that uses it must leave it bitwise as loaded once backends are reset (``_session_model_at_base``)."""
+    return _model_guard.model
+
+
+@pytest.fixture(autouse=True)
+def _session_model_at_base(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that used ``tiny_model``: reset backends on it and fail the test unless it is bitwise as loaded."""
+    guard = request.getfixturevalue("_model_guard") if "tiny_model" in request.fixturenames else None
+    yield
+    if guard is not None:
+        guard.check_after(request.node.nodeid)

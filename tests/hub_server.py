@@ -29,8 +29,9 @@ import, into ``huggingface_hub.constants`` (``ENDPOINT``, ``HUGGINGFACE_CO_URL_T
 template built from it —, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``, token paths), and every call reads those module
 attributes at call time (``HfApi()`` copies ``constants.ENDPOINT`` when constructed). So in-process tests
 monkeypatch those attributes (``point_huggingface_hub_at``; the ``fake_hub`` fixture does it), and set the
-environment variables too so that subprocesses and late importers agree; code that copied them into its own
-module at import (``from huggingface_hub.constants import ENDPOINT``; diffusers' and transformers' own offline
+environment variables too so that subprocesses and late importers agree. Cache paths are moved with
+``tests/hf_home.py`` (import-time copies included, e.g. ``scan_cache_dir()``'s default); other code that copied
+a constant into its own module at import (``from huggingface_hub.constants import ENDPOINT``; diffusers' and transformers' own offline
 flags) is not covered: test such code in a subprocess with ``hub.subprocess_env(hf_home)``. The real user token
 (``~/.cache/huggingface/token``, ``HF_TOKEN``) is hidden from tests: token paths move under the test's HF_HOME.
 
@@ -53,6 +54,8 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
+
+from hf_home import use_hf_home
 
 # Files served as if stored in git (small text); everything else looks like an LFS file (sha256 ETag, `lfs` info).
 _TEXT_SUFFIXES = (".json", ".md", ".txt", ".gitattributes", ".yaml", ".yml")
@@ -156,15 +159,17 @@ class FakeHub:
         self._interruptions: dict[str, _Interruption] = {}
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._connections: set[socket.socket] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self) -> "FakeHub":
+    def start(self, port: int = 0) -> "FakeHub":
+        """Listen on ``port`` of 127.0.0.1 (0: a free one)."""
         hub = self
 
         class Handler(_HubHandler):
             fake_hub = hub
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         server.daemon_threads = True
         server.block_on_close = False  # idle keep-alive connections must not block shutdown
         self._server = server
@@ -174,10 +179,28 @@ class FakeHub:
         return self
 
     def stop(self) -> None:
+        """Stop listening and cut every open connection. A client's pooled keep-alive connection would otherwise
+        still be answered by this stopped hub: a later hub on the same port (the OS reuses ports) would never see
+        those requests, and the client would get this hub's files."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        with self._lock:
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client
+
+    def _opened(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.add(connection)
+
+    def _closed(self, connection: socket.socket) -> None:
+        with self._lock:
+            self._connections.discard(connection)
 
     def __enter__(self) -> "FakeHub":
         return self.start()
@@ -294,16 +317,9 @@ def point_huggingface_hub_at(monkeypatch: pytest.MonkeyPatch, endpoint: str, hf_
     endpoint = endpoint.rstrip("/")
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-    monkeypatch.setattr(constants, "HF_HOME", str(hf_home))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
-    monkeypatch.setattr(constants, "HF_XET_CACHE", str(hf_home / "xet"))
-    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(hf_home / "token"))
-    monkeypatch.setattr(constants, "HF_STORED_TOKENS_PATH", str(hf_home / "stored_tokens"))
+    use_hf_home(monkeypatch, hf_home)  # HF_HOME, HF_HUB_CACHE, token paths and their import-time copies
     set_offline(monkeypatch, offline)
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
-    monkeypatch.setenv("HF_HOME", str(hf_home))
-    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN_PATH"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def set_offline(monkeypatch: pytest.MonkeyPatch, offline: bool) -> None:
@@ -319,13 +335,17 @@ def fake_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHu
     """A started ``FakeHub`` with huggingface_hub pointed at it, online, cache in ``tmp_path / "hf_home"``."""
     from huggingface_hub import close_session
 
+    from h3app.adapters import memo
+
     hub = FakeHub().start()
     point_huggingface_hub_at(monkeypatch, hub.endpoint, tmp_path / "hf_home")
+    memo.clear()  # fake repos reuse names and commits (and ports may be reused): no header from another test
     try:
         yield hub
     finally:
         close_session()  # drop pooled keep-alive connections to this server
         hub.stop()
+        memo.clear()
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -336,6 +356,14 @@ class _HubHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr logging
         return
+
+    def setup(self) -> None:
+        super().setup()
+        self.fake_hub._opened(self.connection)
+
+    def finish(self) -> None:
+        self.fake_hub._closed(self.connection)
+        super().finish()
 
     # -- plumbing ----------------------------------------------------------------------------------------------
     def do_HEAD(self) -> None:  # noqa: N802

@@ -1,4 +1,4 @@
-"""`python -m h3app inspect` and `python -m h3app export`: the DESIGN.md contracts (JSON on stdout, exit 2 with one
+"""`python -m h3app inspect` and `python -m h3app export`: the documented contracts (docs/adapters.md) (JSON on stdout, exit 2 with one
 line on stderr for bad input)."""
 
 from __future__ import annotations
@@ -14,15 +14,9 @@ from adapter_fixtures import (
     TINY_SHAPES, delta, diffusers_targets, lightx2v_full_size_entries, native_block, relative_error, save,
     write_sparse_safetensors,
 )
-from h3app.cli import main
+from cli_runner import run_cli, run_cli_process
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_inspect_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,10 +107,22 @@ def test_export_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 def test_module_entry_point_end_to_end(tmp_path: Path) -> None:
     path = save(tmp_path / "a.safetensors", native_block("", 0, rank=4))
-    done = subprocess.run([sys.executable, "-m", "h3app", "inspect", str(path), "--json"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = run_cli_process("inspect", str(path), "--json", timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["format"] == "native"
-    bad = subprocess.run([sys.executable, "-m", "h3app", "inspect", str(tmp_path / "missing.safetensors")], cwd=REPO,
-                         capture_output=True, text=True, timeout=120)
+    bad = run_cli_process("inspect", str(tmp_path / "missing.safetensors"), timeout=120)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_inspection_stays_light_it_never_imports_torch(tmp_path: Path) -> None:
+    """What ``inspect`` runs in the adapters package (reference parsing, header, plan, alpha) needs no torch."""
+    path = save(tmp_path / "a.safetensors", native_block("", 0, rank=4), {"alpha": "2"})
+    code = (
+        "import json, sys\n"
+        "from h3app.adapters.inspect import inspect_header\n"
+        "from h3app.adapters.source import read_header\n"
+        f"info = inspect_header(read_header({str(path)!r}))\n"
+        "print(json.dumps({'targets': info.num_targets, 'torch': 'torch' in sys.modules}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert json.loads(result.stdout) == {"targets": 7, "torch": False}, result.stderr[-2000:]

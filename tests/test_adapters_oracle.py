@@ -1,7 +1,7 @@
 """Oracle: for every format, h3app's ΔW per diffusers module equals diffusers' own conversion + PEFT scaling on the
 unfused tiny transformer in fp32 (max|Δ| / max|ref| ≤ 1e-6).
 
-The oracle's limits (DESIGN.md): its DiffSynth de-interleave hard-codes head_dim 128 (→ the 128-wide-head twin of
+The oracle's limits (docs/adapters.md): its DiffSynth de-interleave hard-codes head_dim 128 (→ the 128-wide-head twin of
 the tiny config), it does not strip ``base_model.model.`` or ``model.diffusion_model.`` (→ the prefix is rewritten
 for it, or PEFT itself is the oracle), it cannot read flattened diffusers names or 3D stacks (→ ΔW built by hand).
 Every third-party call runs under a timeout.

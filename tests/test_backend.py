@@ -1,9 +1,6 @@
 """Backend: jobs carry their own adapter settings; progress, cancel, equivalence, grid, workflows, presets."""
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import wave
@@ -14,6 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
+from cli_runner import run_cli_process
 from h3app.backend import media
 from h3app.backend.generation import Cancelled, GenerationRequest
 from h3app.backend.presets import resolve_presets
@@ -181,14 +179,9 @@ def test_worker_queue_bound_and_queued_cancel():
         worker.close()
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "h3app", *args], cwd=ROOT, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.slow
 def test_cli_check_full_mode_json():
-    done = run_cli("check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
+    done = run_cli_process("check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["mode"] == "full" and result["identical"] is True and result["control_identical"] is True
@@ -203,7 +196,7 @@ def test_cli_generate_two_adapters_and_registry_presets(tmp_path):
     known_file = snapshot / "minimax_h3_t2v_turbo_4step_v0.1.safetensors"
     known_file.write_bytes(Path(TURBO).read_bytes())
     out = tmp_path / "two.mp4"
-    done = run_cli("generate", "--prompt", "two adapters", "--adapter", str(known_file),
+    done = run_cli_process("generate", "--prompt", "two adapters", "--adapter", str(known_file),
                    "--adapter-spec", f"{KOHYA},alpha=3,scale=0.5", "--out", str(out), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -213,7 +206,7 @@ def test_cli_generate_two_adapters_and_registry_presets(tmp_path):
     assert first["resolved_alpha"] == 8.0 and first["resolved_alpha_source"] == "registry"
     assert second["resolved_alpha"] == 3.0 and second["strength"] == 0.5
     assert media.read_settings(out)["adapters"] == result["adapters"]
-    bad = run_cli("generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
+    bad = run_cli_process("generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
 
 

@@ -94,7 +94,7 @@ def test_cli_json(shapes, monkeypatch, capsys):
 
     adapter = make_adapter(shapes, block_targets(shapes), rank=4, alpha=None)
     monkeypatch.setattr(loader, "load_transformer", lambda model, **kwargs: build_tiny())
-    monkeypatch.setattr(check_command, "load_check_adapter", lambda args, transformer: adapter)
+    monkeypatch.setattr(check_command, "load_check_adapter", lambda args, transformer, *group: adapter)
     assert main(["check", "--model", "tiny", "--adapter", "some/adapter", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     for key in ("identical", "hash_a", "hash_b", "hash_fallback", "max_abs_diff", "fallback_max_abs_diff",

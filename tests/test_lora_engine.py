@@ -10,7 +10,8 @@ import torch
 from h3app.backend.transformer_check import packed_check_input
 from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, LoRALinear, MatchError
-from h3app.lora.layers import AdapterScale, LoRAFactors
+from h3app.lora.layers import LoRAFactors
+from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.settings import LoRASettings
 from lora_fixtures import (block_targets, build_tiny, forward, linear_shapes, make_adapter, max_rel_err,
                            module_types, same_bits, state_hash)
@@ -300,14 +301,12 @@ def test_two_adapters_on_one_layer_sum_their_deltas():
     torch.manual_seed(0)
     linear = torch.nn.Linear(6, 5).requires_grad_(False)
     layer = LoRALinear(linear)
-    from h3app.lora.layers import AdapterScale
-
     x = torch.randn(3, 6)
     deltas = []
     for index, (alpha, strength, rank) in enumerate([(8.0, 1.0, 2), (3.0, -0.5, 3)]):
         A, B = torch.randn(rank, 6), torch.randn(5, rank)
-        state = AdapterScale(None, alpha, strength, {})
-        layer.add_entry(LoRAFactors(f"a{index}", state, "attention", A, B, (alpha,), (float(rank),), (rank,)))
+        state = AdapterScale((), alpha, strength, {})
+        layer.add_entry(LoRAFactors(f"a{index}", state.entry_for("attention", (ModuleAlpha(alpha, rank),), A.device), A, B))
         deltas.append(alpha * strength / rank * (x @ A.T @ B.T))
     with torch.no_grad():
         torch.testing.assert_close(layer(x), linear(x) + deltas[0] + deltas[1], rtol=1e-5, atol=1e-6)
@@ -340,12 +339,10 @@ def test_group_strengths_multiply_and_zero_removes_a_group(tiny_setup):
 def test_negative_strength_flips_the_delta():
     torch.manual_seed(1)
     linear = torch.nn.Linear(6, 5).requires_grad_(False)
-    from h3app.lora.layers import AdapterScale
-
     A, B = torch.randn(2, 6), torch.randn(5, 2)
-    state = AdapterScale(None, 4.0, 1.0, {})
+    state = AdapterScale((), 4.0, 1.0, {})
     layer = LoRALinear(linear)
-    layer.add_entry(LoRAFactors("a", state, "attention", A, B, (4.0,), (2.0,), (2,)))
+    layer.add_entry(LoRAFactors("a", state.entry_for("attention", (ModuleAlpha(4.0, 2),), A.device), A, B))
     x = torch.randn(4, 6)
     with torch.no_grad():
         plus = layer(x) - linear(x)
@@ -386,14 +383,12 @@ def test_rslora_and_per_module_alphas(tiny_setup):
 
 
 def test_bf16_layer_computes_the_delta_in_fp32_and_rounds_once():
-    from h3app.lora.layers import AdapterScale
-
     torch.manual_seed(2)
     linear = torch.nn.Linear(16, 12, bias=False).to(torch.bfloat16).requires_grad_(False)
     A, B = torch.randn(4, 16), torch.randn(12, 4)
-    state = AdapterScale(None, 1.0, 0.3, {})
+    state = AdapterScale((), 1.0, 0.3, {})
     layer = LoRALinear(linear)
-    layer.add_entry(LoRAFactors("a", state, "attention", A, B, (1.0,), (4.0,), (4,)))
+    layer.add_entry(LoRAFactors("a", state.entry_for("attention", (ModuleAlpha(1.0, 4),), A.device), A, B))
     x = torch.randn(5, 16).to(torch.bfloat16)
     with torch.no_grad():
         got = layer(x)
@@ -434,14 +429,13 @@ def test_attach_with_another_mode_switches_the_engine(tiny_setup):
 
 def test_chunked_inference_forward_equals_the_whole_sequence_forward(monkeypatch):
     from h3app.lora import layers
-    from h3app.lora.layers import AdapterScale
-
     torch.manual_seed(3)
     linear = torch.nn.Linear(6, 5).requires_grad_(False)
     layer = LoRALinear(linear)
-    state = AdapterScale(None, 2.0, 1.5, {})
+    state = AdapterScale((), 2.0, 1.5, {})
+    entry = state.entry_for("attention", (ModuleAlpha(2.0, 3),), torch.device("cpu"))
     for name in ("a", "b"):
-        layer.add_entry(LoRAFactors(name, state, "attention", torch.randn(3, 6), torch.randn(5, 3), (2.0,), (3.0,), (3,)))
+        layer.add_entry(LoRAFactors(name, entry, torch.randn(3, 6), torch.randn(5, 3)))
     x = torch.randn(2, 7, 6)
     with torch.enable_grad():
         whole = layer(x).detach()  # the autograd path computes the whole sequence at once

@@ -1,6 +1,10 @@
 """Every demo adapter format, loaded by the adapters package, on the tiny transformer: the equivalence pair is
 bit-identical (unmerged, merged, fused), every module binds, and the output equals PEFT's with the same factors and
-per-module alphas (oracle)."""
+per-module alphas (oracle).
+
+Binding is what this file tests. Two tests check the adapters package's demo writer and the tiny checkpoint's config
+rather than binding (``test_fixture_model_is_the_tiny_checkpoint_config``, ``test_every_demo_format_is_covered``):
+they belong with the adapters tests (``tests/test_adapters_demo.py``) and stay here until they move there."""
 
 import pytest
 

@@ -71,3 +71,81 @@ def test_quantised_or_meta_weights_are_unmerged_only():
     assert "unmerged-only" in is_mergeable(int8)
     assert "meta device" in is_mergeable(torch.empty(2, 2, device="meta"))
     assert is_mergeable(torch.zeros(2, 2, dtype=torch.bfloat16)) is None
+
+
+def test_device_placement_gives_bitwise_the_ram_results_and_rolls_back(setup, monkeypatch):
+    from h3app.lora.layers import LoRALinear
+
+    adapter, inputs = setup
+    outputs, states = [], []
+    for store in (PristineStore(prefer="ram"), PristineStore(prefer="device")):
+        model = build_tiny()
+        base = state_hash(model)
+        engine = LoRAEngine(model, pristine=store)
+        engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
+        engine.set_lora("a", alpha=64, strength=-0.3)
+        engine.set_lora("a", alpha=None, strength=0.8)
+        outputs.append(forward(model, inputs))
+        states.append(state_hash(model))
+        held = {store.placement(key) for key in engine._adapters["a"].entries}
+        assert held == {store.prefer}
+        assert (store.device_bytes > 0 and store.ram_bytes == 0) if store.prefer == "device" else store.device_bytes == 0
+        engine.detach()
+        assert state_hash(model) == base and len(store) == 0
+    assert states[0] == states[1]
+    assert all(torch.equal(a, b) for a, b in zip(*outputs))
+
+    # a failure half-way through a merge from device copies leaves the weights bitwise as they were
+    model = build_tiny()
+    store = PristineStore(prefer="device")
+    engine = LoRAEngine(model, pristine=store)
+    engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
+    before = state_hash(model)
+    original, calls = LoRALinear.merge_from, {"n": 0}
+
+    def flaky(self, pristine, key):
+        calls["n"] += 1
+        original(self, pristine, key)
+        if calls["n"] == 3:
+            self.base.weight.data.mul_(3.0)  # a half-written weight
+            raise RuntimeError("injected")
+
+    monkeypatch.setattr(LoRALinear, "merge_from", flaky)
+    with pytest.raises(RuntimeError, match="injected"):
+        engine.set_lora("a", alpha=64, strength=-0.3)
+    assert state_hash(model) == before and engine.active()["a"].strength == 0.8
+
+
+def test_placement_follows_the_device_budget():
+    cuda = torch.device("cuda")  # reserve only decides: nothing is allocated on the device here
+    assert PristineStore(device_budget=1000, available_ram=lambda: None).reserve(800, cuda) == "device"
+    assert PristineStore(device_budget=1000, available_ram=lambda: None).reserve(2000, cuda) == "ram"
+    assert PristineStore(free_device=lambda device: 10_000).reserve(5000, cuda) == "device"
+    assert PristineStore(free_device=lambda device: None, available_ram=lambda: None).reserve(5000, cuda) == "ram"
+    assert PristineStore(available_ram=lambda: None).reserve(5000, torch.device("cpu")) == "ram"  # auto on the CPU
+    with pytest.raises(H3AppError, match=r"pristine weights need .* on cuda but its budget leaves .*raise the device budget"):
+        PristineStore(prefer="device", device_budget=1000).reserve(2000, cuda)
+    store = PristineStore()
+    store.set_placement("ram", device_budget=1 << 30)
+    assert (store.prefer, store.device_budget) == ("ram", 1 << 30)
+    with pytest.raises(H3AppError, match="placement must be one of auto, device, ram, disk"):
+        store.set_placement("gpu")
+    store.put("w", torch.zeros(2, 2))
+    with pytest.raises(H3AppError, match="switch to unmerged mode first"):
+        store.set_placement("device")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the streamed pinned-host path needs a CUDA device")
+def test_pinned_host_copies_stream_bitwise_the_device_results(setup):
+    adapter, inputs = setup
+    states = []
+    for prefer in ("device", "ram"):
+        model = build_tiny().cuda()
+        store = PristineStore(prefer=prefer)
+        engine = LoRAEngine(model, pristine=store)
+        engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
+        engine.set_lora("a", alpha=64, strength=-0.3)
+        if prefer == "ram":
+            assert all(store.full(key).is_pinned() for key in engine._adapters["a"].entries)
+        states.append(state_hash(model))
+    assert states[0] == states[1]

@@ -105,3 +105,82 @@ def test_suggest_alpha_with_mixed_ranks_is_linear_in_alpha():
     per_unit = 0.5 / 64  # median of u/rank over a, b, c = (0.0078125, 0.0078125, 0.015625)
     assert math.isclose(suggestion.low, 1e-3 / per_unit) and math.isclose(suggestion.high, 1e-2 / per_unit)
     assert suggestion.suggested == 0.5
+
+
+@pytest.mark.parametrize("rank,out_f,in_f", [(9, 12, 9), (20, 12, 9), (21, 12, 9)])
+def test_update_norm_uses_no_gram_matrix_at_a_rank_of_min_in_out_or_more(rank, out_f, in_f, monkeypatch):
+    from h3app.lora import profile
+
+    def no_gram(*_):
+        raise AssertionError("r x r Gram matrices at a rank >= min(in, out)")
+
+    monkeypatch.setattr(profile, "_gram_squared", no_gram)
+    g = torch.Generator().manual_seed(rank)
+    A, B = torch.randn(rank, in_f, generator=g), torch.randn(out_f, rank, generator=g)
+    assert math.isclose(update_norm(A, B), float(torch.linalg.norm(B.double() @ A.double())), rel_tol=1e-5)
+
+
+def test_a_rank_above_in_plus_out_is_refused_at_attach_and_nothing_changes():
+    from h3app.errors import H3AppError
+    from h3app.lora.engine import RANK_FLOOR
+    from lora_fixtures import state_hash
+
+    model = build_tiny()
+    shapes = linear_shapes(model)
+    targets = block_targets(shapes)
+    hostile = "transformer_blocks.0.attn.to_q"
+    out_f, in_f = shapes[hostile]
+    limit = max(out_f + in_f, RANK_FLOOR)
+    adapter = make_adapter(shapes, targets, rank={t: (limit + 1 if t == hostile else 4) for t in targets}, alpha=4.0)
+    before = state_hash(model)
+    engine = LoRAEngine(model)
+    with pytest.raises(H3AppError) as refused:
+        engine.attach(adapter, LoRASettings(source="s"), "hostile")
+    message = str(refused.value)
+    assert "\n" not in message and f"rank {limit + 1}, above the limit {limit}" in message
+    assert hostile in message and "nothing was applied" in message
+    assert state_hash(model) == before and not engine.active()
+    # a rank between min(in, out) and in + out is accepted and measured without Gram matrices
+    adapter = make_adapter(shapes, targets, rank={t: (limit if t == hostile else 4) for t in targets}, alpha=4.0)
+    report = engine.attach(adapter, LoRASettings(source="s"), "wide")
+    module = adapter.modules[hostile]
+    direct = 4.0 / limit * float(torch.linalg.norm(module.up.double() @ module.down.double()) / torch.linalg.norm(
+        model.get_submodule(hostile).base.weight.double()))
+    assert math.isclose(report.profile.to_json()["targets"][hostile], direct, rel_tol=1e-5)
+
+
+def test_the_profile_is_measured_on_first_request_and_memoised_per_adapter(monkeypatch):
+    from h3app.lora import profile as profile_module
+
+    calls = {"update": 0, "weight": 0}
+    update, weight = profile_module.update_norm, profile_module.weight_norm
+
+    def counting_update(*args):
+        calls["update"] += 1
+        return update(*args)
+
+    def counting_weight(*args):
+        calls["weight"] += 1
+        return weight(*args)
+
+    monkeypatch.setattr(profile_module, "update_norm", counting_update)
+    monkeypatch.setattr(profile_module, "weight_norm", counting_weight)
+    model = build_tiny()
+    shapes = linear_shapes(model)
+    targets = block_targets(shapes)
+    adapter = make_adapter(shapes, targets, rank=4, alpha=4.0)
+    engine = LoRAEngine(model)
+    attached = engine.attach(adapter, LoRASettings(source="s"), "a")
+    assert calls == {"update": 0, "weight": 0}  # attach binds; it measures nothing
+    first = engine.report("a").profile
+    assert calls == {"update": len(targets), "weight": len(targets)}
+    assert attached.profile.to_json() == first.to_json()  # the attach report measures on access, from the memo
+    engine.set_lora("a", strength=0.5)
+    engine.detach("a")
+    engine.attach(adapter, LoRASettings(source="s"), "a")  # the same adapter again: nothing to measure
+    assert engine.report("a").profile.to_json() == first.to_json()
+    assert calls == {"update": len(targets), "weight": len(targets)}
+    other = make_adapter(shapes, targets, rank=4, alpha=4.0, seed=5)
+    engine.attach(other, LoRASettings(source="s"), "b")
+    engine.report("b")
+    assert calls == {"update": 2 * len(targets), "weight": len(targets)}  # weight norms are per model target

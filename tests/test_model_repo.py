@@ -1,14 +1,12 @@
 """Resolving --model: tiny, local folders, and Hub repo ids offline from a local HF cache; clear errors."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli_process
 from h3app.errors import H3AppError
 from h3app.model import repo
 
@@ -27,26 +25,20 @@ def make_hf_cache(hf_home: Path, repo_id: str, source: Path) -> Path:
     return snapshot
 
 
-def run_cli(*args: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", **env_extra}
-    return subprocess.run([sys.executable, "-m", "h3app", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
-
-
 @pytest.mark.slow
 def test_repo_id_loads_offline_from_local_cache(tmp_path):
     make_hf_cache(tmp_path / "hf", "someone/tiny-h3-copy", repo.TINY_DIR)
     out = tmp_path / "x.mp4"
-    done = run_cli("generate", "--model", "someone/tiny-h3-copy", "--prompt", "rain on a tin roof", "--seed", "3",
-                   "--steps", "3", "--out", str(out), "--json", env_extra={"HF_HOME": str(tmp_path / "hf")})
+    done = run_cli_process("generate", "--model", "someone/tiny-h3-copy", "--prompt", "rain on a tin roof", "--seed", "3",
+                   "--steps", "3", "--out", str(out), "--json", env={"HF_HOME": str(tmp_path / "hf")})
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert out.is_file() and result["frames"] == 124 and result["audio_channels"] == 2
 
 
 def test_repo_id_offline_and_not_cached_is_one_clear_line(tmp_path):
-    done = run_cli("generate", "--model", "someone/not-cached", "--prompt", "x", "--out", str(tmp_path / "x.mp4"),
-                   env_extra={"HF_HOME": str(tmp_path / "empty")})
+    done = run_cli_process("generate", "--model", "someone/not-cached", "--prompt", "x", "--out", str(tmp_path / "x.mp4"),
+                   env={"HF_HOME": str(tmp_path / "empty")})
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "someone/not-cached" in lines[0] and "cache" in lines[0]

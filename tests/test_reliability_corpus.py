@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 
 from bad_inputs import BadInput, corpus_entries, make_accepted, make_corpus
+from cli_runner import assert_one_line, run_cli
 from lora_fixtures import state_hash
+from model_state import assert_at_base, at_base  # noqa: F401  (fixture)
 
-from h3app import cli
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
@@ -71,14 +72,6 @@ def server(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
 
 
 @pytest.fixture
-def at_base(server: dict[str, Any]) -> dict[str, Any]:
-    """Start from the base weights (the previous test's good load may have left an adapter attached)."""
-    server["backend"].binder.reset()
-    assert state_hash(server["transformer"]) == server["base"]
-    return server
-
-
-@pytest.fixture
 def cli_uses_loaded_model(monkeypatch: pytest.MonkeyPatch, tiny_model) -> None:
     """In-process ``generate`` builds its own Backend; hand it the session's tiny model instead of loading it again.
     A real CLI process ends after a success, taking its adapters with it; here the model is shared, so after the
@@ -113,28 +106,6 @@ def good_settings(corpus_dir: Path) -> LoRASettings:
 
 
 # ------------------------------------------------------------------------------------------------------- helpers
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``python -m h3app ARGV`` in-process: (exit code, stdout, stderr). argparse errors exit via SystemExit."""
-    capsys.readouterr()
-    try:
-        code = cli.main(argv)
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_one_line(text: str, pattern: str) -> str:
-    """``text`` is exactly one ``error: …`` line (no traceback) that matches ``pattern`` (case-insensitive)."""
-    lines = text.strip().splitlines()
-    assert len(lines) == 1, f"expected one line, got {len(lines)}:\n{text}"
-    assert "Traceback" not in text
-    line = lines[0]
-    assert line.startswith("error: "), line
-    assert re.search(pattern, line, re.IGNORECASE), f"{line!r} does not name the problem ({pattern!r})"
-    return line
-
-
 def assert_refused(call: Any, pattern: str) -> str:
     """``call()`` raises ``H3AppError`` whose message is one line matching ``pattern``."""
     with pytest.raises(H3AppError) as caught:
@@ -143,11 +114,6 @@ def assert_refused(call: Any, pattern: str) -> str:
     assert "\n" not in message and message.strip() == message
     assert re.search(pattern, message, re.IGNORECASE), f"{message!r} does not name the problem ({pattern!r})"
     return message
-
-
-def assert_at_base(server: dict[str, Any]) -> None:
-    assert state_hash(server["transformer"]) == server["base"], "the transformer was left changed"
-    assert not any(isinstance(m, LoRALinear) for m in server["transformer"].modules()), "a LoRA wrapper was left in"
 
 
 def assert_still_serving(server: dict[str, Any], corpus_dir: Path) -> None:
@@ -179,7 +145,7 @@ def test_bad_inputs_script_writes_the_corpus(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", kinds("source", "header"))
 def test_cli_inspect_refuses_in_one_line(kind: str, corpus_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = entry(kind, corpus_dir)
-    code, out, err = run_cli(bad.cli_inspect_args() + ["--model", "tiny"], capsys)
+    code, out, err = run_cli(capsys, *bad.cli_inspect_args() + ["--model", "tiny"])
     assert code == 2, (out, err)
     assert_one_line(err, bad.expect)
     assert out == ""
@@ -189,7 +155,7 @@ def test_cli_inspect_refuses_in_one_line(kind: str, corpus_dir: Path, capsys: py
 def test_cli_inspect_reads_only_the_header_so_load_stage_inputs_pass_it(kind: str, corpus_dir: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     bad = entry(kind, corpus_dir)
-    code, out, err = run_cli(bad.cli_inspect_args() + ["--model", "tiny", "--json"], capsys)
+    code, out, err = run_cli(capsys, *bad.cli_inspect_args() + ["--model", "tiny", "--json"])
     assert code == 0, err
     assert '"format"' in out
 
@@ -205,7 +171,7 @@ def test_cli_generate_refuses_in_one_line_and_leaves_the_base(kind: str, corpus_
         argv.append(f"--alpha={bad.alpha}")
     if bad.strength != 1.0:
         argv.append(f"--scale={bad.strength}")
-    code, out, err = run_cli(argv, capsys)
+    code, out, err = run_cli(capsys, *argv)
     assert code == 2, (out, err)
     assert_one_line(err, bad.cli_expect or bad.expect)
     assert not out_file.exists()
@@ -265,7 +231,7 @@ def test_accepted_inputs_apply_with_a_warning(accepted: dict[str, Any], at_base:
         assert any(re.search(item.warning, w) for w in info.warnings), (item.kind, info.warnings)
         result = backend.load(LoRASettings(source=item.source))
         assert result.report.matched, item.kind
-        code, out, err = run_cli(["inspect", item.source, "--model", "tiny"], capsys)
+        code, out, err = run_cli(capsys, "inspect", item.source, "--model", "tiny")
         assert code == 0 and re.search(item.warning, out), (item.kind, out, err)
     zero = backend.inspect(accepted["stored_alpha_zero"].source)
     assert zero.alpha == zero.rank == 4 and zero.alpha_source == "module_tensor"
@@ -392,8 +358,8 @@ def test_cli_generate_with_a_folder_and_a_weight_name(corpus_dir: Path, tmp_path
                                                       capsys: pytest.CaptureFixture[str], cli_uses_loaded_model,
                                                       at_base: dict[str, Any]) -> None:
     out_file = tmp_path / "b.mp4"
-    code, out, err = run_cli(["generate", "--prompt", "a fox", "--steps", "2", "--out", str(out_file), "--adapter",
-                              str(corpus_dir / "several_weights"), "--weight-name", "b.safetensors", "--json"], capsys)
+    code, out, err = run_cli(capsys, "generate", "--prompt", "a fox", "--steps", "2", "--out", str(out_file),
+                             "--adapter", str(corpus_dir / "several_weights"), "--weight-name", "b.safetensors", "--json")
     assert code == 0 and out_file.exists(), err
 
 

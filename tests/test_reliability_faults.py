@@ -17,6 +17,7 @@ import torch
 
 from bad_inputs import good_tensors
 from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
+from model_state import assert_at_base, at_base  # noqa: F401  (fixture)
 from tests.hub_server import FakeHub, fake_hub, set_offline  # noqa: F401  (fixture)
 
 from h3app.backend.generation import Cancelled, GenerationRequest
@@ -69,18 +70,6 @@ def server(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
     yield state
     backend.binder.reset()
     backend.close()
-
-
-@pytest.fixture
-def at_base(server: dict[str, Any]) -> dict[str, Any]:
-    server["backend"].binder.reset()
-    assert state_hash(server["transformer"]) == server["base"]
-    return server
-
-
-def assert_at_base(server: dict[str, Any]) -> None:
-    assert not any(isinstance(m, LoRALinear) for m in server["transformer"].modules()), "a LoRA wrapper was left in"
-    assert state_hash(server["transformer"]) == server["base"], "the weights were left changed"
 
 
 def assert_next_job_is_clean(server: dict[str, Any]) -> None:

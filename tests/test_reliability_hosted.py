@@ -154,9 +154,7 @@ def test_uploads_inside_the_allowed_folder_are_served_and_traversal_out_of_it_is
 
 
 def test_one_visitors_upload_is_not_listed_or_loadable_by_another(hosted: Backend) -> None:
-    uploads = getattr(hosted, "uploads_dir", None)
-    if uploads is None:
-        pytest.skip("this Backend has no uploads folder")
+    uploads = hosted.uploads_dir
     alice = Path(uploads) / "upload-aaaaaaaaaaaa" / "alice_private_style.safetensors"
     alice.parent.mkdir(parents=True)
     save_file(good_tensors(), str(alice))

@@ -185,34 +185,30 @@ def test_over_http_the_queue_bound_answers_clearly_when_full(tiny_model, backend
     from gradio_client import Client
     from gradio_client.utils import Status
 
-    ui = pytest.importorskip("h3app.ui.app_ui")
     small = Backend(loaded=tiny_model, output_dir=tmp_path, max_queue=2)
-    demo = ui.build_app(small)
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True,
-                allowed_paths=[str(small.output_dir)])
     release = threading.Event()
     blocker = small.worker.submit(lambda ctx: release.wait(120), label="a long job")
     try:
-        client = Client(demo.local_url, verbose=False)
-        arguments = dict(prompt=REQUEST.prompt, seed=REQUEST.seed, steps=REQUEST.steps, duration=REQUEST.duration,
-                         adapters_json=_settings_json(USERS[1]), api_name="/generate")
-        # one runs (waiting on the blocked worker), two wait in the queue, one is refused
-        jobs = [client.submit(**arguments)]
-        _wait_for_status(jobs[0], {Status.PROCESSING, Status.PROGRESS})
-        for _ in range(2):
+        with running_app(small) as url:
+            client = Client(url, verbose=False)
+            arguments = dict(prompt=REQUEST.prompt, seed=REQUEST.seed, steps=REQUEST.steps,
+                             duration=REQUEST.duration, adapters_json=_settings_json(USERS[1]), api_name="/generate")
+            # one runs (waiting on the blocked worker), two wait in the queue, one is refused
+            jobs = [client.submit(**arguments)]
+            _wait_for_status(jobs[0], {Status.PROCESSING, Status.PROGRESS})
+            for _ in range(2):
+                jobs.append(client.submit(**arguments))
+                _wait_for_status(jobs[-1], {Status.IN_QUEUE})
             jobs.append(client.submit(**arguments))
-            _wait_for_status(jobs[-1], {Status.IN_QUEUE})
-        jobs.append(client.submit(**arguments))
-        refused = jobs[-1]
-        with pytest.raises(Exception, match=r"(?i)queue is full") as caught:
-            refused.result(timeout=60)
-        assert "\n" not in str(caught.value).strip()
-        release.set()
-        served = [job.result(timeout=600)[1]["hash"] for job in jobs[:-1]]
-        assert len(set(served)) == 1
+            refused = jobs[-1]
+            with pytest.raises(Exception, match=r"(?i)queue is full") as caught:
+                refused.result(timeout=60)
+            assert "\n" not in str(caught.value).strip()
+            release.set()
+            served = [job.result(timeout=600)[1]["hash"] for job in jobs[:-1]]
+            assert len(set(served)) == 1
     finally:
         release.set()
         blocker.result(timeout=120)
-        demo.close()
         small.binder.reset()
         small.close()

@@ -13,12 +13,15 @@ import pytest
 
 from bad_inputs import corpus_entries, make_corpus
 from lora_fixtures import state_hash
+from model_state import assert_at_base
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
+from h3app.ui import adapter_events as events, generate_events as generate, session
+from h3app.ui.forms import SlotForm
 
 REQUEST = GenerationRequest(prompt="a fox in the snow", seed=1, steps=2)
 ENTRIES = {entry.kind: entry for entry in corpus_entries()}
@@ -37,9 +40,6 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def ui(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    events = pytest.importorskip("h3app.ui.adapter_events")
-    generate = pytest.importorskip("h3app.ui.generate_events")
-    session = pytest.importorskip("h3app.ui.session")
     transformer = tiny_model.transformer()
     assert not any(isinstance(m, LoRALinear) for m in transformer.modules()), "another test left an adapter attached"
     backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("ui_outputs"))
@@ -64,11 +64,6 @@ def ui_message(call: Any) -> str:
     return caught.value.message
 
 
-def assert_at_base(ui: dict[str, Any]) -> None:
-    assert not any(isinstance(m, LoRALinear) for m in ui["transformer"].modules())
-    assert state_hash(ui["transformer"]) == ui["base"]
-
-
 @pytest.mark.parametrize("kind", UI_KINDS)
 def test_ui_shows_the_backends_one_line_as_gr_error(kind: str, corpus_dir: Path, ui: dict[str, Any]) -> None:
     bad = ENTRIES[kind].resolve(corpus_dir)
@@ -87,9 +82,8 @@ def test_ui_shows_the_backends_one_line_as_gr_error(kind: str, corpus_dir: Path,
     assert "\n" not in expected
     assert_at_base(ui)
 
-    shown = ui_message(lambda: ui["adapters"].load_view(
-        None, "1", bad.source, bad.weight_name, bad.revision, override, bad.alpha, bad.strength, "unmerged", "auto",
-        "t2va", None))
+    slot = SlotForm(bad.source, bad.weight_name, bad.revision, override, bad.alpha, bad.strength)
+    shown = ui_message(lambda: ui["adapters"].load_view(None, "1", slot, "unmerged", "t2va", None))
     assert shown == expected
     assert_at_base(ui)
 
@@ -111,7 +105,6 @@ def test_the_ui_serves_on_after_the_bad_inputs(corpus_dir: Path, ui: dict[str, A
 
 
 def test_uploads_are_capped_and_only_safetensors_are_taken(tiny_model, corpus_dir: Path, tmp_path: Path) -> None:
-    events = pytest.importorskip("h3app.ui.adapter_events")
     good = corpus_dir / "good_for_settings.safetensors"
     pickle = corpus_dir / "zip_pickle_renamed.safetensors"
     limit = (good.stat().st_size + pickle.stat().st_size) // 2

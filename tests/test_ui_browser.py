@@ -1,105 +1,292 @@
-"""One real browser run through the main flow, in Debian's chromium (no Playwright browser download):
-pick a demo adapter → Inspect shows its format and alpha → change alpha → Load → Generate → the Equivalence
-tab says identical. Saves docs/screenshot.png (the main view) and screenshots under the test's tmp folder.
+"""Real browser runs in Debian's chromium, one app launch and one browser per module: the main flow (demo adapter
+→ Inspect → alpha → Load → Generate → Equivalence says identical; saves docs/screenshot.png), then one test per
+finding of a person using the app (what they see: visible text, bar heights, element positions).
 
 Gradio keeps a heartbeat stream open for apps with session state, so the page never reaches Playwright's
-"networkidle"; the test waits for "load" and then for the app's own elements (auto-waiting locators).
+"networkidle"; the tests wait for "load" and then for the app's own text (auto-waiting locators).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
-from app_fixtures import running_app
+from app_fixtures import chromium, running_app
+from playwright.sync_api import expect
 
+from h3app.backend.generation import Cancelled
 from h3app.backend.service import Backend
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update"]
 DOCS_SCREENSHOT = Path(__file__).resolve().parents[1] / "docs" / "screenshot.png"
 DEMO = "lightx2v_turbo_no_alpha.safetensors"
 GENERATION_TIMEOUT_MS = 120_000
+# The profile's y axis ends 15 % above its tallest bar: the tallest bar fills 1/1.15 of the plot's height.
+TALLEST_BAR_SHARE = 1 / 1.15
 
 
 @pytest.fixture(scope="module")
-def app_url(tiny_model, tmp_path_factory):
+def app(tiny_model, tmp_path_factory):
     backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
     try:
         with running_app(backend) as url:
-            yield url
+            yield url, backend
     finally:
         backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
         backend.close()
 
 
-def test_whole_flow_in_chromium(app_url, tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is required: apt-get install chromium (scripts/test.sh does it)"
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
-            page.set_default_timeout(60_000)
-            page.goto(app_url)
-            page.wait_for_load_state("load")
-            expect = sync_api.expect
-            expect.set_options(timeout=60_000)  # a loaded 2-core machine: generous waits, auto-retrying
-            expect(page.locator("#generate")).to_be_visible()
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as browser:
+        yield browser
 
-            # pick a demo adapter, then Inspect: format and alpha (a guess: none stored) from the header
-            page.locator("#slot1-demo input").click()
-            page.get_by_role("option", name=DEMO).click()
-            expect(page.locator("#slot1-source textarea")).to_have_value(re.compile(re.escape(DEMO) + "$"))
-            page.locator("#slot1-inspect").click()
-            card = page.locator("#slot1-inspect-card")
-            expect(card).to_contain_text("format peft")
-            expect(card).to_contain_text("24 targets")
-            expect(page.locator("#slot1-alpha-card")).to_contain_text("alpha 128 — a guess")
-            expect(page.locator("#slot1-readout [data-testid=effective-scale]")).to_have_text("1")
 
-            # change alpha: typing a value ticks Override; the effective scale follows at once (no model call)
-            alpha = page.locator("#slot1-alpha").locator("input, textarea")
-            alpha.click()
-            alpha.press("Control+a")
-            alpha.press_sequentially("8", delay=50)  # typed like a person (Gradio's .input fires on keystrokes)
-            alpha.press("Tab")
-            expect(page.locator("#slot1-override input")).to_be_checked()
-            expect(page.locator("#slot1-readout [data-testid=effective-scale]")).to_have_text("0.0625")
-            expect(page.locator("#slot1-alpha-card")).to_contain_text("your override")
+def open_app(browser, url: str, width: int = 1440, height: int = 1000):
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(60_000)
+    expect.set_options(timeout=60_000)  # a loaded 2-core machine: generous waits, auto-retrying
+    page.goto(url)
+    page.wait_for_load_state("load")
+    expect(page.locator("#generate")).to_be_visible()
+    return page
 
-            # Load: the match report and the strength profile
-            page.locator("#slot1-load").click()
-            expect(page.locator("#slot1-report")).to_contain_text("Loaded: all 24 targets bound",
-                                                                  timeout=GENERATION_TIMEOUT_MS)
-            expect(page.locator("#slot1-profile-note")).to_contain_text("median relative update")
 
-            # Generate (3 steps → 2 evaluations)
-            steps = page.locator("#steps input[type=number]")
-            steps.fill("3")
-            steps.press("Tab")
-            page.locator("#generate").click()
-            result = page.locator("#result")
-            expect(result).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
-            expect(result).to_contain_text("alpha 8 (your override)")
-            expect(page.locator("#video video")).to_have_count(1)
-            main_view = tmp_path / "main_view.png"
-            page.screenshot(path=str(main_view), full_page=True)
+@pytest.fixture
+def page(browser, app):
+    page = open_app(browser, app[0])
+    yield page
+    page.close()
 
-            # Equivalence: A (8 × 1.0) and B (128 × 0.0625) identical bit for bit
-            page.get_by_role("tab", name="Equivalence check").click()
-            page.locator("#check").click()
-            expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text(
-                "IDENTICAL", timeout=3 * GENERATION_TIMEOUT_MS)
-            expect(page.locator("#verdict")).to_contain_text("control: A run twice gave the same hash")
-            page.screenshot(path=str(tmp_path / "equivalence.png"), full_page=True)
-        finally:
-            browser.close()
+
+def pick_demo(page) -> None:
+    """Choose the demo adapter (this inspects it) and wait for its card."""
+    page.locator("#slot1-demo input").click()
+    page.get_by_role("option", name=DEMO).click()
+    expect(page.locator("#slot1-source textarea")).to_have_value(re.compile(re.escape(DEMO) + "$"))
+    expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
+
+
+def type_into(page, selector: str, text: str) -> None:
+    """Type like a person (Gradio's .input fires on keystrokes), then leave the box."""
+    box = page.locator(selector).locator("input, textarea").first
+    box.click()
+    box.press("Control+a")
+    box.press_sequentially(text, delay=30)
+    box.press("Tab")
+
+
+def set_number(page, selector: str, value: str) -> None:
+    box = page.locator(f"{selector} input[type=number]")
+    box.fill(value)
+    box.press("Enter")
+
+
+def load_demo(page) -> None:
+    pick_demo(page)
+    page.locator("#slot1-load").click()
+    expect(page.locator("#slot1-report")).to_contain_text("Loaded: all 24 targets bound",
+                                                          timeout=GENERATION_TIMEOUT_MS)
+
+
+def error_badges(page) -> int:
+    """Gradio's red "Error" status badges shown on components."""
+    return page.get_by_text("Error", exact=True).locator("visible=true").count()
+
+
+def test_whole_flow_in_chromium(page, tmp_path):
+    # pick a demo adapter (inspected at once): format and alpha (a guess: none stored) from the header
+    pick_demo(page)
+    expect(page.locator("#slot1-inspect-card")).to_contain_text("24 targets")
+    expect(page.locator("#slot1-alpha-card")).to_contain_text("alpha 128 — a guess")
+    expect(page.locator("#slot1-readout [data-testid=effective-scale]")).to_have_text("1")
+
+    # change alpha: typing a value ticks Override; the effective scale follows at once (no model call)
+    type_into(page, "#slot1-alpha", "8")
+    expect(page.locator("#slot1-override input")).to_be_checked()
+    expect(page.locator("#slot1-readout [data-testid=effective-scale]")).to_have_text("0.0625")
+    expect(page.locator("#slot1-alpha-card")).to_contain_text("your override")
+
+    # Load: the match report and the strength profile
+    page.locator("#slot1-load").click()
+    expect(page.locator("#slot1-report")).to_contain_text("Loaded: all 24 targets bound",
+                                                          timeout=GENERATION_TIMEOUT_MS)
+    expect(page.locator("#slot1-profile-note")).to_contain_text("median relative update")
+
+    # Generate (3 steps → 2 evaluations)
+    set_number(page, "#steps", "3")
+    page.locator("#generate").click()
+    result = page.locator("#result")
+    expect(result).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
+    expect(result).to_contain_text("alpha 8 (your override)")
+    expect(page.locator("#video video")).to_have_count(1)
+    main_view = tmp_path / "main_view.png"
+    page.screenshot(path=str(main_view), full_page=True)
+
+    # Equivalence: A (8 × 1.0) and B (128 × 0.0625) identical bit for bit
+    page.get_by_role("tab", name="Equivalence").click()
+    page.locator("#check").click()
+    expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL",
+                                                                          timeout=3 * GENERATION_TIMEOUT_MS)
+    expect(page.locator("#verdict")).to_contain_text("control: A run twice gave the same hash")
+    page.screenshot(path=str(tmp_path / "equivalence.png"), full_page=True)
     assert main_view.stat().st_size > 50_000
     DOCS_SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(main_view, DOCS_SCREENSHOT)
+
+
+def test_1_source_box_refusals_are_one_readable_line_in_the_card(page):
+    type_into(page, "#slot1-source", "not/a/repo!!")
+    page.locator("#slot1-inspect").click()
+    card = page.locator("#slot1-inspect-card [data-testid=refusal]")
+    expect(card).to_contain_text("not/a/repo!!")
+    assert error_badges(page) == 0
+    type_into(page, "#slot1-source", " ")
+    page.locator("#slot1-inspect").click()
+    expect(card).to_contain_text("the adapter source is empty")
+    assert error_badges(page) == 0
+    expect(page.locator("#slot1-alpha")).to_be_visible()
+
+
+def tallest_bar_share(page) -> float:
+    """Height of the tallest bar of the by-group plot ÷ the plot area's height (read from the drawn SVG)."""
+    return page.locator("#slot1-group-plot svg").first.evaluate("""svg => {
+        const area = svg.querySelector('path.background').getBBox().height;
+        const bars = [...svg.querySelectorAll('.mark-rect path')].map(p => p.getBBox().height);
+        return Math.max(...bars) / area; }""")
+
+
+def test_2_profile_bars_follow_every_alpha_and_scale_change(page):
+    load_demo(page)
+    for scale in ("3", "0.5", "2"):
+        set_number(page, "#slot1-scale", scale)
+        expect(page.locator("#slot1-profile-note")).to_contain_text(f"× scale {scale}")
+        deadline = time.monotonic() + 20
+        while abs(tallest_bar_share(page) - TALLEST_BAR_SHARE) > 0.05 and time.monotonic() < deadline:
+            page.wait_for_timeout(250)
+        assert tallest_bar_share(page) == pytest.approx(TALLEST_BAR_SHARE, abs=0.05), scale
+
+
+def test_3_a_typed_source_is_not_replaced_by_the_demo(page):
+    pick_demo(page)
+    typed = "/tmp/typed-by-hand/lora.safetensors"
+    type_into(page, "#slot1-source", typed)  # Tab lands on the demo dropdown
+    page.locator("#slot1-inspect").click()
+    expect(page.locator("#slot1-inspect-card [data-testid=refusal]")).to_contain_text("typed-by-hand")
+    expect(page.locator("#slot1-source textarea")).to_have_value(typed)
+
+
+def test_4_advice_follows_the_settings_it_talks_about(page):
+    load_demo(page)
+    note = page.locator("#slot1-profile-note")
+    expect(note).to_contain_text("meaningless on this model")  # random weights: the heuristic is disarmed
+    type_into(page, "#slot1-alpha", "8")
+    expect(note).to_contain_text("At alpha 8 × scale 1")
+    expect(page.locator("#slot1-report")).not_to_contain_text("no alpha stored")
+    expect(note).not_to_contain_text("no alpha stored")
+
+
+def test_5_progress_names_the_run_and_leaves_the_seed_box_alone(page):
+    pick_demo(page)
+    set_number(page, "#steps", "12")
+    page.locator("#generate").click()
+    expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/11"), timeout=GENERATION_TIMEOUT_MS)
+    assert not re.search(r"step|processing", page.locator("#seed").inner_text())
+    expect(page.locator("#result")).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
+    page.get_by_role("tab", name="Equivalence").click()
+    set_number(page, "#steps", "6")
+    expect(page.locator("#check-estimate")).to_contain_text(re.compile(r"costs 3 generations \+ 1 denoising step ≈"))
+    page.locator("#check").click()
+    expect(page.locator("#verdict")).to_contain_text(re.compile(r"run [234]/4: (determinism control|B|fallback)"),
+                                                     timeout=GENERATION_TIMEOUT_MS)
+    expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL",
+                                                                          timeout=3 * GENERATION_TIMEOUT_MS)
+
+
+def test_6_labels_read_as_meant(page):
+    pick_demo(page)
+    set_number(page, "#steps", "2")
+    page.locator("#generate").click()
+    result = page.locator("#result")
+    expect(result).to_contain_text("generated in", timeout=GENERATION_TIMEOUT_MS)
+    expect(result).not_to_contain_text(re.compile(r"Hz · [\d.]+ s"))
+    page.get_by_role("tab", name="Equivalence").click()
+    page.locator("#check").click()
+    expect(page.locator("#verdict [data-testid=verdict]")).to_be_visible(timeout=3 * GENERATION_TIMEOUT_MS)
+    page.get_by_role("tab", name="History").click()
+    history = page.locator("#history-table")
+    expect(history).to_contain_text("check B: alpha 128 × scale 0.0625")
+    expect(history).not_to_contain_text("check A A")
+    page.locator("#history-a input").click()
+    page.get_by_role("option", name=re.compile(r"^#1 ")).click()  # the generation, against check B
+    page.locator("#history-compare").click()
+    differences = page.locator("#history-differences")
+    expect(differences).to_be_visible()
+    expect(differences).not_to_contain_text(re.compile(r"\{'|None|rank_fallback"))
+
+
+def test_7_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
+    url, backend = app
+    set_number(page, "#steps", "60")
+    page.locator("#generate").click()
+    expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
+    page.locator("#cancel").click()
+    expect(page.locator("#generate-status")).to_contain_text(re.compile(r"Cancelled after \d+ of 59 steps"))
+
+    other = open_app(browser, url)
+    set_number(other, "#steps", "60")
+    other.locator("#generate").click()
+    expect(other.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
+    handle = backend.worker.current
+    other.close()  # the person went away: the job stops at its next step
+    with pytest.raises(Cancelled, match=r"cancelled after \d+ of 59 steps"):
+        handle.result(timeout=60)
+
+
+def test_8_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, browser, app):
+    pick_demo(page)
+    set_number(page, "#steps", "2")
+    page.get_by_role("tab", name="Grid").click()
+    type_into(page, "#grid-scales", "0.5, 1")
+    page.locator("#grid-run").click()
+    expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=3 * GENERATION_TIMEOUT_MS)
+    gallery = page.locator("#grid-gallery")
+    box = gallery.bounding_box()
+    thumbnails = gallery.locator("img")
+    expect(thumbnails).to_have_count(4)
+    for index in range(4):  # both rows inside the gallery, none cut off
+        thumb = thumbnails.nth(index).bounding_box()
+        assert box["y"] <= thumb["y"] and thumb["y"] + thumb["height"] <= box["y"] + box["height"] + 1
+    expect(gallery.get_by_text(re.compile(r"α 8 × 0\.5 · seed 7"))).to_be_visible()
+    for header in page.locator("#grid-table th").all():  # one line each: no "scal/e"
+        assert header.bounding_box()["height"] < 48, header.inner_text()
+
+    phone = open_app(browser, app[0], width=400, height=800)
+    try:
+        assert phone.locator("#generate").bounding_box()["y"] < 2 * 800
+        for name in ("Grid", "History"):
+            expect(phone.get_by_role("tab", name=name)).to_be_visible()
+    finally:
+        phone.close()
+
+
+def test_9_the_api_page_describes_every_endpoint(page, app):
+    page.get_by_text("Use via API").first.click()
+    expect(page.get_by_text("/check_equivalence").first).to_be_visible()
+    page.wait_for_timeout(1000)
+    text = page.locator("body").inner_text()
+    assert "adapter source: Hub repo id" in text and "value_" not in text and "``" not in text
+
+
+def test_10_generate_says_what_it_applies_before_load(page):
+    pick_demo(page)
+    note = page.locator("#apply-note")
+    expect(note).to_contain_text(f"Generate applies adapter 1: {DEMO}")
+    expect(note).to_contain_text("not loaded yet")
+    page.locator("#slot1-load").click()
+    expect(page.locator("#slot1-report")).to_contain_text("Loaded", timeout=GENERATION_TIMEOUT_MS)
+    expect(note).to_contain_text("— loaded.")

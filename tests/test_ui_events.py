@@ -5,6 +5,7 @@ Generations use 2 steps on a 32×32 canvas to stay fast on two cores.
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.ui.adapter_events import AdapterEvents, implied_weight
 from h3app.ui.app_ui import header_html, launch_kwargs
 from h3app.ui.comparison_events import ComparisonEvents
-from h3app.ui.generate_events import GenerateEvents, load_settings_view
+from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
+from h3app.ui.generate_events import GenerateEvents, Stopped, load_settings_view
 from h3app.ui.session import RunningJobs, new_session
 
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
@@ -62,16 +64,26 @@ def comparisons(backend, jobs):
     return ComparisonEvents(backend, jobs)
 
 
+def slot(source: str, alpha=None, strength: float = 1.0, override: bool | None = None, weight=None) -> SlotForm:
+    return SlotForm(source, weight, "", alpha is not None if override is None else override, alpha, strength, "auto")
+
+
+def sync(adapters: AdapterEvents, first: SlotForm) -> dict:
+    return adapters.sync_session(SyncForm(new_session(), "unmerged", {"1": first, "2": slot("")}))
+
+
 def session_with(adapters: AdapterEvents, source: str, alpha: float | None = None, strength: float = 1.0) -> dict:
-    return adapters.sync_session(new_session(), "unmerged", source, None, "", alpha is not None, alpha, strength,
-                                 "auto", "", None, "", False, None, 1.0, "auto")
+    return sync(adapters, slot(source, alpha, strength))
+
+
+def job(session: dict, **request) -> JobForm:
+    fields = {"workflow": "t2va", "prompt": "a fox", "seed": 3, **FAST, **request}
+    return JobForm(session, "unmerged", RequestForm(**fields), "")
 
 
 def generate(generation: GenerateEvents, session: dict, seed: int = 5, randomize: bool = False, **overrides):
-    fields = {**FAST, **overrides}
-    return generation.generate_view(session, "unmerged", "t2va", "a fox in snow", seed, randomize, fields["steps"],
-                                    fields["duration"], fields["height"], fields["width"], None, None, None, None,
-                                    None, "", None, None, request=Request("gen"), progress=None)
+    form = job(session, prompt="a fox in snow", seed=seed, randomize=randomize, **overrides)
+    return generation.generate_view(form, request=Request("gen"), progress=None)
 
 
 # ------------------------------------------------------------------------------------------------ inspect
@@ -82,9 +94,10 @@ def test_demo_choices_list_every_demo_adapter(adapters, backend):
 
 
 def test_inspect_shows_format_rank_and_the_alpha_guess(adapters):
-    values = adapters.inspect_view(NO_ALPHA, "lightx2v_turbo_no_alpha.safetensors", "", "", "t2va", "auto", False,
-                                   None, 1.0)
-    info, card, alpha_card, readout, known, preset, targets, raw, alpha_box = values
+    view = adapters.inspect_view(slot(NO_ALPHA, weight="lightx2v_turbo_no_alpha.safetensors"), "", "t2va")
+    info, card, alpha_card, readout, known, preset, targets, raw, alpha_box = (
+        view.info, view.inspect_html, view.alpha_html, view.readout, view.known_html, view.known_box, view.targets,
+        view.info_json, view.alpha)
     assert info["format"] == "peft" and info["alpha_source"] == "rank_fallback"
     assert "format peft" in card and f"{info['num_targets']} targets" in card
     assert "a guess" in alpha_card and "h3-warn" in alpha_card
@@ -96,7 +109,8 @@ def test_inspect_shows_format_rank_and_the_alpha_guess(adapters):
 
 
 def test_inspect_reads_alpha_from_the_files_alpha_tensors(adapters):
-    info, _, alpha_card, readout, *_ = adapters.inspect_view(KOHYA, None, "", "", "t2va", "auto", False, None, 2.0)
+    view = adapters.inspect_view(slot(KOHYA, strength=2.0), "", "t2va")
+    info, alpha_card, readout = view.info, view.alpha_html, view.readout
     assert info["alpha"] == 1.5 and info["alpha_source"] == "module_tensor"
     assert "alpha 1.5" in alpha_card and "the file&#x27;s .alpha tensors" in alpha_card and "h3-ok" in alpha_card
     assert f"{2.0 * 1.5 / info['rank']:.6g}" in readout  # strength × alpha / rank
@@ -104,18 +118,19 @@ def test_inspect_reads_alpha_from_the_files_alpha_tensors(adapters):
 
 def test_readout_follows_the_override_without_a_model_call(adapters):
     info = adapters.inspect(NO_ALPHA, None, None, None)
-    alpha_card, readout = adapters.readout(info, True, 8.0, 1.0)
+    shown = adapters.readout(info, slot(NO_ALPHA, 8.0))
+    alpha_card, readout = shown.alpha_html, shown.readout
     assert "your override" in alpha_card
     assert f"{8.0 / info['rank']:.6g}" in readout and "alpha is a guess" not in readout
-    _, problem = adapters.readout(info, True, "-1", 1.0)
+    problem = adapters.readout(info, slot(NO_ALPHA, "-1")).readout
     assert "h3-bad" in problem and "alpha must be a finite number &gt; 0" in problem
-    _, typo = adapters.readout(info, True, "8x", 1.0)
+    typo = adapters.readout(info, slot(NO_ALPHA, "8x")).readout
     assert "alpha must be a number such as 8" in typo
 
 
 def test_inspect_errors_are_one_line_gradio_errors(adapters, tmp_path):
     with pytest.raises(gr.Error) as missing:
-        adapters.inspect_view(str(tmp_path / "nope.safetensors"), None, "", "", "t2va", "auto", False, None, 1.0)
+        adapters.inspect_view(slot(str(tmp_path / "nope.safetensors")), "", "t2va")
     assert "does not exist" in missing.value.message or "not found" in missing.value.message
     assert "\n" not in missing.value.message
     with pytest.raises(gr.Error, match="source is empty"):
@@ -167,9 +182,10 @@ def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(a
 
 # --------------------------------------------------------------------------------------------------- load
 def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
-    values = adapters.load_view(new_session(), "1", NO_ALPHA, None, "", False, None, 1.0, "unmerged", "auto", "t2va",
-                                "", request=Request("load"))
-    session, info, report, basis, group_bars, block_bars, note, box = values
+    view = adapters.load_view(new_session(), "1", slot(NO_ALPHA), "unmerged", "t2va", "", request=Request("load"))
+    session, info, report, basis, group_bars, block_bars, note, box = (
+        view.session, view.info, view.report_html, view.basis, view.group_plot, view.block_plot, view.profile_html,
+        view.profile_box)
     assert session["adapters"]["1"]["source"] == NO_ALPHA and session["adapters"]["1"]["alpha"] is None
     assert "Loaded: all" in report and "0 keys unmatched" in report and "sha256" in report
     assert len(basis["targets"]) == info["num_targets"] and box["visible"] is True
@@ -177,9 +193,10 @@ def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
     assert set(by_group["group"]) <= {"attention", "feed-forward", "adaln", "refiner", "input-output"}
     assert group_bars["y_lim"][0] == 0 and group_bars["y_lim"][1] > by_group["relative update"].max()
     assert not by_block.empty and "no alpha stored" in note  # random demo factors at alpha = rank: implausible
-    twice = adapters.profile(basis, False, None, 2.0)[0]["value"]
+    twice = adapters.profile(basis, slot(NO_ALPHA, strength=2.0)).group_plot["value"]
     assert list(twice["relative update"]) == pytest.approx(list(2 * by_group["relative update"]))
-    at_alpha_8, _, calm = adapters.profile(basis, True, 8.0, 1.0)
+    bars = adapters.profile(basis, slot(NO_ALPHA, 8.0))
+    at_alpha_8, calm = bars.group_plot, bars.profile_html
     assert "no alpha stored" not in calm
     assert list(at_alpha_8["value"]["relative update"]) == pytest.approx(
         list(by_group["relative update"] * 8 / info["rank"]))
@@ -191,11 +208,11 @@ def test_load_partial_match_is_a_visible_warning(adapters, tmp_path):
     tensors["transformer.not_a_layer.lora_B.weight"] = torch.zeros(8, 4)
     partial = tmp_path / "partial.safetensors"
     save_file(tensors, str(partial))
-    preview = adapters.inspect_view(str(partial), None, "", "", "t2va", "auto", False, None, 1.0)[1]
+    preview = adapters.inspect_view(slot(str(partial)), "", "t2va").inspect_html
     assert "2 keys match nothing" in preview
     with pytest.warns(UserWarning, match="partial match: 2 adapter keys matched nothing"):  # the gr.Warning toast
-        report = adapters.load_view(new_session(), "1", str(partial), None, "", False, None, 1.0, "unmerged", "auto",
-                                    "t2va", "", request=Request("load"))[2]
+        report = adapters.load_view(new_session(), "1", slot(str(partial)), "unmerged", "t2va", "",
+                                    request=Request("load")).report_html
     assert "Partial match" in report and "2 keys matched NOTHING" in report
     assert "transformer.not_a_layer.lora_A.weight" in report
 
@@ -205,26 +222,25 @@ def test_load_with_zero_matches_is_an_error(adapters, tmp_path):
     save_file({"transformer.not_a_layer.lora_A.weight": torch.zeros(4, 8),
                "transformer.not_a_layer.lora_B.weight": torch.zeros(8, 4)}, str(nothing))
     with pytest.raises(gr.Error) as error:
-        adapters.load_view(new_session(), "1", str(nothing), None, "", False, None, 1.0, "unmerged", "auto", "t2va",
-                           "", request=Request("load"))
+        adapters.load_view(new_session(), "1", slot(str(nothing)), "unmerged", "t2va", "", request=Request("load"))
     assert "none of its 2 keys" in error.value.message and "\n" not in error.value.message
 
 
 def test_sync_session_refuses_a_bad_alpha_with_the_slot_named(adapters):
     with pytest.raises(gr.Error) as error:
-        adapters.sync_session(new_session(), "unmerged", NO_ALPHA, None, "", True, -2.0, 1.0, "auto",
-                              "", None, "", False, None, 1.0, "auto")
+        sync(adapters, slot(NO_ALPHA, -2.0))
     assert error.value.message.startswith("adapter 1: alpha must be a finite number > 0")
     with pytest.raises(gr.Error, match="Override alpha is ticked but no alpha"):
-        adapters.sync_session(new_session(), "unmerged", NO_ALPHA, None, "", True, None, 1.0, "auto",
-                              "", None, "", False, None, 1.0, "auto")
+        sync(adapters, slot(NO_ALPHA, None, override=True))
 
 
 # ----------------------------------------------------------------------------------------------- generate
 def test_generate_writes_back_a_random_seed_and_shows_how_to_reproduce(adapters, generation):
     session = session_with(adapters, NO_ALPHA, alpha=8.0)
-    video, seed, settings, result, h3app, sglang, notes, snippet, session = generate(generation, session,
-                                                                                      randomize=True)
+    view = generate(generation, session, randomize=True)
+    video, seed, settings, result, h3app, sglang, notes, snippet, session = (
+        view.video, view.seed, view.settings_json, view.result_html, view.h3app_command, view.sglang_command,
+        view.sglang_notes, view.diffusers_snippet, view.session)
     assert Path(video).is_file() and media.read_settings(video)["hash"] == settings["hash"]
     assert settings["request"]["seed"] == seed and 0 <= seed < 2**31
     adapter = settings["adapters"][0]
@@ -238,16 +254,15 @@ def test_generate_writes_back_a_random_seed_and_shows_how_to_reproduce(adapters,
     assert session["history"][-1]["video"] == video and session["history"][-1]["hash"] == settings["hash"]
 
     restored = load_settings_view(video)  # "load settings" from the mp4 it just made
-    assert restored[2] == seed and restored[11] == NO_ALPHA and restored[14] is True and restored[15] == "8"
+    first = restored.slots["1"]
+    assert restored.request.seed == seed and first.source == NO_ALPHA and first.override is True and first.alpha == "8"
 
 
 def test_generate_request_errors_are_gradio_errors(adapters, generation):
     with pytest.raises(gr.Error, match="the prompt is empty"):
-        generation.generate_view(new_session(), "unmerged", "t2va", "  ", 1, False, 2, 5.0, 32, 32, None, None, None,
-                                 None, None, "", None, None, request=Request("gen"), progress=None)
+        generation.generate_view(job(new_session(), prompt="  ", seed=1), request=Request("gen"), progress=None)
     with pytest.raises(gr.Error, match="fl2va needs a first and/or last keyframe"):
-        generation.generate_view(new_session(), "unmerged", "fl2va", "a fox", 1, False, 2, 5.0, 32, 32, None, None,
-                                 None, None, None, "", None, None, request=Request("gen"), progress=None)
+        generation.generate_view(job(new_session(), workflow="fl2va", seed=1), request=Request("gen"), progress=None)
 
 
 def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, backend):
@@ -262,23 +277,23 @@ def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, b
     request = Request("canceller-is-this-session")
     fields = {**FAST, "steps": 4}
     with pytest.warns(UserWarning, match=r"generation cancelled after \d+ of 3 steps"):  # the gr.Warning toast
-        result = generation.generate_view(new_session(), "unmerged", "t2va", "a fox", 1, False, fields["steps"],
-                                          fields["duration"], 32, 32, None, None, None, None, None, "", None, None,
-                                          request=request, progress=progress)
-    assert result == (gr.skip(),) * 9  # nothing shown: the run stopped
+        result = generation.generate_view(job(new_session(), seed=1, **fields), request=request, progress=progress)
+    assert isinstance(result, Stopped)  # no result shown: the run stopped, and the tab says so
+    assert re.match(r"\*\*Cancelled after \d+ of 3 steps\.\*\*", result.status)
     assert cancelled and cancelled[0].startswith("Cancelling **generate**")
     assert generation.runner.cancel(request) == "Nothing of yours is running."
     after = generate(generation, new_session(), seed=1)
-    assert Path(after[0]).is_file()
+    assert Path(after.video).is_file()
 
 
 # -------------------------------------------------------------------------------------------- comparisons
 def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, comparisons):
     session = session_with(adapters, KOHYA)
-    values = comparisons.check_view(session, "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None, None, None, None,
-                                    None, 8, 1.0, 128, 0.0625, "", request=Request("eq"), progress=None)
+    view = comparisons.check_view(job(session), CheckForm(8, 1.0, 128, 0.0625), request=Request("eq"), progress=None)
     verdict, video_a, video_b, video_f, cap_a, cap_b, cap_f, heat, heat_f, plot, spec, spec_f, audio_a, audio_b, data, \
-        session = values
+        session = (view.verdict, view.video_a, view.video_b, view.video_fallback, view.caption_a, view.caption_b,
+                   view.caption_fallback, view.heat_ab, view.heat_fallback, view.psnr_plot, view.spectrogram_ab,
+                   view.spectrogram_fallback, view.audio_a, view.audio_b, view.result_json, view.session)
     assert "IDENTICAL" in verdict and data["identical"] and data["control_identical"]
     assert data["hash_a"] == data["hash_b"] != data["hash_fallback"]
     assert all(Path(p).is_file() for p in (video_a, video_b, video_f, heat, heat_f, spec, spec_f, audio_a, audio_b))
@@ -286,46 +301,52 @@ def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, compari
     assert plot[plot["pair"] == "A vs B"]["PSNR (dB)"].eq(100.0).all()  # identical frames at the ceiling
     assert plot[plot["pair"] == "A vs fallback"]["PSNR (dB)"].lt(100.0).any()
     assert "alpha 128 × scale 0.0625" in cap_b and "check A" in session["history"][-2]["kind"]
+    cost = comparisons.check_estimate(RequestForm(prompt="a fox", steps=2, height=32, width=32))
+    assert "costs **3 generations + 1 denoising step ≈" in cost  # timed: a generation has run on this backend
 
 
 def test_equivalence_needs_an_adapter_and_valid_settings(comparisons, adapters):
     with pytest.raises(gr.Error, match="needs an adapter"):
-        comparisons.check_view(new_session(), "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None, None, None, None,
-                               None, 8, 1.0, 128, 0.0625, "", request=Request("eq"), progress=None)
+        comparisons.check_view(job(new_session()), CheckForm(8, 1.0, 128, 0.0625), request=Request("eq"),
+                               progress=None)
     with pytest.raises(gr.Error, match="setting B"):
-        comparisons.check_view(session_with(adapters, KOHYA), "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None,
-                               None, None, None, None, 8, 1.0, -128, 0.0625, "", request=Request("eq"), progress=None)
+        comparisons.check_view(job(session_with(adapters, KOHYA)), CheckForm(8, 1.0, -128, 0.0625),
+                               request=Request("eq"), progress=None)
 
 
 def test_grid_fills_cell_by_cell_and_flags_a_do_nothing_cell(adapters, comparisons):
-    assert "time unknown" in comparisons.estimate("8", "1", "7") or "about" in comparisons.estimate("8", "1", "7")
-    assert comparisons.estimate("8, x", "1", "7").startswith("✖ alphas must be comma-separated")
+    estimate = comparisons.estimate(GridForm("8", "1", "7"))
+    assert "time unknown" in estimate or "about" in estimate
+    assert comparisons.estimate(GridForm("8, x", "1", "7")).startswith("✖ alphas must be comma-separated")
     session = session_with(adapters, KOHYA)
-    steps = list(comparisons.grid_view(session, "unmerged", "t2va", "a fox", 3, 2, 5.0, 32, 32, None, None, None,
-                                       None, None, "auto", "0, 1", "3", "", request=Request("grid"), progress=None))
+    steps = list(comparisons.grid_view(job(session), GridForm("auto", "0, 1", "3"), request=Request("grid"),
+                                       progress=None))
     assert len(steps) == 3  # one yield per cell, then the final one with the session
-    gallery, table, status, final_session, cells = steps[-1]
+    last = steps[-1]
+    gallery, table, status, final_session, cells = last.gallery, last.table, last.status, last.session, last.cells
     assert len(gallery["value"]) == 2 and gallery["columns"] == 2 and len(table) == 2 and len(cells) == 2
     zero, one = cells
     assert zero["strength"] == 0.0 and zero["baseline_psnr"] == "inf"  # scale 0 is no LoRA: flagged
     assert one["strength"] == 1.0 and one["baseline_psnr"] != "inf"
     assert "1 cells are identical to no LoRA" in status
     assert [h["kind"] for h in final_session["history"][-2:]] == ["grid", "grid"]
-    assert steps[0][3] == gr.skip()  # the session is written once, at the end
+    assert steps[0].session is KEEP  # the session is written once, at the end
 
 
 def test_history_compare_names_the_settings_that_differ(adapters, generation, comparisons):
     session = session_with(adapters, KOHYA)
-    session = generate(generation, session, seed=11)[-1]
-    session = generate(generation, session, seed=12)[-1]
-    gallery, table, pick_a, pick_b = comparisons.history_view(session)
+    session = generate(generation, session, seed=11).session
+    session = generate(generation, session, seed=12).session
+    history = comparisons.history_view(session)
+    gallery, table, pick_a, pick_b = history.gallery, history.table, history.pick_a, history.pick_b
     assert len(gallery) == 2 and list(table["kind"]) == ["generate", "generate"]
     assert pick_b["value"] == session["history"][-1]["id"] and pick_a["value"] == session["history"][0]["id"]
-    video_a, video_b, verdict, differences = comparisons.compare(session, pick_a["value"], pick_b["value"])
+    shown = comparisons.compare(session, pick_a["value"], pick_b["value"])
+    video_a, video_b, verdict, differences = shown.video_a, shown.video_b, shown.verdict, shown.differences
     assert Path(video_a).is_file() and Path(video_b).is_file()
     assert "DIFFERENT" in verdict and "PSNR" in verdict
     assert "request.seed" in set(differences["setting"])
-    same = comparisons.compare(session, pick_a["value"], pick_a["value"])[2]
+    same = comparisons.compare(session, pick_a["value"], pick_a["value"]).verdict
     assert "IDENTICAL" in same
     with pytest.raises(gr.Error, match="pick two results"):
         comparisons.compare(session, "#99 nothing", pick_a["value"])
@@ -340,9 +361,8 @@ def test_cancel_stops_a_running_grid_between_steps(adapters, comparisons, genera
 
     session = session_with(adapters, KOHYA)
     with pytest.warns(UserWarning, match="grid cancelled"):
-        steps = list(comparisons.grid_view(session, "unmerged", "t2va", "a fox", 3, 3, 5.0, 32, 32, None, None, None,
-                                           None, None, "1, 2, 4", "0.5, 1", "3", "",
+        steps = list(comparisons.grid_view(job(session, steps=3), GridForm("1, 2, 4", "0.5, 1", "3"),
                                            request=Request("grid-canceller"), progress=progress))
     assert calls and calls[0] == "Cancelling **grid**: it stops at its next step; the model is left unchanged."
-    assert len(steps[-1][4]) < 6  # stopped before the sixth cell
-    assert Path(generate(generation, new_session(), seed=2)[0]).is_file()  # the worker serves on
+    assert len(steps[-1].cells) < 6  # stopped before the sixth cell
+    assert Path(generate(generation, new_session(), seed=2).video).is_file()  # the worker serves on

@@ -245,13 +245,14 @@ def test_running_jobs_cancel_only_the_sessions_own_job():
 def test_load_settings_restores_controls_from_json(tmp_path):
     path = tmp_path / "settings.json"
     path.write_text(json.dumps(settings_json(alpha=8.0, strength=0.25, second=True)))
-    values = load_settings_view(str(path))
-    assert values[:3] == ("t2va", "a fox's tail", 3) and values[4] == 5
-    slot_1 = values[11:17]
-    assert slot_1[0] == "owner/repo" and slot_1[2] == "a" * 40 and slot_1[3] is True and slot_1[4] == "8"
-    assert slot_1[5] == 0.25
-    assert values[17] == "other/repo" and values[20] is False
-    assert values[-1] == "Settings restored."
+    view = load_settings_view(str(path))
+    request = view.request
+    assert (request.workflow, request.prompt, request.seed) == ("t2va", "a fox's tail", 3) and request.steps == 5
+    slot_1 = view.slots["1"]
+    assert slot_1.source == "owner/repo" and slot_1.revision == "a" * 40 and slot_1.override is True
+    assert slot_1.alpha == "8" and slot_1.strength == 0.25
+    assert view.slots["2"].source == "other/repo" and view.slots["2"].override is False
+    assert view.load_status == "Settings restored."
 
 
 def test_load_settings_errors_are_one_line(tmp_path):

@@ -1,4 +1,4 @@
-"""The alpha chain (DESIGN.md decision 5), resolved per module, every value with its provenance.
+"""The alpha chain (docs/adapters.md, "The alpha chain"), resolved per module, every value with its provenance.
 
     explicit > the module's ``.alpha`` tensor > ``adapter_config.json`` > in-file metadata > known-adapter registry > rank
 
@@ -13,11 +13,11 @@ import json
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import H3AppError
-from ..settings import check_alpha
+from ..rules.values import parse_alpha, parse_number
 from .formats import MAIN_PARTITION, ModulePlan
 from .known import KnownAdapter
 from .types import HeaderView
@@ -32,6 +32,7 @@ MIXED = "mixed"
 TIERS = (EXPLICIT, MODULE_TENSOR, ADAPTER_CONFIG, METADATA, REGISTRY, RANK_FALLBACK)
 
 LORA_ADAPTER_METADATA = "lora_adapter_metadata"
+PEFT_DEFAULT_LORA_ALPHA = 8.0  # peft.LoraConfig's lora_alpha when adapter_config.json gives none
 PLAIN_METADATA_ALPHAS = ("alpha", "lora_alpha", "network_alpha")  # in this order of preference
 HINT_METADATA = ("ss_network_alpha", "ss_network_dim", "ss_network_module", "ss_base_model_version",
                  "modelspec.architecture", "modelspec.trigger_phrase", "modelspec.title")
@@ -74,6 +75,7 @@ class _PeftSettings:
     r: int | None
     rank_pattern: Mapping[str, int]
     use_rslora: bool | None
+    alpha_defaulted: bool = False  # lora_alpha absent: PEFT's default applies
 
     def alpha_for(self, module: str) -> float | None:
         if self.alpha_pattern:
@@ -101,7 +103,7 @@ def resolve_alphas(
 
     Raises ``H3AppError`` for an invalid explicit alpha, or a stored ``.alpha`` that is negative, NaN or infinite.
     """
-    explicit = check_alpha(explicit_alpha)
+    explicit = parse_alpha(explicit_alpha, "alpha")
     warnings: list[str] = []
     config = _peft_settings_from_config(view.adapter_config, view.name, warnings)
     metadata_settings = {
@@ -115,6 +117,7 @@ def resolve_alphas(
     zero_alpha: list[str] = []
     rank_mismatch: list[str] = []
     fallback: list[ModulePlan] = []
+    defaulted = 0
     for module in modules:
         candidates: list[tuple[str, float]] = []
         if explicit is not None:
@@ -135,12 +138,12 @@ def resolve_alphas(
         for tier, settings in settings_tiers:
             if settings is None:
                 continue
-            value = settings.alpha_for(module.module)
+            value = settings.alpha_for(module.peft_name)
             if value is not None:
                 candidates.append((tier, value))
-            stated_rank = settings.rank_for(module.module)
+            stated_rank = settings.rank_for(module.peft_name)
             if stated_rank is not None and stated_rank != module.rank:
-                rank_mismatch.append(f"{settings.where} says r={stated_rank} for {module.module!r}, the tensors have rank {module.rank}")
+                rank_mismatch.append(f"{settings.where} says r={stated_rank} for {module.peft_name!r}, the tensors have rank {module.rank}")
         if plain_metadata is not None:
             candidates.append((METADATA, plain_metadata))
         if known is not None:
@@ -151,6 +154,8 @@ def resolve_alphas(
 
         if candidates:
             source, alpha = candidates[0]
+            if source == ADAPTER_CONFIG and config is not None and config.alpha_defaulted:
+                defaulted += 1
         else:
             source, alpha = RANK_FALLBACK, float(module.rank)
             fallback.append(module)
@@ -170,6 +175,11 @@ def resolve_alphas(
         warnings.append(
             f"alpha {_fmt(winner_alpha)} from {_describe(winner)} wins over alpha {_fmt(loser_alpha)} from "
             f"{_describe(loser)} ({count} modules)."
+        )
+    if defaulted:
+        warnings.append(
+            f"adapter_config.json gives no lora_alpha: PEFT's default {_fmt(PEFT_DEFAULT_LORA_ALPHA)} applies to "
+            f"{defaulted} modules, as PEFT itself loads this adapter; set alpha if the model card says otherwise."
         )
     if rank_mismatch:
         warnings.append(f"{rank_mismatch[0]} ({len(rank_mismatch)} modules); the tensors' rank is used.")
@@ -218,24 +228,35 @@ def _fmt(value: float) -> str:
 
 
 def _number(value: Any, where: str, warnings: list[str]) -> float | None:
-    """A usable alpha: a finite non-zero number (bools and strings of numbers accepted from metadata strings)."""
+    """A usable alpha from a file: a finite non-zero number (numeric strings accepted, as metadata is text).
+    Anything else is a warning and ignored: a file's odd value never blocks inspection; a negative one refuses."""
     if isinstance(value, bool) or value is None:
         return None
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        warnings.append(f"{where} is {value!r}, not a number: ignored.")
-        return None
-    except OverflowError:  # a JSON integer beyond float range
-        warnings.append(f"{where} is {str(value)[:40]}…, far beyond any usable alpha: ignored.")
+        number = parse_number(value, where)
+    except H3AppError:
+        if isinstance(value, (int, float)) or _is_float_text(value):
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+            warnings.append(f"{where} is {shown}, not a usable alpha: ignored.")
+        else:
+            warnings.append(f"{where} is {value!r}, not a number: ignored.")
         return None
     if number < 0:
         raise H3AppError(f"{where} is {number:g}: a negative alpha is not a LoRA scale; fix the file (or give an "
                          f"explicit alpha).")
-    if not math.isfinite(number) or number == 0:
+    if number == 0:
         warnings.append(f"{where} is {value!r}, not a usable alpha: ignored.")
         return None
     return number
+
+
+def _is_float_text(value: Any) -> bool:
+    """Text Python reads as a float (such as ``"inf"`` or ``"nan"``) that ``parse_number`` refuses."""
+    try:
+        float(value)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def _pattern(raw: Any, where: str, warnings: list[str], *, integer: bool) -> dict[str, Any]:
@@ -280,7 +301,10 @@ def _peft_settings_from_config(config: Mapping[str, Any] | None, name: str, warn
         )
     if config.get("use_dora"):
         raise H3AppError(f"the adapter_config.json beside {name} sets use_dora: DoRA adapters are not supported.")
-    return _settings(config, "adapter_config.json", warnings)
+    settings = _settings(config, "adapter_config.json", warnings)
+    if "lora_alpha" in config:
+        return settings
+    return replace(settings, lora_alpha=PEFT_DEFAULT_LORA_ALPHA, alpha_defaulted=True)
 
 
 def _peft_settings_from_metadata(metadata: Mapping[str, str], partition: str, warnings: list[str]) -> _PeftSettings | None:
@@ -337,9 +361,10 @@ def _hints(metadata: Mapping[str, str]) -> dict[str, Any]:
     for field in HINT_METADATA:
         if field in metadata:
             value: Any = metadata[field]
-            try:
-                value = float(value) if field in ("ss_network_alpha", "ss_network_dim") else value
-            except ValueError:
-                pass
+            if field in ("ss_network_alpha", "ss_network_dim"):
+                try:
+                    value = parse_number(value, field)
+                except H3AppError:
+                    value = metadata[field]  # not a number: shown as written (a hint is never applied)
             hints[field] = value
     return hints

@@ -12,7 +12,6 @@ so either applies exactly h3app's ΔW = s · B @ A.
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import H3AppError
+from ..rules.scale import effective_scale
 from ..settings import check_strength
 from .types import NormalisedAdapter
 
@@ -57,11 +57,6 @@ class ExportResult:
             "alpha_pattern": dict(self.lora_config["alpha_pattern"]),
             "effective_scales": dict(self.scales),
         }
-
-
-def effective_scale(alpha: float, strength: float, rank: int, use_rslora: bool) -> float:
-    """``alpha × strength / rank`` (``/ √rank`` with rsLoRA), in float64."""
-    return float(alpha) * float(strength) / (math.sqrt(rank) if use_rslora else float(rank))
 
 
 def parse_export_dtype(name: str) -> torch.dtype:

@@ -8,6 +8,7 @@ sized differently) used on the full model; it is named as such.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,7 +63,7 @@ def check_fit(modules: Sequence[ModulePlan], shapes: TransformerShapes, name: st
 
 def full_size_warnings(modules: Sequence[ModulePlan]) -> list[str]:
     """Without a model: warn when the file does not fit the full-size H3 (never a refusal)."""
-    full = transformer_shapes(FULL_SIZE_CONFIG)
+    full = _full_size_shapes()
     found = misfits(modules, full)
     if not found:
         return []
@@ -70,6 +71,11 @@ def full_size_warnings(modules: Sequence[ModulePlan]) -> list[str]:
         f"does not fit the full-size MiniMax-H3{_diagnosis(modules, found, full)} ({found[0].describe()}; "
         f"{len(found)} targets): fine if it is for a smaller model; check it with --model."
     ]
+
+
+@functools.cache
+def _full_size_shapes() -> TransformerShapes:
+    return transformer_shapes(FULL_SIZE_CONFIG)
 
 
 def _diagnosis(modules: Sequence[ModulePlan], found: Sequence[Misfit], shapes: TransformerShapes) -> str:

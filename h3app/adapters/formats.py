@@ -20,14 +20,16 @@ Four layouts are in circulation (examples in docs/adapters.md):
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ..errors import H3AppError
 from ..settings import QKV_LAYOUTS
 from ..rules.h3_modules import TransformerShapes
+from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
 
 # How a module's lora_B rows map onto its canonical targets.
@@ -109,41 +111,17 @@ DIFFUSERS_MODULES: tuple[ModuleRule, ...] = (
 
 # Prefixes stripped from the front of a key, repeatedly (``base_model.model.transformer.`` is two of them).
 # ``transformer_ref.`` routes a key to the reference partition.
-WRAPPER_PREFIXES = ("base_model.model.", "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
+PEFT_SAVE_PREFIX = "base_model.model."
+WRAPPER_PREFIXES = (PEFT_SAVE_PREFIX, "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
                     "transformer.", "model.")
 FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_")
 
+# ``.weight`` is optional after the factor name: sglang's H3 mapping ends its patterns at ``lora_[AB]``, so files
+# written for it (``blocks.0.attn.qkv_proj.lora_A``) carry no suffix; a slot is never the word ``weight`` itself.
 _SUFFIX = re.compile(
-    r"^(?P<stem>.+?)\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>[A-Za-z0-9_\-]+))?\.weight|(?P<du>lora_(?:down|up))\.weight"
-    r"|(?P<alpha>alpha))$"
+    r"^(?P<stem>.+?)\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
+    r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha))$"
 )
-
-# Adapter families h3app does not apply, recognised by their key suffixes.
-_REFUSED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"\.hada_(w[12]_[ab]|t[12])(\.weight)?$"), "a LoHa (LyCORIS Hadamard) adapter",
-     "h3app applies plain LoRA only; ask for a LoRA export"),
-    (re.compile(r"\.lokr_(w[12](_[ab])?|t[12])(\.weight)?$"), "a LoKr (LyCORIS Kronecker) adapter",
-     "h3app applies plain LoRA only; ask for a LoRA export"),
-    (re.compile(r"(\.lora_magnitude_vector(\.[^.]+)?(\.weight)?|\.dora_scale)$"), "a DoRA adapter (magnitude vectors)",
-     "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
-    (re.compile(r"\.(diff|diff_b|diff_m|set_weight)$"), "full-weight diff tensors (.diff/.diff_b/.diff_m)",
-     "these replace weights rather than add a low-rank delta; h3app applies LoRA factors only"),
-    (re.compile(r"\.lora_B(\.[^.]+)?\.bias$"), "LoRA biases (lora_B.bias, PEFT lora_bias=True)",
-     "h3app applies the low-rank weight delta only; export the adapter without lora_bias"),
-)
-
-# LoRAs for other video/image DiTs, recognised by module names H3 never uses (checked on the prefix-stripped stem,
-# dotted and flattened).
-_FOREIGN_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(^|\.)(img|txt)_attn_qkv(\.|$)|individual_token_refiner|(img|txt)_mod[._]linear|^hunyuan",
-                re.IGNORECASE), "HunyuanVideo"),
-    (re.compile(r"(^|[._])(double_blocks|single_blocks|single_transformer_blocks)[._]\d+|(^|[._])(txt_attn|img_attn)[._]"),
-     "Flux (or HunyuanVideo)"),
-    (re.compile(r"(^|[._])transformer_blocks[._]\d+[._]attn[12][._]"), "LTX-Video"),
-    (re.compile(r"(^|[._])blocks[._]\d+[._](self_attn|cross_attn|ffn)[._]|(^|[._])blocks[._]\d+[._]attn[12][._]"
-                r"|(^|[._])condition_embedder[._]"), "Wan"),
-)
-
 
 @dataclass(frozen=True)
 class ModulePlan:
@@ -176,6 +154,18 @@ class ModulePlan:
     def keys(self) -> tuple[str, ...]:
         return (self.down_key, self.up_key) + ((self.alpha_key,) if self.alpha_key else ())
 
+    @property
+    def peft_name(self) -> str:
+        """The module name PEFT saw when it matched ``alpha_pattern``/``rank_pattern``: the stored stem without
+        PEFT's save prefix ``base_model.model.``, or without diffusers' component prefix (``transformer.``,
+        ``transformer_ref.``), which diffusers drops before injecting; other layouts: the prefix-stripped name."""
+        if self.format == "kohya":
+            return self.module
+        for prefix in (PEFT_SAVE_PREFIX, *(f"{p}." for p in PARTITIONS)):
+            if self.stem.startswith(prefix):
+                return self.stem[len(prefix):]
+        return self.module
+
 
 @dataclass(frozen=True)
 class AdapterPlan:
@@ -206,21 +196,41 @@ class _Stem:
     styles: frozenset[str] = frozenset()
 
 
+_PREFIXES = re.compile(
+    "^(?P<wrappers>(?:" + "|".join(map(re.escape, WRAPPER_PREFIXES)) + "){0,4})"
+    "(?P<flattened>" + "|".join(map(re.escape, FLATTENED_PREFIXES)) + ")?"
+)
+
+
 def strip_prefix(key: str) -> tuple[str, str, bool]:
-    """``(prefix, rest, flattened)``: every wrapper prefix removed, then a flattened kohya prefix."""
-    prefix = ""
-    for _ in range(4):
-        for candidate in WRAPPER_PREFIXES:
-            if key[len(prefix):].startswith(candidate):
-                prefix += candidate
-                break
-        else:
-            break
-    rest = key[len(prefix):]
-    for candidate in FLATTENED_PREFIXES:
-        if rest.startswith(candidate):
-            return prefix + candidate, rest[len(candidate):], True
-    return prefix, rest, False
+    """``(prefix, rest, flattened)``: up to four wrapper prefixes removed (the first listed that fits, each time),
+    then a flattened kohya prefix."""
+    found = _PREFIXES.match(key)
+    prefix = found.group(0)
+    return prefix, key[len(prefix):], found.group("flattened") is not None
+
+
+class _Vocabulary:
+    """One naming family's rules compiled into one alternation (one regex run per name instead of one per rule),
+    dotted and flattened (every ``.`` written as ``_``)."""
+
+    def __init__(self, family: str, rules: Sequence[ModuleRule]) -> None:
+        self.family = family
+        self.rules = tuple(rules)
+        self.dotted = [re.compile(rule.pattern) for rule in self.rules]
+        self.flat = [re.compile(rule.pattern.replace(r"\.", "_")) for rule in self.rules]
+        self.any_dotted = re.compile("|".join(f"(?P<r{i}>{p.pattern})" for i, p in enumerate(self.dotted)))
+        self.any_flat = re.compile("|".join(f"(?P<r{i}>{p.pattern})" for i, p in enumerate(self.flat)))
+
+    def match(self, name: str, flat: bool) -> tuple[ModuleRule, re.Match[str]] | None:
+        found = (self.any_flat if flat else self.any_dotted).fullmatch(name)
+        if found is None:
+            return None
+        index = int(found.lastgroup[1:])  # the rule's own group closes last
+        return self.rules[index], (self.flat if flat else self.dotted)[index].fullmatch(name)
+
+
+_VOCABULARIES = (_Vocabulary("native", NATIVE_MODULES), _Vocabulary("diffusers", DIFFUSERS_MODULES))
 
 
 def match_module(name: str, flattened: bool) -> tuple[str, ModuleRule, re.Match[str], bool] | None:
@@ -230,17 +240,15 @@ def match_module(name: str, flattened: bool) -> tuple[str, ModuleRule, re.Match[
     ``.`` written as ``_``, which is unambiguous because each rule is a full match over a fixed structure.
     """
     if not flattened:
-        for family, table in (("native", NATIVE_MODULES), ("diffusers", DIFFUSERS_MODULES)):
-            for rule in table:
-                found = re.fullmatch(rule.pattern, name)
-                if found:
-                    return family, rule, found, False
-    flat = name.replace(".", "_")
-    for family, table in (("native", NATIVE_MODULES), ("diffusers", DIFFUSERS_MODULES)):
-        for rule in table:
-            found = re.fullmatch(rule.pattern.replace(r"\.", "_"), flat)
+        for vocabulary in _VOCABULARIES:
+            found = vocabulary.match(name, flat=False)
             if found:
-                return family, rule, found, True
+                return vocabulary.family, found[0], found[1], False
+    flat = name.replace(".", "_")
+    for vocabulary in _VOCABULARIES:
+        found = vocabulary.match(flat, flat=True)
+        if found:
+            return vocabulary.family, found[0], found[1], True
     return None
 
 
@@ -259,7 +267,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     keys = list(view.tensors)
     if not keys:
         raise H3AppError(f"{name} holds no tensors: it is not an adapter.")
-    _refuse_families(name, keys)
+    refuse_families(name, keys)
 
     stems: dict[tuple[str, str], _Stem] = {}
     unparsed: list[str] = []
@@ -269,18 +277,18 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
         if parsed is None:
             unparsed.append(key)
             continue
-        stem_name = parsed.group("stem")
+        stem_name, ab, slot, du, is_alpha = parsed.group("stem", "ab", "slot", "du", "alpha")
         file_partition = REFERENCE_PARTITION if "transformer_ref." in prefix else MAIN_PARTITION
-        entry = stems.setdefault(
-            (file_partition, _canonical_stem_name(stem_name, flattened)),
-            _Stem(prefix, file_partition, flattened, key[: len(prefix)] + stem_name, stem_name),
-        )
-        if parsed.group("alpha"):
+        stem_key = (file_partition, stem_name.replace(".", "_") if flattened else stem_name)
+        entry = stems.get(stem_key)
+        if entry is None:
+            entry = stems[stem_key] = _Stem(prefix, file_partition, flattened, key[: len(prefix)] + stem_name, stem_name)
+        if is_alpha:
             role, style = "alpha", None
-        elif parsed.group("ab"):
-            role, style = ("down" if parsed.group("ab") == "lora_A" else "up"), SUFFIX_AB
+        elif ab:
+            role, style = ("down" if ab == "lora_A" else "up"), SUFFIX_AB
         else:
-            role, style = ("down" if parsed.group("du") == "lora_down" else "up"), SUFFIX_DOWN_UP
+            role, style = ("down" if du == "lora_down" else "up"), SUFFIX_DOWN_UP
         existing = getattr(entry, role)
         if existing is not None:
             raise H3AppError(
@@ -288,9 +296,9 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
                 "mixes two copies of one adapter; keep one."
             )
         setattr(entry, role, key)
-        if parsed.group("slot"):
-            entry.slots = entry.slots | {parsed.group("slot")}
-        if style:
+        if slot and slot not in entry.slots:
+            entry.slots = entry.slots | {slot}
+        if style and style not in entry.styles:
             entry.styles = entry.styles | {style}
 
     slots = sorted({slot for entry in stems.values() for slot in entry.slots})
@@ -299,20 +307,23 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
             f"{name} holds several PEFT adapter slots ({', '.join(slots)}): save one adapter per file (PEFT's "
             "save_pretrained does that)."
         )
-    _refuse_foreign(name, [entry.name for entry in stems.values()] + unparsed)
-    if not any(entry.down or entry.up for entry in stems.values()):
-        _refuse_no_lora(name, keys, unparsed)
+    found_rules = {key: match_module(entry.name, entry.flattened)
+                   for key, entry in stems.items() if entry.down or entry.up}
+    # Foreign-model names are looked for only among stems no H3 rule claimed (the common case: none).
+    refuse_foreign(name, [entry.name for key, entry in stems.items() if found_rules.get(key) is None] + unparsed)
+    if not found_rules:
+        refuse_no_lora(name, keys, unparsed)
 
     warnings: list[str] = []
     no_match: list[str] = list(unparsed)
     orphan_alphas: list[str] = []
     plans: list[ModulePlan] = []
     hybrid: list[str] = []
-    for entry in stems.values():
+    for key, entry in stems.items():
         if not (entry.down or entry.up):
             orphan_alphas.extend(k for k in (entry.alpha,) if k)
             continue
-        found = match_module(entry.name, entry.flattened)
+        found = found_rules[key]
         if found is None:
             no_match.extend(k for k in (entry.down, entry.up, entry.alpha) if k)
             continue
@@ -375,6 +386,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     )
 
 
+@functools.lru_cache(maxsize=4096)
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders block indices numerically (``blocks.2`` before ``blocks.10``)."""
     return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
@@ -385,10 +397,6 @@ def _architecture_hint(metadata: Mapping[str, str]) -> str:
         if metadata.get(field):
             return f"; its metadata says {field} = {metadata[field]!r}"
     return ""
-
-
-def _canonical_stem_name(stem_name: str, flattened: bool) -> str:
-    return stem_name.replace(".", "_") if flattened else stem_name
 
 
 def _module_plan(
@@ -498,36 +506,6 @@ def _dotted_name(rule: ModuleRule, match: re.Match[str]) -> str:
     for group in match.groups():
         name = name.replace(r"(\d+)", group, 1)
     return name.replace("\\.", ".")
-
-
-def _refuse_families(name: str, keys: Sequence[str]) -> None:
-    for pattern, what, fix in _REFUSED_FAMILIES:
-        seen = [k for k in keys if pattern.search(k)]
-        if seen:
-            raise H3AppError(f"{name} is {what} (e.g. {seen[0]!r}, {len(seen)} such keys): {fix}.")
-
-
-def _refuse_foreign(name: str, stem_names: Iterable[str]) -> None:
-    stem_names = list(stem_names)
-    for pattern, family in _FOREIGN_MODELS:
-        seen = [s for s in stem_names if pattern.search(s)]
-        if seen:
-            raise H3AppError(
-                f"{name} is made for {family}, not MiniMax-H3 (module names such as {seen[0]!r}): pick an H3 adapter."
-            )
-
-
-def _refuse_no_lora(name: str, keys: Sequence[str], unparsed: Sequence[str]) -> None:
-    plain = [k for k in keys if k.endswith((".weight", ".bias", ".scale"))]
-    if plain and len(plain) >= len(keys) // 2:
-        raise H3AppError(
-            f"{name} holds {len(plain)} plain weights (e.g. {sorted(plain)[0]!r}) and no LoRA factors: it is a model "
-            "checkpoint, not an adapter; pick a LoRA file (lora_A/lora_B or lora_down/lora_up keys)."
-        )
-    raise H3AppError(
-        f"{name} holds no LoRA factors (first keys: {', '.join(sorted(keys)[:3])}): pick a LoRA file "
-        "(lora_A/lora_B or lora_down/lora_up keys)."
-    )
 
 
 def _refuse_duplicate_targets(name: str, plans: Sequence[ModulePlan]) -> None:

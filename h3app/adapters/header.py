@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import H3AppError
+from . import memo
+from .limits import check_header_length, check_tensor_count
+from .memo import file_version
 from .types import HeaderView
 
-MAX_HEADER_BYTES = 100_000_000  # safetensors' own MAX_HEADER_SIZE
 ADAPTER_CONFIG_NAME = "adapter_config.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
@@ -39,9 +41,35 @@ def read_local_header(path: str | Path, adapter_config_path: str | Path | None =
     """The header of a local ``.safetensors`` file plus its 0-dim (and single-element ``.alpha``) scalars.
 
     ``adapter_config_path`` defaults to ``adapter_config.json`` in the same folder, read when present. Reads
-    8 + N header bytes and a few bytes per scalar: weight tensors are never loaded.
+    8 + N header bytes and a few bytes per scalar: weight tensors are never loaded; an unchanged file (and
+    adapter_config.json) is read once per process (``memo.py``). A file that disappears while
+    it is read (another request trimming the download cache) is one ``H3AppError``, never a raw OS error.
     """
     path = Path(path)
+    config_path = Path(adapter_config_path) if adapter_config_path is not None else path.with_name(ADAPTER_CONFIG_NAME)
+    version = file_version(path)
+    try:
+        if version is None:  # missing (or unreadable): the reader names the problem
+            return _read_local_header(path, adapter_config_path)
+        key = (version, file_version(config_path), adapter_config_path is not None)
+        return memo.HEADERS.get_or_compute(key, lambda: _read_local_header(path, adapter_config_path))
+    except FileNotFoundError as error:
+        raise vanished(error.filename or path) from None
+
+
+class VanishedFile(H3AppError):
+    """A file that was there a moment ago and is gone now (safe to retry once)."""
+
+
+def vanished(path: str | Path) -> VanishedFile:
+    """The one-line error for a file that was there a moment ago and is gone now."""
+    return VanishedFile(
+        f"{path} disappeared while it was being read (the download cache was trimmed, or the file was moved): "
+        "retry; the adapter is downloaded again if needed."
+    )
+
+
+def _read_local_header(path: Path, adapter_config_path: str | Path | None) -> HeaderView:
     if not path.exists():
         raise H3AppError(f"{path} does not exist: check the path.")
     if path.is_dir():
@@ -56,11 +84,7 @@ def read_local_header(path: str | Path, adapter_config_path: str | Path | None =
         head = handle.read(64)
         _refuse_non_safetensors(path.name, head, file_bytes)
         (header_len,) = struct.unpack("<Q", head[:8])
-        if header_len > MAX_HEADER_BYTES:
-            raise H3AppError(
-                f"{path.name} is not a safetensors file: its first 8 bytes claim a {header_len:,}-byte header "
-                f"(the limit is {MAX_HEADER_BYTES:,}); re-download it or check that it is a .safetensors file."
-            )
+        check_header_length(header_len, path.name)
         if 8 + header_len > file_bytes:
             raise H3AppError(
                 f"{path.name} is truncated: the file is {file_bytes:,} bytes but its header says ≥ {8 + header_len:,}: "
@@ -138,8 +162,10 @@ def parse_header(
 ) -> tuple[dict[str, tuple[str, tuple[int, ...], tuple[int, int]]], dict[str, str], int]:
     """Validate a safetensors JSON header; return key → (dtype, shape, (begin, end)), metadata, buffer length.
 
-    Shared with remote reads (the header bytes are the same wherever they come from).
+    Shared with remote reads (the header bytes are the same wherever they come from). The tensor count is capped
+    on the raw bytes first (``limits.MAX_TENSORS``), so a header bomb is refused before any JSON is parsed.
     """
+    check_tensor_count(raw_header, name)
     try:
         text = raw_header.decode("utf-8")
     except UnicodeDecodeError:
@@ -234,7 +260,7 @@ def _confirm_with_safetensors(path: Path, tensors: Mapping[str, tuple[str, tuple
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(str(path), framework="pt") as handle:
+        with safe_open(str(path), framework="numpy") as handle:  # header only; "pt" would import torch
             keys = set(handle.keys())
             if keys != set(tensors):
                 raise H3AppError(f"{path.name}: the safetensors library lists different tensors than its header; re-download it.")
@@ -251,6 +277,8 @@ def read_adapter_config(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise vanished(path) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise H3AppError(f"{path} is not valid JSON ({error}): fix or delete it.") from None
     if not isinstance(config, dict):

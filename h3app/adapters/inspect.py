@@ -1,7 +1,7 @@
 """Inspection: what an adapter is, from its header and 0-dim scalars alone (no weight tensor is read).
 
 ``inspect_header`` turns a ``HeaderView`` (local or remote) into an ``AdapterInfo`` — the ``inspect --json``
-contract of DESIGN.md: format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
+contract (docs/adapters.md): format, prefix, ranks, the alpha of every target with its source, warnings, hints and the
 known-adapter registry entry. With ``shapes`` (the model in use) every target's shape is checked against it and a
 misfit is refused; without, the full-size H3 shapes are used to warn only.
 """
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..rules.h3_modules import TransformerShapes
+from . import memo
 from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
@@ -41,7 +43,20 @@ def analyse_header(
     partition: str = MAIN_PARTITION,
     explicit_alpha: float | None = None,
 ) -> Analysis:
-    """Plan the keys, check shapes, resolve alpha; ``H3AppError`` for anything h3app cannot apply correctly."""
+    """Plan the keys, check shapes, resolve alpha; ``H3AppError`` for anything h3app cannot apply correctly.
+
+    Remembered per (view, options): the header readers hand out one view per file version, so inspecting an
+    unchanged file again costs a ``stat`` and two look-ups. (A remembered ``Analysis`` holds its view, so that
+    view's ``id`` is not reused while it is remembered.)"""
+    shapes_key = tuple(shapes.linears.items()) if shapes is not None else None
+    key = (id(view), shapes_key, repo_id, filename, qkv_layout, partition, explicit_alpha)
+    return memo.ANALYSES.get_or_compute(key, lambda: _analyse(
+        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
+        explicit_alpha=explicit_alpha))
+
+
+def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str | None, filename: str | None,
+             qkv_layout: str, partition: str, explicit_alpha: float | None) -> Analysis:
     plan = plan_adapter(view, qkv_layout=qkv_layout, partition=partition)
     all_modules = plan.modules + plan.reference_modules
     warnings = list(plan.warnings)
@@ -83,41 +98,16 @@ def analyse_header(
     return Analysis(view=view, plan=plan, alphas=alphas, known=known, info=info)
 
 
-def inspect_header(
-    view: HeaderView,
-    *,
-    shapes: TransformerShapes | None = None,
-    repo_id: str | None = None,
-    filename: str | None = None,
-    qkv_layout: str = "auto",
-    partition: str = MAIN_PARTITION,
-    explicit_alpha: float | None = None,
-) -> AdapterInfo:
-    """The ``AdapterInfo`` of a header (see ``analyse_header``)."""
-    return analyse_header(
-        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
-        explicit_alpha=explicit_alpha,
-    ).info
+def inspect_header(view: HeaderView, **options: Any) -> AdapterInfo:
+    """The ``AdapterInfo`` of a header; ``options`` are :func:`analyse_header`'s keywords."""
+    return analyse_header(view, **options).info
 
 
-def inspect_file(
-    path: str | Path,
-    *,
-    shapes: TransformerShapes | None = None,
-    repo_id: str | None = None,
-    filename: str | None = None,
-    qkv_layout: str = "auto",
-    partition: str = MAIN_PARTITION,
-    adapter_config_path: str | Path | None = None,
-    explicit_alpha: float | None = None,
-) -> AdapterInfo:
-    """Inspect a local file. A file inside the Hugging Face cache is matched to the registry by its repo."""
-    if repo_id is None:
+def inspect_file(path: str | Path, *, adapter_config_path: str | Path | None = None, **options: Any) -> AdapterInfo:
+    """Inspect a local file (``options`` as :func:`analyse_header`). A file inside the Hugging Face cache is matched
+    to the registry by its repo."""
+    if options.get("repo_id") is None:
         cached = repo_from_cache_path(str(path))
         if cached is not None:
-            repo_id, filename = cached[0], filename or cached[1]
-    view = read_local_header(path, adapter_config_path)
-    return inspect_header(
-        view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
-        explicit_alpha=explicit_alpha,
-    )
+            options["repo_id"], options["filename"] = cached[0], options.get("filename") or cached[1]
+    return inspect_header(read_local_header(path, adapter_config_path), **options)

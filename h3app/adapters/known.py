@@ -3,8 +3,8 @@
 Values are *suggestions* (source ``registry``): anything the file itself says (``.alpha`` tensors, metadata,
 ``adapter_config.json``) wins over them. ``steps`` is always ``num_inference_steps``, the number of sigma points
 *including* the terminal 0, so a "4-step" distilled adapter needs 5 and an "8-step" one needs 9 (N − 1 model
-evaluations). Sources: shared/reference/sglang_h3_lora.md §1 and §8.12 (LightX2V README, SGLang cookbook,
-vllm-omni PR #7062, the Larry and fal model cards).
+evaluations). Sources: the adapters' own model cards and READMEs (LightX2V, Larry, fal), the SGLang cookbook and
+vllm-omni PR #7062.
 """
 
 from __future__ import annotations
@@ -127,19 +127,20 @@ def repo_from_cache_path(path: str) -> tuple[str, str] | None:
     return f"{found['owner']}/{found['name']}", found["file"].replace("\\", "/")
 
 
-_HF_URL = re.compile(
-    r"^https?://[^/]+/(?:models/)?(?P<repo>[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*)/(?:resolve|blob)/[^/]+/(?P<file>.+?)(?:\?.*)?$"
-)
-_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
-
-
 def registry_identity(source: str, weight_name: str | None, file_name: str) -> tuple[str | None, str]:
-    """``(repo_id, filename)`` to look ``source`` up in the registry: from an HF URL, a repo id, or a file in the
-    Hugging Face cache; ``(None, file_name)`` for any other local file."""
-    url = _HF_URL.match(source)
-    if url:
-        return url["repo"], url["file"]
-    if _REPO_ID.match(source) and not Path(source).exists():
+    """``(repo_id, filename)`` to look ``source`` up in the registry: from an HF URL (the one URL parser,
+    ``refs.parse_hf_url``), a repo id, or a file in the Hugging Face cache; ``(None, file_name)`` for any other
+    local file."""
+    from ..errors import H3AppError
+    from .refs import is_url, looks_like_repo_id, parse_hf_url
+
+    if is_url(source):
+        try:
+            ref = parse_hf_url(source, None, None)
+        except H3AppError:
+            return None, weight_name or file_name
+        return ref.repo_id, ref.filename or weight_name or file_name
+    if looks_like_repo_id(source) and not Path(source).exists():
         return source, weight_name or file_name
     cached = repo_from_cache_path(source)
     if cached is not None:

@@ -8,9 +8,10 @@ of the transformer) with their factors and resolved alpha, ready for the LoRA en
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import torch
+if TYPE_CHECKING:  # only for annotations: inspection (and the CLI's inspect) never imports torch
+    import torch
 
 ALPHA_SOURCES = ("explicit", "module_tensor", "adapter_config", "metadata", "registry", "rank_fallback")
 
@@ -39,7 +40,7 @@ class ModuleLoRA:
 
 @dataclass(frozen=True)
 class AdapterInfo:
-    """What the header says (no weight data read). Fields follow DESIGN.md's ``inspect --json`` contract."""
+    """What the header says (no weight data read): the ``inspect --json`` contract (docs/adapters.md)."""
 
     format: str
     suffix_style: str

@@ -1,6 +1,6 @@
 """Make the held transformer carry exactly a job's adapters: fetch, normalise (cached), attach, re-scale, detach.
 
-Each job carries its complete adapter settings (DESIGN.md decision 7); :meth:`AdapterBinder.apply` turns the
+Each job carries its complete adapter settings (docs/architecture.md, decision 7); :meth:`AdapterBinder.apply` turns the
 engine's current state into the job's with the fewest operations — an alpha/strength change on an adapter that is
 already attached is a scalar update, a new file is fetched and attached, adapters the job does not name are
 detached. If anything fails, every adapter is detached so the next job starts from the bitwise base.
@@ -78,11 +78,14 @@ class LoadedAdapter:
     settings: LoRASettings
     file: sources.AdapterFile
     adapter: NormalisedAdapter
+    config_version: tuple[int, int] | None = None  # adapter_config.json's (size, mtime_ns) when it was read
 
-    def provenance(self) -> dict[str, Any]:
-        """What the settings JSON records so that a result can be reproduced."""
+    def provenance(self, hide_paths: bool = False) -> dict[str, Any]:
+        """What the settings JSON records so that a result can be reproduced; ``hide_paths`` (hosted): a local
+        file by its name, never the server folder it lives in."""
+        local = self.file.repo_id is None
         return {
-            "source": self.settings.source,
+            "source": Path(self.settings.source).name if hide_paths and local else self.settings.source,
             "weight_name": self.file.filename,
             "revision": self.settings.revision,
             "commit": self.file.commit,
@@ -142,6 +145,17 @@ def trim_hub_cache(max_bytes: int, *, keep_commits: set[str | None] = frozenset(
     return strategy.expected_freed_size
 
 
+def _config_version(file: sources.AdapterFile) -> tuple[int, int] | None:
+    """Size and mtime (ns) of the ``adapter_config.json`` beside ``file`` (its alpha may change alone)."""
+    if file.adapter_config_path is None:
+        return None
+    try:
+        stat = file.adapter_config_path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
 def adapter_slot_name(settings: LoRASettings) -> str:
     """The engine name of an adapter: which file it is, not how strongly it is applied."""
     return f"{settings.source}|{settings.weight_name or ''}|{settings.revision or ''}|{settings.qkv_layout}"
@@ -174,16 +188,27 @@ class AdapterBinder:
              progress: Callable[[int, int | None], None] | None = None) -> LoadedAdapter:
         """Fetch (only that file + json sidecars) and normalise ``settings``' adapter for ``workflow``'s
         partition, through the byte-budgeted cache."""
-        partition = repo.partition_for(workflow)
+        return self._normalise(self._fetch(settings, token, progress), settings, workflow)
+
+    def _fetch(self, settings: LoRASettings, token: str | None,
+               progress: Callable[[int, int | None], None] | None = None) -> sources.AdapterFile:
+        """What ``settings``' source names *now*: a branch resolved to its current commit, a local file as it is on
+        disk (only what is missing is downloaded)."""
         self.policy.check_source(settings.source)
         file = sources.fetch(settings.source, settings.weight_name, settings.revision,
                              token=self.policy.token(token), progress=progress, **self.policy.fetch_kwargs())
         self._check_access(file, token)
+        return file
+
+    def _normalise(self, file: sources.AdapterFile, settings: LoRASettings, workflow: str) -> LoadedAdapter:
+        partition = repo.partition_for(workflow)
         if self.policy.hosted and self.policy.max_cache_bytes is not None and file.repo_id is not None:
             trim_hub_cache(self.policy.max_cache_bytes, keep_commits={file.commit},
                            protected_repos=self.policy.protected_repos)
-        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}", revision=file.commit or
-                         settings.revision, file=file.filename, size=file.size, sha256=file.sha256())
+        config = _config_version(file)
+        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}#{config}",
+                         revision=file.commit or settings.revision, file=file.filename, size=file.size,
+                         sha256=file.sha256())
 
         def read() -> NormalisedAdapter:
             return load_adapter(file.path, shapes=self.shapes(workflow), qkv_layout=settings.qkv_layout,
@@ -191,7 +216,13 @@ class AdapterBinder:
                                 adapter_config_path=file.adapter_config_path)
 
         adapter = self.cache.get_or_load(key, read)
-        return LoadedAdapter(settings=settings, file=file, adapter=adapter)
+        return LoadedAdapter(settings=settings, file=file, adapter=adapter, config_version=config)
+
+    def _unchanged(self, loaded: LoadedAdapter, token: str | None) -> bool:
+        """Does ``loaded``'s source still name the bytes that are attached? Local: ``stat`` of the file and of its
+        ``adapter_config.json``; Hub: the commit the revision points at now (one HEAD; none for a commit sha)."""
+        identity = sources.current_identity(loaded.file, self.policy.token(token))
+        return identity == loaded.file.identity and _config_version(loaded.file) == loaded.config_version
 
     def _check_access(self, file: sources.AdapterFile, token: str | None) -> None:
         """Hosted mode: this job's token must open the file, even when the cache (or the engine) already holds it."""
@@ -202,11 +233,16 @@ class AdapterBinder:
         """The match report against the held transformer, without binding anything."""
         return self.engine(workflow).match(loaded.adapter, loaded.settings, name=adapter_slot_name(loaded.settings))
 
-    def apply(self, adapters: Sequence[LoRASettings], workflow: str = "t2va", token: str | None = None
-              ) -> list[LoadedAdapter]:
+    def apply(self, adapters: Sequence[LoRASettings], workflow: str = "t2va", token: str | None = None,
+              progress: Callable[[int, int | None], None] | None = None) -> list[LoadedAdapter]:
         """Make ``workflow``'s transformer carry exactly ``adapters`` (in any order; each with its own alpha,
         strength, group strengths). Returns their provenance. On any error every adapter is detached (bitwise
-        base) and the error is re-raised."""
+        base) and the error is re-raised.
+
+        Every job asks whether each attached adapter's source still names the same bytes
+        (``sources.current_identity``: a ``stat`` for local files, one HEAD for a Hub branch): one whose branch moved
+        on, or whose local file or ``adapter_config.json`` was rewritten, is replaced by the new version.
+        ``progress(done_bytes, total_bytes)`` follows each download."""
         modes = {a.mode for a in adapters}
         if len(modes) > 1:
             raise H3AppError("all adapters of one job must use the same mode (unmerged or merged): pick one.")
@@ -216,8 +252,17 @@ class AdapterBinder:
         with self._lock:
             engine = self.engine(workflow)
             try:
-                loaded = [self._reuse(name, token) if name in self._files and name in engine.active()
-                          else self.load(settings, workflow, token) for name, settings in zip(names, adapters)]
+                loaded = []
+                for name, settings in zip(names, adapters):
+                    attached = self._files.get(name) if name in engine.active() else None
+                    if attached is not None and self._unchanged(attached, token):
+                        self._check_access(attached.file, token)
+                        loaded.append(attached)
+                        continue
+                    if attached is not None:  # a new version of the same source: the old one goes
+                        engine.detach(name)
+                        self._files.pop(name, None)
+                    loaded.append(self.load(settings, workflow, token, progress))
                 for name in list(engine.active()):
                     if name not in names:
                         engine.detach(name)
@@ -243,11 +288,6 @@ class AdapterBinder:
                 self.reset(workflow)
                 raise
 
-    def _reuse(self, name: str, token: str | None) -> LoadedAdapter:
-        loaded = self._files[name]
-        self._check_access(loaded.file, token)
-        return loaded
-
     def reset(self, workflow: str | None = None) -> None:
         """Detach every adapter (of one partition, or all): the transformers are bitwise their base."""
         with self._lock:
@@ -263,7 +303,3 @@ class AdapterBinder:
         """The match report (with strength profile) of an attached adapter at its current settings."""
         return self.engine(workflow).report(adapter_slot_name(settings))
 
-
-def local_adapter_dirs(default: Path) -> tuple[str, ...]:
-    """The folders hosted mode allows local adapters from (the demo adapters)."""
-    return (str(default.resolve()),)

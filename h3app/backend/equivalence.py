@@ -2,8 +2,11 @@
 
 Same seed, same prompt embedding (encoded once through the prompt cache), unmerged, deterministic algorithms on and
 diffusers' ``native`` attention backend. The decode cache is on for the check: a column whose latents are bitwise
-equal to an earlier column's reuses its decoded output (so the control checks that denoising is deterministic). Hashes are sha256 over the decoded fp32 video then audio (DESIGN.md
-decision 10). A (default alpha 8 / strength 1.0) and B (alpha 128 / strength 0.0625) have the same alpha × strength,
+equal to an earlier column's reuses its decoded output (B's decode is skipped when it matches A), and B's mp4 is
+remuxed from A's. The determinism control is one denoising step at A's settings, compared with A's first step at
+the transformer output that moves the latents (as ``check --mode transformer`` does with one forward): a whole
+second run would cost a quarter of the check to learn the same. Hashes are sha256 over the decoded fp32 video then
+audio (docs/architecture.md, decision 10). A (default alpha 8 / strength 1.0) and B (alpha 128 / strength 0.0625) have the same alpha × strength,
 so they must be bit-identical; the fallback column is the same adapter at alpha = rank, strength 1 — what the old
 loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.
 """
@@ -11,9 +14,9 @@ loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +25,18 @@ from typing import Any, Callable, Iterator
 import torch
 
 from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
+from ..model.loader import LoadOptions
 from ..settings import LoRASettings
 from . import metrics
-from .generation import GenerationRequest, GenerationResult, run_generation, save_result
+from .generation import (GenerationRequest, GenerationResult, count_evaluations, first_step_digest, output_digest,
+                         run_generation, save_result)
+from .worker import Cancelled
 from .media import remux_with_settings, write_thumbnail
 
 CHECK_NAME = "equivalence-check"
+FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step
+CONTROL_STEPS = 1
+PHASES = ("A", "control", "B", "fallback")
 DEFAULT_A = CheckSetting(alpha=8.0, strength=1.0)
 DEFAULT_B = CheckSetting(alpha=128.0, strength=0.0625)
 DEFAULT_PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
@@ -63,6 +72,8 @@ class EquivalenceResult:
     fallback_spectrogram_diff_path: str
     seconds: float
     settings: dict[str, Any]
+    hide_paths: bool = False  # hosted: answers name files, never server folders
+    seconds_per_run: float | None = None  # A's pipeline run: what the next check's estimate is based on
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -79,17 +90,24 @@ class EquivalenceResult:
             "effective_scale_fallback": self.fallback.effective_scale,
             "mode": "full",
             "seconds": round(self.seconds, 3),
-            "a": dataclasses.asdict(self.a),
-            "b": dataclasses.asdict(self.b),
-            "fallback": dataclasses.asdict(self.fallback),
+            "a": self._column(self.a),
+            "b": self._column(self.b),
+            "fallback": self._column(self.fallback),
             "a_vs_b": self.a_vs_b.to_json(),
             "a_vs_fallback": self.a_vs_fallback.to_json(),
-            "heatmap": self.heatmap_path,
-            "fallback_heatmap": self.fallback_heatmap_path,
-            "spectrogram_diff": self.spectrogram_diff_path,
-            "fallback_spectrogram_diff": self.fallback_spectrogram_diff_path,
+            "heatmap": self._path(self.heatmap_path),
+            "fallback_heatmap": self._path(self.fallback_heatmap_path),
+            "spectrogram_diff": self._path(self.spectrogram_diff_path),
+            "fallback_spectrogram_diff": self._path(self.fallback_spectrogram_diff_path),
             "settings": self.settings,
         }
+
+    def _path(self, path: str) -> str:
+        return Path(path).name if self.hide_paths else path
+
+    def _column(self, column: Column) -> dict[str, Any]:
+        return {**dataclasses.asdict(column), "video_path": self._path(column.video_path),
+                "thumbnail_path": self._path(column.thumbnail_path)}
 
 
 @contextmanager
@@ -97,7 +115,6 @@ def deterministic() -> Iterator[None]:
     """Deterministic algorithms and a fixed attention backend for the duration of a check."""
     from diffusers.models.attention_dispatch import attention_backend
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     was = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
@@ -111,11 +128,14 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
                     b: CheckSetting = DEFAULT_B, output_dir: Path, token: str | None = None,
                     on_step: Callable[[int, int], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None,
-                    on_phase: Callable[[str], None] | None = None) -> EquivalenceResult:
-    """Run A, A again (control), B and the fallback through the full pipeline; compare and save the media.
+                    on_phase: Callable[[str], None] | None = None, hide_paths: bool = False) -> EquivalenceResult:
+    """Run A, the control (A's first denoising step again), B and the fallback; compare and save the media.
 
     ``binder`` is the :class:`~h3app.backend.adapter_binding.AdapterBinder` of the held model. Every adapter is
-    detached before and after, so the model is left at its bitwise base.
+    detached before and after, so the model is left at its bitwise base. Each column's mp4 is encoded on a second
+    thread while the next column denoises. ``on_step(done, total)`` counts the whole check's denoising steps (a
+    cancel says "cancelled after k of n steps" of the whole check). ``hide_paths`` (hosted): the settings name
+    local adapter files and inputs without their folders.
     """
     started = time.perf_counter()
     workflow = request.workflow
@@ -124,89 +144,131 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     loaded = binder.load(adapter, workflow, token)
     engine = binder.engine(workflow)
     ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
-    runs: dict[str, GenerationResult] = {}
-    scales: dict[str, Any] = {}
-    phases = (("A", a), ("control", a), ("B", b), ("fallback", None))
-    step_offset = [0]
-
-    def column_step(done: int, total: int) -> None:
-        if on_step is not None:
-            on_step(step_offset[0] + done, total * len(phases))
-
-    try:
-        with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
-            engine.attach(loaded.adapter, dataclasses.replace(adapter, alpha=a.alpha, strength=a.strength,
-                                                              mode="unmerged"), CHECK_NAME)
-            for index, (label, setting) in enumerate(phases):
-                if on_phase is not None:
-                    on_phase(f"{label} ({index + 1}/{len(phases)})")
-                if label == "B":
-                    engine.set_lora(CHECK_NAME, alpha=b.alpha, strength=b.strength)
-                if label == "fallback":
-                    engine.detach()
-                    engine.attach(with_rank_alpha(loaded.adapter),
-                                  dataclasses.replace(adapter, alpha=None, strength=1.0, mode="unmerged"), CHECK_NAME)
-                scales[label] = summarise_scales(engine.effective_scales(CHECK_NAME), ranks)
-                runs[label] = run_generation(pipe, request, on_step=column_step, should_cancel=should_cancel)
-                step_offset[0] += runs[label].evaluations
-    finally:
-        binder.reset(workflow)
-
-    settings = {"request": request.to_json(), "adapter": loaded.provenance(), "a": a.label, "b": b.label,
-                "model": binder.model.name, "model_commit": binder.model.location.commit}
+    shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
+    per_run = count_evaluations(request.steps, shift)
+    total = len(FULL_RUNS) * per_run + CONTROL_STEPS
+    settings = {"request": request.to_json(hide_paths), "adapter": loaded.provenance(hide_paths),
+                "a": a.label, "b": b.label, "model": binder.model.name, "model_commit": binder.model.location.commit}
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:12]
+    runs: dict[str, GenerationResult] = {}
+    scales: dict[str, Any] = {}
+    columns: dict[str, Future] = {}
+    offset = [0]
+    encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3app-encode")
 
-    def column(label: str, alpha: float | None, strength: float, same_as: Column | None = None) -> Column:
+    def column(label: str, alpha: float | None, strength: float, same_as: str | None = None) -> Column:
         result = runs[label]
         metadata = {**settings, "column": label, "alpha": alpha, "strength": strength, "hash": result.hash}
         path = output_dir / f"{stem}-{label}.mp4"
-        if same_as is not None and same_as.hash == result.hash:  # bit-identical: copy the streams, no re-encode
-            video = remux_with_settings(same_as.video_path, path, metadata)
-            thumb = Path(same_as.thumbnail_path)
+        earlier = columns[same_as].result() if same_as is not None else None
+        if earlier is not None and earlier.hash == result.hash:  # bit-identical: copy the streams, no re-encode
+            video = remux_with_settings(earlier.video_path, path, metadata)
+            thumb = Path(earlier.thumbnail_path)
         else:
             video = save_result(result, path, metadata)
             thumb = write_thumbnail(output_dir / f"{stem}-{label}.png", result.video)
         return Column(label, alpha, strength, str(video), str(thumb), result.hash, scales[label])
 
-    col_a = column("A", a.alpha, a.strength)
-    col_b = column("B", b.alpha, b.strength, same_as=col_a)
-    col_fallback = column("fallback", None, 1.0)
-    ra, rb, rf = runs["A"], runs["B"], runs["fallback"]
-    heat = metrics.save_image(metrics.colorize(metrics.video_difference_map(ra.video, rb.video)),
-                              output_dir / f"{stem}-heat-ab.png")
-    heat_fb = metrics.save_image(metrics.colorize(metrics.video_difference_map(ra.video, rf.video)),
-                                 output_dir / f"{stem}-heat-afallback.png")
-    spec = metrics.save_image(metrics.colorize(metrics.spectrogram_difference(ra.audio, rb.audio)),
-                              output_dir / f"{stem}-spec-ab.png")
-    spec_fb = metrics.save_image(metrics.colorize(metrics.spectrogram_difference(ra.audio, rf.audio)),
-                                 output_dir / f"{stem}-spec-afallback.png")
+    def phase(label: str) -> None:
+        if on_phase is not None:
+            on_phase(f"{label} ({PHASES.index(label) + 1}/{len(PHASES)})")
+
+    def steps(done: int, _: int) -> None:
+        if on_step is not None:
+            on_step(offset[0] + done, total)
+
+    def run(label: str) -> None:
+        phase(label)
+        scales[label] = summarise_scales(engine.effective_scales(CHECK_NAME), ranks)
+        try:
+            runs[label] = run_generation(pipe, request, on_step=steps, should_cancel=should_cancel)
+        except Cancelled as stop:
+            raise Cancelled(offset[0] + (stop.done or 0), total) from None
+        offset[0] += runs[label].evaluations
+
+    try:
+        with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
+            engine.attach(loaded.adapter, dataclasses.replace(adapter, alpha=a.alpha, strength=a.strength,
+                                                              mode="unmerged"), CHECK_NAME)
+            with first_output_digest(pipe, request) as first_a:
+                run("A")
+            columns["A"] = encoder.submit(column, "A", a.alpha, a.strength)
+            phase("control")
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(offset[0], total)
+            control_identical = first_step_digest(pipe, request) == first_a[0]
+            offset[0] += CONTROL_STEPS
+            engine.set_lora(CHECK_NAME, alpha=b.alpha, strength=b.strength)
+            run("B")
+            columns["B"] = encoder.submit(column, "B", b.alpha, b.strength, "A")
+            engine.detach()
+            engine.attach(with_rank_alpha(loaded.adapter),
+                          dataclasses.replace(adapter, alpha=None, strength=1.0, mode="unmerged"), CHECK_NAME)
+            run("fallback")
+            columns["fallback"] = encoder.submit(column, "fallback", None, 1.0)
+        ra, rb, rf = runs["A"], runs["B"], runs["fallback"]
+        images = {name: encoder.submit(metrics.save_image, metrics.colorize(picture), output_dir / f"{stem}-{name}.png")
+                  for name, picture in (("heat-ab", metrics.video_difference_map(ra.video, rb.video)),
+                                        ("heat-afallback", metrics.video_difference_map(ra.video, rf.video)),
+                                        ("spec-ab", metrics.spectrogram_difference(ra.audio, rb.audio)),
+                                        ("spec-afallback", metrics.spectrogram_difference(ra.audio, rf.audio)))}
+        a_vs_b = metrics.compare(ra.video, ra.audio, rb.video, rb.audio)
+        a_vs_fallback = metrics.compare(ra.video, ra.audio, rf.video, rf.audio)
+        done = {label: future.result() for label, future in columns.items()}
+        paths = {name: str(future.result()) for name, future in images.items()}
+    finally:
+        encoder.shutdown(wait=True, cancel_futures=True)
+        binder.reset(workflow)
     return EquivalenceResult(
-        identical=ra.hash == rb.hash,
-        control_identical=ra.hash == runs["control"].hash,
-        a=col_a, b=col_b, fallback=col_fallback,
-        a_vs_b=metrics.compare(ra.video, ra.audio, rb.video, rb.audio),
-        a_vs_fallback=metrics.compare(ra.video, ra.audio, rf.video, rf.audio),
-        heatmap_path=str(heat), fallback_heatmap_path=str(heat_fb),
-        spectrogram_diff_path=str(spec), fallback_spectrogram_diff_path=str(spec_fb),
-        seconds=time.perf_counter() - started, settings=settings,
+        identical=ra.hash == rb.hash, control_identical=control_identical,
+        a=done["A"], b=done["B"], fallback=done["fallback"], a_vs_b=a_vs_b, a_vs_fallback=a_vs_fallback,
+        heatmap_path=paths["heat-ab"], fallback_heatmap_path=paths["heat-afallback"],
+        spectrogram_diff_path=paths["spec-ab"], fallback_spectrogram_diff_path=paths["spec-afallback"],
+        seconds=time.perf_counter() - started, settings=settings, hide_paths=hide_paths,
+        seconds_per_run=ra.seconds,
     )
 
 
-def run_full_check(args: Any, a: CheckSetting, b: CheckSetting) -> dict[str, Any]:
-    """``python -m h3app check --mode full``: the CLI face of :func:`run_equivalence`."""
+@contextmanager
+def first_output_digest(pipe: Any, request: GenerationRequest) -> Iterator[list[str]]:
+    """Inside the block, the digest of the transformer's first output (see :func:`output_digest`) is put in the
+    yielded list: the reference the determinism control compares its one step against."""
+    transformer = pipe.transformer_ref if request.workflow == "ref2va" else pipe.transformer
+    digests: list[str] = []
+
+    def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if not digests:
+            digests.append(output_digest(output))
+
+    handle = transformer.register_forward_hook(hook, with_kwargs=True)
+    try:
+        yield digests
+    finally:
+        handle.remove()
+
+
+@dataclass(frozen=True)
+class FullCheck:
+    """A full-mode check from the command line: which model, placed how, which adapter, which request."""
+
+    model: str
+    options: LoadOptions
+    adapter: LoRASettings
+    request: GenerationRequest
+    a: CheckSetting = DEFAULT_A
+    b: CheckSetting = DEFAULT_B
+
+
+def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]:
+    """Load ``check.model`` and run :func:`run_equivalence` once; its JSON plus the model name and output folder."""
     import tempfile
 
-    from ..commands.model_options import load_options
     from ..model.loader import load_model
     from .adapter_binding import AdapterBinder
 
-    request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
-                                height=args.height, width=args.width)
-    model = load_model(args.model, request.workflow, load_options(args))
-    binder = AdapterBinder(model)
-    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision)
+    model = load_model(check.model, check.request.workflow, check.options)
     output_dir = Path(tempfile.mkdtemp(prefix="h3app-check-"))
-    result = run_equivalence(binder, request, adapter, a=a, b=b, output_dir=output_dir,
-                             token=os.environ.get("HF_TOKEN"))
+    result = run_equivalence(AdapterBinder(model), check.request, check.adapter, a=check.a, b=check.b,
+                             output_dir=output_dir, token=token)
     return {**result.to_json(), "model": model.name, "output_dir": str(output_dir)}

@@ -8,20 +8,26 @@ forward (diffusers' H3 denoise loop has no step callback).
 from __future__ import annotations
 
 import math
+import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 
 from ..errors import H3AppError
 from ..model import repo
+from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
+from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
+from ..rules import values
+from ..rules.choices import WORKFLOWS
 from . import media
 
-MIN_SECONDS, MAX_SECONDS = 5.0, 15.0
-MAX_STEPS = 200
+MIN_SECONDS, MAX_SECONDS = 5.0, 15.0  # MiniMax-H3's own range (the pipeline's min/max_duration)
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 
 
 @dataclass(frozen=True)
@@ -44,18 +50,45 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise H3AppError("the prompt is empty: describe the video you want.")
-        if not 2 <= int(self.steps) <= MAX_STEPS:
-            raise H3AppError(f"steps must be between 2 and {MAX_STEPS} (N steps run N−1 evaluations), got {self.steps}.")
-        if not (isinstance(self.duration, (int, float)) and MIN_SECONDS <= self.duration <= MAX_SECONDS):
-            raise H3AppError(f"duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got {self.duration}.")
+        if len(self.prompt) > MAX_PROMPT_CHARS:  # the token cap needs the model's tokenizer: refused unread here
+            raise H3AppError(f"the prompt has {len(self.prompt):,} characters; prompts are limited to "
+                             f"{MAX_PROMPT_TOKENS:,} tokens (about {MAX_PROMPT_TOKENS * 4:,} characters of English): "
+                             f"shorten it.")
+        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen: normalise in place
+        fix("seed", values.parse_int(self.seed, "seed", 0, MAX_SEED))
+        steps = values.parse_number(self.steps, "steps")
+        if not 2 <= steps <= MAX_STEPS or steps != int(steps):
+            raise H3AppError(f"steps must be a whole number between 2 and {MAX_STEPS} (N steps run N−1 "
+                             f"evaluations), got {values.short(self.steps)}.")
+        fix("steps", int(steps))
+        duration = values.parse_number(self.duration, "duration")
+        if not MIN_SECONDS <= duration <= MAX_SECONDS:
+            raise H3AppError(f"duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got "
+                             f"{values.short(self.duration)}.")
+        fix("duration", duration)
         if (self.height is None) != (self.width is None):
             raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
+        for name in ("height", "width"):
+            if getattr(self, name) is not None:
+                fix(name, values.parse_int(getattr(self, name), name, 1, None))
         for name in ("shift", "audio_shift"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise H3AppError(f"{name} must be a positive number, got {value}.")
+            if value is not None:
+                number = values.parse_number(value, name)
+                if number <= 0:
+                    raise H3AppError(f"{name} must be a positive number, got {values.short(value)}.")
+                fix(name, number)
+        if not isinstance(self.workflow, str):
+            raise H3AppError(f"workflow must be one of {', '.join(WORKFLOWS)}, got {values.short(self.workflow)}.")
+        references = (self.references,) if isinstance(self.references, str) else self.references
+        for name, value in (("first_frame", self.first_frame), ("last_frame", self.last_frame),
+                            *(("reference", r) for r in references)):
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise H3AppError(f"{name} must be a file path, got {values.short(value)}.")
+            if value is not None:
+                values.check_length(os.fspath(value), name)
+        fix("references", tuple(os.fspath(r) for r in references))
         repo.check_workflow(self.workflow)
-        object.__setattr__(self, "references", tuple(self.references))
         keyframes = [f for f in (self.first_frame, self.last_frame) if f]
         if self.workflow == "fl2va" and not keyframes:
             raise H3AppError("fl2va needs a first and/or last keyframe image: give --first-frame and/or --last-frame.")
@@ -76,8 +109,15 @@ class GenerationRequest:
         """Frames requested at 24 fps (the pipeline snaps up to the 17n+5 rule)."""
         return int(round(self.duration * media.FPS))
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_json(self, hide_paths: bool = False) -> dict[str, Any]:
+        """The request as JSON; ``hide_paths`` (hosted): input files (uploads) by name, never their server folder."""
+        data = asdict(self)
+        if hide_paths:
+            for name in ("first_frame", "last_frame"):
+                if data[name]:
+                    data[name] = Path(data[name]).name
+            data["references"] = tuple(Path(r).name for r in data["references"])
+        return data
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
@@ -148,7 +188,6 @@ class GenerationResult:
     seconds: float
     hash: str
     request: GenerationRequest
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def frames(self) -> int:
@@ -163,10 +202,6 @@ class GenerationResult:
         return int(self.video.shape[2])
 
 
-class Cancelled(H3AppError):
-    """The job was cancelled between two denoising steps."""
-
-
 def count_evaluations(steps: int, shift: float) -> int:
     """Transformer evaluations for ``steps`` sigma points at ``shift`` (N−1 unless the shift collapses sigmas)."""
     from diffusers import MiniMaxH3Scheduler
@@ -176,74 +211,71 @@ def count_evaluations(steps: int, shift: float) -> int:
     return len(scheduler.timesteps)
 
 
-def _check_canvas(pipe: Any, request: GenerationRequest) -> None:
-    if request.height is None:
-        return
-    multiple = int(pipe.canvas_multiple)
-    for name, value in (("height", request.height), ("width", request.width)):
-        if value < multiple or value % multiple:
-            raise H3AppError(f"{name} must be a positive multiple of {multiple} for this model, got {value}.")
-
-
-def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tuple[torch.Tensor, torch.Tensor] | None = None,
-                   on_step: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None,
-                   extra_inputs: dict[str, Any] | None = None) -> GenerationResult:
-    """Run ``pipe`` (a workflow pipeline from :class:`h3app.model.loader.LoadedModel`) on ``request``.
-
-    ``on_step(done, total)`` is called before every transformer evaluation and once at the end;
-    ``should_cancel()`` is polled at the same points and raises :class:`Cancelled`. The transformer is untouched
-    by a cancel (hooks are removed in all cases).
-    """
-    _check_canvas(pipe, request)
+@contextmanager
+def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str, Any], torch.nn.Module, int]]:
+    """The pipeline inputs of ``request``, the transformer it runs and its evaluation count, with the request's
+    shifts set on the schedulers for the duration (restored afterwards, also on errors)."""
+    model_limits(pipe).check_request(request, getattr(pipe, "tokenizer", None))
     video_shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
     audio_shift = request.audio_shift if request.audio_shift is not None else float(pipe.audio_scheduler.config.shift)
-    total = count_evaluations(request.steps, video_shift)
-    transformer = pipe.transformer_ref if request.workflow == "ref2va" else pipe.transformer
-    done = [0]
-
-    def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
-        if should_cancel is not None and should_cancel():
-            raise Cancelled(f"cancelled after {done[0]} of {total} steps.")
-        if on_step is not None:
-            on_step(done[0], total)
-        done[0] += 1
-
     inputs: dict[str, Any] = {
         "num_inference_steps": int(request.steps),
         "num_frames": request.num_frames,
         "generator": torch.Generator("cpu").manual_seed(int(request.seed)),
         "output_type": "np",
+        "prompt": request.prompt,
     }
-    if prompt_embeds is None:
-        inputs["prompt"] = request.prompt
-    else:
-        inputs["prompt_embeds"], inputs["text_token_tags"] = prompt_embeds
     if request.height is not None:
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
     inputs.update(workflow_inputs(request, int(pipe.audio_vae.config.sampling_rate)))
-    inputs.update(extra_inputs or {})
-
-    handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)
+    transformer = pipe.transformer_ref if request.workflow == "ref2va" else pipe.transformer
     pipe.scheduler.set_shift(video_shift)
     pipe.audio_scheduler.set_shift(audio_shift)
-    start = time.perf_counter()
+    try:
+        yield inputs, transformer, count_evaluations(request.steps, video_shift)
+    finally:
+        pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
+        pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))
+
+
+def _call(pipe: Any, inputs: dict[str, Any]) -> Any:
+    """``pipe(**inputs)`` with the errors a user can act on as one line."""
     try:
         with torch.inference_mode():
-            state = pipe(**inputs)
-    except Cancelled:
-        raise
+            return pipe(**inputs)
     except torch.OutOfMemoryError as error:
         raise H3AppError(
             "out of GPU memory: use a smaller canvas or duration, --offload auto, or bf16; the model is unchanged."
         ) from error
     except ValueError as error:
-        raise H3AppError(f"the pipeline refused the request: {error}") from error
-    finally:
-        handle.remove()
-        pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
-        pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))
-    seconds = time.perf_counter() - start
+        raise H3AppError(f"the pipeline refused the request: {values.short(str(error), 300)}") from error
+
+
+def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[int, int], None] | None = None,
+                   should_cancel: Callable[[], bool] | None = None) -> GenerationResult:
+    """Run ``pipe`` (a workflow pipeline from :class:`h3app.model.loader.LoadedModel`) on ``request``.
+
+    ``on_step(done, total)`` is called before every transformer evaluation and once at the end;
+    ``should_cancel()`` is polled at the same points and raises :class:`Cancelled` (``done`` of ``total`` steps
+    run). The transformer is untouched by a cancel (hooks are removed in all cases).
+    """
+    done = [0]
+    with _prepared(pipe, request) as (inputs, transformer, total):
+
+        def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
+            if should_cancel is not None and should_cancel():
+                raise Cancelled(done[0], total)
+            if on_step is not None:
+                on_step(done[0], total)
+            done[0] += 1
+
+        handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)
+        start = time.perf_counter()
+        try:
+            state = _call(pipe, inputs)
+        finally:
+            handle.remove()
+        seconds = time.perf_counter() - start
     if on_step is not None:
         on_step(done[0], total)
     video = np.asarray(state.get("videos")[0], dtype=np.float32)
@@ -260,6 +292,45 @@ def run_generation(pipe: Any, request: GenerationRequest, *, prompt_embeds: tupl
         hash=media.content_hash(video, audio),
         request=request,
     )
+
+
+class _FirstStepDone(Exception):
+    """Raised from a forward hook to end a pipeline run after its first denoising step."""
+
+
+def first_step_digest(pipe: Any, request: GenerationRequest) -> str:
+    """sha256 of the transformer's output at ``request``'s first denoising step (fp32 video velocity, then audio
+    velocity: what moves the latents); the run stops right after that step. Two equal digests at one setting show
+    the device computes a denoising step deterministically, at 1/N of a full run's cost."""
+    digests: list[str] = []
+    with _prepared(pipe, request) as (inputs, transformer, _):
+
+        def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+            digests.append(output_digest(output))
+            raise _FirstStepDone
+
+        handle = transformer.register_forward_hook(hook, with_kwargs=True)
+        try:
+            _call(pipe, inputs)
+        except _FirstStepDone:
+            pass
+        finally:
+            handle.remove()
+    if not digests:
+        raise H3AppError("the pipeline finished without a denoising step: use at least 2 steps.")
+    return digests[0]
+
+
+def output_digest(output: Any) -> str:
+    """sha256 over a transformer output's fp32 video velocity then audio velocity (``(video, audio)`` or an output
+    object with ``sample`` / ``audio_sample``)."""
+    import hashlib
+
+    video, audio = (output.sample, output.audio_sample) if hasattr(output, "sample") else output[:2]
+    digest = hashlib.sha256()
+    for tensor in (video, audio):
+        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def save_result(result: GenerationResult, out: str | Path, settings: dict[str, Any]) -> Path:

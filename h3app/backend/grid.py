@@ -5,18 +5,52 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import H3AppError
-from ..settings import LoRASettings, check_alpha, check_strength
+from ..rules import values
+from ..settings import LoRASettings
 from . import metrics
-from .generation import GenerationRequest, GenerationResult, run_generation, save_result
+from .generation import MAX_SEED, GenerationRequest, GenerationResult, count_evaluations, run_generation, save_result
 from .media import write_thumbnail
+from .worker import Cancelled
 
-MAX_CELLS = 64
+BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
+
+
+class Baselines:
+    """The grid's no-LoRA outputs by request, least recently used first out once their decoded arrays exceed
+    ``max_bytes`` (the newest is always kept: the running grid needs it)."""
+
+    def __init__(self, max_bytes: int = BASELINE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, GenerationResult] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> GenerationResult | None:
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+            return self._entries.get(key)
+
+    def put(self, key: str, result: GenerationResult) -> None:
+        with self._lock:
+            self._entries[key] = result
+            self._entries.move_to_end(key)
+            while len(self._entries) > 1 and self.nbytes > self.max_bytes:
+                self._entries.popitem(last=False)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(r.video.nbytes + r.audio.nbytes for r in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 @dataclass(frozen=True)
@@ -34,11 +68,15 @@ class GridCell:
     baseline_psnr: float
     baseline_max_abs_diff: float
     seconds: float
+    hide_paths: bool = False  # hosted: answers name files, never server folders
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        del data["hide_paths"]
         if not math.isfinite(self.baseline_psnr):
             data["baseline_psnr"] = "inf"
+        if self.hide_paths:
+            data["video_path"], data["thumbnail_path"] = Path(self.video_path).name, Path(self.thumbnail_path).name
         return data
 
 
@@ -58,65 +96,83 @@ class GridPlan:
 
 def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds: Sequence[int],
               seconds_per_run: float | None) -> GridPlan:
-    """Validate the axes (alpha None = auto) and estimate the time: cells + 1 baseline run."""
+    """Validate the axes (alpha None = auto) and estimate the time: cells + 1 baseline run per seed. The cell cap
+    is the model's (``Limits.check_grid``, applied by the backend)."""
     if not alphas or not strengths or not seeds:
         raise H3AppError("the grid needs at least one alpha, one scale and one seed.")
-    plan = GridPlan(tuple(check_alpha(a) for a in alphas), tuple(check_strength(s) for s in strengths),
-                    tuple(int(s) for s in seeds), None)
-    if plan.cells > MAX_CELLS:
-        raise H3AppError(f"the grid has {plan.cells} cells, more than {MAX_CELLS}: use fewer values.")
+    plan = GridPlan(tuple(values.parse_alpha(a, "alpha") for a in alphas),
+                    tuple(values.parse_strength(s, "scale") for s in strengths),
+                    tuple(values.parse_int(s, "seed", 0, MAX_SEED) for s in seeds), None)
     estimate = None if seconds_per_run is None else seconds_per_run * (plan.cells + len(plan.seeds))
     return dataclasses.replace(plan, estimated_seconds=estimate)
 
 
 def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float | None]:
-    """``"8, 16, auto"`` → ``[8.0, 16.0, None]``."""
-    values: list[float | None] = []
-    for item in str(text).replace(";", ",").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if allow_auto and item.lower() == "auto":
-            values.append(None)
-            continue
+    """``"8, 16, auto"`` → ``[8.0, 16.0, None]`` (ranges are checked by :func:`plan_grid`)."""
+
+    def item(word: str, name: str) -> float | None:
+        if allow_auto and word.lower() in values.AUTO_WORDS:
+            return None
         try:
-            values.append(float(item))
-        except ValueError:
-            raise H3AppError(f"{what} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
-                             f"got {item!r}.") from None
-    return values
+            return values.parse_number(word, name)
+        except H3AppError:
+            raise H3AppError(f"{name} must be comma-separated numbers{' or auto' if allow_auto else ''}, "
+                             f"got {values.short(word)}.") from None
+
+    return values.parse_list(text, what, item)
 
 
 def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, output_dir: Path,
-             baselines: dict[str, GenerationResult], token: str | None = None,
+             baselines: Baselines, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
-             should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
+             should_cancel: Callable[[], bool] | None = None, hide_paths: bool = False) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
-    no-LoRA output per request (keyed by the request's JSON); the model is left at its base afterwards."""
+    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left at its base afterwards.
+    ``on_step(done, total)`` counts the whole grid's denoising steps (baselines included), so a cancel says
+    "cancelled after k of n steps" of the grid. ``hide_paths`` (hosted): cells name their files without folders."""
     workflow = request.workflow
     pipe = binder.model.pipeline(workflow)
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:8]
+    shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
+    per_run = count_evaluations(request.steps, shift)
+    keys = {seed: repr(sorted(dataclasses.replace(request, seed=seed).to_json().items())) for seed in plan.seeds}
+    missing = sum(1 for key in keys.values() if baselines.get(key) is None)
+    total = per_run * (plan.cells + missing)
+    offset = [0]
+
+    def generate(seeded: GenerationRequest) -> GenerationResult:
+        def steps(done: int, _: int) -> None:
+            if on_step is not None:
+                on_step(offset[0] + done, total)
+
+        try:
+            result = run_generation(pipe, seeded, on_step=steps, should_cancel=should_cancel)
+        except Cancelled as stop:
+            raise Cancelled(offset[0] + (stop.done or 0), total) from None
+        offset[0] += result.evaluations
+        return result
+
     try:
         for seed in plan.seeds:
             seeded = dataclasses.replace(request, seed=seed)
-            key = repr(sorted(seeded.to_json().items()))
-            if key not in baselines:
+            base = baselines.get(keys[seed])
+            if base is None:
                 binder.reset(workflow)
-                baselines[key] = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
-            base = baselines[key]
+                base = generate(seeded)
+                baselines.put(keys[seed], base)
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
                     binder.apply([settings], workflow, token)
-                    result = run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel)
+                    result = generate(seeded)
                     name = f"{stem}-{row}-{column}-{seed}"
                     video = save_result(result, output_dir / f"{name}.mp4",
-                                        {"request": seeded.to_json(), "alpha": alpha, "strength": strength,
+                                        {"request": seeded.to_json(hide_paths), "alpha": alpha, "strength": strength,
                                          "hash": result.hash})
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
-                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds)
+                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths)
     finally:
         binder.reset(workflow)

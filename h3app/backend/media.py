@@ -1,6 +1,6 @@
 """Decoded frames + stereo audio → a browser-playable mp4 (h264 yuv420p + AAC), with the settings inside.
 
-Hashes are computed on the decoded arrays (DESIGN.md decision 10), never on mp4 bytes: encoders are not bitwise
+Hashes are computed on the decoded arrays (docs/architecture.md, decision 10), never on mp4 bytes: encoders are not bitwise
 stable across machines, the pipeline's output is.
 """
 
@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -33,6 +34,19 @@ def to_uint8(video: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(np.asarray(video, dtype=np.float32) * 255.0), 0, 255).astype(np.uint8)
 
 
+@contextmanager
+def _partial(path: Path) -> Iterator[Path]:
+    """A ``<name>.partial`` file to write ``path`` through: renamed to ``path`` when the block (and the container it
+    opened, closed first) ends cleanly, deleted when it fails — a failed encode leaves no file behind."""
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        yield tmp
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+
+
 def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rate: int, *, fps: int = FPS,
               settings: Mapping[str, Any] | None = None) -> Path:
     """Write ``video`` (``[F, H, W, 3]`` float in [0, 1], H and W even) and ``audio`` (``[channels, samples]`` float
@@ -45,8 +59,7 @@ def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rat
     audio = np.ascontiguousarray(np.clip(audio, -1.0, 1.0), dtype=np.float32)
     if audio.ndim != 2:
         raise ValueError(f"audio must be [channels, samples], got shape {audio.shape}")
-    tmp = path.with_name(path.name + ".partial")
-    with av.open(str(tmp), mode="w", format="mp4") as container:
+    with _partial(path) as tmp, av.open(str(tmp), mode="w", format="mp4") as container:
         if settings is not None:
             container.metadata[SETTINGS_TAG] = json.dumps(settings, sort_keys=True, default=str)
         vstream = container.add_stream("libx264", rate=fps)
@@ -72,7 +85,6 @@ def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rat
                 container.mux(packet)
         for packet in astream.encode():
             container.mux(packet)
-    tmp.replace(path)
     return path
 
 
@@ -82,8 +94,7 @@ def remux_with_settings(source: str | Path, target: str | Path, settings: Mappin
     import av
 
     target = Path(target)
-    tmp = target.with_name(target.name + ".partial")
-    with av.open(str(source)) as src, av.open(str(tmp), mode="w", format="mp4") as dst:
+    with _partial(target) as tmp, av.open(str(source)) as src, av.open(str(tmp), mode="w", format="mp4") as dst:
         dst.metadata[SETTINGS_TAG] = json.dumps(settings, sort_keys=True, default=str)
         streams = {stream.index: dst.add_stream_from_template(stream) for stream in src.streams
                    if stream.type in ("video", "audio")}
@@ -92,7 +103,6 @@ def remux_with_settings(source: str | Path, target: str | Path, settings: Mappin
                 continue
             packet.stream = streams[packet.stream.index]
             dst.mux(packet)
-    tmp.replace(target)
     return target
 
 

@@ -44,17 +44,13 @@ class CheckSetting:
 
 def parse_setting(text: str, flag: str = "--a") -> CheckSetting:
     """``ALPHA:SCALE`` with ALPHA a number or ``auto``, e.g. ``8:1.0``, ``auto:0.5``."""
-    from ..settings import check_alpha, check_strength
+    from ..rules import values
 
-    alpha_text, sep, strength_text = text.partition(":")
+    alpha_text, sep, strength_text = str(text).partition(":")
     if not sep:
-        raise H3AppError(f"{flag} must be ALPHA:SCALE such as 8:1.0 or auto:1.0, got {text!r}.")
-    try:
-        alpha = None if alpha_text.strip().lower() == "auto" else float(alpha_text)
-        strength = float(strength_text)
-    except ValueError:
-        raise H3AppError(f"{flag} must be ALPHA:SCALE with numbers (ALPHA may be auto), got {text!r}.") from None
-    return CheckSetting(check_alpha(alpha), check_strength(strength))
+        raise H3AppError(f"{flag} must be ALPHA:SCALE such as 8:1.0 or auto:1.0, got {values.short(text)}.")
+    return CheckSetting(values.parse_alpha(alpha_text, f"{flag} alpha"),
+                        values.parse_strength(strength_text, f"{flag} scale"))
 
 
 def packed_check_input(config: Mapping[str, Any], seed: int, device: "torch.device | str" = "cpu") -> dict[str, "torch.Tensor"]:
@@ -152,7 +148,7 @@ def run_transformer_check(transformer: "torch.nn.Module", adapter: "NormalisedAd
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 
     Runs with ``torch.use_deterministic_algorithms(True)`` and diffusers' ``native`` attention backend, unmerged.
-    Returns the ``check --json`` object (DESIGN.md) plus context fields.
+    Returns the ``check --json`` object (docs/architecture.md) plus context fields.
     """
     import torch
 

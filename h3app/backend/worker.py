@@ -1,7 +1,7 @@
 """One worker thread owns the GPU: a bounded FIFO of jobs, per-step progress, cancel between steps.
 
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
-so two users never see each other's sliders (DESIGN.md decision 7). After a cancel or any exception the worker
+so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
 calls ``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
 """
 
@@ -17,10 +17,20 @@ from typing import Any, Callable
 from ..errors import H3AppError
 
 DEFAULT_QUEUE_SIZE = 16
+CLIENT_GONE = "cancelled (the client went away)"
 
 
 class QueueFull(H3AppError):
     """The queue is at its bound."""
+
+
+class Cancelled(H3AppError):
+    """A job stopped at a denoising step boundary after ``done`` of ``total`` steps (None: before it started).
+    ``why`` says who asked: the person (a cancel) or nobody left to wait (the client went away)."""
+
+    def __init__(self, done: int | None = None, total: int | None = None, why: str = "cancelled") -> None:
+        self.done, self.total, self.why = done, total, why
+        super().__init__(f"{why} before it started." if done is None else f"{why} after {done} of {total} steps.")
 
 
 @dataclass
@@ -60,6 +70,7 @@ class JobHandle:
     run: Callable[[JobContext], Any]
     _progress: Progress = field(default_factory=Progress)
     _cancel: threading.Event = field(default_factory=threading.Event)
+    _cancel_reason: str = "cancelled"
     _done: threading.Event = field(default_factory=threading.Event)
     _changed: threading.Condition = field(default_factory=threading.Condition)
     _result: Any = None
@@ -74,10 +85,21 @@ class JobHandle:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def cancel(self) -> None:
-        """Ask the job to stop at its next step (or not to start, if still queued)."""
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Ask the job to stop at its next denoising step (or not to start, if still queued); its error then says
+        ``"<reason> after k of n steps."``."""
+        if not self._cancel.is_set():
+            self._cancel_reason = reason
         self._cancel.set()
         self._notify()
+
+    def cancel_if(self, abandoned: Callable[[], bool] | None) -> bool:
+        """Cancel when ``abandoned()`` says nobody waits for the result any more (a client that went away: the UI
+        passes a check of ``request.is_disconnected()``). Returns whether it did."""
+        if abandoned is None or self.done or not abandoned():
+            return False
+        self.cancel(CLIENT_GONE)
+        return True
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the job; return its result or raise its error."""
@@ -148,13 +170,12 @@ class Worker:
                 for position, waiting in enumerate(self._pending, start=1):
                     waiting._progress.position = position
                     waiting._notify()
+            if handle._cancel.is_set():  # never started: nothing to clean up, the adapters stay as they are
+                handle._finish(error=Cancelled(why=handle._cancel_reason))
+                continue
             self.current = handle
             handle._progress.position, handle._progress.phase = 0, "running"
             try:
-                if handle._cancel.is_set():
-                    from .generation import Cancelled
-
-                    raise Cancelled("cancelled before it started.")
                 handle._finish(result=handle.run(JobContext(handle)))
             except BaseException as error:  # every failure goes back to the submitter, the worker lives on
                 if self._on_failure is not None:
@@ -162,6 +183,8 @@ class Worker:
                         self._on_failure(error)
                     except BaseException as cleanup_error:
                         error = cleanup_error
+                if isinstance(error, Cancelled) and error.why != handle._cancel_reason:
+                    error = Cancelled(error.done, error.total, handle._cancel_reason)
                 handle._finish(error=error)
             finally:
                 self.current = None

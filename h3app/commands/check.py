@@ -11,17 +11,23 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from .model_options import add_model_flags
+from ..parallel.topology import add_parallel_arguments
+from .model_options import add_model_flags, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
 
     from ..adapters.types import NormalisedAdapter
+    from ..backend.generation import GenerationRequest
+    from ..backend.transformer_check import CheckSetting
+    from ..parallel.group import RankGroup
+    from ..settings import LoRASettings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="are two alpha/scale settings with the same product bit-identical?")
     add_model_flags(p)
+    add_parallel_arguments(p)
     p.add_argument("--adapter", required=True, help="repo id, HF URL, or local file/folder")
     p.add_argument("--weight-name", default=None, help="file inside a repo/folder holding several")
     p.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
@@ -39,25 +45,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # cuBLAS reads this when its handle is created: set it before anything touches CUDA (deterministic GEMMs).
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     from ..backend.transformer_check import parse_setting, run_transformer_check
     from ..cli import emit
+    from ..parallel.launch import close_ranks, start_ranks
 
     a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
-    if args.mode == "full":
-        from ..backend.equivalence import run_full_check
+    options = load_options(args)  # refuses a device this machine lacks before anything loads
+    group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
+    try:
+        if args.mode == "full":
+            from ..backend.equivalence import FullCheck, run_full_check
 
-        result = run_full_check(args, a, b)
-    else:
-        from ..model.loader import load_transformer, parse_dtype
+            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b), os.environ.get("HF_TOKEN"))
+                      if group is None else _full_check_on_ranks(args, a, b, group))
+        else:
+            from ..model.loader import load_transformer
+            from ..parallel.lockstep import on_every_rank
 
-        transformer = load_transformer(args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv,
-                                       revision=args.model_revision)
-        transformer.to(args.device)
-        adapter = load_check_adapter(args, transformer)
-        result = run_transformer_check(transformer, adapter, a=a, b=b, seed=args.seed, source=args.adapter)
-        result["model"] = args.model
+            transformer = load_transformer(args.model, dtype=options.dtype, fuse_qkv=options.fuse_qkv,
+                                           revision=options.revision)
+            transformer.to(options.device)
+            adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
+            result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,
+                                                                       seed=args.seed, source=args.adapter))
+            result["model"] = args.model
+    finally:
+        close_ranks(group)
+    if group is not None:
+        if not group.leader:
+            return 0
+        result["parallel"] = group.spec.label
     verdict = "IDENTICAL" if result["identical"] else f"DIFFERENT (max |diff| {result['max_abs_diff']:.3g})"
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "
@@ -65,11 +82,47 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_check_adapter(args: argparse.Namespace, transformer: "torch.nn.Module") -> "NormalisedAdapter":
-    """Fetch ``args.adapter`` (repo id, URL or local path) and normalise it for ``transformer``'s shapes."""
+def _full_job(args: argparse.Namespace) -> tuple["LoRASettings", "GenerationRequest"]:
+    """The adapter and the request of a full-mode check, from the flags."""
+    from ..backend.equivalence import DEFAULT_PROMPT
+    from ..backend.generation import GenerationRequest
+    from ..settings import LoRASettings
+
+    request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
+                                height=args.height, width=args.width)
+    return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision), request
+
+
+def _full_check_on_ranks(args: argparse.Namespace, a: "CheckSetting", b: "CheckSetting",
+                         group: "RankGroup") -> dict | None:
+    """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
+    from ..backend.service import Backend
+    from ..parallel.follower import follow
+
+    backend = Backend(args.model, load_options(args), parallel=group)
+    try:
+        if not group.leader:
+            follow(group, backend)
+            return None
+        adapter, request = _full_job(args)
+        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"))
+        return {**result.to_json(), "model": backend.model_name, "output_dir": str(backend.output_dir)}
+    finally:
+        backend.close()
+
+
+def load_check_adapter(args: argparse.Namespace, transformer: "torch.nn.Module",
+                       group: "RankGroup | None" = None) -> "NormalisedAdapter":
+    """Fetch ``args.adapter`` (repo id, URL or local path) and normalise it for ``transformer``'s shapes; with
+    ranks, shard ``transformer``'s sequence over them first."""
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
     from ..rules.h3_modules import transformer_shapes
+
+    if group is not None:
+        from ..parallel.context_parallel import parallelize
+
+        parallelize(transformer, group.spec)
 
     fetched = fetch(args.adapter, weight_name=args.weight_name, revision=args.revision)
     return load_adapter(fetched.path, shapes=transformer_shapes(dict(transformer.config)),

@@ -1,4 +1,4 @@
-"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in DESIGN.md)."""
+"""``python -m h3app generate``: prompt (+ adapters) → mp4 with stereo audio (contract in docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,16 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
+from ..rules.choices import LORA_MODES, WORKFLOWS
+from ..parallel.topology import add_parallel_arguments
 from .model_options import add_model_flags, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_model_flags(p)
-    p.add_argument("--workflow", default=None, choices=("t2va", "fl2va", "ref2va"),
+    add_parallel_arguments(p)
+    p.add_argument("--workflow", default=None, choices=WORKFLOWS,
                    help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
                         "adapter's, else t2va")
     p.add_argument("--prompt", required=True)
@@ -35,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
-    p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")
+    p.add_argument("--mode", default="unmerged", choices=LORA_MODES, help="how LoRA is applied")
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
@@ -43,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def parse_adapter_spec(spec: str, mode: str) -> "Any":
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S"`` → LoRASettings (SOURCE first; the rest optional, any order)."""
+    from ..rules import values
     from ..settings import LoRASettings
 
     parts = [part.strip() for part in spec.split(",")]
@@ -54,13 +58,12 @@ def parse_adapter_spec(spec: str, mode: str) -> "Any":
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep or key.strip() not in names:
-            raise H3AppError(f"--adapter-spec: unknown field {part!r}; use weight=, rev=, alpha=, scale=.")
+            raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use weight=, rev=, alpha=, scale=.")
         name = names[key.strip()]
-        if name in ("alpha", "strength"):
-            try:
-                fields[name] = None if (name == "alpha" and value.strip() == "auto") else float(value)
-            except ValueError:
-                raise H3AppError(f"--adapter-spec: {key} must be a number, got {value!r}.") from None
+        if name == "alpha":
+            fields[name] = values.parse_alpha(value, f"--adapter-spec {key.strip()}")
+        elif name == "strength":
+            fields[name] = values.parse_strength(value, f"--adapter-spec {key.strip()}")
         else:
             fields[name] = value.strip() or None
     return LoRASettings(**fields)
@@ -86,13 +89,19 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
     from ..cli import emit
+    from ..parallel.follower import follow
+    from ..parallel.launch import close_ranks, start_ranks
 
     if not args.out.endswith(".mp4"):
         raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
     adapters = adapters_from_args(args)
     token = os.environ.get("HF_TOKEN")
-    backend = Backend(args.model, load_options(args))
+    options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
+    group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
+    backend = Backend(args.model, options, parallel=group)
     try:
+        if group is not None and not group.leader:
+            return follow(group, backend)
         known = None
         for adapter in adapters:  # header only: which adapter is known, before anything is downloaded
             info = backend.inspect(adapter.source, adapter.weight_name, adapter.revision, token,
@@ -110,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         output = backend.generate(request, adapters, token)
     finally:
         backend.close()
+        close_ranks(group)
     from pathlib import Path
     import shutil
 

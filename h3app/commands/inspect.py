@@ -1,4 +1,4 @@
-"""``python -m h3app inspect SOURCE [--weight-name F] [--revision R] [--model M] [--json]`` (contract in DESIGN.md).
+"""``python -m h3app inspect SOURCE [--weight-name F] [--revision R] [--model M] [--json]`` (contract in docs/architecture.md).
 
 Reads the adapter's header and 0-dim scalars only. With ``--model`` every target's shape is also checked against
 that model's transformer config (no weights loaded).
@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-QKV_LAYOUT_CHOICES = ("auto", "blocked", "interleaved")
-PARTITION_CHOICES = ("transformer", "transformer_ref")
+from ..rules.choices import PARTITIONS, QKV_LAYOUTS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,9 +24,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def add_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-name", default=None, help="file inside the repo or folder")
     p.add_argument("--revision", default=None, help="Hub branch, tag or commit")
-    p.add_argument("--qkv-layout", default="auto", choices=QKV_LAYOUT_CHOICES,
+    p.add_argument("--qkv-layout", default="auto", choices=QKV_LAYOUTS,
                    help="row order of fused QKV factors: auto (interleaved for DiffSynth), blocked or interleaved")
-    p.add_argument("--partition", default="transformer", choices=PARTITION_CHOICES,
+    p.add_argument("--partition", default="transformer", choices=PARTITIONS,
                    help="transformer (t2va, fl2va) or transformer_ref (ref2va)")
 
 

@@ -1,20 +1,25 @@
-"""Command-line flags that choose and place the model, shared by the commands that load one."""
+"""Command-line flags that choose and place the model, shared by the commands that load one.
+
+Light on purpose: every command's parser is built on each start, so nothing here imports torch."""
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
 
-from ..model import repo
-from ..model.loader import OFFLOAD_MODES, LoadOptions, parse_dtype
+from ..model.repo import TINY
+from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES
 
+if TYPE_CHECKING:
+    from ..model.loader import LoadOptions
 
 def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> None:
-    parser.add_argument("--model", default=None if required else os.environ.get("H3APP_MODEL", repo.TINY),
+    parser.add_argument("--model", default=None if required else os.environ.get("H3APP_MODEL", TINY),
                         required=required,
                         help="`tiny` (embedded checkpoint), a local folder, or a Hub repo id such as MiniMaxAI/MiniMax-H3")
     parser.add_argument("--model-revision", default=None, help="Hub revision of the model (branch, tag or commit)")
-    parser.add_argument("--dtype", default="float32", help="float32 (CPU default) or bfloat16 (GPU)")
+    parser.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPE_NAMES)} (float32 on CPU, bfloat16 on GPU)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 …")
     parser.add_argument("--offload", default="none", choices=OFFLOAD_MODES,
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")
@@ -22,6 +27,9 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
     parser.add_argument("--int8", action="store_true", help="int8 transformer weights via torchao (LoRA unmerged-only)")
 
 
-def load_options(args: argparse.Namespace) -> LoadOptions:
+def load_options(args: argparse.Namespace) -> "LoadOptions":
+    """The flags as :class:`LoadOptions` (checked: an unknown dtype or a device this machine lacks is one line)."""
+    from ..model.loader import LoadOptions, parse_dtype
+
     return LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, int8=args.int8,
                        fuse_qkv=args.fuse_qkv, revision=args.model_revision, token=os.environ.get("HF_TOKEN"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
@@ -24,12 +24,16 @@ from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
 from ..rules.h3_modules import GROUPS, group_of
 from ..settings import LoRASettings, MODES, check_alpha, check_strength
+from ..rules.scale import scale_divisor
 from .delta import stack_group_factors
-from .layers import AdapterScale, LoRAFactors, LoRALinear, PristineStore, is_mergeable, scale_divisor
-from .profile import TargetStrength, block_of, build_profile, suggest_alpha, update_norm, weight_norm
+from .layers import LoRAFactors, LoRALinear, is_mergeable
+from .pristine import PristineStore
+from .profile import NormMemo, StrengthProfile, TargetStrength, block_of, build_profile, suggest_alpha
 from .report import MatchError, MatchReport, ShapeError, TargetMatch
+from .scaling import AdapterScale, ModuleAlpha
 
 QKV_NAMES = ("to_q", "to_k", "to_v")
+RANK_FLOOR = 512  # the rank limit is in + out, never below this (published H3 LoRAs use ranks 4-256)
 
 
 class _Unchanged:
@@ -114,13 +118,12 @@ class _Attached:
     settings: LoRASettings
     state: AdapterScale
     entries: dict[str, LoRAFactors]
+    adapter: NormalisedAdapter
     modules: dict[str, ModuleLoRA]
     slots: dict[str, TargetSlot]
-    identity: str
     unmatched_keys: tuple[str, ...]
     absent_targets: tuple[str, ...]
     uncovered_targets: tuple[str, ...]
-    update_norms: dict[str, float] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
 
 
@@ -131,7 +134,7 @@ class _Plan:
 
 
 class LoRAEngine:
-    """Adapters on one transformer. Not thread-safe: one worker owns it (DESIGN.md decision 7).
+    """Adapters on one transformer. Not thread-safe: one worker thread owns it.
 
     Mode is engine-wide: ``unmerged`` (default; wrappers add ``scale·B·A·x`` at run time, slider changes are O(1))
     or ``merged`` (``W = W0 + Σ scale·B@A`` re-merged from a pristine copy on every change).
@@ -151,12 +154,17 @@ class LoRAEngine:
         self._adapters: dict[str, _Attached] = {}
         self._mode = "unmerged"
         self._pristine = pristine if pristine is not None else PristineStore()
-        self._weight_norms: dict[str, float] = {}
+        self._norms = NormMemo()
 
     # ----------------------------------------------------------------------------------------------- queries
     @property
     def mode(self) -> str:
         return self._mode
+
+    @property
+    def pristine(self) -> PristineStore:
+        """Merged mode's base copies (set ``pristine.device_budget`` to bound the accelerator memory they take)."""
+        return self._pristine
 
     @property
     def fused_qkv(self) -> bool:
@@ -171,15 +179,16 @@ class LoRAEngine:
         return {name: dataclasses.replace(a.settings, mode=self._mode) for name, a in self._adapters.items()}
 
     def effective_scales(self, name: str) -> dict[str, float]:
-        """Canonical target → float64 scale now in use."""
+        """Canonical target → float64 effective scale now in use."""
         attached = self._get(name)
-        return {t: attached.state.module_scale(attached.slots[t].group, m.alpha, scale_divisor(m.rank, m.use_rslora))
-                for t, m in attached.modules.items()}
+        return {t: attached.state.scale(attached.slots[t].group, ModuleAlpha.of(m)) for t, m in attached.modules.items()}
 
     def report(self, name: str) -> MatchReport:
-        """The match report of an attached adapter at its current settings (profile included)."""
-        attached = self._get(name)
-        return self._build_report(name, attached)
+        """The match report of an attached adapter at its current settings, its strength profile computed now (the
+        norms it needs are measured on the first request and memoised per adapter)."""
+        report = self._build_report(name, self._get(name))
+        report.profile  # noqa: B018 - measured here, on the thread that owns the engine
+        return report
 
     # ---------------------------------------------------------------------------------------------- matching
     def match(self, adapter: NormalisedAdapter, settings: LoRASettings | None = None, name: str = "adapter") -> MatchReport:
@@ -205,7 +214,7 @@ class LoRAEngine:
                                          tuple(module.up.shape), problem))
                 continue
             matched[target] = module
-        state = AdapterScale(_uniform_alpha(matched.values()), settings.alpha, settings.strength, settings.group_strengths)
+        state = _adapter_scale(matched, settings)
         matches = tuple(self._target_match(target, module, state) for target, module in matched.items())
         report = MatchReport(
             name=name,
@@ -222,16 +231,10 @@ class LoRAEngine:
 
     def _target_match(self, target: str, module: ModuleLoRA, state: AdapterScale) -> TargetMatch:
         slot = self._slots[target]
-        return TargetMatch(
-            target=target,
-            module=slot.module,
-            group=slot.group,
-            rank=module.rank,
-            alpha=state.module_alpha_in_use(module.alpha),
-            alpha_source="explicit" if state.alpha is not None else module.alpha_source,
-            use_rslora=module.use_rslora,
-            scale=state.module_scale(slot.group, module.alpha, scale_divisor(module.rank, module.use_rslora)),
-        )
+        stored = ModuleAlpha.of(module)
+        return TargetMatch(target=target, module=slot.module, group=slot.group, rank=module.rank,
+                           alpha=state.alpha_in_use(stored), alpha_source=state.alpha_source(module.alpha_source),
+                           use_rslora=module.use_rslora, scale=state.scale(slot.group, stored))
 
     # ------------------------------------------------------------------------------------------------ attach
     def attach(self, adapter: NormalisedAdapter, settings: LoRASettings, name: str) -> MatchReport:
@@ -258,19 +261,18 @@ class LoRAEngine:
                 f"adapter {name!r} matched no layer of this model ({len(report.unmatched_keys)} keys unmatched, "
                 f"e.g. {sample}): check that it is an H3 LoRA for this partition.", report)
 
+        _check_ranks(name, plan.matched, self._slots)
         mode = self._mode if self._adapters else settings.mode
         paths = sorted({self._slots[t].module for t in plan.matched})
         if mode == "merged":
             self._check_mergeable(paths)
-        state = AdapterScale(_uniform_alpha(plan.matched.values()), settings.alpha, settings.strength,
-                             settings.group_strengths)
-        entries, factors = self._build_entries(name, plan.matched, state)
-        update_norms, warnings = self._measure(plan.matched, factors, settings, report)
+        state = _adapter_scale(plan.matched, settings)
+        entries = self._build_entries(name, plan.matched, state)
         attached = _Attached(
-            settings=settings, state=state, entries=entries, modules=dict(plan.matched),
-            slots={t: self._slots[t] for t in plan.matched}, identity=adapter.identity,
-            unmatched_keys=report.unmatched_keys, absent_targets=report.absent_targets,
-            uncovered_targets=report.uncovered_targets, update_norms=update_norms, warnings=warnings,
+            settings=settings, state=state, entries=entries, adapter=adapter, modules=dict(plan.matched),
+            slots={t: self._slots[t] for t in plan.matched}, unmatched_keys=report.unmatched_keys,
+            absent_targets=report.absent_targets, uncovered_targets=report.uncovered_targets,
+            warnings=self._warnings(adapter, plan.matched, settings, report),
         )
 
         def change() -> None:
@@ -288,12 +290,10 @@ class LoRAEngine:
         return self._build_report(name, attached)
 
     def _build_entries(self, name: str, matched: Mapping[str, ModuleLoRA], state: AdapterScale
-                       ) -> tuple[dict[str, LoRAFactors], dict[str, tuple[torch.Tensor, torch.Tensor]]]:
-        """One entry per bound module, with fp32 factors on its device (a factor shared by several targets is
-        converted once); also each target's own fp32 ``(A, B)`` on the device, for the strength profile."""
+                       ) -> dict[str, LoRAFactors]:
+        """One entry per bound module, with fp32 factors on its device: one pass over each factor (a conversion, or
+        none when it already is fp32 and contiguous there; a factor shared by several targets is converted once)."""
         converted: dict[tuple[int, torch.device], torch.Tensor] = {}
-        factors: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-
         by_module: dict[str, list[tuple[TargetSlot, ModuleLoRA]]] = {}
         for target, module in matched.items():
             slot = self._slots[target]
@@ -309,56 +309,47 @@ class LoRAEngine:
                     converted[key] = tensor.detach().to(device=device, dtype=torch.float32).contiguous()
                 return converted[key]
 
-            for slot, module in members:
-                factors[slot.target] = (fp32(module.down), fp32(module.up))
             first_slot = members[0][0]
             if first_slot.groups == 1:
                 slot, module = members[0]
-                entries[path] = LoRAFactors(
-                    name, state, slot.group, fp32(module.down), fp32(module.up), (float(module.alpha),),
-                    (scale_divisor(module.rank, module.use_rslora),), (module.rank,))
+                scale = state.entry_for(slot.group, (ModuleAlpha.of(module),), device)
+                entries[path] = LoRAFactors(name, scale, fp32(module.down), fp32(module.up))
                 continue
             by_index: list[ModuleLoRA | None] = [None] * first_slot.groups
             for slot, module in members:
                 by_index[slot.index] = module
             entries[path] = self._fused_entry(name, state, first_slot, by_index, fp32, device)
-        return entries, factors
+        return entries
 
     def _fused_entry(self, name: str, state: AdapterScale, slot: TargetSlot, by_index: list[ModuleLoRA | None],
                      fp32, device: torch.device) -> LoRAFactors:
         covered = [m for m in by_index if m is not None]
         first = covered[0]
         shared_down = all(_same_tensor(m.down, first.down) for m in covered[1:])
-        same_scale = all(m.alpha == first.alpha and m.rank == first.rank and m.use_rslora == first.use_rslora
-                         for m in covered[1:])
-        if shared_down and same_scale:
+        stored = [ModuleAlpha.of(m) if m is not None else None for m in by_index]
+        if shared_down and len({s for s in stored if s is not None}) == 1:
             # Native fused source: one A, blocked [B_q; B_k; B_v] (zero rows for an uncovered group): a 2D delta.
             up = torch.zeros(slot.groups * slot.out_features, first.rank, dtype=torch.float32, device=device)
             for index, module in enumerate(by_index):
                 if module is not None:
-                    up[index * slot.out_features:(index + 1) * slot.out_features].copy_(fp32(module.up))
-            return LoRAFactors(name, state, slot.group, fp32(first.down), up, (float(first.alpha),),
-                               (scale_divisor(first.rank, first.use_rslora),), (first.rank,))
+                    up[index * slot.out_features:(index + 1) * slot.out_features].copy_(module.up.detach())
+            return LoRAFactors(name, state.entry_for(slot.group, (ModuleAlpha.of(first),), device), fp32(first.down), up)
         down, up = stack_group_factors(
-            [(fp32(m.down), fp32(m.up)) if m is not None else None for m in by_index],
+            [(m.down.detach(), m.up.detach()) if m is not None else None for m in by_index],
             out_features_per_group=slot.out_features, in_features=slot.in_features, dtype=torch.float32, device=device)
-        return LoRAFactors(
-            name, state, slot.group, down, up,
-            tuple(float(m.alpha) if m is not None else 1.0 for m in by_index),
-            tuple(scale_divisor(m.rank, m.use_rslora) if m is not None else 1.0 for m in by_index),
-            tuple(m.rank if m is not None else 0 for m in by_index))
+        return LoRAFactors(name, state.entry_for(slot.group, tuple(stored), device), down, up)
 
     # ------------------------------------------------------------------------------------------- set / mode
-    def set_lora(self, name: str, *, alpha: float | None = UNCHANGED, strength: float | None = None,
-                 group_strengths: Mapping[str, float] | None = None) -> LoRASettings:
-        """Change an attached adapter's alpha (None = the alpha chain's value), strength and/or group strengths
-        without reading its file again. O(1) in unmerged mode; merged mode re-merges its layers from the pristine
-        copies. Returns the new settings."""
+    def set_lora(self, name: str, *, alpha: float | None = UNCHANGED, strength: float = UNCHANGED,
+                 group_strengths: Mapping[str, float] = UNCHANGED) -> LoRASettings:
+        """Change an attached adapter's alpha (None = each module's stored alpha), strength and/or group strengths
+        without reading its file again; an argument left out (``UNCHANGED``) keeps its value. O(1) in unmerged
+        mode; merged mode re-merges its layers from the pristine copies. Returns the new settings."""
         attached = self._get(name)
         old = attached.settings
         new_alpha = old.alpha if alpha is UNCHANGED else check_alpha(alpha)
-        new_strength = old.strength if strength is None else check_strength(strength)
-        new_groups = dict(old.group_strengths) if group_strengths is None else dict(group_strengths)
+        new_strength = old.strength if strength is UNCHANGED else check_strength(strength)
+        new_groups = dict(old.group_strengths) if group_strengths is UNCHANGED else dict(group_strengths)
         _check_groups(new_groups)
         for group, value in new_groups.items():
             check_strength(value, what=f"strength of group {group!r}")
@@ -415,7 +406,9 @@ class LoRAEngine:
         paths = list(paths)
         old_mode = self._mode
         if mode == "merged":
-            self._pristine.reserve(sum(_nbytes(self._weight(p)) for p in paths if p not in self._pristine))
+            new = [self._weight(p) for p in paths if p not in self._pristine]
+            devices = {w.device for w in new}
+            self._pristine.reserve(sum(_nbytes(w) for w in new), devices.pop() if len(devices) == 1 else None)
         saved = {path: list(self._binding(path).wrapper.lora_entries) for path in paths}
         try:
             change()
@@ -488,54 +481,54 @@ class LoRAEngine:
             if reason:
                 raise H3AppError(f"merged mode is not available: {path}: {reason}; use unmerged mode.")
 
-    def _pristine_rows(self, path: str) -> torch.Tensor:
-        """The base weight of ``path`` (from the pristine copy when merged weights are in place)."""
-        return self._pristine.full(path) if path in self._pristine else self._weight(path)
-
-    def _measure(self, matched: Mapping[str, ModuleLoRA], factors: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-                 settings: LoRASettings,
-                 report: MatchReport) -> tuple[dict[str, float], tuple[str, ...]]:
-        """‖B·A‖_F per target and ‖W‖_F per model target (cached); warnings. Skipped on the meta device."""
+    def _warnings(self, adapter: NormalisedAdapter, matched: Mapping[str, ModuleLoRA], settings: LoRASettings,
+                  report: MatchReport) -> tuple[str, ...]:
+        """Keys that matched nothing; and, when no alpha is stored or given, an alpha far off the usual range (the
+        only part of attach that measures norms, and only those of the rank-fallback targets)."""
         warnings: list[str] = []
         if report.unmatched_keys:
             sample = ", ".join(list(report.unmatched_keys)[:3])
             warnings.append(f"{len(report.unmatched_keys)} adapter keys matched nothing in this model (e.g. {sample}).")
-        if any(m.down.is_meta or m.up.is_meta for m in matched.values()) or any(
-                self._weight(self._slots[t].module).is_meta for t in matched):
-            return {}, tuple(warnings)
-        norms: dict[str, float] = {}
-        with torch.no_grad():
-            for target, module in matched.items():
-                norms[target] = update_norm(*factors[target])
-                if target not in self._weight_norms:
-                    slot = self._slots[target]
-                    weight = self._pristine_rows(slot.module)
-                    rows = weight[slot.index * slot.out_features:(slot.index + 1) * slot.out_features]
-                    self._weight_norms[target] = weight_norm(rows)
         fallback = {t: m for t, m in matched.items() if m.alpha_source == "rank_fallback"}
-        if settings.alpha is None and fallback:
+        if settings.alpha is None and fallback and self._measurable(fallback):
+            updates = self._norms.update_norms(adapter, fallback, self._norm_device)
             suggestion = suggest_alpha(
-                {t: norms[t] for t in fallback}, self._weight_norms,
-                {t: m.rank for t, m in fallback.items()},
+                updates, self._norms.weight_norms(fallback, self._base_rows), {t: m.rank for t, m in fallback.items()},
                 {t: scale_divisor(m.rank, m.use_rslora) for t, m in fallback.items()})
             if suggestion is not None:
                 warnings.append(suggestion.message())
-        return norms, tuple(warnings)
+        return tuple(warnings)
+
+    def _measurable(self, modules: Mapping[str, ModuleLoRA]) -> bool:
+        """False on the meta device (no data to measure)."""
+        return not any(m.down.is_meta or m.up.is_meta or self._weight(self._slots[t].module).is_meta
+                       for t, m in modules.items())
+
+    def _norm_device(self, target: str) -> torch.device:
+        return self._factor_device or self._weight(self._slots[target].module).device
+
+    def _base_rows(self, target: str) -> torch.Tensor:
+        """The base weight rows of ``target`` (from the pristine copy while merged weights are in place)."""
+        slot = self._slots[target]
+        weight = self._pristine.full(slot.module) if slot.module in self._pristine else self._weight(slot.module)
+        return weight[slot.index * slot.out_features:(slot.index + 1) * slot.out_features]
+
+    def _profile(self, attached: _Attached, matches: tuple[TargetMatch, ...]) -> StrengthProfile | None:
+        if not self._measurable(attached.modules):
+            return None
+        updates = self._norms.update_norms(attached.adapter, attached.modules, self._norm_device)
+        weights = self._norms.weight_norms(attached.modules, self._base_rows)
+        return build_profile(TargetStrength(m.target, block_of(m.target), m.group, m.scale, updates[m.target],
+                                            weights[m.target]) for m in matches)
 
     def _build_report(self, name: str, attached: _Attached) -> MatchReport:
-        state = attached.state
-        matches = tuple(self._target_match(t, m, state) for t, m in attached.modules.items())
-        profile = None
-        if attached.update_norms:
-            profile = build_profile(
-                TargetStrength(m.target, block_of(m.target), m.group, m.scale, attached.update_norms[m.target],
-                               self._weight_norms[m.target])
-                for m in matches)
+        """The report at the current settings; its profile is measured on first access."""
+        matches = tuple(self._target_match(t, m, attached.state) for t, m in attached.modules.items())
         return MatchReport(
-            name=name, identity=attached.identity, mode=self._mode, fused_qkv=self.fused_qkv, matched=matches,
+            name=name, identity=attached.adapter.identity, mode=self._mode, fused_qkv=self.fused_qkv, matched=matches,
             unmatched_keys=attached.unmatched_keys, absent_targets=attached.absent_targets,
-            uncovered_targets=attached.uncovered_targets, shape_errors=(), profile=profile,
-            warnings=attached.warnings)
+            uncovered_targets=attached.uncovered_targets, shape_errors=(), warnings=attached.warnings,
+            measure=lambda: self._profile(attached, matches))
 
 
 def _shape_problem(module: ModuleLoRA, slot: TargetSlot) -> str | None:
@@ -558,9 +551,23 @@ def _shape_problem(module: ModuleLoRA, slot: TargetSlot) -> str | None:
     return None
 
 
-def _uniform_alpha(modules: Iterable[ModuleLoRA]) -> float | None:
-    alphas = {float(m.alpha) for m in modules}
-    return alphas.pop() if len(alphas) == 1 else None
+def _check_ranks(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[str, TargetSlot]) -> None:
+    """Refuse a rank above ``in + out`` (no LoRA needs one: rank ``min(in, out)`` already spans every update; a
+    hostile file would make later steps cost ``O(rank²)``). Ranks up to ``RANK_FLOOR`` always pass, so that small
+    models accept the ranks published adapters use."""
+    for target, module in matched.items():
+        slot = slots[target]
+        limit = max(slot.in_features + slot.out_features, RANK_FLOOR)
+        if module.rank > limit:
+            raise H3AppError(
+                f"adapter {name!r}: {target} has rank {module.rank}, above the limit {limit} for its "
+                f"[{slot.out_features}, {slot.in_features}] layer (in + out, at least {RANK_FLOOR}): the file is "
+                f"malformed; nothing was applied — use a LoRA with a sane rank.")
+
+
+def _adapter_scale(matched: Mapping[str, ModuleLoRA], settings: LoRASettings) -> AdapterScale:
+    return AdapterScale((ModuleAlpha.of(m) for m in matched.values()), settings.alpha, settings.strength,
+                        settings.group_strengths)
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -5,7 +5,8 @@ it without binding anything."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, Callable
 
 from ..errors import H3AppError
 from .profile import StrengthProfile
@@ -65,7 +66,8 @@ class MatchReport:
 
     ``unmatched_keys``: adapter keys that matched nothing — the normaliser's ``unmatched_keys`` plus the source keys
     of targets this model does not have (``absent_targets``). ``uncovered_targets``: LoRA-able targets of the model
-    the adapter leaves alone. ``profile`` is None on the meta device (no weights to measure).
+    the adapter leaves alone. ``profile`` is measured on first access (by ``measure``), None on the meta device (no
+    weights to measure) or for a report of nothing bound.
     """
 
     name: str
@@ -77,8 +79,12 @@ class MatchReport:
     absent_targets: tuple[str, ...]
     uncovered_targets: tuple[str, ...]
     shape_errors: tuple[ShapeError, ...]
-    profile: StrengthProfile | None = None
     warnings: tuple[str, ...] = field(default_factory=tuple)
+    measure: Callable[[], StrengthProfile | None] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def profile(self) -> StrengthProfile | None:
+        return self.measure() if self.measure is not None else None
 
     @property
     def ok(self) -> bool:

@@ -6,18 +6,25 @@ Components are loaded once and shared by the per-workflow pipelines (``t2va``/``
 
 from __future__ import annotations
 
-import threading
+import os
+
+# cuBLAS reads this once, when its handle is created on the first GEMM of a device: it must be in the environment
+# before anything runs on CUDA, or the equivalence check's deterministic mode cannot take effect. Every path to a
+# CUDA device goes through this module first. A user-set value wins.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+import threading  # noqa: E402
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
+import torch  # noqa: E402
 
 from ..errors import H3AppError
+from ..rules import values
+from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES, PARTITIONS
 from . import repo
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
 
-OFFLOAD_MODES = ("none", "auto", "group")
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
 @dataclass(frozen=True)
@@ -40,15 +47,39 @@ class LoadOptions:
     token: str | None = None
 
     def __post_init__(self) -> None:
+        check_device(self.device)
         if self.offload not in OFFLOAD_MODES:
             raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {self.offload!r}.")
 
 
-def parse_dtype(name: str) -> torch.dtype:
+def check_device(name: str) -> str:
+    """``cpu``, ``cuda``, ``cuda:N``, ``mps``…: refused in one line when this machine does not have it (torch would
+    fail later, mid-load, with a driver traceback)."""
     try:
-        return DTYPES[name.lower()]
-    except KeyError as error:
-        raise H3AppError(f"unknown dtype {name!r}: use float32 or bfloat16.") from error
+        device = torch.device(str(name))
+    except (RuntimeError, ValueError):
+        raise H3AppError(f"unknown device {name!r}: use cpu, cuda or cuda:N.") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise H3AppError(f"--device {name}: this machine has no usable CUDA GPU (no driver, or none visible): "
+                             f"use --device cpu.")
+        if device.index is not None and device.index >= count:
+            raise H3AppError(f"--device {name}: this machine has {count} CUDA GPU(s), numbered from 0: use "
+                             f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}.")
+    elif device.type == "mps" and not torch.backends.mps.is_available():
+        raise H3AppError(f"--device {name}: Apple's MPS backend is not available here: use --device cpu.")
+    elif device.type not in ("cpu", "cuda", "mps"):
+        raise H3AppError(f"--device {name}: h3app runs on cpu, cuda or mps.")
+    return str(name)
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    """``float32``/``fp32``/``bfloat16``/``bf16`` (any case) → the torch dtype."""
+    attribute = DTYPE_NAMES.get(str(name).lower())
+    if attribute is None:
+        raise H3AppError(f"unknown dtype {values.short(name)}: use float32 or bfloat16.")
+    return getattr(torch, attribute)
 
 
 def fuse_qkv(transformer: torch.nn.Module) -> None:
@@ -98,7 +129,7 @@ class LoadedModel:
     Every workflow pipeline encodes prompts through ``prompt_cache`` (an LRU of text-encoder outputs) and decodes
     through ``decode_cache`` (off unless a comparison turns it on: equal latents are decoded once).
 
-    Not thread-safe by design beyond component loading: one worker owns it (DESIGN.md decision 7).
+    Not thread-safe by design beyond component loading: one worker owns it (docs/architecture.md, decision 7).
     """
 
     location: repo.ModelLocation
@@ -168,7 +199,7 @@ class LoadedModel:
                 self._manager.add(name, component)
         if self.options.offload == "group":
             for name in names:
-                if name in ("transformer", "transformer_ref"):
+                if name in PARTITIONS:
                     self.components[name].enable_group_offload(
                         onload_device=torch.device(self.options.device), offload_device=torch.device("cpu"),
                         offload_type="block_level", num_blocks_per_group=1, use_stream=True,
@@ -181,7 +212,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
 
     folder = str(location.folder)
     loaded: dict[str, Any] = {}
-    other = [name for name in names if name not in ("transformer", "transformer_ref")]
+    other = [name for name in names if name not in PARTITIONS]
     if other:
         pipe = ModularPipeline.from_pretrained(folder)
         dtypes = {"text_encoder": options.dtype, "default": torch.float32}
@@ -196,7 +227,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
             if isinstance(component, torch.nn.Module):
                 component.requires_grad_(False).eval()
             loaded[name] = component
-    for partition in ("transformer", "transformer_ref"):
+    for partition in PARTITIONS:
         if partition in names:
             loaded[partition] = _load_transformer_from(folder, partition, options)
     return loaded

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import H3AppError
+from ..rules.choices import PARTITIONS, WORKFLOWS
 
 TINY = "tiny"
 TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"
@@ -21,7 +22,6 @@ REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"
 INDEX_FILE = "modular_model_index.json"
 PIPELINE_CLASS = "MiniMaxH3ModularPipeline"
 
-WORKFLOWS = ("t2va", "fl2va", "ref2va")
 SHARED_COMPONENTS = (
     "text_encoder",
     "tokenizer",
@@ -158,8 +158,8 @@ def locate(model: str, workflow: str = "t2va", revision: str | None = None, toke
 def read_transformer_config(model: str, partition: str = "transformer", revision: str | None = None,
                             token: str | None = None) -> dict[str, Any]:
     """The transformer's ``config.json`` (no weights read). For Hub repos only that file is fetched."""
-    if partition not in ("transformer", "transformer_ref"):
-        raise H3AppError(f"partition must be transformer or transformer_ref, got {partition!r}.")
+    if partition not in PARTITIONS:
+        raise H3AppError(f"partition must be {' or '.join(PARTITIONS)}, got {partition!r}.")
     if model == TINY:
         path = TINY_DIR / partition / "config.json"
     elif Path(model).expanduser().is_dir():

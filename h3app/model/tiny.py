@@ -4,7 +4,7 @@
 
 The result loads through the same loader as ``MiniMaxAI/MiniMax-H3`` (``modular_model_index.json`` plus one folder
 per component, ``transformer_ref/`` included). Dims follow diffusers' own test configs and
-``shared/reference/tiny_pipeline_facts.md``: the transformer is the diffusers test config (hidden 24, 2 heads × 16,
+docs/architecture.md (decision 9): the transformer is the diffusers test config (hidden 24, 2 heads × 16,
 2 layers, 2 refiner layers, ffn 32, in_channels 4, text_dim 8), the audio VAE keeps the real hop of 800 samples per
 latent at 32 kHz (so the soundtrack lasts as long as the video), and the text encoder is a real Qwen3-VL with 51
 decoder layers at hidden size 8 (the pipeline reads ``hidden_states[50]``) and a byte-level tokenizer built locally.

@@ -1,6 +1,7 @@
 """Fixed choices, one constant per fact. Validation messages list these, so a new choice is added here only."""
 
 WORKFLOWS = ("t2va", "fl2va", "ref2va")
+PARTITIONS = ("transformer", "transformer_ref")  # transformer_ref serves ref2va
 LORA_MODES = ("unmerged", "merged")
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")

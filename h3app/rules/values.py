@@ -13,6 +13,7 @@ from ..errors import H3AppError
 
 MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
 MAX_STRENGTH = 100.0
+MAX_FIELD_CHARS = 4096  # a source, weight name, revision or path: PATH_MAX on Linux
 AUTO_WORDS = ("", "auto", "none", "null")
 
 
@@ -25,9 +26,9 @@ def parse_number(value: Any, what: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError, OverflowError):
-        raise H3AppError(f"{what} must be a number, got {_short(value)}.") from None
+        raise H3AppError(f"{what} must be a number, got {short(value)}.") from None
     if not math.isfinite(number):
-        raise H3AppError(f"{what} must be a finite number, got {_short(value)}.")
+        raise H3AppError(f"{what} must be a finite number, got {short(value)}.")
     return number
 
 
@@ -35,26 +36,50 @@ def parse_alpha(value: Any, what: str = "alpha") -> float | None:
     """``None``/``"auto"``/empty → None (the alpha chain's value); else a finite number in (0, MAX_ALPHA]."""
     if value is None or (isinstance(value, str) and value.strip().lower() in AUTO_WORDS):
         return None
-    try:
-        alpha = parse_number(value, what)
-    except H3AppError:
-        raise H3AppError(f"{what} must be a positive number such as 8, or auto; got {_short(value)}.") from None
-    if alpha <= 0 or alpha > MAX_ALPHA:
-        raise H3AppError(f"{what} must be a finite number > 0 (at most {MAX_ALPHA:g}), got {_short(value)}: give a "
+    alpha = _number_or(value, f"{what} must be a number such as 8, or auto; got {short(value)}.")
+    if alpha is None or alpha <= 0 or alpha > MAX_ALPHA:
+        raise H3AppError(f"{what} must be a finite number > 0 (at most {MAX_ALPHA:g}), got {short(value)}: give a "
                          f"positive number such as 8, or leave it on auto.")
     return alpha
 
 
 def parse_strength(value: Any, what: str = "scale") -> float:
     """Strength (the ``--scale`` slider) may be negative (slider LoRAs) but must be finite and within ±100."""
-    try:
-        strength = parse_number(value, what)
-    except H3AppError:
-        raise H3AppError(f"{what} must be a number such as 1.0, got {_short(value)}.") from None
-    if abs(strength) > MAX_STRENGTH:
-        raise H3AppError(f"{what} must be between -{MAX_STRENGTH:g} and {MAX_STRENGTH:g}, got {_short(value)}: use a "
-                         f"value such as 1.0.")
+    strength = _number_or(value, f"{what} must be a number such as 1.0, got {short(value)}.")
+    if strength is None or abs(strength) > MAX_STRENGTH:
+        raise H3AppError(f"{what} must be finite and between -{MAX_STRENGTH:g} and {MAX_STRENGTH:g}, got "
+                         f"{short(value)}: use a value such as 1.0.")
     return strength
+
+
+def parse_int(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
+    """A whole number (an int, an integral float or a numeric string) within ``[low, high]``."""
+    number = parse_number(value, what)
+    if number != int(number):
+        raise H3AppError(f"{what} must be a whole number, got {short(value)}.")
+    if (low is not None and number < low) or (high is not None and number > high):
+        bounds = f"between {low} and {high}" if low is not None and high is not None else (
+            f"at least {low}" if low is not None else f"at most {high}")
+        raise H3AppError(f"{what} must be {bounds}, got {short(value)}.")
+    return int(number)
+
+
+def check_length(text: str, what: str, max_chars: int = MAX_FIELD_CHARS) -> str:
+    """``text`` unchanged, or one line naming the limit when it is longer than ``max_chars`` characters."""
+    if len(text) > max_chars:
+        raise H3AppError(f"{what} is {len(text):,} characters long, more than the {max_chars:,} allowed.")
+    return text
+
+
+def _number_or(value: Any, not_a_number: str) -> float | None:
+    """``float(value)``; None when it is a number but not finite; ``not_a_number`` raised when it is no number."""
+    if isinstance(value, bool) or value is None:
+        raise H3AppError(not_a_number)
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError, OverflowError):
+        raise H3AppError(not_a_number) from None
+    return number if math.isfinite(number) else None
 
 
 def parse_list(text: Any, what: str, parse_item=parse_number) -> list[Any]:
@@ -63,7 +88,9 @@ def parse_list(text: Any, what: str, parse_item=parse_number) -> list[Any]:
     return [parse_item(item, what) for item in items if item]
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def short(value: Any, limit: int = 60) -> str:
     """``repr`` cut to ``limit`` characters: an error message never echoes megabytes of input."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        value = value[:limit + 1]  # never repr megabytes only to cut them
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"

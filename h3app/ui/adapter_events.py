@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +15,19 @@ import gradio as gr
 import pandas as pd
 
 from ..adapters import source as sources
+from ..adapters.source import implied_weight
 from ..errors import H3AppError
-from ..rules.units import format_bytes
 from ..lora.profile import FAR_ABOVE_FACTOR
-from ..settings import LoRASettings, check_alpha, check_strength
+from ..rules.units import format_bytes
+from ..rules.values import parse_strength
+from ..settings import LoRASettings
 from . import render
+from .forms import KEEP, SlotForm, SyncForm, alpha_from_controls
 from .scales import profile_basis, profile_view
-from .session import RunningJobs, session_key, settings_to_json, with_adapter
+from .session import RunningJobs, session_key, with_adapter
 
 UPLOAD_PREFIX = "upload-"
+RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, so weight-relative sizes mean nothing
 
 
 def user_error(error: H3AppError) -> gr.Error:
@@ -30,45 +35,50 @@ def user_error(error: H3AppError) -> gr.Error:
     return gr.Error(str(error), print_exception=False)
 
 
-def implied_weight(source: str, weight_name: str | None) -> str | None:
-    """The weight name to pass along, or None when the source already names exactly that file: a local file, or a
-    local folder whose only ``.safetensors`` it is. (The dropdown always shows a name; the backend's header reader
-    wants none when the source pins the file.)"""
-    if not weight_name:
-        return None
-    path = Path(source).expanduser()
-    if path.is_file():
-        return None if path.name == Path(weight_name).name else weight_name
-    if path.is_dir():
-        files = [p.name for p in path.iterdir() if p.suffix == sources.WEIGHT_SUFFIX]
-        return None if files == [weight_name] else weight_name
-    return weight_name
+@dataclass(frozen=True)
+class Readout:
+    """The alpha card and the effective-scale readout."""
+
+    alpha_html: str
+    readout: str
 
 
-def alpha_from_controls(override: bool, alpha: float | str | None) -> float | None:
-    """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha box is
-    text, so that an empty box reads as empty rather than 0)."""
-    if not override:
-        return None
-    if alpha is None or (isinstance(alpha, str) and not alpha.strip()):
-        raise H3AppError("Override alpha is ticked but no alpha is given: type one (e.g. 8) or untick Override.")
-    try:
-        value = float(alpha)
-    except ValueError:
-        raise H3AppError(f"alpha must be a number such as 8, got {alpha!r}.") from None
-    return check_alpha(value)
+@dataclass(frozen=True)
+class ProfileBars:
+    """The strength profile: by-group bars, by-block bars (``gr.update``s) and the note under them."""
+
+    group_plot: Any
+    block_plot: Any
+    profile_html: Any
 
 
-def settings_from_controls(source: str | None, weight_name: str | None, revision: str | None, override: bool,
-                           alpha: float | str | None, strength: float, mode: str, qkv_layout: str = "auto"
-                           ) -> LoRASettings | None:
-    """The panel's adapter settings; None when the source box is empty (no adapter in this slot)."""
-    if not source or not str(source).strip():
-        return None
-    return LoRASettings(source=str(source).strip(), weight_name=weight_name or None,
-                        revision=(revision or "").strip() or None, alpha=alpha_from_controls(override, alpha),
-                        strength=check_strength(float(strength)), mode=mode or "unmerged",
-                        qkv_layout=qkv_layout or "auto")
+@dataclass(frozen=True)
+class InspectView:
+    """What Inspect shows in the slot (``alpha``: the alpha box, KEEP while Override is ticked)."""
+
+    info: dict[str, Any] | None
+    inspect_html: str
+    alpha_html: str = ""
+    readout: str = ""
+    known_html: str = ""
+    known_box: Any = KEEP
+    targets: Any = KEEP
+    info_json: Any = KEEP
+    alpha: Any = KEEP
+
+
+@dataclass(frozen=True)
+class LoadView:
+    """What Load shows: the session with the slot set, the match report and the strength profile."""
+
+    session: dict[str, Any]
+    info: dict[str, Any]
+    report_html: str
+    basis: dict[str, Any] | None
+    group_plot: Any
+    block_plot: Any
+    profile_html: Any
+    profile_box: Any
 
 
 class AdapterEvents:
@@ -134,38 +144,39 @@ class AdapterEvents:
                            "demo adapter.", print_exception=False)
         source = str(source).strip()
         try:
-            info = self.backend.inspect(source, implied_weight(source, weight_name), (revision or "").strip() or None,
-                                        token or None, workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
+            hosted_dirs = list(self.backend.policy.allowed_local_dirs) if self.backend.hosted else None
+            name = implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs)  # never looks outside them
+            info = self.backend.inspect(source, name, (revision or "").strip() or None, token or None,
+                                        workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
         except H3AppError as error:
             raise user_error(error) from error
         data = info.to_json()
         data["name"] = weight_name or Path(str(source).strip()).name
         return data
 
-    def inspect_view(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
-                     workflow: str, qkv_layout: str, override: bool, alpha: float | str | None, strength: float
-                     ) -> tuple[Any, ...]:
-        """Inspect and render: (info, inspect card, alpha card, readout, known card, known-card box visibility,
-        targets table, JSON, alpha box). With Override off, the alpha box shows the chain's value as a starting
-        point."""
-        info = self.inspect(source, weight_name, revision, token, workflow, qkv_layout)
-        alpha_box = gr.skip() if override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
-        return (info, render.inspect_card(info, info.get("name", "")), *self.readout(info, override, alpha, strength),
-                render.known_card(info.get("known")), gr.update(visible=bool(info.get("known"))),
-                pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS), info, alpha_box)
+    def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = "t2va") -> InspectView:
+        """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point."""
+        info = self.inspect(slot.source, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
+        alpha_box = KEEP if slot.override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
+        shown = self.readout(info, slot)
+        return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),
+                           alpha_html=shown.alpha_html, readout=shown.readout,
+                           known_html=render.known_card(info.get("known")),
+                           known_box=gr.update(visible=bool(info.get("known"))),
+                           targets=pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS),
+                           info_json=info, alpha=alpha_box)
 
-    def readout(self, info: dict[str, Any] | None, override: bool, alpha: float | str | None, strength: float
-                ) -> tuple[str, str]:
-        """(alpha card, effective-scale readout) — pure math, run on every slider move."""
+    def readout(self, info: dict[str, Any] | None, slot: SlotForm) -> Readout:
+        """Alpha card and effective-scale readout — pure math, run on every slider move."""
         try:
-            used = alpha_from_controls(override, alpha)
-            check_strength(float(strength))
-        except (H3AppError, TypeError, ValueError) as error:
-            return (render.alpha_card(info, None) if info else "",
-                    render.readout_html(info, None, 1.0, problem=str(error)))
+            used = slot.alpha_value()
+            strength = parse_strength(slot.strength)
+        except H3AppError as error:
+            return Readout(render.alpha_card(info, None) if info else "",
+                           render.readout_html(info, None, 1.0, problem=str(error)))
         if not info:
-            return "", render.readout_html(None, used, float(strength))
-        return render.alpha_card(info, used), render.readout_html(info, used, float(strength))
+            return Readout("", render.readout_html(None, used, strength))
+        return Readout(render.alpha_card(info, used), render.readout_html(info, used, strength))
 
     # ------------------------------------------------------------------------------------------------- load
     def load(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings, workflow: str = "t2va",
@@ -194,42 +205,50 @@ class AdapterEvents:
                        f"model and are ignored (see the match report).")
         return with_adapter(session, slot, settings), result
 
-    def load_view(self, session: dict[str, Any] | None, slot: str, source: str | None, weight_name: str | None,
-                  revision: str | None, override: bool, alpha: float | str | None, strength: float, mode: str,
-                  qkv_layout: str, workflow: str, token: str | None, request: gr.Request | None = None,
-                  progress: Any = None) -> tuple[Any, ...]:
-        """Load and render: (session, info, report card, profile basis, group plot, block plot, profile note,
-        profile box)."""
+    def load_view(self, session: dict[str, Any] | None, slot_name: str, slot: SlotForm, mode: str,
+                  workflow: str = "t2va", token: str | None = None, request: gr.Request | None = None,
+                  progress: Any = None) -> LoadView:
+        """Load and render: the session with ``slot_name`` set, the match report and the strength profile."""
         try:
-            settings = settings_from_controls(source, weight_name, revision, override, alpha, strength, mode,
-                                              qkv_layout)
+            settings = slot.settings(mode)
         except H3AppError as error:
             raise user_error(error) from error
         if settings is None:
             raise gr.Error("the adapter source is empty: paste a Hub repo id, an HF URL or a local path, or pick a "
                            "demo adapter.", print_exception=False)
-        session, result = self.load(session, slot, settings, workflow, token, request, progress)
+        session, result = self.load(session, slot_name, settings, workflow, token, request, progress)
         info = result.info.to_json()
         info["name"] = result.provenance.get("weight_name") or Path(settings.source).name
         basis = profile_basis(result.report, info, settings.group_strengths)
-        return (session, info, render.report_card(result.report.to_json(), result.provenance), basis,
-                *self.profile(basis, override, alpha, strength), gr.update(visible=basis is not None))
+        if basis is not None:
+            basis["random_weights"] = self.backend.model_name == RANDOM_WEIGHTS_MODEL
+        bars = self.profile(basis, slot)
+        return LoadView(session=session, info=info,
+                        report_html=render.report_card(result.report.to_json(), result.provenance), basis=basis,
+                        group_plot=bars.group_plot, block_plot=bars.block_plot, profile_html=bars.profile_html,
+                        profile_box=gr.update(visible=basis is not None))
 
-    def profile(self, basis: dict[str, Any] | None, override: bool, alpha: float | str | None, strength: float
-                ) -> tuple[Any, Any, str]:
-        """(by-group bars, by-block bars, note) of the loaded adapter at the current alpha/strength; the bars are
-        ``gr.update``s carrying a DataFrame (``value``) and a y axis that starts at 0."""
+    def profile(self, basis: dict[str, Any] | None, slot: SlotForm) -> ProfileBars:
+        """By-group and by-block bars of the loaded adapter at the slot's alpha/strength (``gr.update``s carrying a
+        DataFrame and a y axis from 0 to just above the tallest bar), and the note."""
         if not basis:
-            return (gr.update(value=pd.DataFrame({"group": [], "relative update": []})),
-                    gr.update(value=pd.DataFrame({"block": [], "relative update": []})),
-                    render.placeholder("Load the adapter to measure where it acts and how hard."))
+            return ProfileBars(gr.update(value=pd.DataFrame({"group": [], "relative update": []})),
+                               gr.update(value=pd.DataFrame({"block": [], "relative update": []})),
+                               render.placeholder("Load the adapter to measure where it acts and how hard."))
         try:
-            used = alpha_from_controls(override, alpha)
-            strength = check_strength(float(strength))
-        except (H3AppError, TypeError, ValueError):
-            return gr.skip(), gr.skip(), gr.skip()
+            used = slot.alpha_value()
+            strength = parse_strength(slot.strength)
+        except H3AppError:
+            return ProfileBars(KEEP, KEEP, KEEP)
         view = profile_view(basis, used, strength)
         low, high = basis["usual_range"]
+        if basis.get("random_weights"):  # the heuristic is shown, ranked below the file's facts and disarmed
+            text = (f"<b>Size heuristic — meaningless on this model:</b> its weights are random (the tiny test "
+                    f"checkpoint), so sizes relative to them say nothing about the adapter; follow the alpha card "
+                    f"above. At alpha {'auto' if used is None else f'{used:g}'} × scale {strength:g} the median "
+                    f"relative update ‖ΔW‖/‖W‖ is {view.median:.3g}"
+                    + (f" (it would say: {render.esc(view.warning)})" if view.warning else "") + ".")
+            return ProfileBars(*self._bars(view), render.card("plain", text, testid="profile-note"))
         far_above = view.median > FAR_ABOVE_FACTOR * high
         position = (f"{view.median / high:.3g}× the top of" if view.median > high else
                     "below" if view.median < low else "inside")
@@ -238,33 +257,31 @@ class AdapterEvents:
         kind = "bad" if view.warning else "warn" if far_above else "plain"
         note = render.card(kind, (f"<b>⚠ {render.esc(view.warning)}</b><br>" if view.warning else "") + text,
                            testid="profile-note")
+        return ProfileBars(*self._bars(view), note)
+
+    @staticmethod
+    def _bars(view: Any) -> tuple[Any, Any]:
+        """By-group and by-block bar updates, both on one y axis from 0 to just above the tallest bar."""
         by_group, by_block = pd.DataFrame(view.by_group), pd.DataFrame(view.by_block)
         top = max([*by_group["relative update"], *by_block["relative update"], 0.0]) * 1.15 or 1.0
-        return (gr.update(value=by_group, y_lim=[0, top]), gr.update(value=by_block, y_lim=[0, top]), note)
+        return gr.update(value=by_group, y_lim=[0, top]), gr.update(value=by_block, y_lim=[0, top])
 
     # --------------------------------------------------------------------------------------------- sessions
     def set_lora(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:
         """Edit the session's ``slot`` for its next job (None clears it); nothing runs."""
         return with_adapter(session, slot, settings)
 
-    def sync_session(self, session: dict[str, Any] | None, mode: str, *slots: Any) -> dict[str, Any]:
+    def sync_session(self, form: SyncForm) -> dict[str, Any]:
         """The UI's controls → the session's adapters, right before a job (so a job always carries what the panel
-        shows). ``slots`` are, per slot: source, weight, revision, override, alpha, strength, qkv_layout."""
-        values = list(slots)
-        updated = session
-        for index in range(len(values) // 7):
-            source, weight, revision, override, alpha, strength, qkv = values[index * 7:(index + 1) * 7]
+        shows)."""
+        updated = form.session
+        for slot_name, slot in sorted(form.slots.items()):
             try:
-                settings = settings_from_controls(source, weight, revision, override, alpha, strength, mode, qkv)
+                settings = slot.settings(form.mode)
             except H3AppError as error:
-                raise gr.Error(f"adapter {index + 1}: {error}", print_exception=False) from error
-            updated = with_adapter(updated, str(index + 1), settings)
+                raise gr.Error(f"adapter {slot_name}: {error}", print_exception=False) from error
+            updated = with_adapter(updated, slot_name, settings)
         return updated
 
 
-def describe_session_adapters(session: dict[str, Any] | None) -> dict[str, Any]:
-    """The session's adapters as API clients see them."""
-    return {"adapters": dict((session or {}).get("adapters", {}))}
-
-
-__all__ = ["AdapterEvents", "alpha_from_controls", "settings_from_controls", "settings_to_json", "user_error"]
+__all__ = ["AdapterEvents", "InspectView", "LoadView", "ProfileBars", "Readout", "user_error"]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import gradio as gr
 
+from ..rules.choices import QKV_LAYOUTS
 from . import render
-from .adapter_events import AdapterEvents
+from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout
+from .forms import KEEP, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 GPU = {"concurrency_id": "gpu", "concurrency_limit": 1, "api_visibility": "private"}
@@ -48,10 +50,6 @@ class AdapterSlot:
     info: gr.State
     basis: gr.State
 
-    def sync_inputs(self) -> list[Any]:
-        """The controls a job reads, in the order ``AdapterEvents.sync_session`` takes them."""
-        return [self.source, self.weight, self.revision, self.override, self.alpha, self.strength, self.qkv_layout]
-
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
     """Lay out one slot inside the current Blocks context; ``mode`` (the LoRA mode shared by every adapter of a job)
@@ -85,7 +83,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     with gr.Accordion("Targets by group · raw inspect JSON", open=False):
         targets = gr.Dataframe(headers=render.TARGET_COLUMNS, interactive=False, wrap=True)
         info_json = gr.JSON(label="inspect --json", open=False)
-        qkv_layout = gr.Dropdown(["auto", "blocked", "interleaved"], value="auto", label="QKV row layout",
+        qkv_layout = gr.Dropdown(list(QKV_LAYOUTS), value="auto", label="QKV row layout",
                                  info="override only for trainers that kept an interleaved fused QKV without a tell")
 
     gr.Markdown("**Strength**", elem_classes=["h3-subhead"])
@@ -106,6 +104,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
         gr.Markdown("**Strength profile** — where the adapter acts, and how hard (redrawn as alpha and scale "
                     "change)", elem_classes=["h3-subhead"])
         group_plot = gr.BarPlot(x="group", y="relative update", title="by group", height=170,
+                                elem_id=f"{prefix}-group-plot",
                                 y_title="median ‖ΔW‖/‖W‖", x_title="", show_label=False)
         block_plot = gr.BarPlot(x="block", y="relative update", title="by block", height=170,
                                 y_title="median ‖ΔW‖/‖W‖", x_title="", sort=None, show_label=False)
@@ -117,58 +116,116 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                        gr.State(None), gr.State(None))
 
 
+def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
+    """The slot's controls by :class:`SlotForm` field name."""
+    return parts(ui, SLOT_FIELDS)
+
+
+def cleared_panel(ui: AdapterSlot, message: str) -> dict[Any, Any]:
+    """The slot after a refusal or a source change: ``message`` in the inspect card, every result of the previous
+    adapter gone (nothing else is marked: the one line is where the person is looking)."""
+    return {ui.info: None, ui.inspect_html: message, ui.alpha_html: "",
+            ui.readout: render.readout_html(None, None, 1.0),
+            ui.known_html: "", ui.known_box: gr.update(visible=False), ui.basis: None, ui.report_html: "",
+            ui.profile_box: gr.update(visible=False)}
+
+
+def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: Any) -> Callable[..., Any]:
+    """Inspect as one queued event: list the weight files, then read the header. A refusal (empty source, a bad
+    path, a Hub repo out of reach) becomes one red line in the inspect card."""
+    names = slot_inputs(ui)
+    shown = parts(ui, field_names(InspectView))
+
+    def inspect(values: dict[Any, Any]) -> dict[Any, Any]:
+        slot = read(SlotForm, names, values)
+        try:
+            weights = events.list_weights(slot.source, slot.revision, values[token], slot.weight)
+            view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow])
+        except gr.Error as error:
+            return {**cleared_panel(ui, render.refusal(error.message)), ui.weight: gr.skip()}
+        return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "",
+                ui.profile_box: gr.update(visible=False)}
+
+    return inspect
+
+
 def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio,
                       workflow: gr.Radio, token: gr.Textbox) -> None:
-    """Bind the slot's events: listing, inspect, readout (off the queue), load (on the GPU queue)."""
-    inspect_inputs = [ui.source, ui.weight, ui.revision, token, workflow, ui.qkv_layout, ui.override, ui.alpha,
-                      ui.strength]
-    inspect_outputs = [ui.info, ui.inspect_html, ui.alpha_html, ui.readout, ui.known_html, ui.known_box,
-                       ui.targets, ui.info_json, ui.alpha]
-    cleared = [ui.basis, ui.report_html, ui.profile_box]
-
-    def inspect_and_clear(*values: Any) -> tuple[Any, ...]:
-        return (*events.inspect_view(*values), None, "", gr.update(visible=False))
-
-    listed = ui.inspect_button.click(events.list_weights, [ui.source, ui.revision, token, ui.weight], [ui.weight],
-                                     queue=False, api_visibility="private")
-    listed.success(inspect_and_clear, inspect_inputs, inspect_outputs + cleared, api_visibility="private",
-                   concurrency_id="inspect", concurrency_limit=4)
-    submitted = ui.source.submit(events.list_weights, [ui.source, ui.revision, token, ui.weight], [ui.weight],
-                                 queue=False, api_visibility="private")
-    submitted.success(inspect_and_clear, inspect_inputs, inspect_outputs + cleared, api_visibility="private",
-                      concurrency_id="inspect", concurrency_limit=4)
+    """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
+    names = slot_inputs(ui)
+    inspect_inputs = {*names.values(), token, workflow}
+    inspect_outputs = [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html,
+                       ui.profile_box]
+    inspect = inspect_event(events, ui, token, workflow)
+    inspected = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
+    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs,
+          **inspected)
     picked = ui.demo.input(events.pick_demo, [ui.demo, ui.revision, token], [ui.source, ui.weight], **CHEAP)
-    picked.success(inspect_and_clear, inspect_inputs, inspect_outputs + cleared, api_visibility="private",
-                   concurrency_id="inspect", concurrency_limit=4)
-    ui.weight.input(inspect_and_clear, inspect_inputs, inspect_outputs + cleared, api_visibility="private",
-                    concurrency_id="inspect", concurrency_limit=4)
+    picked.success(inspect, inspect_inputs, inspect_outputs, **inspected)
     uploaded = ui.upload.upload(events.upload, [ui.upload], [ui.source, ui.weight], api_visibility="private")
-    uploaded.success(inspect_and_clear, inspect_inputs, inspect_outputs + cleared, api_visibility="private",
-                     concurrency_id="inspect", concurrency_limit=4)
+    uploaded.success(inspect, inspect_inputs, inspect_outputs, **inspected)
 
-    def forget(_: str) -> tuple[Any, ...]:
-        return (None, render.placeholder("Source changed: press Inspect (or Enter)."), "",
-                render.readout_html(None, None, 1.0), "", gr.update(visible=False), None, "", gr.update(visible=False))
+    def forget(_: str) -> dict[Any, Any]:
+        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back
+        return {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
 
-    ui.source.input(forget, [ui.source], [ui.info, ui.inspect_html, ui.alpha_html, ui.readout, ui.known_html,
-                                          ui.known_box, ui.basis, ui.report_html, ui.profile_box], **CHEAP)
+    ui.source.input(forget, [ui.source], list(cleared_panel(ui, "")) + [ui.demo], **CHEAP)
     ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
 
-    strength_inputs = [ui.info, ui.override, ui.alpha, ui.strength]
-    for trigger in (ui.override.change, ui.alpha.change, ui.strength.change):
-        trigger(events.readout, strength_inputs, [ui.alpha_html, ui.readout], **CHEAP)
-        trigger(events.profile, [ui.basis, ui.override, ui.alpha, ui.strength],
-                [ui.group_plot, ui.block_plot, ui.profile_html], **CHEAP)
+    strength_parts = {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}
+    readout_parts = parts(ui, field_names(Readout))
+    profile_parts = parts(ui, field_names(ProfileBars))
+    strength_inputs = {ui.info, ui.basis, *strength_parts.values()}
 
-    def load(session_value: Any, source: str, weight: str, revision: str, override: bool, alpha: str,
-             strength: float, mode_value: str, qkv: str, workflow_value: str, token_value: str,
-             request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, ...]:
-        return events.load_view(session_value, ui.slot, source, weight, revision, override, alpha, strength,
-                                mode_value, qkv, workflow_value, token_value, request=request, progress=progress)
+    def readout(values: dict[Any, Any]) -> dict[Any, Any]:
+        return write(events.readout(values[ui.info], read(SlotForm, strength_parts, values)), readout_parts)
 
-    load_event = ui.load_button.click(
-        load, [session, ui.source, ui.weight, ui.revision, ui.override, ui.alpha, ui.strength, mode, ui.qkv_layout,
-               workflow, token],
-        [session, ui.info, ui.report_html, ui.basis, ui.group_plot, ui.block_plot, ui.profile_html, ui.profile_box],
-        **GPU)
-    load_event.success(events.readout, strength_inputs, [ui.alpha_html, ui.readout], **CHEAP)
+    def redraw(values: dict[Any, Any]) -> dict[Any, Any]:
+        """Readout and profile bars at the current alpha/scale; the axes follow in :func:`axes`."""
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        shown = dict(readout(values))
+        for name, component in profile_parts.items():
+            if getattr(bars, name) is not KEEP:
+                shown[component] = bars_only(getattr(bars, name))
+        return shown
+
+    def axes(values: dict[Any, Any]) -> dict[Any, Any]:
+        """The bars' y axes, set after their data: Gradio's plot redraws with its previous data when the data and
+        the axis change in one update, so the bars would lag one change behind their own axis."""
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        return {plot: axis_only(getattr(bars, name)) for name, plot in (("group_plot", ui.group_plot),
+                                                                        ("block_plot", ui.block_plot))}
+
+    redraw_outputs = [*readout_parts.values(), *profile_parts.values()]
+    # one event for the three controls, newest input last: answers never arrive out of order
+    redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change], redraw, strength_inputs,
+                    redraw_outputs, trigger_mode="always_last", **CHEAP)
+    redrawn.then(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+
+    load_parts = {**parts(ui, [n for n in field_names(LoadView) if n != "session"]), "session": session}
+
+    def load(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()) -> dict[Any, Any]:
+        try:
+            view = events.load_view(values[session], ui.slot, read(SlotForm, names, values), values[mode],
+                                    values[workflow], values[token], request=request, progress=progress)
+        except gr.Error as error:
+            return {ui.report_html: render.refusal(error.message)}
+        shown = write(view, load_parts)
+        return {c: bars_only(v) if isinstance(c, gr.BarPlot) else v for c, v in shown.items()}
+
+    load_event = ui.load_button.click(load, {session, *names.values(), mode, workflow, token},
+                                      list(load_parts.values()), **GPU)
+    load_event.success(readout, {ui.info, *strength_parts.values()}, list(readout_parts.values()), **CHEAP)
+    load_event.success(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+
+
+def bars_only(update: Any) -> Any:
+    """A bar-plot update without its axis limits (see ``axes`` in :func:`wire_adapter_slot`)."""
+    return {k: v for k, v in update.items() if k != "y_lim"} if isinstance(update, dict) else update
+
+
+def axis_only(update: Any) -> Any:
+    """A bar-plot update with only its axis limits (no change when there are none)."""
+    if isinstance(update, dict) and "y_lim" in update:
+        return gr.update(y_lim=update["y_lim"])
+    return gr.skip()

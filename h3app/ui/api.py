@@ -4,7 +4,7 @@
 They take plain, typed parameters (hidden components, so the UI's own events stay private) and return JSON.
 ``/load`` and ``/set_lora`` edit the calling session's adapter settings (a ``gr.State``; a ``Client`` keeps its
 session between calls) for its next job; ``/generate``, ``/check_equivalence`` and ``/grid`` use those settings,
-or — for clients without a session — the adapters given explicitly as JSON (DESIGN.md decision 7).
+or — for clients without a session — the adapters given explicitly as JSON (docs/architecture.md, decision 7).
 """
 
 from __future__ import annotations
@@ -17,22 +17,15 @@ from ..errors import H3AppError
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .comparison_events import ComparisonEvents
-from .generate_events import GenerateEvents, build_request
-from .session import check_slot, job_adapters, parse_adapters_json, parse_alpha, settings_from_json, with_adapter
+from .forms import CheckForm, GridForm, JobForm, RequestForm
+from .generate_events import GenerateEvents, Stopped
+from .session import check_slot, job_adapters, parse_adapters_json, settings_from_json, settings_to_json, with_adapter
 
 GPU = {"concurrency_id": "gpu", "concurrency_limit": 1}
 
 
-def _adapters(session: dict[str, Any] | None, adapters_json: str | None) -> tuple[dict[str, Any], list[LoRASettings]]:
-    """The adapters a job carries: the explicit JSON when given, else the session's. Returns (session, adapters)."""
-    explicit = parse_adapters_json(adapters_json)
-    if explicit is None:
-        return session, job_adapters(session)
-    return session, explicit
-
-
 class ApiEvents:
-    """The functions behind the named endpoints."""
+    """The functions behind the named endpoints. Their docstrings are what the app's API page shows: plain text."""
 
     def __init__(self, adapters: AdapterEvents, generate: GenerateEvents, comparisons: ComparisonEvents) -> None:
         self.adapters = adapters
@@ -40,7 +33,17 @@ class ApiEvents:
         self.comparisons = comparisons
 
     def inspect(self, source: str, weight_name: str, revision: str, token: str) -> dict[str, Any]:
-        """Header-only inspection (the ``inspect --json`` object) plus the repo's weight files."""
+        """Read an adapter's header only (nothing is downloaded): format, rank, targets, alpha and where it comes
+        from, match against this model, and the weight files of its repo or folder with their sizes.
+
+        Parameters:
+            source: a Hub repo id (owner/name), an HF URL or a local path
+            weight_name: the .safetensors file in the repo or folder (empty when there is only one)
+            revision: branch, tag or commit (empty: main)
+            token: a Hugging Face token for private or gated repos (empty: none)
+        Returns:
+            the same object as `python -m h3app inspect --json`, plus weight_files: a list of {name, size}
+        """
         info = self.adapters.inspect(source, weight_name or None, revision or None, token or None)
         try:
             files = self.adapters.backend.list_weights(source.strip(), revision or None, token or None)
@@ -51,7 +54,21 @@ class ApiEvents:
     def load(self, session: dict[str, Any] | None, slot: float, source: str, weight_name: str, revision: str,
              alpha: str, scale: float, mode: str, token: str, request: gr.Request = None,
              progress: Any = gr.Progress()) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Fetch + bind the adapter and make it the session's ``slot``: (session, {settings, report, provenance})."""
+        """Download only the pinned weight file, bind it to the model and make it this session's adapter in
+        slot 1 or 2 (the next /generate, /check_equivalence and /grid of this client use it).
+
+        Parameters:
+            slot: 1 or 2
+            source: a Hub repo id, an HF URL or a local path
+            weight_name: the .safetensors file (empty when there is only one)
+            revision: branch, tag or commit (empty: main)
+            alpha: a number, or auto (the file's own alpha chain)
+            scale: the strength multiplier (1.0 = as trained; negative pushes the other way)
+            mode: unmerged (exact, free alpha/scale changes) or merged (faster steps)
+            token: a Hugging Face token (empty: none)
+        Returns:
+            {slot, settings, report (matched/unmatched keys), provenance (commit, sha256, alpha source), summary}
+        """
         try:
             slot_name = check_slot(slot)
             settings = settings_from_json({"source": source, "weight_name": weight_name, "revision": revision,
@@ -65,8 +82,20 @@ class ApiEvents:
 
     def set_lora(self, session: dict[str, Any] | None, slot: float, alpha: str, scale: float, mode: str,
                  source: str, weight_name: str, revision: str, enabled: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Edit the session's ``slot`` for its next job: alpha (``auto`` or a number), scale, mode; a source
-        (re)places the adapter; ``enabled=False`` removes it. Nothing runs."""
+        """Edit this session's adapter in slot 1 or 2 for its next job; nothing runs and nothing is downloaded.
+
+        Parameters:
+            slot: 1 or 2
+            alpha: a number, or auto
+            scale: the strength multiplier
+            mode: unmerged or merged
+            source: a new adapter for the slot (empty: keep the slot's adapter)
+            weight_name: the new adapter's weight file (with source)
+            revision: the new adapter's revision (with source)
+            enabled: false removes the slot's adapter
+        Returns:
+            {adapters: slot -> settings} after the edit
+        """
         try:
             slot_name = check_slot(slot)
             if not enabled:
@@ -77,8 +106,7 @@ class ApiEvents:
                 current = {"source": source.strip(), "weight_name": weight_name or None, "revision": revision or None}
             if not current:
                 raise H3AppError(f"adapter slot {slot_name} is empty: give a source (or call /load first).")
-            current.update({"alpha": parse_alpha(alpha), "strength": scale, "mode": mode or current.get("mode") or
-                            "unmerged"})
+            current.update({"alpha": alpha, "strength": scale, "mode": mode or current.get("mode") or "unmerged"})
             session = with_adapter(session, slot_name, settings_from_json(current))
         except H3AppError as error:
             raise user_error(error) from error
@@ -89,15 +117,36 @@ class ApiEvents:
                  first_frame: str | None = None, last_frame: str | None = None, references: list[Any] | None = None,
                  adapters_json: str = "", token: str = "", request: gr.Request = None, progress: Any = gr.Progress()
                  ) -> tuple[Any, dict[str, Any]]:
-        """One generation → (mp4 with audio, ``generate --json`` + settings)."""
+        """Generate one video with stereo audio, with this session's adapters or the ones given in adapters_json.
+
+        Parameters:
+            prompt: what the video shows and sounds like
+            seed: the random seed (same seed and settings: the same output, bit for bit)
+            steps: sigma points including the terminal one (N steps run N-1 transformer evaluations)
+            duration: seconds (5 to 15)
+            height: pixels (0: the model's default canvas; give width too)
+            width: pixels (0: the model's default)
+            shift: the video flow shift (0: the model's default)
+            audio_shift: the audio flow shift (0: the model's default)
+            workflow: t2va (text), fl2va (first/last keyframes) or ref2va (references)
+            first_frame: fl2va's first keyframe image
+            last_frame: fl2va's last keyframe image
+            references: ref2va's reference images, videos or audio
+            adapters_json: empty (this session's adapters), [] (none) or a JSON list of {source, alpha, scale}
+            token: a Hugging Face token (empty: none)
+        Returns:
+            the mp4, and the `generate --json` object with the run's full settings
+        """
+        form = RequestForm(workflow=workflow, prompt=prompt, seed=seed, steps=steps, duration=duration,
+                           height=height, width=width, shift=shift, audio_shift=audio_shift, first_frame=first_frame,
+                           last_frame=last_frame, references=references)
         try:
-            generation = build_request(workflow, prompt, seed, steps, duration, height, width, shift, audio_shift,
-                                       first_frame, last_frame, references, lenient=False)
-            _, adapters = _adapters(session, adapters_json)
+            generation = form.to_request(lenient=False)
+            adapters = _adapters(session, adapters_json)
         except H3AppError as error:
             raise user_error(error) from error
         output = self.generate_events.generate(generation, adapters, token, request, progress)
-        if output is None:
+        if isinstance(output, Stopped):
             raise gr.Error("the generation was cancelled.", print_exception=False)
         return output.video_path, {**output.to_json(), "settings": output.settings}
 
@@ -105,82 +154,136 @@ class ApiEvents:
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
                           scale_b: float, adapters_json: str, token: str, request: gr.Request = None,
                           progress: Any = gr.Progress()) -> dict[str, Any]:
-        """A vs B vs the alpha = rank fallback (+ A-vs-A control) through the full pipeline → ``check --json``."""
+        """Run A, A again (determinism control), B and the old alpha = rank fallback through the full pipeline
+        with the first adapter, and say whether A and B are bit-identical.
+
+        Parameters:
+            prompt: the request's prompt
+            seed: the random seed
+            steps: sigma points including the terminal one
+            duration: seconds
+            height: pixels (0: default)
+            width: pixels (0: default)
+            alpha_a: A's alpha (a number, or auto)
+            scale_a: A's scale
+            alpha_b: B's alpha (a number, or auto)
+            scale_b: B's scale
+            adapters_json: empty (this session's adapters) or a JSON list of {source, alpha, scale}
+            token: a Hugging Face token (empty: none)
+        Returns:
+            the `check --json` object: identical, control_identical, hashes, max |A-B|, effective scales
+        """
         try:
-            session, adapters = _adapters(session, adapters_json)
+            adapters = _adapters(session, adapters_json)
         except H3AppError as error:
             raise user_error(error) from error
-        probe = {"adapters": {str(i + 1): a for i, a in enumerate(_as_json(adapters))}}
-        fields = ("t2va", prompt, seed, steps, duration, height, width, None, None, None, None, None)
-        result = self.comparisons.check(probe, None, fields, alpha_a, scale_a, alpha_b, scale_b, token, request,
-                                        progress)
-        if result is None:
+        form = JobForm(_probe(adapters), None, RequestForm(prompt=prompt, seed=seed, steps=steps, duration=duration,
+                                                           height=height, width=width), token)
+        result = self.comparisons.check(form, CheckForm(alpha_a, scale_a, alpha_b, scale_b), request, progress)
+        if isinstance(result, Stopped):
             raise gr.Error("the equivalence check was cancelled.", print_exception=False)
         return result.to_json()
 
     def grid(self, session: dict[str, Any] | None, prompt: str, steps: float, duration: float, height: float,
              width: float, alphas: str, scales: str, seeds: str, adapters_json: str, token: str,
              request: gr.Request = None, progress: Any = gr.Progress()) -> Iterator[list[dict[str, Any]]]:
-        """Alpha × scale × seed cells as they finish (a growing list of cell JSON, distances to no-LoRA)."""
+        """Sweep alpha x scale x seed with the first adapter; streams the cells as they finish, each with its
+        distance to the same request without the LoRA.
+
+        Parameters:
+            prompt: the request's prompt
+            steps: sigma points including the terminal one
+            duration: seconds
+            height: pixels (0: default)
+            width: pixels (0: default)
+            alphas: comma-separated alphas; auto = the file's own chain
+            scales: comma-separated scales
+            seeds: comma-separated seeds
+            adapters_json: empty (this session's adapters) or a JSON list of {source, alpha, scale}
+            token: a Hugging Face token (empty: none)
+        Returns:
+            a growing list of cells: {alpha, strength, seed, hash, baseline_psnr, baseline_max_abs_diff, seconds}
+        """
         try:
-            session, adapters = _adapters(session, adapters_json)
+            adapters = _adapters(session, adapters_json)
         except H3AppError as error:
             raise user_error(error) from error
-        probe = {"adapters": {str(i + 1): a for i, a in enumerate(_as_json(adapters))}}
-        fields = ("t2va", prompt, 0, steps, duration, height, width, None, None, None, None, None)
+        form = JobForm(_probe(adapters), None, RequestForm(prompt=prompt, seed=0, steps=steps, duration=duration,
+                                                           height=height, width=width), token)
         cells: list[dict[str, Any]] = []
-        for cell in self.comparisons.grid_cells(probe, None, fields, alphas, scales, seeds, token, request, progress):
+        for cell in self.comparisons.grid_cells(form, GridForm(alphas, scales, seeds), request, progress):
             cells.append(cell.to_json())
             yield list(cells)
         if not cells:
             yield []
 
 
-def _as_json(adapters: list[LoRASettings]) -> list[dict[str, Any]]:
-    from .session import settings_to_json
+def _adapters(session: dict[str, Any] | None, adapters_json: str | None) -> list[LoRASettings]:
+    """The adapters a job carries: the explicit JSON when given, else the session's."""
+    explicit = parse_adapters_json(adapters_json)
+    return job_adapters(session) if explicit is None else explicit
 
-    return [settings_to_json(a) for a in adapters]
+
+def _probe(adapters: list[LoRASettings]) -> dict[str, Any]:
+    """A session value holding exactly ``adapters`` (the comparison events read adapters from a session)."""
+    return {"adapters": {str(i + 1): settings_to_json(a) for i, a in enumerate(adapters)}, "history": []}
 
 
 def build_api(events: ApiEvents, session: gr.State) -> None:
-    """Hidden inputs and trigger buttons for the named endpoints (inside the current Blocks context)."""
+    """Hidden inputs and trigger buttons for the named endpoints (inside the current Blocks context). Each input's
+    label is what the API page shows beside the parameter's name."""
     with gr.Column(visible=False):
-        text = {name: gr.Textbox(value=value, label=name) for name, value in (
-            ("source", ""), ("weight_name", ""), ("revision", ""), ("token", ""), ("alpha", "auto"),
-            ("mode", "unmerged"), ("prompt", "a red fox running through snow, wind howling"), ("workflow", "t2va"),
-            ("adapters_json", ""), ("alpha_a", "8"), ("alpha_b", "128"), ("alphas", "8, auto"),
-            ("scales", "0.5, 1.0"), ("seeds", "7"))}
-        number = {name: gr.Number(value=value, label=name) for name, value in (
-            ("slot", 1), ("scale", 1.0), ("seed", 7), ("steps", 5), ("duration", 5.0), ("height", 0), ("width", 0),
-            ("shift", 0), ("audio_shift", 0), ("scale_a", 1.0), ("scale_b", 0.0625))}
-        enabled = gr.Checkbox(value=True, label="enabled")
-        first_frame = gr.File(label="first_frame", type="filepath")
-        last_frame = gr.File(label="last_frame", type="filepath")
-        references = gr.File(label="references", file_count="multiple", type="filepath")
-        result = gr.JSON()
-        video = gr.Video()
+        text = {name: gr.Textbox(value=value, label=label) for name, value, label in (
+            ("source", "", "adapter source: Hub repo id, HF URL or local path"),
+            ("weight_name", "", "weight file name (empty: the only one)"),
+            ("revision", "", "branch, tag or commit (empty: main)"),
+            ("token", "", "Hugging Face token (empty: none)"), ("alpha", "auto", "alpha: a number, or auto"),
+            ("mode", "unmerged", "LoRA mode: unmerged or merged"),
+            ("prompt", "a red fox running through snow, wind howling", "prompt"),
+            ("workflow", "t2va", "workflow: t2va, fl2va or ref2va"),
+            ("adapters_json", "", "adapters as JSON (empty: this session's)"),
+            ("alpha_a", "8", "A: alpha (a number, or auto)"), ("alpha_b", "128", "B: alpha (a number, or auto)"),
+            ("alphas", "8, auto", "alphas, comma-separated (auto allowed)"),
+            ("scales", "0.5, 1.0", "scales, comma-separated"), ("seeds", "7", "seeds, comma-separated"))}
+        number = {name: gr.Number(value=value, label=label) for name, value, label in (
+            ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", 7, "seed"),
+            ("steps", 5, "steps (N steps run N-1 evaluations)"), ("duration", 5.0, "duration in seconds"),
+            ("height", 0, "height in pixels (0: default)"), ("width", 0, "width in pixels (0: default)"),
+            ("shift", 0, "video flow shift (0: default)"), ("audio_shift", 0, "audio flow shift (0: default)"),
+            ("scale_a", 1.0, "A: scale"), ("scale_b", 0.0625, "B: scale"))}
+        enabled = gr.Checkbox(value=True, label="enabled (false removes the slot's adapter)")
+        first_frame = gr.File(label="first keyframe image (fl2va)", type="filepath")
+        last_frame = gr.File(label="last keyframe image (fl2va)", type="filepath")
+        references = gr.File(label="references: images, videos or audio (ref2va)", file_count="multiple",
+                             type="filepath")
+        result = {name: gr.JSON(label=label) for name, label in (
+            ("inspect", "inspect --json, plus weight_files"), ("load", "slot, settings, match report, provenance"),
+            ("set_lora", "this session's adapters"), ("generate", "generate --json, with the run's settings"),
+            ("check_equivalence", "check --json: identical, control, hashes, effective scales"),
+            ("grid", "grid cells so far"))}
+        video = gr.Video(label="mp4 with stereo audio")
         buttons = {name: gr.Button(name) for name in ("inspect", "load", "set_lora", "generate",
                                                        "check_equivalence", "grid")}
 
     buttons["inspect"].click(events.inspect, [text["source"], text["weight_name"], text["revision"], text["token"]],
-                             [result], api_name="inspect", concurrency_id="inspect", concurrency_limit=4)
+                             [result["inspect"]], api_name="inspect", concurrency_id="inspect", concurrency_limit=4)
     buttons["load"].click(events.load, [session, number["slot"], text["source"], text["weight_name"],
                                         text["revision"], text["alpha"], number["scale"], text["mode"], text["token"]],
-                          [session, result], api_name="load", **GPU)
+                          [session, result["load"]], api_name="load", **GPU)
     buttons["set_lora"].click(events.set_lora, [session, number["slot"], text["alpha"], number["scale"], text["mode"],
                                                 text["source"], text["weight_name"], text["revision"], enabled],
-                              [session, result], api_name="set_lora", queue=False)
+                              [session, result["set_lora"]], api_name="set_lora", queue=False)
     buttons["generate"].click(events.generate, [session, text["prompt"], number["seed"], number["steps"],
                                                 number["duration"], number["height"], number["width"],
                                                 number["shift"], number["audio_shift"], text["workflow"], first_frame,
                                                 last_frame, references, text["adapters_json"], text["token"]],
-                              [video, result], api_name="generate", **GPU)
+                              [video, result["generate"]], api_name="generate", **GPU)
     buttons["check_equivalence"].click(
         events.check_equivalence, [session, text["prompt"], number["seed"], number["steps"], number["duration"],
                                    number["height"], number["width"], text["alpha_a"], number["scale_a"],
                                    text["alpha_b"], number["scale_b"], text["adapters_json"], text["token"]],
-        [result], api_name="check_equivalence", **GPU)
+        [result["check_equivalence"]], api_name="check_equivalence", **GPU)
     buttons["grid"].click(events.grid, [session, text["prompt"], number["steps"], number["duration"], number["height"],
                                         number["width"], text["alphas"], text["scales"], text["seeds"],
                                         text["adapters_json"], text["token"]],
-                          [result], api_name="grid", **GPU)
+                          [result["grid"]], api_name="grid", **GPU)

@@ -12,22 +12,23 @@ from typing import Any
 
 import gradio as gr
 
+from ..rules.choices import LORA_MODES
 from . import render
 from .adapter_events import AdapterEvents
-from .adapter_panel import CHEAP, GPU, AdapterSlot, build_adapter_slot, wire_adapter_slot
+from .adapter_panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
 from .api import ApiEvents, build_api
 from .comparison_events import ComparisonEvents
 from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
 from .generate_events import (
     GenerateEvents,
     apply_preset,
-    load_settings_view,
     steps_note,
     trigger_button,
     with_trigger,
     workflow_inputs,
 )
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
+from .job_wiring import wire_jobs
 from .session import RunningJobs, new_session
 
 TITLE = "H3 LoRA Lab"
@@ -57,6 +58,15 @@ CSS = """
 .h3-header h1 {margin: 0; font-size: 1.6em;}
 .h3-note p {font-size: 0.92em; opacity: 0.9; margin: 2px 0;}
 .h3-subhead p {font-weight: 700; margin: 8px 0 0 0;}
+#grid-table th, #grid-table td {white-space: nowrap;}
+/* every grid row on screen (Gradio gives a gallery a fixed, scrolling height) */
+#grid-gallery, #grid-gallery .grid-wrap {height: auto !important; max-height: none !important;
+                                         overflow: visible !important;}
+/* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
+@media (max-width: 720px) {
+  #h3-main {flex-direction: column-reverse !important;}
+  #h3-main > .column {min-width: 0 !important;}
+}
 """
 
 
@@ -77,10 +87,10 @@ def build_app(backend: Any) -> gr.Blocks:
     with gr.Blocks(title=TITLE, delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
         session = gr.State(new_session())
         gr.HTML(header_html(backend))
-        with gr.Row(equal_height=False):
+        with gr.Row(equal_height=False, elem_id="h3-main"):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")
-                mode = gr.Radio(["unmerged", "merged"], value="unmerged", label="LoRA mode (every adapter)",
+                mode = gr.Radio(list(LORA_MODES), value="unmerged", label="LoRA mode (every adapter)",
                                 elem_id="mode", render=False,
                                 info="unmerged: exact, alpha/scale changes are free · merged: faster steps, "
                                      "re-merged from a pristine copy on change")
@@ -97,7 +107,7 @@ def build_app(backend: Any) -> gr.Blocks:
                 with gr.Tabs():
                     with gr.Tab("Generate", id="generate-tab"):
                         generate = build_generate_tab()
-                    with gr.Tab("Equivalence check", id="equivalence-tab"):
+                    with gr.Tab("Equivalence", id="equivalence-tab"):
                         equivalence = build_equivalence_tab()
                     with gr.Tab("Grid", id="grid-tab"):
                         grid = build_grid_tab()
@@ -109,8 +119,11 @@ def build_app(backend: Any) -> gr.Blocks:
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
                               token=token)
         _wire_request(request, slot_1)
-        _wire_jobs(session, mode, token, slot_1, slot_2, request, generate, equivalence, grid, history,
-                   adapter_events, generate_events, comparisons)
+        on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
+                            adapter_events, generate_events, comparisons)
+        for fn, inputs, outputs in on_load:
+            demo.load(fn, inputs, outputs, **CHEAP)
+        demo.unload(generate_events.runner.abandon)
     demo.queue(max_size=getattr(backend.worker, "max_queue", 16), default_concurrency_limit=1)
     return demo
 
@@ -124,80 +137,6 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
     slot_1.preset_button.click(apply_preset, [slot_1.info, request.prompt],
                                [slot_1.strength, request.steps, request.shift, request.audio_shift, request.workflow,
                                 request.prompt], **CHEAP)
-
-
-def _wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slot_1: AdapterSlot,
-               slot_2: AdapterSlot, request: RequestControls, generate: Any, equivalence: Any, grid: Any,
-               history: Any, adapter_events: AdapterEvents, generate_events: GenerateEvents,
-               comparisons: ComparisonEvents) -> None:
-    sync_inputs = [session, mode, *slot_1.sync_inputs(), *slot_2.sync_inputs()]
-    history_outputs = [history.gallery, history.table, history.pick_a, history.pick_b]
-    request_inputs = request.request_inputs()
-
-    generated = generate.generate_button.click(adapter_events.sync_session, sync_inputs, [session], **CHEAP).success(
-        generate_events.generate_view,
-        [session, mode, request.workflow, request.prompt, request.seed, request.randomize, request.steps,
-         request.duration, request.height, request.width, request.shift, request.audio_shift, request.first_frame,
-         request.last_frame, request.references, token, slot_1.info, slot_2.info],
-        [generate.video, request.seed, generate.settings_json, generate.result_html, generate.h3app_command,
-         generate.sglang_command, generate.sglang_notes, generate.diffusers_snippet, session],
-        scroll_to_output=False, **GPU)
-    generated.then(comparisons.history_view, [session], history_outputs, **CHEAP)
-    generated.then(comparisons.estimate, [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
-
-    checked = equivalence.run_button.click(adapter_events.sync_session, sync_inputs, [session], **CHEAP).success(
-        comparisons.check_view,
-        [session, mode, *request_inputs, equivalence.a_alpha, equivalence.a_scale, equivalence.b_alpha,
-         equivalence.b_scale, token],
-        [*equivalence.outputs(), session], **GPU)
-    checked.then(comparisons.history_view, [session], history_outputs, **CHEAP)
-
-    gridded = grid.run_button.click(adapter_events.sync_session, sync_inputs, [session], **CHEAP).success(
-        comparisons.grid_view,
-        [session, mode, *request_inputs, grid.alphas, grid.scales, grid.seeds, token],
-        [grid.gallery, grid.table, grid.status, session, grid.cells], **GPU)
-    gridded.then(comparisons.history_view, [session], history_outputs, **CHEAP)
-    gridded.then(comparisons.estimate, [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
-    gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], comparisons.estimate,
-          [grid.alphas, grid.scales, grid.seeds], [grid.estimate], **CHEAP)
-
-    def play_cell(cells: list[dict[str, Any]], event: gr.SelectData) -> Any:
-        index = event.index if isinstance(event.index, int) else 0
-        return cells[index]["video_path"] if 0 <= index < len(cells) else gr.skip()
-
-    grid.gallery.select(play_cell, [grid.cells], [grid.cell_video], **CHEAP)
-    history.compare_button.click(comparisons.compare, [session, history.pick_a, history.pick_b],
-                                 [history.video_a, history.video_b, history.verdict, history.differences], **CHEAP)
-
-    for button in (generate.cancel_button, equivalence.cancel_button, grid.cancel_button):
-        button.click(generate_events.runner.cancel, None, [generate.cancel_status], cancels=[generated, checked,
-                                                                                           gridded], **CHEAP)
-
-    restored = generate.settings_file.upload(
-        load_settings_view, [generate.settings_file],
-        [request.workflow, request.prompt, request.seed, request.randomize, request.steps, request.duration,
-         request.height, request.width, request.shift, request.audio_shift, mode,
-         slot_1.source, slot_1.weight, slot_1.revision, slot_1.override, slot_1.alpha, slot_1.strength,
-         slot_2.source, slot_2.weight, slot_2.revision, slot_2.override, slot_2.alpha, slot_2.strength,
-         generate.load_status], **CHEAP)
-    for slot in (slot_1, slot_2):
-        restored.success(_quiet_inspect(adapter_events),
-                         [slot.source, slot.weight, slot.revision, token, request.workflow, slot.qkv_layout,
-                          slot.override, slot.alpha, slot.strength],
-                         [slot.info, slot.inspect_html, slot.alpha_html, slot.readout, slot.known_html,
-                          slot.known_box, slot.targets, slot.info_json, slot.alpha], api_visibility="private",
-                         concurrency_id="inspect", concurrency_limit=4)
-
-
-def _quiet_inspect(events: AdapterEvents) -> Any:
-    """Inspect after settings were restored; an empty slot stays as it is."""
-
-    def inspect(source: str, *values: Any) -> tuple[Any, ...]:
-        if not source:
-            return (gr.skip(),) * 9
-        return events.inspect_view(source, *values)
-
-    return inspect
 
 
 def launch_kwargs(backend: Any) -> dict[str, Any]:

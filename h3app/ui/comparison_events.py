@@ -7,7 +7,9 @@ the history keeps this session's results so that any two can be put side by side
 
 from __future__ import annotations
 
+import contextvars
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -18,28 +20,24 @@ from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
 from ..backend.transformer_check import CheckSetting
 from ..errors import H3AppError
-from ..settings import check_alpha, check_strength
+from ..rules.values import parse_alpha, parse_strength
 from . import render
 from .adapter_events import user_error
-from .generate_events import JobRunner, build_request
+from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
+from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
 from .session import RunningJobs, add_history, job_adapters, session_key
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
-GRID_COLUMNS = ["alpha", "scale", "seed", "distance to no-LoRA", "PSNR (dB)", "max |Δ|", "hash", "seconds"]
+GRID_COLUMNS = ["alpha", "scale", "seed", "vs no-LoRA", "max |Δ|", "seconds", "hash"]
 HISTORY_COLUMNS = ["id", "kind", "hash", "video"]
 
 
 def check_setting(alpha: Any, strength: Any, name: str) -> CheckSetting:
     """One side of the check; an empty alpha means auto (the alpha chain's value)."""
     try:
-        alpha_value = None if alpha in (None, "") or (isinstance(alpha, str) and alpha.strip().lower() == "auto") \
-            else check_alpha(float(alpha))
-        return CheckSetting(alpha_value, check_strength(float(strength)))
-    except (TypeError, ValueError):
-        raise H3AppError(f"setting {name}: alpha must be a number or auto and scale a number, got "
-                         f"{alpha!r} / {strength!r}.") from None
+        return CheckSetting(parse_alpha(alpha), parse_strength(strength))
     except H3AppError as error:
         raise H3AppError(f"setting {name}: {error}") from None
 
@@ -54,6 +52,60 @@ def psnr_frame(series: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PSNR_COLUMNS)
 
 
+@dataclass(frozen=True)
+class CheckView:
+    """The Equivalence tab after a check."""
+
+    verdict: str
+    video_a: str
+    video_b: str
+    video_fallback: str
+    caption_a: str
+    caption_b: str
+    caption_fallback: str
+    heat_ab: str
+    heat_fallback: str
+    psnr_plot: pd.DataFrame
+    spectrogram_ab: str
+    spectrogram_fallback: str
+    audio_a: str
+    audio_b: str
+    result_json: dict[str, Any]
+    session: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class GridView:
+    """The Grid tab while cells arrive: gallery, table, status, the cells' JSON, and the session (KEEP until the
+    grid is done: it is written once)."""
+
+    gallery: Any
+    table: pd.DataFrame
+    status: str
+    cells: list[dict[str, Any]]
+    session: Any = KEEP
+
+
+@dataclass(frozen=True)
+class HistoryView:
+    """The History tab: gallery and table of this session's results, and the A/B pickers (``gr.update``s)."""
+
+    gallery: list[tuple[str, str]]
+    table: pd.DataFrame
+    pick_a: Any
+    pick_b: Any
+
+
+@dataclass(frozen=True)
+class CompareView:
+    """Two history entries side by side: their videos, a verdict and the settings that differ."""
+
+    video_a: str
+    video_b: str
+    verdict: str
+    differences: pd.DataFrame
+
+
 class ComparisonEvents:
     """Event functions of the Equivalence, Grid and History tabs, bound to one backend."""
 
@@ -63,60 +115,66 @@ class ComparisonEvents:
         self.runner = JobRunner(backend, jobs)
 
     # ------------------------------------------------------------------------------------------- equivalence
-    def check(self, session: dict[str, Any] | None, mode: str, request_fields: tuple[Any, ...], a_alpha: Any,
-              a_scale: Any, b_alpha: Any, b_scale: Any, token: str | None, http_request: Any, progress: Any) -> Any:
-        """EquivalenceResult for the session's first adapter (None when cancelled)."""
+    def check(self, form: JobForm, check: CheckForm, http_request: Any, progress: Any) -> Any:
+        """EquivalenceResult for the session's first adapter (Stopped when cancelled)."""
         try:
-            generation = build_request(*request_fields)
-            adapters = job_adapters(session, mode)
+            generation = form.request.to_request()
+            adapters = job_adapters(form.session, form.mode)
             if not adapters:
                 raise H3AppError("the equivalence check needs an adapter: pick one in the adapter panel first.")
-            a, b = check_setting(a_alpha, a_scale, "A"), check_setting(b_alpha, b_scale, "B")
+            a, b = check_setting(check.a_alpha, check.a_scale, "A"), check_setting(check.b_alpha, check.b_scale, "B")
         except H3AppError as error:
             raise user_error(error) from error
-        return self.runner.run(lambda: self.backend.submit_equivalence(generation, adapters[0], a, b, token or None),
+        return self.runner.run(lambda: self.backend.submit_equivalence(generation, adapters[0], a, b,
+                                                                       form.token or None),
                                http_request, progress, "equivalence check")
 
-    def check_view(self, session: dict[str, Any] | None, mode: str, workflow: str, prompt: str, seed: float,
-                   steps: float, duration: float, height: float | None, width: float | None, shift: float | None,
-                   audio_shift: float | None, first_frame: str | None, last_frame: str | None,
-                   references: list[Any] | None, a_alpha: Any, a_scale: Any, b_alpha: Any, b_scale: Any,
-                   token: str | None, request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, ...]:
-        """(verdict, video A, B, fallback, caption A, B, fallback, heat-map A−B, heat-map A−fallback, PSNR plot,
-        spectrogram diff A−B, A−fallback, audio A, audio B, JSON, session)."""
-        fields = (workflow, prompt, seed, steps, duration, height, width, shift, audio_shift, first_frame,
-                  last_frame, references)
-        result = self.check(session, mode, fields, a_alpha, a_scale, b_alpha, b_scale, token, request, progress)
-        if result is None:
-            return (gr.skip(),) * 16
+    def check_view(self, form: JobForm, check: CheckForm, request: gr.Request = None,
+                   progress: Any = gr.Progress()) -> CheckView | Stopped:
+        """Run the check and lay out its verdict, videos, heat maps, PSNR plot, spectrograms and audio."""
+        result = self.check(form, check, request, progress)
+        if isinstance(result, Stopped):
+            return result
         data = result.to_json()
         audio_a = extract_audio(result.a.video_path, Path(result.a.video_path).with_suffix(".wav"))
         audio_b = extract_audio(result.b.video_path, Path(result.b.video_path).with_suffix(".wav"))
         plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
-        session = add_history(session, {"kind": "check A", "label": f"check A {result.a.label}",
-                                        "video": result.a.video_path, "thumbnail": result.a.thumbnail_path,
-                                        "hash": result.a.hash, "settings": result.settings})
-        session = add_history(session, {"kind": "check fallback", "label": "check fallback (alpha = rank)",
-                                        "video": result.fallback.video_path,
-                                        "thumbnail": result.fallback.thumbnail_path, "hash": result.fallback.hash,
-                                        "settings": result.settings})
-        return (render.verdict_html(data), result.a.video_path, result.b.video_path, result.fallback.video_path,
-                render.column_caption(data["a"]), render.column_caption(data["b"]),
-                render.column_caption(data["fallback"]), result.heatmap_path, result.fallback_heatmap_path, plot,
-                result.spectrogram_diff_path, result.fallback_spectrogram_diff_path, str(audio_a), str(audio_b),
-                data, session)
+        session = form.session
+        for kind, column in (("check B", data["b"]), ("check A", data["a"]),
+                             ("check fallback", data["fallback"])):
+            run = {"check A": result.a, "check B": result.b, "check fallback": result.fallback}[kind]
+            session = add_history(session, {"kind": kind, "label": f"{kind}: {render.setting_text(column)}",
+                                            "video": run.video_path, "thumbnail": run.thumbnail_path,
+                                            "hash": run.hash, "settings": result.settings})
+        return CheckView(verdict=render.verdict_html(data), video_a=result.a.video_path, video_b=result.b.video_path,
+                         video_fallback=result.fallback.video_path, caption_a=render.column_caption(data["a"]),
+                         caption_b=render.column_caption(data["b"]),
+                         caption_fallback=render.column_caption(data["fallback"]), heat_ab=result.heatmap_path,
+                         heat_fallback=result.fallback_heatmap_path, psnr_plot=plot,
+                         spectrogram_ab=result.spectrogram_diff_path,
+                         spectrogram_fallback=result.fallback_spectrogram_diff_path, audio_a=str(audio_a),
+                         audio_b=str(audio_b), result_json=data, session=session)
+
+    def check_estimate(self, request: RequestForm) -> str:
+        """What the check will cost, before it starts: its runs and, once a generation has been timed on this
+        server, the seconds they add up to."""
+        try:
+            cost = self.backend.check_cost(request.to_request())
+        except H3AppError as error:
+            return f"✖ {error}"
+        return f"This check costs **{cost.describe()}** (A, B and the fallback in full; the control is one step)."
 
     # -------------------------------------------------------------------------------------------------- grid
-    def plan(self, alphas: str, scales: str, seeds: str) -> Any:
+    def plan(self, grid: GridForm) -> Any:
         """The grid plan (cells and estimated time) for the axis texts; raises H3AppError on bad input."""
-        seed_values = [int(s) for s in parse_values(seeds, "seeds")]
-        return self.backend.plan_grid(parse_values(alphas, "alphas", allow_auto=True), parse_values(scales, "scales"),
-                                      seed_values)
+        seed_values = [int(s) for s in parse_values(grid.seeds, "seeds")]
+        return self.backend.plan_grid(parse_values(grid.alphas, "alphas", allow_auto=True),
+                                      parse_values(grid.scales, "scales"), seed_values)
 
-    def estimate(self, alphas: str, scales: str, seeds: str) -> str:
+    def estimate(self, grid: GridForm) -> str:
         """The up-front estimate shown before a grid runs (a problem with the axes is shown instead)."""
         try:
-            plan = self.plan(alphas, scales, seeds)
+            plan = self.plan(grid)
         except (H3AppError, ValueError) as error:
             return f"✖ {error}"
         runs = plan.cells + len(plan.seeds)
@@ -127,62 +185,74 @@ class ComparisonEvents:
         return (f"**{plan.cells} cells** ({len(plan.alphas)} alphas × {len(plan.strengths)} scales × "
                 f"{len(plan.seeds)} seeds) + {len(plan.seeds)} no-LoRA baseline = {runs} generations — {timing}.")
 
-    def grid_cells(self, session: dict[str, Any] | None, mode: str, request_fields: tuple[Any, ...], alphas: str,
-                   scales: str, seeds: str, token: str | None, http_request: Any, progress: Any) -> Iterator[Any]:
-        """Yield GridCells as they finish (one worker job; Cancel stops it between steps)."""
+    def grid_cells(self, form: JobForm, grid: GridForm, http_request: Any, progress: Any,
+                   stopped: list[Stopped] | None = None) -> Iterator[Any]:
+        """Yield GridCells as they finish (one worker job; Cancel stops it between steps and appends the line to
+        show to ``stopped``)."""
+        stopped = [] if stopped is None else stopped
         try:
-            generation = build_request(*request_fields)
-            adapters = job_adapters(session, mode)
+            generation = form.request.to_request()
+            adapters = job_adapters(form.session, form.mode)
             if not adapters:
                 raise H3AppError("the grid needs an adapter: pick one in the adapter panel first.")
-            plan = self.plan(alphas, scales, seeds)
+            plan = self.plan(grid)
         except (H3AppError, ValueError) as error:
             raise user_error(H3AppError(str(error))) from error
         key = session_key(http_request)
-        finished = [0]
+        if self.jobs.start(key):
+            stopped.append(self.runner.stopped("grid", "cancelled before it started."))
+            return
+        finished, runs, last = [0], [0], [0]
+        # the backend reports steps from its own thread, where Gradio's progress context is missing: run each report
+        # in a copy of this event's context
+        context = contextvars.copy_context()
+        total_runs = plan.cells + len(plan.seeds)
 
         def on_step(done: int, total: int) -> None:
-            if progress is not None:
-                progress((done, total), desc=f"grid: {finished[0]}/{plan.cells} cells done, step {done}/{total}",
-                         unit="steps")
+            if done < last[0] or runs[0] == 0:
+                runs[0] += 1
+            last[0] = done
+            if progress is None:
+                return
+            what = ("the no-LoRA baseline" if finished[0] == 0 and runs[0] == 1 else
+                    f"cell {min(finished[0] + 1, plan.cells)} of {plan.cells}")
+            context.copy().run(progress, (done, total), unit="steps",
+                               desc=f"grid run {runs[0]} of up to {total_runs}: {what}, step {done}/{total}")
 
         try:
-            for cell in self.backend.grid(generation, adapters[0], plan, token or None, on_step,
+            for cell in self.backend.grid(generation, adapters[0], plan, form.token or None, on_step,
                                           on_handle=lambda handle: self.jobs.set(key, handle)):
                 finished[0] += 1
                 yield cell
         except Cancelled as error:
-            gr.Warning(f"grid {error}")
+            stopped.append(self.runner.stopped("grid", f"{error}".rstrip(".") + f" ({finished[0]} of {plan.cells} "
+                                                                                  f"cells done)."))
         except H3AppError as error:
             raise user_error(error) from error
         finally:
             self.jobs.clear(key)
 
-    def grid_view(self, session: dict[str, Any] | None, mode: str, workflow: str, prompt: str, seed: float,
-                  steps: float, duration: float, height: float | None, width: float | None, shift: float | None,
-                  audio_shift: float | None, first_frame: str | None, last_frame: str | None,
-                  references: list[Any] | None, alphas: str, scales: str, seeds: str, token: str | None,
-                  request: gr.Request = None, progress: Any = gr.Progress()) -> Iterator[tuple[Any, ...]]:
-        """Generator: (gallery, table, status, session) after each finished cell."""
-        fields = (workflow, prompt, seed, steps, duration, height, width, shift, audio_shift, first_frame,
-                  last_frame, references)
+    def grid_view(self, form: JobForm, grid: GridForm, request: gr.Request = None,
+                  progress: Any = gr.Progress()) -> Iterator[GridView]:
+        """Generator: the gallery, table and status after each finished cell; the session once, at the end."""
         try:
-            columns = len(self.plan(alphas, scales, seeds).strengths)  # rows = alphas, columns = scales
+            columns = len(self.plan(grid).strengths)  # rows = alphas, columns = scales
         except (H3AppError, ValueError) as error:
             raise user_error(H3AppError(str(error))) from error
         gallery: list[tuple[str, str]] = []
         rows: list[list[Any]] = []
         cells = []
-        for cell in self.grid_cells(session, mode, fields, alphas, scales, seeds, token, request, progress):
+        stopped: list[Stopped] = []
+        for cell in self.grid_cells(form, grid, request, progress, stopped):
             alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
             gallery.append((cell.thumbnail_path, f"α {alpha} × {cell.strength:g} · seed {cell.seed} · "
                                                  f"{render.distance_text(cell.baseline_psnr)}"))
             rows.append([alpha, cell.strength, cell.seed, render.distance_text(cell.baseline_psnr),
-                         "inf" if not math.isfinite(cell.baseline_psnr) else round(cell.baseline_psnr, 2),
-                         round(cell.baseline_max_abs_diff, 4), cell.hash[:19], round(cell.seconds, 2)])
+                         round(cell.baseline_max_abs_diff, 4), round(cell.seconds, 1), cell.hash[:12]])
             cells.append(cell)
-            yield (gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
-                   self._grid_status(cells), gr.skip(), cells_state(cells))
+            yield GridView(gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
+                           self._grid_status(cells), cells_state(cells))
+        session = form.session
         for cell in cells:
             alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
             label = f"grid α{alpha}×{cell.strength:g} seed {cell.seed}"
@@ -190,8 +260,9 @@ class ComparisonEvents:
                                             "thumbnail": cell.thumbnail_path, "hash": cell.hash,
                                             "settings": {"alpha": cell.alpha, "strength": cell.strength,
                                                          "seed": cell.seed}})
-        yield (gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
-               self._grid_status(cells, done=True), session, cells_state(cells))
+        status = stopped[0].status if stopped else self._grid_status(cells, done=True)
+        yield GridView(gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
+                       status, cells_state(cells), session)
 
     @staticmethod
     def _grid_status(cells: list[Any], done: bool = False) -> str:
@@ -204,20 +275,20 @@ class ComparisonEvents:
 
     # ----------------------------------------------------------------------------------------------- history
     @staticmethod
-    def history_view(session: dict[str, Any] | None) -> tuple[Any, ...]:
-        """(gallery, table, choices for A, choices for B) of this session's results, newest first."""
+    def history_view(session: dict[str, Any] | None) -> HistoryView:
+        """This session's results, newest first; A and B preset to the two newest."""
         history = list(reversed((session or {}).get("history", [])))
         gallery = [(h["thumbnail"], h["id"]) for h in history if h.get("thumbnail")]
         table = pd.DataFrame([[h["id"], h["kind"], h["hash"][:19], Path(h["video"]).name] for h in history],
                              columns=HISTORY_COLUMNS)
         ids = [h["id"] for h in history]
         first = ids[1] if len(ids) > 1 else (ids[0] if ids else None)
-        return (gallery, table, gr.update(choices=ids, value=first),
-                gr.update(choices=ids, value=ids[0] if ids else None))
+        return HistoryView(gallery, table, gr.update(choices=ids, value=first),
+                           gr.update(choices=ids, value=ids[0] if ids else None))
 
     @staticmethod
-    def compare(session: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> tuple[Any, ...]:
-        """(video A, video B, verdict card, settings differences) of two history entries."""
+    def compare(session: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> CompareView:
+        """Two history entries side by side (decodes both mp4s when their hashes differ)."""
         entries = {h["id"]: h for h in (session or {}).get("history", [])}
         if a_id not in entries or b_id not in entries:
             raise gr.Error("pick two results of this session to compare (run something first).", print_exception=False)
@@ -242,10 +313,10 @@ class ComparisonEvents:
             verdict = render.card("warn", f"<div class='h3-big'>DIFFERENT</div>hashes "
                                           f"<code>{render.esc(a['hash'][:19])}</code> vs "
                                           f"<code>{render.esc(b['hash'][:19])}</code>.{render.esc(detail)}")
-        rows = [[key, _short(va), _short(vb)] for key, va, vb in _differences(a.get("settings") or {},
-                                                                              b.get("settings") or {})]
+        rows = [[key, plain_value(key, va), plain_value(key, vb)]
+                for key, va, vb in _differences(a.get("settings") or {}, b.get("settings") or {})]
         table = pd.DataFrame(rows or [["(no differences in settings)", "", ""]], columns=["setting", "A", "B"])
-        return a["video"], b["video"], verdict, table
+        return CompareView(a["video"], b["video"], verdict, table)
 
 
 def cells_state(cells: list[Any]) -> list[dict[str, Any]]:
@@ -266,7 +337,23 @@ def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, Any, A
         yield prefix.rstrip("."), a, b
 
 
-def _short(value: Any) -> str:
+def plain_value(key: str, value: Any) -> str:
+    """A setting as a person reads it (no Python reprs): an empty alpha is auto, adapters are named by file, lists
+    and objects are spelled out."""
+    if value is None:
+        return "auto" if key.endswith("alpha") else "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, Mapping):
+        if "source" in value:
+            alpha = value.get("alpha")
+            return (f"{Path(str(value['source'])).name} (alpha {'auto' if alpha is None else f'{float(alpha):g}'} "
+                    f"× scale {float(value.get('strength', 1.0)):g})")
+        return ", ".join(f"{k} {plain_value(str(k), v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "; ".join(plain_value(key, v) for v in value) if value else "none"
     text = str(value)
     return text if len(text) <= 60 else text[:57] + "…"
 

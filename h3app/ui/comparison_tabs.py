@@ -28,6 +28,8 @@ class EquivalenceTab:
     b_scale: gr.Number
     run_button: gr.Button
     cancel_button: gr.Button
+    estimate: gr.Markdown
+    status: gr.Markdown
     verdict: gr.HTML
     video_a: gr.Video
     video_b: gr.Video
@@ -59,7 +61,9 @@ def build_equivalence_tab() -> EquivalenceTab:
         b_scale = gr.Number(DEFAULT_B.strength, label="B: scale", elem_id="b-scale")
     with gr.Row():
         run_button = gr.Button("Run the equivalence check", variant="primary", scale=3, elem_id="check")
-        cancel_button = gr.Button("Cancel", variant="stop", scale=1)
+        cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="check-cancel")
+    estimate = gr.Markdown("", elem_id="check-estimate")
+    status = gr.Markdown("", elem_id="check-status")
     verdict = gr.HTML(render.placeholder("The verdict appears here: identical bit for bit, or not."),
                       elem_id="verdict")
     with gr.Row():
@@ -88,7 +92,9 @@ def build_equivalence_tab() -> EquivalenceTab:
         audio_b = gr.Audio(label="B audio", interactive=False, type="filepath")
     with gr.Accordion("check --json", open=False):
         result_json = gr.JSON(open=False)
-    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, verdict, video_a, video_b,
+    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, estimate, status, verdict,
+                          video_a,
+                          video_b,
                           video_fallback, caption_a, caption_b, caption_fallback, heat_ab, heat_fallback, psnr_plot,
                           spectrogram_ab, spectrogram_fallback, audio_a, audio_b, result_json)
 
@@ -114,14 +120,14 @@ def build_grid_tab() -> GridTab:
         alphas = gr.Textbox("8, auto", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
         scales = gr.Textbox("0.5, 1.0", label="scales", elem_id="grid-scales")
         seeds = gr.Textbox("7", label="seeds", elem_id="grid-seeds")
-    estimate = gr.Markdown("")
+    estimate = gr.Markdown("", elem_id="grid-estimate")
     with gr.Row():
         run_button = gr.Button("Run grid", variant="primary", scale=3, elem_id="grid-run")
-        cancel_button = gr.Button("Cancel", variant="stop", scale=1)
-    status = gr.Markdown("")
-    gallery = gr.Gallery(label="cells (middle frame) — click one to play it", columns=4, height=320,
-                         object_fit="contain", allow_preview=False)
-    table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=True)
+        cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="grid-cancel")
+    status = gr.Markdown("", elem_id="grid-status")
+    gallery = gr.Gallery(label="cells (middle frame) — click one to play it", columns=4, height="auto",
+                         object_fit="contain", allow_preview=False, elem_id="grid-gallery")
+    table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=False, elem_id="grid-table")
     cell_video = gr.Video(label="selected cell", interactive=False, height=220)
     return GridTab(alphas, scales, seeds, estimate, run_button, cancel_button, status, gallery, table, cell_video,
                    gr.State([]))
@@ -144,14 +150,15 @@ def build_history_tab() -> HistoryTab:
     gr.Markdown("This session's results, newest first. Pick any two to put them side by side.",
                 elem_classes=["h3-note"])
     gallery = gr.Gallery(label="results", columns=6, height=200, object_fit="contain", allow_preview=False)
-    table = gr.Dataframe(headers=HISTORY_COLUMNS, interactive=False, wrap=True)
+    table = gr.Dataframe(headers=HISTORY_COLUMNS, interactive=False, wrap=True, elem_id="history-table")
     with gr.Row(equal_height=True):
-        pick_a = gr.Dropdown([], label="A", scale=2)
-        pick_b = gr.Dropdown([], label="B", scale=2)
-        compare_button = gr.Button("Compare", variant="primary", scale=1)
+        pick_a = gr.Dropdown([], label="A", scale=2, elem_id="history-a")
+        pick_b = gr.Dropdown([], label="B", scale=2, elem_id="history-b")
+        compare_button = gr.Button("Compare", variant="primary", scale=1, elem_id="history-compare")
     with gr.Row():
         video_a = gr.Video(label="A", interactive=False, height=220)
         video_b = gr.Video(label="B", interactive=False, height=220)
     verdict = gr.HTML("")
-    differences = gr.Dataframe(headers=["setting", "A", "B"], interactive=False, wrap=True)
+    differences = gr.Dataframe(headers=["setting", "A", "B"], interactive=False, wrap=True,
+                               elem_id="history-differences")
     return HistoryTab(gallery, table, pick_a, pick_b, compare_button, video_a, video_b, verdict, differences)

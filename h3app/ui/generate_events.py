@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import gradio as gr
@@ -14,41 +15,20 @@ import gradio as gr
 from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
+from ..rules.choices import WORKFLOWS
 from . import render, snippets
 from .adapter_events import user_error
+from .forms import JobForm, RequestForm, SlotForm, SyncForm
 from .session import RunningJobs, add_history, job_adapters, session_key
 
 MAX_SEED = 2**31 - 1
-WORKFLOWS = ("t2va", "fl2va", "ref2va")
 
 
-def _optional_number(value: Any) -> float | None:
-    """Empty number boxes (None) and 0 mean "the model's default"."""
-    if value is None or value == "" or float(value) == 0:
-        return None
-    return float(value)
+@dataclass(frozen=True)
+class Stopped:
+    """A job that was cancelled (by its Cancel button, or because its browser went away): the line to show."""
 
-
-def build_request(workflow: str, prompt: str, seed: float, steps: float, duration: float, height: float | None,
-                  width: float | None, shift: float | None, audio_shift: float | None,
-                  first_frame: str | None = None, last_frame: str | None = None,
-                  references: Sequence[Any] | None = None, *, lenient: bool = True) -> GenerationRequest:
-    """A GenerationRequest from the form. ``lenient``: inputs belonging to another workflow are ignored (they stay
-    in the form when the user switches workflow) instead of refused."""
-    workflow = workflow or "t2va"
-    refs = tuple(str(getattr(r, "name", r)) for r in (references or ()) if r)
-    if lenient:
-        if workflow != "fl2va":
-            first_frame = last_frame = None
-        if workflow != "ref2va":
-            refs = ()
-    height_value, width_value = _optional_number(height), _optional_number(width)
-    return GenerationRequest(
-        prompt=prompt or "", seed=int(seed or 0), steps=int(steps), duration=float(duration),
-        height=int(height_value) if height_value is not None else None,
-        width=int(width_value) if width_value is not None else None,
-        shift=_optional_number(shift), audio_shift=_optional_number(audio_shift), workflow=workflow,
-        first_frame=first_frame or None, last_frame=last_frame or None, references=refs)
+    status: str
 
 
 class JobRunner:
@@ -59,8 +39,11 @@ class JobRunner:
         self.jobs = jobs
 
     def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
-        """``submit()`` → JobHandle; wait for it. Returns the job's result, or None when it was cancelled (a toast
-        says at which step). Other user errors become ``gr.Error``."""
+        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when it was
+        cancelled (a toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
+        key = session_key(request)
+        if self.jobs.start(key):
+            return self.stopped(what, "cancelled before it started.")
         try:
             handle = submit()
         except H3AppError as error:
@@ -68,29 +51,57 @@ class JobRunner:
         phase = [what]
 
         def on_step(done: int, total: int) -> None:
-            if progress is not None:
+            if progress is None:
+                return
+            if done == total and phase[0] in (what, "denoising"):
+                progress(None, desc=f"{what}: {total}/{total} steps done — decoding video and audio")
+            else:
                 progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
 
         def on_phase(name: str) -> None:
-            phase[0] = name
+            phase[0] = describe_phase(what, name)
             if progress is not None:
-                progress(None, desc=name)
+                progress(None, desc=phase[0])
 
         try:
-            with self.jobs.track(session_key(request), handle):
+            with self.jobs.track(key, handle):
                 return self.backend.run(handle, on_step, on_phase)
         except Cancelled as error:
-            gr.Warning(f"{what} {error}")
-            return None
+            return self.stopped(what, str(error))
         except H3AppError as error:
             raise user_error(error) from error
 
-    def cancel(self, request: gr.Request) -> str:
-        """Stop this session's running job at its next denoising step (queued jobs are dropped by Gradio)."""
+    @staticmethod
+    def stopped(what: str, reason: str) -> Stopped:
+        gr.Warning(f"{what} {reason}")
+        return Stopped(f"**{reason[:1].upper()}{reason[1:]}** ({what}) The result shown is from the previous run.")
+
+    def expect(self, request: gr.Request = None) -> None:
+        """A job was clicked: until it starts, Cancel stops it before it runs."""
+        self.jobs.expect(session_key(request))
+
+    def abandon(self, request: gr.Request = None) -> None:
+        """The session's browser went away (tab closed or reloaded): its job stops at its next step."""
+        self.jobs.cancel(session_key(request))
+
+    def cancel(self, request: gr.Request = None) -> str:
+        """Stop this session's running job at its next denoising step (or before it starts, when still queued)."""
         label = self.jobs.cancel(session_key(request))
         if label is None:
             return "Nothing of yours is running."
         return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
+
+
+EQUIVALENCE_RUNS = {"A": "A", "control": "determinism control (A's first step, twice)", "B": "B",
+                    "fallback": "fallback (alpha = rank)"}
+
+
+def describe_phase(what: str, phase: str) -> str:
+    """The progress line for a backend phase: the equivalence check's runs ("B (3/4)") named in full."""
+    label, _, count = phase.partition(" (")
+    if label in EQUIVALENCE_RUNS and count:
+        return f"{what} · run {count.rstrip(')')}: {EQUIVALENCE_RUNS[label]}"
+    return f"{what} · {phase}"
 
 
 class GenerateEvents:
@@ -102,41 +113,59 @@ class GenerateEvents:
 
     def generate(self, request: GenerationRequest, adapters: Sequence[Any], token: str | None, http_request: Any,
                  progress: Any) -> Any:
-        """Run one generation; the GenerationOutput, or None when cancelled."""
+        """Run one generation; the GenerationOutput, or Stopped when cancelled."""
         return self.runner.run(lambda: self.backend.submit_generate(request, adapters, token or None), http_request,
                                progress, "generation")
 
-    def generate_view(self, session: dict[str, Any] | None, mode: str, workflow: str, prompt: str, seed: float,
-                      randomize: bool, steps: float, duration: float, height: float | None, width: float | None,
-                      shift: float | None, audio_shift: float | None, first_frame: str | None,
-                      last_frame: str | None, references: list[Any] | None, token: str | None,
-                      info_1: dict[str, Any] | None, info_2: dict[str, Any] | None,
-                      request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, ...]:
-        """Generate with the session's adapters → (video, seed used, settings JSON, result card, h3app command,
-        sglang command, sglang notes, diffusers snippet, session)."""
-        used_seed = random.randint(0, MAX_SEED) if randomize else int(seed or 0)
+    def generate_view(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None] = (),
+                      request: gr.Request = None, progress: Any = gr.Progress()) -> GenerateView | Stopped:
+        """Generate with the session's adapters (``infos``: each slot's inspect JSON, for the sglang notes)."""
+        used_seed = random.randint(0, MAX_SEED) if form.request.randomize else None
         try:
-            generation = build_request(workflow, prompt, used_seed, steps, duration, height, width, shift,
-                                       audio_shift, first_frame, last_frame, references)
-            adapters = job_adapters(session, mode)
+            generation = form.request.to_request(used_seed)
+            adapters = job_adapters(form.session, form.mode)
         except H3AppError as error:
             raise user_error(error) from error
-        output = self.generate(generation, adapters, token, request, progress)
-        if output is None:
-            return (gr.skip(),) * 9
+        output = self.generate(generation, adapters, form.token, request, progress)
+        if isinstance(output, Stopped):
+            return output
         summary = output.to_json()
         settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")}}
-        views = reproduction_views(settings, [info_1, info_2][:len(adapters)])
+        sglang = reproduction_views(settings, list(infos)[:len(adapters)])
         label = _history_label(summary)
-        session = add_history(session, {"kind": "generate", "label": label, "video": output.video_path,
-                                        "thumbnail": output.thumbnail_path, "hash": summary["hash"],
-                                        "settings": output.settings})
-        return (output.video_path, used_seed, settings, render.result_html(summary), *views, session)
+        session = add_history(form.session, {"kind": "generate", "label": label, "video": output.video_path,
+                                             "thumbnail": output.thumbnail_path, "hash": summary["hash"],
+                                             "settings": output.settings})
+        return GenerateView(video=output.video_path, seed=generation.seed, settings_json=settings,
+                            result_html=render.result_html(summary), h3app_command=sglang.h3app_command,
+                            sglang_command=sglang.sglang_command, sglang_notes=sglang.sglang_notes,
+                            diffusers_snippet=sglang.diffusers_snippet, session=session)
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """How to reproduce a run: the h3app command, the sglang command and its notes card, a diffusers snippet."""
+
+    h3app_command: str
+    sglang_command: str
+    sglang_notes: str
+    diffusers_snippet: str
+
+
+@dataclass(frozen=True)
+class GenerateView(Reproduction):
+    """A finished generation: the video, the seed used (written back), its settings JSON and result card."""
+
+    video: str = ""
+    seed: int = 0
+    settings_json: dict[str, Any] = field(default_factory=dict)
+    result_html: str = ""
+    session: dict[str, Any] = field(default_factory=dict)
 
 
 def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any] | None] = ()
-                       ) -> tuple[str, str, str, str]:
-    """(h3app command, sglang command, sglang notes card, diffusers snippet) for a run's settings."""
+                       ) -> Reproduction:
+    """How to reproduce a run from its settings JSON."""
     sglang = snippets.sglang_command(settings, list(infos))
     if sglang.notes:
         notes = render.card("warn", "<b>sglang would differ:</b><ul>"
@@ -144,7 +173,7 @@ def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str,
                             testid="sglang-notes")
     else:
         notes = render.card("ok", "sglang with these flags applies the same alpha and scale.", testid="sglang-notes")
-    return snippets.h3app_command(settings), sglang.command, notes, snippets.diffusers_snippet(settings)
+    return Reproduction(snippets.h3app_command(settings), sglang.command, notes, snippets.diffusers_snippet(settings))
 
 
 def _history_label(summary: Mapping[str, Any]) -> str:
@@ -207,31 +236,64 @@ def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
     return controls
 
 
-def load_settings_view(path: str | None) -> tuple[Any, ...]:
-    """(workflow, prompt, seed, randomise, steps, duration, height, width, shift, audio shift, mode,
-    slot 1: source, weight, revision, override, alpha, strength, slot 2: the same, status)."""
+@dataclass(frozen=True)
+class SettingsView:
+    """Controls restored from a settings file: the request, the LoRA mode, each slot (None: emptied) and a status
+    line naming inputs that must be uploaded again."""
+
+    request: RequestForm
+    mode: str
+    slots: Mapping[str, SlotForm | None]
+    load_status: str
+
+
+def load_settings_view(path: str | None) -> SettingsView:
+    """Read a settings .json or an mp4 made here into the controls' values."""
     try:
         data = read_settings_file(path)
         controls = settings_to_controls(data)
     except H3AppError as error:
         raise user_error(error) from error
-    values: list[Any] = [controls["workflow"], controls["prompt"], controls["seed"], False, controls["steps"],
-                         controls["duration"], controls["height"], controls["width"], controls["shift"],
-                         controls["audio_shift"], controls["mode"]]
+    request = RequestForm(**{name: controls[name] for name in ("workflow", "prompt", "seed", "steps", "duration",
+                                                               "height", "width", "shift", "audio_shift")})
+    slots: dict[str, SlotForm | None] = {}
     for slot in ("1", "2"):
         adapter = controls[f"slot{slot}"]
-        if adapter is None:
-            values += ["", gr.update(choices=[], value=None), "", False, "", 1.0]
-        else:
-            weight = adapter["weight_name"]
-            alpha = "" if adapter["alpha"] is None else f"{float(adapter['alpha']):g}"
-            values += [adapter["source"], gr.update(choices=[weight] if weight else [], value=weight),
-                       adapter["revision"], adapter["override"], alpha, adapter["strength"]]
+        slots[slot] = None if adapter is None else SlotForm(
+            source=adapter["source"], weight=adapter["weight_name"], revision=adapter["revision"],
+            override=adapter["override"], alpha="" if adapter["alpha"] is None else f"{float(adapter['alpha']):g}",
+            strength=adapter["strength"])
     missing = [k for k in ("first_frame", "last_frame") if data["request"].get(k)]
     if data["request"].get("references"):
         missing.append("references")
     status = "Settings restored" + (f" — upload these again: {', '.join(missing)}." if missing else ".")
-    return (*values, status)
+    return SettingsView(request, controls["mode"], slots, status)
+
+
+# ------------------------------------------------------------------------------------- what a run applies
+APPLY_NOTE_EMPTY = "Generate runs the **base model** (no adapter in the panel)."
+
+
+def apply_note(form: SyncForm) -> str:
+    """What the next Generate, Equivalence check or Grid applies: the panel's adapters as they stand — Load is not
+    required (a job fetches and binds what the panel shows), but this says so before the run."""
+    lines = []
+    for name, slot in sorted(form.slots.items()):
+        if not slot.source or not str(slot.source).strip():
+            continue
+        try:
+            settings = slot.settings(form.mode)
+        except H3AppError as error:
+            lines.append(f"⚠ adapter {name}: {error}")
+            continue
+        loaded = ((form.session or {}).get("adapters") or {}).get(name) or {}
+        same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
+        alpha = "auto (the file's chain)" if settings.alpha is None else f"{settings.alpha:g}"
+        state = ("loaded" if same_file else
+                 "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
+        lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at alpha {alpha} × scale "
+                     f"{settings.strength:g} — {state}.")
+    return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY
 
 
 # ---------------------------------------------------------------------------------------- presets and prompts

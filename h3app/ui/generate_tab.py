@@ -9,7 +9,8 @@ import gradio as gr
 
 from ..backend.generation import MAX_SECONDS, MIN_SECONDS
 from . import render
-from .generate_events import WORKFLOWS, steps_note
+from ..rules.choices import WORKFLOWS
+from .generate_events import APPLY_NOTE_EMPTY, steps_note
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
@@ -71,6 +72,7 @@ def build_request_controls() -> RequestControls:
 
 @dataclass
 class GenerateTab:
+    apply_note: gr.Markdown
     generate_button: gr.Button
     cancel_button: gr.Button
     cancel_status: gr.Markdown
@@ -86,11 +88,12 @@ class GenerateTab:
 
 
 def build_generate_tab() -> GenerateTab:
-    """Generate/Cancel, the video with its audio, and how to reproduce it."""
+    """What the next run applies, Generate/Cancel, the video with its audio, and how to reproduce it."""
+    apply_note = gr.Markdown(APPLY_NOTE_EMPTY, elem_id="apply-note", elem_classes=["h3-note"])
     with gr.Row():
         generate_button = gr.Button("Generate", variant="primary", scale=3, elem_id="generate")
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel")
-    cancel_status = gr.Markdown("")
+    cancel_status = gr.Markdown("", elem_id="generate-status")
     video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300, elem_id="video",
                      autoplay=False)
     result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
@@ -105,5 +108,5 @@ def build_generate_tab() -> GenerateTab:
         sglang_command = gr.Code(label="sglang", language="shell", interactive=False, lines=3)
         sglang_notes = gr.HTML("")
         diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)
-    return GenerateTab(generate_button, cancel_button, cancel_status, video, result_html, settings_json,
+    return GenerateTab(apply_note, generate_button, cancel_button, cancel_status, video, result_html, settings_json,
                        settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet)

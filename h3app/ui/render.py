@@ -28,6 +28,7 @@ SOURCE_NAMES = {
     "mixed": "several sources",
 }
 MAX_LISTED_KEYS = 12
+HEURISTIC_MARK = "no alpha stored"  # the start of the engine's alpha-size heuristic (lora/profile.suggest_alpha)
 
 
 def esc(value: Any) -> str:
@@ -42,6 +43,11 @@ def card(kind: str, body: str, *, testid: str | None = None) -> str:
 
 def chip(text: str, kind: str = "") -> str:
     return f'<span class="h3-chip {kind}">{esc(text)}</span>'
+
+
+def refusal(message: str) -> str:
+    """A refused input: the server's one-line message in a red box."""
+    return card("bad", f"✖ {esc(message)}", testid="refusal")
 
 
 def placeholder(text: str) -> str:
@@ -125,7 +131,7 @@ def targets_table(info: Mapping[str, Any]) -> list[list[Any]]:
             GROUP_NAMES.get(group, group), len(targets),
             ", ".join(str(r) for r in sorted({ranks.get(t) for t in targets if t in ranks})),
             ", ".join(f"{a:g}" for a in sorted({float(alphas[t]) for t in targets if t in alphas})),
-            ", ".join(sorted({sources.get(t, "") for t in targets if t in sources})),
+            ", ".join(sorted({SOURCE_NAMES.get(sources[t], sources[t]) for t in targets if t in sources})),
         ])
     return rows
 
@@ -250,7 +256,9 @@ def report_card(report: Mapping[str, Any], provenance: Mapping[str, Any] | None 
         body = (f"<div class='h3-big'>✔ Loaded: all {len(matched)} targets bound, 0 keys unmatched</div>"
                 f"{esc(group_text)}{details}")
         kind = "ok"
-    warnings = [w for w in report.get("warnings") or () if "matched nothing" not in w]
+    # unmatched keys have the card above; the alpha-size heuristic is redrawn live under the strength profile,
+    # with the alpha and scale it talks about (here it would keep describing the settings of the Load)
+    warnings = [w for w in report.get("warnings") or () if "matched nothing" not in w and HEURISTIC_MARK not in w]
     extra = card("warn", "<b>Warnings</b>" + _bullets(warnings)) if warnings else ""
     return card(kind, body, testid="match-report") + extra
 
@@ -259,7 +267,8 @@ def result_html(output: Mapping[str, Any]) -> str:
     """One line per generation: seed, steps → evaluations, size, time, hash, and what each adapter ran at."""
     lines = [f"<b>seed {output.get('seed')}</b> · {output.get('steps')} steps → {output.get('evaluations')} "
              f"evaluations · {output.get('frames')} frames {output.get('width')}×{output.get('height')} @ "
-             f"{output.get('fps')} fps · stereo {output.get('sample_rate')} Hz · {output.get('seconds')} s",
+             f"{output.get('fps')} fps · stereo audio at {output.get('sample_rate')} Hz · generated in "
+             f"{_seconds(output.get('seconds'))}",
              f"hash <code>{esc(str(output.get('hash', ''))[:23])}…</code>"]
     adapters = output.get("adapters") or []
     if not adapters:
@@ -282,26 +291,38 @@ def verdict_html(result: Mapping[str, Any]) -> str:
                "✖ control: A run twice differed — this device is not deterministic, so a difference below proves "
                "nothing.")
 
-    def setting(column: Mapping[str, Any]) -> str:
-        alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
-        return f"alpha {alpha} × scale {float(column['strength']):g}"
-
     fallback = (f"The old fallback (alpha = rank, scale 1) differs from A by up to "
                 f"{float(result['fallback_max_abs_diff']):.3g}: effective scale "
                 f"{_scale_text(result['effective_scale_fallback'])} vs {_scale_text(result['effective_scale_a'])}"
                 f"{_ratio_text(result['effective_scale_fallback'], result['effective_scale_a'])}.")
     if result["identical"]:
         head = "<div class='h3-big h3-verdict' data-testid='verdict'>IDENTICAL ✔ bit for bit</div>"
-        body = (f"{head}A ({esc(setting(a))}) and B ({esc(setting(b))}) give the same output: "
+        body = (f"{head}A ({esc(setting_text(a))}) and B ({esc(setting_text(b))}) give the same output: "
                 f"<code>{esc(a['hash'][:23])}…</code>, max |A−B| = 0.<br>{esc(control)}<br>{esc(fallback)}")
         return card("ok" if result["control_identical"] else "warn", body, testid="verdict-card")
     head = "<div class='h3-big h3-verdict' data-testid='verdict'>DIFFERENT ✖</div>"
-    body = (f"{head}A ({esc(setting(a))}) <code>{esc(a['hash'][:23])}…</code> vs B ({esc(setting(b))}) "
+    body = (f"{head}A ({esc(setting_text(a))}) <code>{esc(a['hash'][:23])}…</code> vs B ({esc(setting_text(b))}) "
             f"<code>{esc(b['hash'][:23])}…</code>: max |A−B| = {float(result['max_abs_diff']):.3g}. "
             f"Effective scales {_scale_text(result['effective_scale_a'])} vs "
             f"{_scale_text(result['effective_scale_b'])}.<br>"
             f"{esc(control)}<br>{esc(fallback)}")
     return card("bad", body, testid="verdict-card")
+
+
+def setting_text(column: Mapping[str, Any]) -> str:
+    """One column of the equivalence check as a person reads it: ``alpha 8 × scale 1`` (the fallback: alpha = rank)."""
+    if column.get("label") == "fallback":
+        alpha = "= rank"
+    else:
+        alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
+    return f"alpha {alpha} × scale {float(column['strength']):g}"
+
+
+def _seconds(value: Any) -> str:
+    try:
+        return f"{float(value):.1f} s"
+    except (TypeError, ValueError):
+        return "? s"
 
 
 def _ratio_text(fallback: Any, a: Any) -> str:
@@ -330,4 +351,4 @@ def distance_text(psnr: float) -> str:
     """A grid cell's distance to the no-LoRA baseline, flagged when it did not move at all."""
     if not math.isfinite(psnr):
         return "⚠ identical to no LoRA"
-    return f"{psnr:.1f} dB from no-LoRA"
+    return f"PSNR {psnr:.1f} dB to no-LoRA (higher = closer)"

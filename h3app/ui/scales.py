@@ -1,7 +1,7 @@
 """Live effective-scale readout and strength-profile rescaling: pure arithmetic on what Inspect and Load returned.
 
-No model call: the effective scale of a module is ``alpha × strength / rank`` (``/ √rank`` for rsLoRA), with alpha
-the override or the module's alpha-chain value, and a module's relative update ``‖scale·B·A‖_F / ‖W‖_F`` is
+No model call: the effective scale of a module is :func:`h3app.rules.scale.effective_scale` of the override or the
+module's alpha-chain value, and a module's relative update ``‖scale·B·A‖_F / ‖W‖_F`` is
 ``|scale| × ‖B·A‖_F / ‖W‖_F`` — linear in its scale — so the profile measured at Load is redrawn for any
 alpha/strength from the per-target norms it carries.
 """
@@ -15,13 +15,9 @@ from typing import Any, Mapping
 
 from ..lora.profile import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
 from ..rules.h3_modules import group_of
+from ..rules.scale import effective_scale, scale_divisor
 
 FALLBACK_SOURCE = "rank_fallback"
-
-
-def scale_divisor(rank: int, use_rslora: bool) -> float:
-    """What alpha × strength is divided by: the rank, or √rank for rsLoRA."""
-    return math.sqrt(rank) if use_rslora else float(rank)
 
 
 @dataclass(frozen=True)
@@ -37,7 +33,7 @@ class ScaleGroup:
 
     @property
     def scale(self) -> float:
-        return self.alpha * self.strength / scale_divisor(self.rank, self.use_rslora)
+        return effective_scale(self.alpha, self.strength, self.rank, self.use_rslora)
 
     @property
     def formula(self) -> str:
@@ -110,7 +106,7 @@ def relative_updates(basis: Mapping[str, Any], alpha: float | None, strength: fl
     result = {}
     for target, t in basis["targets"].items():
         used_alpha = t["chain_alpha"] if alpha is None else float(alpha)
-        scale = used_alpha * strength * t["group_strength"] / scale_divisor(t["rank"], t["use_rslora"])
+        scale = effective_scale(used_alpha, strength, t["rank"], t["use_rslora"], t["group_strength"])
         result[target] = abs(scale) * t["update_norm"] / t["weight_norm"] if t["weight_norm"] > 0 else math.inf
     return result
 

@@ -2,8 +2,8 @@
 
 The session dict lives in a ``gr.State`` (per session, deep-copied, so it holds only plain JSON-able values):
 ``adapters`` maps slot ``"1"``/``"2"`` to one adapter's settings (what ``/load`` and ``/set_lora`` edit, what the
-next job carries — DESIGN.md decision 7) and ``history`` lists this session's results. Job handles hold threads
-and events, so they live in :class:`RunningJobs`, keyed by the session hash, never in the State.
+next job carries — docs/architecture.md, decision 7) and ``history`` lists this session's results. Job handles
+hold threads and events, so they live in :class:`RunningJobs`, keyed by the session hash, never in the State.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Any, Iterator, Mapping
 
 from ..errors import H3AppError
+from ..rules.values import parse_alpha, parse_strength
 from ..settings import LoRASettings
 
 SLOTS = ("1", "2")
@@ -63,35 +64,11 @@ def settings_from_json(data: Mapping[str, Any]) -> LoRASettings:
     for name in ("weight_name", "revision"):
         if fields.get(name) in ("", None):
             fields[name] = None
-    if isinstance(fields.get("alpha"), str):
+    if "alpha" in fields:
         fields["alpha"] = parse_alpha(fields["alpha"])
     if "strength" in fields:
-        fields["strength"] = _number(fields["strength"], "scale")
+        fields["strength"] = parse_strength(fields["strength"])
     return LoRASettings(**fields)
-
-
-def parse_alpha(value: Any) -> float | None:
-    """``"auto"``/``""``/None → None (the alpha chain's value); a number or numeric string → float."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("", "auto", "none", "null"):
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            raise H3AppError(f"alpha must be a number or \"auto\", got {value!r}.") from None
-    return _number(value, "alpha")
-
-
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool):
-        raise H3AppError(f"{what} must be a number, got {value!r}.")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise H3AppError(f"{what} must be a number, got {value!r}.") from None
 
 
 def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:
@@ -148,11 +125,23 @@ def _copy(session: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 class RunningJobs:
-    """The job each session is running, so that its Cancel button can stop it (thread-safe)."""
+    """The job each session is running, so that its Cancel button can stop it (thread-safe). A job clicked but
+    still waiting in Gradio's queue is *expected*: a Cancel meanwhile stops it before it starts."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._handles: dict[str, Any] = {}
+        self._expected: dict[str, bool] = {}  # session → cancelled while waiting
+
+    def expect(self, key: str) -> None:
+        """A job of ``key`` was clicked and waits for the GPU queue."""
+        with self._lock:
+            self._expected[key] = False
+
+    def start(self, key: str) -> bool:
+        """The expected job of ``key`` starts; True when it was cancelled while it waited."""
+        with self._lock:
+            return self._expected.pop(key, False)
 
     @contextmanager
     def track(self, key: str, handle: Any) -> Iterator[Any]:
@@ -181,6 +170,9 @@ class RunningJobs:
         """Ask ``key``'s current job to stop at its next step; returns its label, or None when it runs none."""
         with self._lock:
             handle = self._handles.get(key)
+            if handle is None and key in self._expected:
+                self._expected[key] = True
+                return "queued job"
         if handle is None:
             return None
         handle.cancel()

@@ -13,6 +13,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..rules.scale import effective_scale
+
 REAL_MODEL = "MiniMaxAI/MiniMax-H3"
 TINY = "tiny"
 
@@ -92,7 +94,7 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
 
     ``infos`` are the adapters' ``AdapterInfo.to_json()`` when known (per-module alphas and their sources). sglang
     resolves alpha per module as: a ``.alpha`` tensor (``int()``-truncated) > ``--lora-alpha`` (an integer) >
-    ``adapter_config.json`` / header metadata > rank (shared/reference/sglang_h3_lora.md §4).
+    ``adapter_config.json`` / header metadata > rank (docs/architecture.md, decision 11).
     """
     request = settings.get("request", {})
     model = settings.get("model", TINY)
@@ -160,9 +162,10 @@ def _sglang_alpha(adapter: Mapping[str, Any], info: Mapping[str, Any] | None
     if len(ranks) == 1:
         rank = next(iter(ranks))
         notes.append(f"sglang's --lora-alpha is an integer (int() would truncate {alpha:g} to {int(alpha)}); the "
-                     f"command uses the equivalent alpha {rank} × scale {strength * alpha / rank:.6g} instead — "
+                     f"command uses the equivalent alpha {rank} × scale "
+                     f"{effective_scale(alpha, strength, rank):.6g} instead — "
                      f"same product, though not bit-identical to h3app's float64 scale.")
-        return int(rank), strength * alpha / rank, notes
+        return int(rank), effective_scale(alpha, strength, rank), notes
     notes.append(f"sglang's --lora-alpha is an integer: alpha {alpha:g} would become {int(alpha)} "
                  f"({int(alpha) / alpha:.2g}× as strong), and mixed ranks leave no exact integer equivalent.")
     return int(alpha), strength, notes

@@ -1,0 +1,66 @@
+"""What h3app refuses to apply, recognised from key names alone, each refusal one line naming what was seen:
+other adapter families (LoHa, LoKr, DoRA, full-weight diffs, LoRA biases), LoRAs made for other models, and files
+that hold no LoRA factors at all (a model checkpoint)."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Sequence
+
+from ..errors import H3AppError
+
+# Adapter families h3app does not apply, recognised by their key suffixes.
+_REFUSED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"\.hada_(w[12]_[ab]|t[12])(\.weight)?$"), "a LoHa (LyCORIS Hadamard) adapter",
+     "h3app applies plain LoRA only; ask for a LoRA export"),
+    (re.compile(r"\.lokr_(w[12](_[ab])?|t[12])(\.weight)?$"), "a LoKr (LyCORIS Kronecker) adapter",
+     "h3app applies plain LoRA only; ask for a LoRA export"),
+    (re.compile(r"(\.lora_magnitude_vector(\.[^.]+)?(\.weight)?|\.dora_scale)$"), "a DoRA adapter (magnitude vectors)",
+     "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
+    (re.compile(r"\.(diff|diff_b|diff_m|set_weight)$"), "full-weight diff tensors (.diff/.diff_b/.diff_m)",
+     "these replace weights rather than add a low-rank delta; h3app applies LoRA factors only"),
+    (re.compile(r"\.lora_B(\.[^.]+)?\.bias$"), "LoRA biases (lora_B.bias, PEFT lora_bias=True)",
+     "h3app applies the low-rank weight delta only; export the adapter without lora_bias"),
+)
+
+# LoRAs for other video/image DiTs, recognised by module names H3 never uses (checked on the prefix-stripped stem,
+# dotted and flattened).
+_FOREIGN_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(^|\.)(img|txt)_attn_qkv(\.|$)|individual_token_refiner|(img|txt)_mod[._]linear|^hunyuan",
+                re.IGNORECASE), "HunyuanVideo"),
+    (re.compile(r"(^|[._])(double_blocks|single_blocks|single_transformer_blocks)[._]\d+|(^|[._])(txt_attn|img_attn)[._]"),
+     "Flux (or HunyuanVideo)"),
+    (re.compile(r"(^|[._])transformer_blocks[._]\d+[._]attn[12][._]"), "LTX-Video"),
+    (re.compile(r"(^|[._])blocks[._]\d+[._](self_attn|cross_attn|ffn)[._]|(^|[._])blocks[._]\d+[._]attn[12][._]"
+                r"|(^|[._])condition_embedder[._]"), "Wan"),
+)
+
+
+def refuse_families(name: str, keys: Sequence[str]) -> None:
+    for pattern, what, fix in _REFUSED_FAMILIES:
+        seen = [k for k in keys if pattern.search(k)]
+        if seen:
+            raise H3AppError(f"{name} is {what} (e.g. {seen[0]!r}, {len(seen)} such keys): {fix}.")
+
+
+def refuse_foreign(name: str, stem_names: Iterable[str]) -> None:
+    stem_names = list(stem_names)
+    for pattern, family in _FOREIGN_MODELS:
+        seen = [s for s in stem_names if pattern.search(s)]
+        if seen:
+            raise H3AppError(
+                f"{name} is made for {family}, not MiniMax-H3 (module names such as {seen[0]!r}): pick an H3 adapter."
+            )
+
+
+def refuse_no_lora(name: str, keys: Sequence[str], unparsed: Sequence[str]) -> None:
+    plain = [k for k in keys if k.endswith((".weight", ".bias", ".scale"))]
+    if plain and len(plain) >= len(keys) // 2:
+        raise H3AppError(
+            f"{name} holds {len(plain)} plain weights (e.g. {sorted(plain)[0]!r}) and no LoRA factors: it is a model "
+            "checkpoint, not an adapter; pick a LoRA file (lora_A/lora_B or lora_down/lora_up keys)."
+        )
+    raise H3AppError(
+        f"{name} holds no LoRA factors (first keys: {', '.join(sorted(keys)[:3])}): pick a LoRA file "
+        "(lora_A/lora_B or lora_down/lora_up keys)."
+    )

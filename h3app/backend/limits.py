@@ -1,0 +1,109 @@
+"""How much work one request may ask for, derived from the loaded model; each refusal is one line naming the limit.
+
+- **Canvas**: MiniMax-H3 generates on at most ``canvas_max_pixels`` pixels (768 × 1344 for the released
+  checkpoint: its 768p canvas; 544p fits) with sides a multiple of ``canvas_multiple`` (32), for 5–15 s at 24 fps —
+  all read from the pipeline. So pixels × frames is bounded by ``canvas_max_pixels`` × 15 s × 24 fps.
+- **Steps**: 2–200 (N steps run N−1 transformer evaluations); a hosted server allows 2–100, the range other H3
+  front ends offer.
+- **Prompt**: at most 1,024 tokens of the model's own tokenizer (H3 prompts are a few hundred; every token is a
+  row of the full-attention sequence). Before tokenising, at most 16 characters per allowed token, so a 100 kB
+  prompt is refused without being read.
+- **Grid**: at most 64 cells (16 hosted), each one full generation.
+- **Text fields** (adapter source, weight name, revision, input paths): ``rules.values.MAX_FIELD_CHARS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import H3AppError
+
+MAX_STEPS = 200
+HOSTED_MAX_STEPS = 100
+MAX_PROMPT_TOKENS = 1024
+CHARS_PER_TOKEN = 16  # no tokenizer token is longer: the cheap pre-check before tokenising
+MAX_PROMPT_CHARS = MAX_PROMPT_TOKENS * CHARS_PER_TOKEN
+MAX_GRID_CELLS = 64
+HOSTED_MAX_GRID_CELLS = 16
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The caps of one loaded model (pixels, sides in pixels; seconds; counts)."""
+
+    canvas_multiple: int
+    max_pixels: int
+    min_seconds: float
+    max_seconds: float
+    fps: int
+    max_steps: int = MAX_STEPS
+    max_prompt_tokens: int = MAX_PROMPT_TOKENS
+    max_grid_cells: int = MAX_GRID_CELLS
+
+    @property
+    def max_frames(self) -> int:
+        return int(self.max_seconds * self.fps)
+
+    def check_canvas(self, height: int | None, width: int | None) -> None:
+        """Sides a positive multiple of ``canvas_multiple``, area within ``max_pixels`` (None: the model's own)."""
+        if height is None or width is None:
+            return
+        for name, value in (("height", height), ("width", width)):
+            if value < self.canvas_multiple or value % self.canvas_multiple:
+                raise H3AppError(f"{name} must be a positive multiple of {self.canvas_multiple} for this model, "
+                                 f"got {_count(value)}.")
+        if height * width > self.max_pixels:
+            raise H3AppError(f"the canvas {_count(height)}×{_count(width)} has {_count(height * width)} pixels, more "
+                             f"than this model generates ({self.max_pixels:,}, e.g. {self._largest_16_9()}): use a "
+                             f"smaller canvas.")
+
+    def check_steps(self, steps: int) -> None:
+        if not 2 <= steps <= self.max_steps:
+            raise H3AppError(f"steps must be between 2 and {self.max_steps} on this server (N steps run N−1 "
+                             f"evaluations), got {steps}.")
+
+    def check_prompt(self, prompt: str, tokenizer: Any) -> int:
+        """The prompt's token count, refused above ``max_prompt_tokens`` (too long to tokenise: refused unread)."""
+        limit = self.max_prompt_tokens
+        if len(prompt) > limit * CHARS_PER_TOKEN:
+            raise H3AppError(f"the prompt has {len(prompt):,} characters; prompts are limited to {limit:,} tokens "
+                             f"(about {limit * 4:,} characters of English): shorten it.")
+        tokens = len(tokenizer(prompt, add_special_tokens=False)["input_ids"]) if tokenizer is not None else 0
+        if tokens > limit:
+            raise H3AppError(f"the prompt has {tokens:,} tokens, more than the {limit:,} allowed: shorten it.")
+        return tokens
+
+    def check_grid(self, cells: int) -> None:
+        if cells > self.max_grid_cells:
+            raise H3AppError(f"the grid has {cells} cells, more than {self.max_grid_cells} on this server: use "
+                             f"fewer values.")
+
+    def check_request(self, request: Any, tokenizer: Any = None) -> None:
+        """Every cap that a :class:`~h3app.backend.generation.GenerationRequest` can exceed."""
+        self.check_canvas(request.height, request.width)
+        self.check_steps(request.steps)
+        self.check_prompt(request.prompt, tokenizer)
+
+    def _largest_16_9(self) -> str:
+        short = int((self.max_pixels * 9 / 16) ** 0.5) // self.canvas_multiple * self.canvas_multiple
+        long = self.max_pixels // max(short, 1) // self.canvas_multiple * self.canvas_multiple
+        return f"{short}×{long}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"canvas_multiple": self.canvas_multiple, "max_pixels": self.max_pixels,
+                "seconds": [self.min_seconds, self.max_seconds], "fps": self.fps, "max_steps": self.max_steps,
+                "max_prompt_tokens": self.max_prompt_tokens, "max_grid_cells": self.max_grid_cells}
+
+
+def _count(value: int) -> str:
+    """``1,234,567``; absurd sizes in short scientific form (a message never carries a 300-digit number)."""
+    return f"{value:,}" if value < 10**12 else f"about 10^{len(str(value)) - 1}"
+
+
+def model_limits(pipe: Any, hosted: bool = False) -> Limits:
+    """The caps of ``pipe`` (a MiniMax H3 modular pipeline), tighter for a hosted server."""
+    return Limits(canvas_multiple=int(pipe.canvas_multiple), max_pixels=int(pipe.config.canvas_max_pixels),
+                  min_seconds=float(pipe.min_duration), max_seconds=float(pipe.max_duration), fps=int(pipe.fps),
+                  max_steps=HOSTED_MAX_STEPS if hosted else MAX_STEPS,
+                  max_grid_cells=HOSTED_MAX_GRID_CELLS if hosted else MAX_GRID_CELLS)

@@ -1,0 +1,79 @@
+"""``python -m h3app grid``: one adapter over an alpha × scale (× seed) grid — an mp4 per cell, each with its
+distance to the no-LoRA output of the same seed (the baseline runs once per seed)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import H3AppError
+from ..parallel.topology import add_parallel_arguments
+from .model_options import add_model_flags, load_options
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("grid", help="an adapter over an alpha × scale grid: one mp4 per cell, distance to no LoRA")
+    add_model_flags(p)
+    add_parallel_arguments(p)
+    p.add_argument("--adapter", required=True, help="LoRA: Hub repo id, HF URL, or local file/folder")
+    p.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder")
+    p.add_argument("--revision", default=None, help="Hub revision of the adapter")
+    p.add_argument("--alphas", default="auto", help='comma-separated alphas; "auto" = the file\'s alpha chain')
+    p.add_argument("--scales", default="0.5,1", help="comma-separated scales (strength multipliers)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--steps", type=int, default=5, help="num_inference_steps (N steps = N-1 evaluations)")
+    p.add_argument("--duration", type=float, default=5.0, help="seconds, 5 to 15")
+    p.add_argument("--height", type=int, default=None)
+    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")
+    p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import shutil
+    from pathlib import Path
+
+    from ..backend.generation import GenerationRequest
+    from ..backend.grid import parse_values
+    from ..backend.service import Backend
+    from ..cli import emit
+    from ..parallel.follower import follow
+    from ..parallel.launch import close_ranks, start_ranks
+    from ..rules import values
+    from ..settings import LoRASettings
+
+    alphas = parse_values(args.alphas, "--alphas", allow_auto=True)
+    strengths = parse_values(args.scales, "--scales")
+    seeds = values.parse_list(args.seeds, "--seeds", lambda item, what: values.parse_int(item, what, 0, None))
+    if not seeds:
+        raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
+    request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=args.steps, duration=args.duration,
+                                height=args.height, width=args.width)
+    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision, mode=args.mode)
+    out = Path(args.out_dir)
+    group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
+    backend = Backend(args.model, load_options(args), parallel=group)
+    cells = []
+    try:
+        if group is not None and not group.leader:
+            return follow(group, backend)
+        plan = backend.plan_grid(alphas, strengths, seeds)
+        out.mkdir(parents=True, exist_ok=True)
+        for cell in backend.grid(request, adapter, plan, os.environ.get("HF_TOKEN")):
+            alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
+            video = out / f"alpha{alpha}-scale{cell.strength:g}-seed{cell.seed}.mp4"
+            shutil.move(cell.video_path, video)
+            Path(cell.thumbnail_path).unlink(missing_ok=True)
+            cells.append({**cell.to_json(), "video_path": str(video), "thumbnail_path": None})
+    finally:
+        backend.close()
+        close_ranks(group)
+    result = {"adapter": args.adapter, "prompt": args.prompt, "steps": request.steps, "out_dir": str(out),
+              "parallel": group.spec.label if group is not None else "one rank", "cells": cells}
+    lines = [f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
+             f"{c['video_path']} (PSNR to no LoRA {c['baseline_psnr']} dB)" for c in cells]
+    emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]))
+    return 0

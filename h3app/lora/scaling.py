@@ -1,0 +1,110 @@
+"""Which alpha and which effective scale every module of one adapter runs at — the one place that answers it.
+
+Words: *strength* is the user's slider (``--scale`` on the command line), *group strength* its per-group factor, and
+the *effective scale* is the multiplier of ``B·A``: ``h3app.rules.scale.effective_scale(alpha, strength, rank,
+use_rslora, group_strength)``, float64, applied in fp32.
+
+Which alpha: an explicit alpha in the settings applies to every module; otherwise each module's stored alpha (the
+alpha chain's value: metadata, ``adapter_config.json``, per-key ``.alpha``, or rank as the last resort).
+
+An ``AdapterScale`` is shared by all layers of one adapter. Layers do not hold their own scale: each holds a
+``ScaleEntry`` shared by every layer of the same *kind* (group, stored alphas, ranks, rsLoRA, device), so a slider
+change refills a handful of entries and costs no work per layer. Two settings with the same float64
+``alpha × strength`` (8 × 1.0 and 128 × 0.0625) give the same effective scales bit for bit, at every rank.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, NamedTuple
+
+import torch
+
+from ..rules.scale import effective_scale
+
+EXPLICIT = "explicit"
+
+
+class ModuleAlpha(NamedTuple):
+    """What a module's file says about its scale: the stored ``alpha``, the ``rank``, rsLoRA or not."""
+
+    alpha: float
+    rank: int
+    use_rslora: bool = False
+
+    @classmethod
+    def of(cls, module) -> "ModuleAlpha":
+        """From a ``ModuleLoRA`` (``h3app.adapters.types``)."""
+        return cls(float(module.alpha), int(module.rank), bool(module.use_rslora))
+
+
+class ScaleEntry:
+    """The effective scales of one kind of layer, refilled in place on every settings change.
+
+    ``members``: one ``ModuleAlpha`` per row group (one for a 2D layer, three for a stacked q/k/v), None for a group
+    the adapter does not cover. ``values``: float64 effective scale per group (0.0 for an uncovered one);
+    ``applied``: what the arithmetic multiplies by — a Python float for 2D (torch applies it in fp32), an fp32
+    tensor of per-group scales on the factors' device for stacks. ``ranks``: per group, 0 where uncovered.
+    """
+
+    __slots__ = ("members", "ranks", "values", "applied")
+
+    def __init__(self, members: tuple[ModuleAlpha | None, ...]) -> None:
+        self.members = members
+        self.ranks = tuple(m.rank if m is not None else 0 for m in members)
+        self.values: tuple[float, ...] = ()
+        self.applied: float | torch.Tensor = 0.0
+
+    @property
+    def stacked(self) -> bool:
+        return len(self.members) > 1
+
+
+class AdapterScale:
+    """One adapter's settings (explicit alpha or None, strength, group strengths) and the shared scale entries."""
+
+    def __init__(self, stored: Iterable[ModuleAlpha], alpha: float | None, strength: float,
+                 group_strengths: Mapping[str, float]) -> None:
+        alphas = {m.alpha for m in stored}
+        # The stored alpha when every module has the same one (shown as the adapter's alpha), else None.
+        self.chain_alpha: float | None = alphas.pop() if len(alphas) == 1 else None
+        self._entries: dict[tuple, ScaleEntry] = {}
+        self.update(alpha, strength, group_strengths)
+
+    def update(self, alpha: float | None, strength: float, group_strengths: Mapping[str, float]) -> None:
+        """New settings: O(kinds of layers) — refill the few shared entries, no work per layer."""
+        self.alpha = None if alpha is None else float(alpha)
+        self.strength = float(strength)
+        self.group_strengths = {group: float(value) for group, value in group_strengths.items()}
+        for key, entry in self._entries.items():
+            self._fill(key, entry)
+
+    # ------------------------------------------------------------------------------------------------ answers
+    def alpha_in_use(self, module: ModuleAlpha) -> float:
+        """The alpha ``module`` runs at now: the explicit one, else its stored alpha."""
+        return self.alpha if self.alpha is not None else module.alpha
+
+    def alpha_source(self, stored_source: str) -> str:
+        """Where the alpha in use comes from: ``explicit``, else the module's own alpha source."""
+        return EXPLICIT if self.alpha is not None else stored_source
+
+    def scale(self, group: str, module: ModuleAlpha) -> float:
+        """The float64 effective scale of ``module`` (in ``group``) now."""
+        return effective_scale(self.alpha_in_use(module), self.strength, module.rank, module.use_rslora,
+                               self.group_strengths.get(group, 1.0))
+
+    # ------------------------------------------------------------------------------------------ shared entries
+    def entry_for(self, group: str, members: tuple[ModuleAlpha | None, ...], device: torch.device) -> ScaleEntry:
+        """The entry every layer of this kind shares (created on first request, refilled by ``update``)."""
+        key = (group, members, device)
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = ScaleEntry(members)
+            self._fill(key, entry)
+        return entry
+
+    def _fill(self, key: tuple, entry: ScaleEntry) -> None:
+        group, members, device = key
+        values = tuple(self.scale(group, m) if m is not None else 0.0 for m in members)
+        entry.values = values
+        entry.applied = (torch.tensor(values, dtype=torch.float64).to(device=device, dtype=torch.float32)
+                         if entry.stacked else values[0])

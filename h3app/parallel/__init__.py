@@ -1,0 +1,8 @@
+"""Context parallel over several ranks (GPUs, machines, or CPU processes in CI).
+
+One concept per module: ``topology`` (the ``--ulysses``/``--ring`` flags), ``launch`` (starting or joining the
+ranks), ``timeouts`` (bounded collectives and their one-line errors), ``cpu_shim`` (diffusers' device arithmetic on
+a machine without accelerator), ``context_parallel`` (sharding an H3 transformer), ``group`` (the ranks' job
+channel and agreements), ``lockstep`` (one backend job run on every rank) and ``follower`` (what ranks other than 0
+do). docs/multi-gpu.md tells the design.
+"""

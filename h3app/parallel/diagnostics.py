@@ -1,0 +1,27 @@
+"""Every rank's view of its weights: proof that all ranks hold the same transformer (the base after a failure)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+
+def state_digest(module: Any) -> str:
+    """sha256 over names, shapes, dtypes and bytes of ``module``'s state dict (attached LoRA factors included)."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        data = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{tuple(data.shape)}:{data.dtype}".encode())
+        digest.update(data.view(-1).view(dtype=torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def weights_digests(backend: Any, workflow: str = "t2va") -> list[str]:
+    """One job on every rank: each rank's :func:`state_digest` of ``workflow``'s transformer, in rank order."""
+
+    def job(ctx: Any) -> list[str]:
+        return backend.parallel.gather(state_digest(backend.model.transformer(workflow)))
+
+    return backend.run(backend._submit(job, "weights digest", "weights_digests", (workflow,), workflow))

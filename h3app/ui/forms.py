@@ -1,0 +1,185 @@
+"""Event forms: what an event reads and what it shows, as small frozen dataclasses.
+
+Gradio hands an event registered with a *set* of inputs one dict ``{component: value}`` and accepts a dict
+``{component: value}`` back (components left out keep their value). The app turns those dicts into forms at the
+edge with :func:`read` and views back into dicts with :func:`write`, matching form fields to components **by
+name**, so adding a control never shifts another one. Event functions take and return forms only and are called
+directly in tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping, Sequence, TypeVar
+
+import gradio as gr
+
+from ..backend.generation import GenerationRequest
+from ..errors import H3AppError
+from ..rules.values import parse_alpha, parse_number, parse_strength
+from ..settings import LoRASettings
+
+Form = TypeVar("Form")
+
+
+class _Keep:
+    """The value of a view field whose component keeps what it shows."""
+
+    def __repr__(self) -> str:
+        return "KEEP"
+
+
+KEEP: Any = _Keep()
+
+
+def parts(container: Any, names: Sequence[str]) -> dict[str, Any]:
+    """``{name: container.name}`` for the components a form or view names."""
+    return {name: getattr(container, name) for name in names}
+
+
+def field_names(form_type: type) -> list[str]:
+    return [f.name for f in fields(form_type)]
+
+
+def read(form_type: type[Form], components: Mapping[str, Any], values: Mapping[Any, Any], **given: Any) -> Form:
+    """A ``form_type`` from Gradio's ``{component: value}``; ``components`` names the component of each field,
+    ``given`` fills the others."""
+    return form_type(**{name: values[component] for name, component in components.items()}, **given)
+
+
+def write(view: Any, components: Mapping[str, Any]) -> dict[Any, Any]:
+    """Gradio's ``{component: value}`` from a view: every field named in ``components`` that is not KEEP
+    (``gr.skip()`` when that leaves nothing: Gradio reads an empty dict as one output's value)."""
+    shown = {component: getattr(view, name) for name, component in components.items()
+             if getattr(view, name) is not KEEP}
+    return shown or gr.skip()
+
+
+# ---------------------------------------------------------------------------------------------------- request
+def optional_number(value: Any, what: str) -> float | None:
+    """Empty number boxes (None) and 0 mean "the model's default"."""
+    if value is None or value == "":
+        return None
+    number = parse_number(value, what)
+    return None if number == 0 else number
+
+
+@dataclass(frozen=True)
+class RequestForm:
+    """The request controls shared by Generate, Equivalence and Grid."""
+
+    workflow: str = "t2va"
+    prompt: str = ""
+    seed: Any = 0
+    randomize: bool = False
+    steps: Any = 5
+    duration: Any = 5.0
+    height: Any = None
+    width: Any = None
+    shift: Any = None
+    audio_shift: Any = None
+    first_frame: str | None = None
+    last_frame: str | None = None
+    references: Sequence[Any] | None = ()
+
+    def to_request(self, seed: int | None = None, *, lenient: bool = True) -> GenerationRequest:
+        """A GenerationRequest (``seed`` replaces the form's). ``lenient``: inputs of another workflow are
+        ignored (they stay in the form when the user switches workflow) instead of refused."""
+        workflow = self.workflow or "t2va"
+        first, last = self.first_frame, self.last_frame
+        refs = tuple(str(getattr(r, "name", r)) for r in (self.references or ()) if r)
+        if lenient:
+            if workflow != "fl2va":
+                first = last = None
+            if workflow != "ref2va":
+                refs = ()
+        height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
+        used_seed = int(parse_number(self.seed or 0, "seed")) if seed is None else int(seed)
+        return GenerationRequest(
+            prompt=self.prompt or "", seed=used_seed, steps=int(parse_number(self.steps, "steps")),
+            duration=parse_number(self.duration, "duration"),
+            height=None if height is None else int(height), width=None if width is None else int(width),
+            shift=optional_number(self.shift, "shift"), audio_shift=optional_number(self.audio_shift, "audio shift"),
+            workflow=workflow, first_frame=first or None, last_frame=last or None, references=refs)
+
+
+REQUEST_FIELDS = field_names(RequestForm)
+
+
+# ------------------------------------------------------------------------------------------------------ slots
+@dataclass(frozen=True)
+class SlotForm:
+    """One adapter slot's controls."""
+
+    source: str | None = ""
+    weight: str | None = None
+    revision: str | None = ""
+    override: bool = False
+    alpha: Any = None
+    strength: Any = 1.0
+    qkv_layout: str = "auto"
+
+    def alpha_value(self) -> float | None:
+        """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha
+        box is text, so that an empty box reads as empty rather than 0)."""
+        return alpha_from_controls(self.override, self.alpha)
+
+    def settings(self, mode: str | None) -> LoRASettings | None:
+        """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
+        if not self.source or not str(self.source).strip():
+            return None
+        return LoRASettings(source=str(self.source).strip(), weight_name=self.weight or None,
+                            revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
+                            strength=parse_strength(self.strength), mode=mode or "unmerged",
+                            qkv_layout=self.qkv_layout or "auto")
+
+
+SLOT_FIELDS = field_names(SlotForm)
+
+
+def alpha_from_controls(override: bool, alpha: Any) -> float | None:
+    """The alpha the panel asks for: None unless Override is ticked (then the box must hold one)."""
+    if not override:
+        return None
+    if alpha is None or (isinstance(alpha, str) and not alpha.strip()):
+        raise H3AppError("Override alpha is ticked but no alpha is given: type one (e.g. 8) or untick Override.")
+    return parse_alpha(alpha)
+
+
+@dataclass(frozen=True)
+class SyncForm:
+    """What a job reads from the panel right before it runs: the session, the LoRA mode and each slot."""
+
+    session: dict[str, Any] | None
+    mode: str
+    slots: Mapping[str, SlotForm] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------------------- jobs
+@dataclass(frozen=True)
+class JobForm:
+    """A GPU job's common inputs: the session (its adapters and history), LoRA mode, HF token and the request."""
+
+    session: dict[str, Any] | None
+    mode: str | None
+    request: RequestForm
+    token: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckForm:
+    """The Equivalence tab's two settings: A and B (alpha: a number, or empty/auto)."""
+
+    a_alpha: Any = 8.0
+    a_scale: Any = 1.0
+    b_alpha: Any = 128.0
+    b_scale: Any = 0.0625
+
+
+@dataclass(frozen=True)
+class GridForm:
+    """The Grid tab's axes as typed: comma-separated alphas (``auto`` allowed), scales and seeds."""
+
+    alphas: str = "8, auto"
+    scales: str = "0.5, 1.0"
+    seeds: str = "7"

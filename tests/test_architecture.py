@@ -1,0 +1,82 @@
+"""The package rules of docs/architecture.md, checked on the source: what each package may import, and
+``h3app/rules`` neutral (nothing heavy, no other h3app package)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+H3APP = Path(__file__).resolve().parents[1] / "h3app"
+
+# package → the h3app packages it may import (docs/architecture.md, "Packages, and what each may import").
+ALLOWED: dict[str, set[str]] = {
+    "rules": {"errors"},
+    "settings": {"errors", "rules"},
+    "model": {"errors", "rules"},
+    "adapters": {"errors", "rules", "settings", "model"},
+    "lora": {"adapters", "errors", "rules", "settings"},
+    "parallel": {"backend", "errors", "rules", "model", "settings"},
+    "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},
+    "ui": {"adapters", "backend", "errors", "lora", "rules", "settings"},
+}
+
+
+def imported_packages(package: str) -> dict[str, list[str]]:
+    """h3app package imported → the files (and lines) of ``package`` that import it, lazy imports included."""
+    files = [H3APP / f"{package}.py"] if (H3APP / f"{package}.py").exists() else sorted((H3APP / package).rglob("*.py"))
+    found: dict[str, list[str]] = {}
+    for path in files:
+        parts = path.relative_to(H3APP).with_suffix("").parts
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: resolve against the module's own package
+                    base = list(parts[:-1])[: len(parts) - node.level] if node.level > 1 else list(parts[:-1])
+                    target = base + (node.module.split(".") if node.module else [])
+                    if not target:  # ``from .. import x``: each name is a package or module of h3app
+                        names = [alias.name for alias in node.names]
+                    else:
+                        names = [target[0]]
+                elif node.module and node.module.split(".")[0] == "h3app":
+                    names = [node.module.split(".")[1]] if "." in node.module else [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name.split(".")[1] for a in node.names if a.name.startswith("h3app.")]
+            for name in names:
+                if name != package:
+                    found.setdefault(name, []).append(f"{path.relative_to(H3APP.parent)}:{node.lineno}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_each_package_imports_only_what_the_architecture_allows(package: str) -> None:
+    imported = imported_packages(package)
+    assert imported or package in ("rules", "errors"), f"no imports found for {package}: is the scan broken?"
+    unexpected = {name: where for name, where in imported.items() if name not in ALLOWED[package]}
+    assert unexpected == {}, f"h3app/{package} imports what docs/architecture.md does not allow: {unexpected}"
+
+
+def test_nothing_below_the_entry_points_imports_the_ui_or_the_commands() -> None:
+    for package in ALLOWED:
+        imported = imported_packages(package)
+        assert not {"ui", "commands", "cli"} & set(imported), (package, imported)
+
+
+def test_the_scan_sees_relative_and_absolute_imports() -> None:
+    imported = imported_packages("backend")
+    assert {"adapters", "lora", "model", "errors"} <= set(imported)
+
+
+def test_rules_is_neutral_and_torch_free() -> None:
+    modules = sorted(f"h3app.rules.{p.stem}" for p in (H3APP / "rules").glob("*.py") if p.stem != "__init__")
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
+            + "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers', 'gradio', 'safetensors', 'numpy')"
+              " if m in sys.modules)\n"
+            + "ours = sorted({m.split('.')[1] for m in sys.modules if m.startswith('h3app.')})\n"
+            + "print(heavy, ours)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[] ['errors', 'rules']", done.stdout

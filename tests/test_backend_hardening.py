@@ -1,0 +1,160 @@
+"""Backend defects a review found (issue 16): each test failed before its fix."""
+
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.torch import load_file, save_file
+
+from h3app.backend import media
+from h3app.backend.generation import Cancelled, GenerationRequest
+from h3app.backend.service import Backend
+from h3app.backend.worker import Worker
+from h3app.cli import main as cli_main
+from h3app.errors import H3AppError
+from h3app.settings import LoRASettings
+from tests.hub_server import fake_hub  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+TURBO = ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors"
+REQUEST = GenerationRequest(prompt="a red kite over dunes", seed=2, steps=2)
+
+
+@pytest.fixture()
+def backend(tiny_model, tmp_path):
+    service = Backend(loaded=tiny_model, output_dir=tmp_path / "outputs", baseline_bytes=1)
+    yield service
+    service.binder.reset()
+    service.close()
+
+
+def stronger_copy(source: Path, target: Path, factor: float = 2.0) -> None:
+    """``source`` with every up factor (lora_B) multiplied by ``factor``: another version of the same adapter."""
+    tensors = load_file(str(source))
+    save_file({k: (v * factor if "lora_B" in k or "lora_up" in k else v) for k, v in tensors.items()}, str(target))
+
+
+def test_grid_baselines_stay_within_their_byte_budget(backend):
+    plan = backend.plan_grid([8.0], [1.0], [1, 2])
+    cells = list(backend.grid(REQUEST, LoRASettings(source=str(TURBO)), plan))
+    assert len(cells) == 2
+    assert len(backend._baselines) == 1  # a budget of one byte keeps only the newest (the running grid's)
+
+
+def test_a_rewritten_local_adapter_file_is_used_by_the_next_job(backend, tmp_path):
+    path = tmp_path / "mine.safetensors"
+    path.write_bytes(TURBO.read_bytes())
+    settings = [LoRASettings(source=str(path), alpha=32.0)]
+    before = backend.generate(REQUEST, settings).result.hash
+    stronger_copy(TURBO, path)
+    after = backend.generate(REQUEST, settings).result.hash  # the adapter is still attached from the first job
+    backend.binder.reset()
+    fresh = backend.generate(REQUEST, settings).result.hash
+    assert after == fresh and after != before
+
+
+def test_an_attached_hub_adapter_follows_its_branch(backend, tmp_path, fake_hub):
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    (first / "a.safetensors").write_bytes(TURBO.read_bytes())
+    stronger_copy(TURBO, second / "a.safetensors")
+    old = fake_hub.add_repo("someone/moving", first)
+    settings = LoRASettings(source="someone/moving", weight_name="a.safetensors")
+    first_load = backend.load(settings).provenance
+    assert first_load["commit"] == old
+    new = fake_hub.add_revision("someone/moving", "main", second, commit="f" * 40)
+    moved = backend.load(settings).provenance  # the first load's adapter is still attached
+    assert moved["commit"] == new and moved["sha256"] != first_load["sha256"]
+
+
+def test_a_cancelled_queued_job_leaves_the_adapters_alone():
+    failures: list[BaseException] = []
+    worker = Worker(on_failure=failures.append)
+    release = threading.Event()
+    try:
+        running = worker.submit(lambda ctx: release.wait(30), label="first")
+        queued = worker.submit(lambda ctx: "ran", label="second")
+        queued.cancel()
+        release.set()
+        assert running.result(timeout=30) is True
+        with pytest.raises(Cancelled, match="before it started"):
+            queued.result(timeout=30)
+        assert failures == []  # nothing ran, so nothing is reset (other sessions' adapters stay attached)
+    finally:
+        release.set()
+        worker.close()
+
+
+def test_a_failed_encode_leaves_no_partial_file(tmp_path):
+    odd = np.zeros((3, 7, 7, 3), np.float32)  # yuv420p needs even sides: libx264 refuses to open
+    with pytest.raises(Exception):
+        media.write_mp4(tmp_path / "x.mp4", odd, np.zeros((2, 800), np.float32), 16000)
+    assert list(tmp_path.iterdir()) == []
+
+
+def run_python(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cublas_workspace_is_configured_before_cuda_can_start():
+    environment = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    code = "import os, h3app.backend.service; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.strip() == ":4096:8", done.stderr
+
+
+@pytest.mark.parametrize("field, value", [("steps", "abc"), ("steps", 2.5), ("steps", True), ("seed", "x"),
+                                          ("seed", 1.5), ("duration", "long"), ("shift", float("nan")),
+                                          ("workflow", 3), ("references", [3])])
+def test_generation_request_checks_the_type_of_each_field(field, value):
+    with pytest.raises(H3AppError, match=field.rstrip("s") if field == "references" else field) as error:
+        GenerationRequest(prompt="p", **{field: value})
+    assert "\n" not in str(error.value)
+
+
+def test_generation_request_normalises_numeric_strings():
+    request = GenerationRequest(prompt="p", steps="4", seed="7", duration="6")
+    assert (request.steps, request.seed, request.duration) == (4, 7, 6.0)
+
+
+@pytest.mark.parametrize("argv, help_hint", [([], "`python -m h3app --help`"),
+                                             (["generate"], "`python -m h3app generate --help`")])
+def test_usage_errors_name_the_program_once(argv, help_hint, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and help_hint in err and "h3app h3app" not in err
+
+
+def assert_one_line_refusal(done: subprocess.CompletedProcess, *words: str) -> None:
+    err = done.stderr.strip()
+    assert done.returncode == 2, err
+    assert "Traceback" not in err and "\n" not in err and err.startswith("error: ")
+    assert all(word in err for word in words), err
+
+
+@pytest.mark.parametrize("argv", [["app.py", "--device", "cuda"],
+                                  ["-m", "h3app", "generate", "--device", "cuda", "--prompt", "x", "--out", "x.mp4"],
+                                  ["-m", "h3app", "check", "--device", "cuda", "--adapter", str(TURBO)]])
+def test_a_missing_gpu_is_one_line_at_start_up(argv):
+    assert_one_line_refusal(run_python(*argv, CUDA_VISIBLE_DEVICES=""), "cuda", "--device cpu")
+
+
+def test_an_uncached_hub_model_offline_is_one_line_at_start_up(tmp_path):
+    done = run_python("app.py", "--model", "MiniMaxAI/MiniMax-H3", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
+    assert_one_line_refusal(done, "MiniMaxAI/MiniMax-H3", "cache")
+
+
+def test_inspect_stays_light_no_torch_is_imported():
+    code = ("import sys; from h3app.cli import main; "
+            f"code = main(['inspect', {str(ROOT / 'assets' / 'adapters' / 'kohya_musubi.safetensors')!r}, '--json']); "
+            "print('torch loaded:', 'torch' in sys.modules, 'exit', code)")
+    done = run_python("-c", code)
+    assert done.stdout.strip().endswith("torch loaded: False exit 0"), done.stderr

@@ -126,10 +126,11 @@ def test_readme_suggested_hardware_is_a_space_flavor_the_plan_recommends():
 
 def test_hardware_line_for_cpu_and_gpu():
     from h3app.model.loader import LoadOptions
+    from tests.test_hardware_preflight import _gpu_options
 
     cpu = hardware_line("tiny", LoadOptions(), device=None)
     assert cpu.startswith("CPU") and "tiny" in cpu
-    options = LoadOptions(device="cuda")
+    options = _gpu_options()
     assert "no memory plan" in hardware_line("big", options, device=("H100", 80 * GB))
 
     class FakePlan:

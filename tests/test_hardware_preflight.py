@@ -31,7 +31,7 @@ def test_a_real_model_on_a_gpu_without_cuda_is_refused():
 
 def test_too_small_a_gpu_stops_before_downloading_and_names_what_fits(monkeypatch):
     monkeypatch.setattr(preflight, "measure", lambda *a, **k: _measured())
-    options = _gpu_options()  # offload none: ~140 GiB resident
+    options = _gpu_options()  # offload none: ~140 GiB resident in the fixture
     with pytest.raises(H3AppError) as caught:
         preflight.check_before_download("MiniMaxAI/MiniMax-H3", options, device=("NVIDIA H100", 80 * GB))
     message = str(caught.value)

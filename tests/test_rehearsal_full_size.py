@@ -29,8 +29,7 @@ def t2va():
 
 @pytest.fixture(scope="module")
 def fl2va_unmerged(header):
-    return rehearse(RehearsalOptions(workflow="fl2va", resolution="544p", adapter=header, lora_mode="unmerged",
-                                     equivalence=True))
+    return rehearse(RehearsalOptions(workflow="fl2va", resolution="544p", adapter=header, lora_mode="unmerged"))
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +70,6 @@ def test_fl2va_binds_all_312_lightx2v_targets_unmerged(fl2va_unmerged):
     assert result.pristine_host_bytes == 0
     assert result.tokens["video"] > 37 * 17 * 30  # the keyframe's conditioning rows come first
     assert "vae_encode" in result.phases
-
-
-def test_the_equivalence_path_runs_at_full_size(fl2va_unmerged):
-    check = fl2va_unmerged.equivalence
-    assert check["device"].startswith("cuda") and check["dtype"] == "bfloat16"
-    assert check["matched"] == 312
 
 
 def test_fl2va_merged_with_fused_qkv_keeps_pristine_copies_on_the_host(fl2va_merged_fused):

@@ -4,8 +4,7 @@ One rehearsal = what a GPU box does for one request: the loader builds and place
 (``LoadedModel`` with the full-size ``component_source``; t2va/fl2va on ``transformer``, ref2va on
 ``transformer_ref``), the LoRA engine binds an adapter normalised from a header (fake factors) unmerged or merged,
 the worker runs ``run_generation`` for one denoising step (2 sigma points) at the canvas — text encoder, keyframe
-or reference encode, transformer, both VAE decodes — and the transformer-mode equivalence check runs on the same
-transformer. The token counts are those the pipeline itself packs (read from the transformer's inputs).
+or reference encode, transformer, both VAE decodes —. The token counts are those the pipeline itself packs (read from the transformer's inputs).
 """
 
 from __future__ import annotations
@@ -51,12 +50,12 @@ class RehearsalOptions:
     alpha: float | None = None
     scale: float = 1.0
     lora_mode: str = "unmerged"
-    equivalence: bool = False
+    size: tuple[int, int] | None = None
 
     @property
     def canvas(self) -> tuple[int, int]:
-        """``(height, width)`` in pixels."""
-        return RESOLUTIONS[self.resolution]
+        """``(height, width)`` in pixels: ``size`` when given (a small model's canvas), else the resolution's."""
+        return self.size or RESOLUTIONS[self.resolution]
 
 
 @dataclass
@@ -76,7 +75,6 @@ class Rehearsal:
     evaluations: int
     video_shape: tuple[int, ...]
     audio_shape: tuple[int, ...]
-    equivalence: dict[str, Any] | None = None
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
 
@@ -99,10 +97,6 @@ def rehearse(options: RehearsalOptions, *,
                       if isinstance(c, torch.nn.Module)}
         on_device = {name: size for name, size in components.items() if _device_of(loaded.components[name]) == "cuda"}
         transformer = loaded.transformer(options.workflow)
-
-        equivalence = None
-        if options.equivalence and options.adapter is not None:
-            equivalence = _equivalence(transformer, options)
 
         engine, bound, lora_bytes = None, 0, 0
         if options.adapter is not None:
@@ -134,7 +128,7 @@ def rehearse(options: RehearsalOptions, *,
             lora_bytes=lora_bytes, pristine_host_bytes=pristine, phases=dict(counter.phases),
             device_peak=counter.device_peak, host_peak=counter.host_peak, tokens=tokens, targets_bound=bound,
             evaluations=result.evaluations, video_shape=tuple(result.video.shape),
-            audio_shape=tuple(result.audio.shape), equivalence=equivalence,
+            audio_shape=tuple(result.audio.shape),
             seconds=time.perf_counter() - started)
 
 
@@ -151,15 +145,6 @@ def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) ->
     with counter.phase("attach"):
         report = engine.attach(adapter, settings, ADAPTER_NAME)
     return engine, len(report.matched), factor_bytes(adapter)
-
-
-def _equivalence(transformer: torch.nn.Module, options: RehearsalOptions) -> dict[str, Any]:
-    from ..backend.equivalence import DEFAULT_A, DEFAULT_B
-    from ..backend.transformer_check import run_transformer_check
-
-    shapes = transformer_shapes(dict(transformer.config))
-    adapter = adapter_from_header(options.adapter, shapes, partition=repo.partition_for(options.workflow))
-    return run_transformer_check(transformer, adapter, a=DEFAULT_A, b=DEFAULT_B, source=adapter.identity)
 
 
 def _device_of(module: torch.nn.Module) -> str:

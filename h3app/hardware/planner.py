@@ -39,6 +39,7 @@ from .rehearsal import RESOLUTIONS, Rehearsal, RehearsalOptions, rehearse
 
 OFFLOADS = ("none", "auto", "group")
 RESERVE = 3 * GB
+TINY_CANVAS = (64, 96)  # the embedded tiny checkpoint's largest canvas (6,144 pixels); --resolution is for full
 TRANSFORMERS = ("transformer", "transformer_ref")
 PHASE_COMPONENT = {"text_encoder": "text_encoder", "vae_encode": "vae", "vae_decode": "vae",
                    "audio_vae_encode": "audio_vae", "audio_vae_decode": "audio_vae"}
@@ -68,6 +69,7 @@ class Measured:
     largest_linear_bytes: int
     block_bytes: int
     lora_bytes: int
+    num_layers: int = 50
 
 
 @dataclass
@@ -107,7 +109,8 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
     elif model == repo.TINY:
         from ..model.loader import _load_components
 
-        rehearsal = rehearse(replace(options, offload="none"), component_source=_load_components,
+        small = replace(options, offload="none", size=options.size or TINY_CANVAS)
+        rehearsal = rehearse(small, component_source=_load_components,
                              location=repo.locate(repo.TINY, options.workflow))
         config = repo.read_transformer_config(repo.TINY, repo.partition_for(options.workflow))
     else:
@@ -120,7 +123,8 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
     largest = max(s.out_features * s.in_features for s in shapes.linears.values()) * element
     weights.setdefault(partition, 0)
     return Measured(rehearsal=rehearsal, weights=weights, fp8_transformer_bytes=fp8_bytes,
-                    largest_linear_bytes=largest, block_bytes=block, lora_bytes=rehearsal.lora_bytes)
+                    largest_linear_bytes=largest, block_bytes=block, lora_bytes=rehearsal.lora_bytes,
+                    num_layers=shapes.num_layers)
 
 
 def _transformer_sizes(config: dict[str, Any], options: RehearsalOptions) -> tuple[int, int]:
@@ -172,8 +176,7 @@ def _block_bytes(measured: Measured, placement: Placement) -> int:
 
 
 def _non_block_bytes(measured: Measured, transformer_bytes: int) -> int:
-    blocks = full_size.transformer_config()["num_layers"] if measured.weights else 0
-    return max(0, transformer_bytes - blocks * measured.block_bytes)
+    return max(0, transformer_bytes - measured.num_layers * measured.block_bytes)
 
 
 def host_bytes(measured: Measured, placement: Placement, lora_mode: str | None) -> int:

@@ -72,7 +72,8 @@ def _tiny(workflow: str = "t2va", **kwargs) -> RehearsalOptions:
 
 
 def _tiny_rehearsal(options: RehearsalOptions):
-    return rehearse(options, component_source=_load_components, location=repo.locate(repo.TINY, options.workflow))
+    return rehearse(options, component_source=_load_components, location=repo.locate(repo.TINY, options.workflow),
+                    pipeline_config=None)
 
 
 @pytest.fixture(scope="module")

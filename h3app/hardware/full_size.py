@@ -24,6 +24,9 @@ FULL = "full"
 TRANSFORMERS = ("transformer", "transformer_ref")
 SIZED = (*TRANSFORMERS, "vae", "audio_vae", "text_encoder")
 
+# The released pipeline's canvas settings (the embedded index holds the tiny checkpoint's small ones).
+CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344,
+                                 "reference_image_short_edge": 2048}
 AUDIO_VAE_CONFIG: dict[str, Any] = {"latents_mean": [0.0] * 32, "latents_std": [1.0] * 32}
 
 # Qwen3-VL-32B: the conditioner MiniMax-H3 reads at layer 50 (62.1 GB in bf16).

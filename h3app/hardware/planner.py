@@ -110,7 +110,7 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
         from ..model.loader import _load_components
 
         small = replace(options, offload="none", size=options.size or TINY_CANVAS)
-        rehearsal = rehearse(small, component_source=_load_components,
+        rehearsal = rehearse(small, component_source=_load_components, pipeline_config=None,
                              location=repo.locate(repo.TINY, options.workflow))
         config = repo.read_transformer_config(repo.TINY, repo.partition_for(options.workflow))
     else:

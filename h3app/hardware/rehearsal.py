@@ -81,8 +81,10 @@ class Rehearsal:
 
 def rehearse(options: RehearsalOptions, *,
              component_source: Callable[..., dict[str, Any]] = full_size.component_source,
-             location: repo.ModelLocation | None = None) -> Rehearsal:
-    """Run ``options`` on fake CUDA through h3app's loader, LoRA engine, worker and pipeline; count the bytes."""
+             location: repo.ModelLocation | None = None,
+             pipeline_config: dict[str, Any] | None = full_size.CANVAS_CONFIG) -> Rehearsal:
+    """Run ``options`` on fake CUDA through h3app's loader, LoRA engine, worker and pipeline; count the bytes.
+    ``pipeline_config``: canvas settings of the model rehearsed (None: the location's own)."""
     started = time.perf_counter()
     height, width = options.canvas
     load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv)
@@ -93,6 +95,8 @@ def rehearse(options: RehearsalOptions, *,
                              component_source=component_source)
         with counter.phase("load"):
             pipe = loaded.pipeline(options.workflow)
+        if pipeline_config:
+            pipe.register_to_config(**pipeline_config)
         components = {name: full_size.parameter_bytes(c) for name, c in loaded.components.items()
                       if isinstance(c, torch.nn.Module)}
         on_device = {name: size for name, size in components.items() if _device_of(loaded.components[name]) == "cuda"}

@@ -102,3 +102,10 @@ def test_a_planted_device_bug_in_the_lora_path_is_caught(monkeypatch, tiny_heade
     monkeypatch.setattr(rehearsal_module, "LoRAEngine", lambda model, **kw: engine(model, **{**kw, "device": "cpu"}))
     with pytest.raises(RuntimeError, match="device"):
         _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header))
+
+
+def test_merged_mode_on_fused_qkv_keeps_pristine_copies_on_the_host(tiny_header):
+    result = _tiny_rehearsal(_tiny("fl2va", dtype=torch.float32, adapter=tiny_header, lora_mode="merged",
+                                   fuse_qkv=True))
+    assert result.targets_bound == 24
+    assert result.pristine_host_bytes > 0

@@ -153,6 +153,8 @@ class FakeCuda(FakeTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: C901 - one dispatch table
         kwargs = kwargs or {}
+        if kwargs.get("pin_memory"):  # page-locked host memory needs a driver; the bytes count the same
+            kwargs = {**kwargs, "pin_memory": False}
         flat = tree_flatten((args, kwargs))[0]
         fakes = [x for x in flat if is_fake(x)]
         to_device = _targets_cuda(flat, kwargs)

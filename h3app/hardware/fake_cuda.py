@@ -46,6 +46,7 @@ _CPU = torch.device("cpu")
 _SAME_DTYPE = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
                aten.addmv.default, aten.convolution.default, aten._scaled_dot_product_flash_attention.default,
                aten._scaled_dot_product_efficient_attention.default}
+_EMPTIES = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
 _FACTORIES = {aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default, aten.ones.default,
               aten.full.default, aten.randn.default, aten.rand.default, aten.empty_like.default,
               aten.zeros_like.default, aten.randn_like.default}
@@ -161,7 +162,10 @@ class FakeCuda(FakeTensorMode):
         if not fakes and not to_device:
             if func in _FACTORIES and _numel(func, args, kwargs) > HOST_FAKE_ELEMENTS:
                 return self._dispatch_fake(func, types, args, kwargs)  # a large host buffer: counted, not filled
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if func in _EMPTIES:
+                out.zero_()  # host buffers filled from fake device data would otherwise hold garbage (NaN)
+            return out
         if func is aten._to_copy.default and not fakes and args[0].is_meta:
             # A module built on meta and moved to the GPU: the weights "loaded" there, uninitialised.
             source = args[0]

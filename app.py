@@ -14,6 +14,13 @@ from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
 
+def use_persistent_storage() -> None:
+    """On a Space with persistent storage (/data), keep the Hugging Face cache there: ~124 GB of weights are
+    downloaded once, not on every restart."""
+    if "HF_HOME" not in os.environ and os.path.isdir("/data") and os.access("/data", os.W_OK):
+        os.environ["HF_HOME"] = "/data/.huggingface"
+
+
 def main() -> None:
     """Start the app, or refuse with one line on stderr and exit status 2 (a bad flag, no GPU, a model that cannot
     be found or loaded), like every ``python -m h3app`` command."""
@@ -25,6 +32,7 @@ def main() -> None:
 
 
 def serve() -> None:
+    use_persistent_storage()
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))

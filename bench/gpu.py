@@ -11,8 +11,10 @@ One denoising step is one transformer forward on a packed sequence of a real req
 (``bench.models.sequence_rows``): 960×544 × 124 frames → 18,870 video + 414 audio + 256 text rows; 1344×768 → 37,296
 video rows. Times use CUDA events around synchronised calls; the median of ``--repeats`` runs after a warm-up.
 
-Reported, per resolution: base forward; unmerged forward (ratio to base; theory ≈ 1.02); merged forward (≈ 1.0);
-optionally PEFT's unmerged forward (``--peft``). Once: attach (read + normalise + bind), an unmerged alpha change,
+Reported, per resolution: peak GPU memory of one unmerged step beside the memory plan's prediction (the full-size
+rehearsal on fake CUDA, ``h3app.hardware``); base forward; unmerged forward (ratio to base; theory ≈ 1.02); merged forward (≈ 1.0);
+optionally PEFT's unmerged forward (``--peft``). Once: the equivalence pair (alpha 8 / strength 1 vs alpha 128 /
+strength 0.0625) through h3app's transformer-mode check, which must be bit-identical in bf16 on CUDA; attach (read + normalise + bind), an unmerged alpha change,
 the switch to merged mode (pristine copies to host RAM + merge), and a merged alpha re-apply (re-merge of 312
 layers from the host copies). Needs ~70 GB of GPU memory and ~40 GB of free host RAM for merged mode (else merged
 rows are skipped with the reason).
@@ -200,6 +202,15 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
         return call
 
     for name, (seq, batch) in inputs.items():
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        forward(batch)()
+        torch.cuda.synchronize()
+        measured = torch.cuda.max_memory_allocated(device)
+        predicted = planned_step_bytes(name, args.fuse_qkv)
+        rows.append(("peak GPU memory, one unmerged step (measured)", name, float("nan"),
+                     f"{measured / 2**30:.1f} GiB; plan {predicted / 2**30:.1f} GiB "
+                     f"({measured / predicted:.2f}× the plan)"))
         tokens = seq["video"] + seq["audio"] + seq["text"]
         theory = theoretical_ratio(FULL_SIZE_CONFIG, tokens, seq["text"])
         print(f"{name}: {tokens} tokens …", file=sys.stderr, flush=True)
@@ -220,6 +231,9 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
                          f"ours / PEFT = {unmerged / peft:.3f}× (goal ≤ 1×)"))
         attach()
 
+    engine.detach(ADAPTER)  # the check binds its own adapter on a bare transformer
+    rows.append(equivalence_row(model, path, shapes))
+    attach()
     if not args.no_merged:
         try:
             started = time.perf_counter()
@@ -239,12 +253,42 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
     return rows
 
 
+def planned_step_bytes(resolution: str, fuse_qkv: bool) -> int:
+    """The plan's device bytes for what the bench holds in one step: transformer weights + the adapter's fp32
+    factors + the step's transient (the full-size rehearsal on fake CUDA, same canvas, rank 128)."""
+    from h3app.hardware.header_adapter import lightx2v_header
+    from h3app.hardware.planner import measure
+    from h3app.hardware.rehearsal import RehearsalOptions
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
+
+    header = lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=RANK, alpha=8.0)
+    measured = measure(RehearsalOptions(resolution=resolution, adapter=header, fuse_qkv=fuse_qkv))
+    return measured.weights["transformer"] + measured.lora_bytes + measured.rehearsal.phases["denoise"].transient
+
+
+def equivalence_row(model: Any, path: Path, shapes: Any) -> tuple[str, str, float, str]:
+    """h3app's transformer-mode check on the full-size model: alpha 8 / strength 1 vs alpha 128 / strength 0.0625
+    must be bit-identical in bf16 on CUDA (deterministic algorithms, native attention)."""
+    from h3app.adapters.normalise import load_adapter
+    from h3app.backend.equivalence import DEFAULT_A, DEFAULT_B
+    from h3app.backend.transformer_check import run_transformer_check
+
+    started = time.perf_counter()
+    check = run_transformer_check(model, load_adapter(path, shapes=shapes), a=DEFAULT_A, b=DEFAULT_B)
+    verdict = "bit-identical" if check["identical"] else f"DIFFERENT (max |Δ| {check['max_abs_diff']:.3g})"
+    return ("equivalence pair 8:1.0 vs 128:0.0625 (transformer mode)", "", time.perf_counter() - started,
+            f"{verdict}; control {'identical' if check['control_identical'] else 'DIFFERENT'}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     device = cuda_device(args.device)
     if device is None:
         print(NO_CUDA_MESSAGE, file=sys.stderr)
         return 2
+    import os
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic GEMMs for the equivalence pair
     import torch
 
     properties = torch.cuda.get_device_properties(device)

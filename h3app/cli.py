@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from .errors import H3AppError
 
-COMMANDS = ("inspect", "generate", "check", "export", "grid")
+COMMANDS = ("inspect", "generate", "check", "export", "grid", "plan")
 
 
 class _OneLineParser(argparse.ArgumentParser):

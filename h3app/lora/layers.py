@@ -171,7 +171,7 @@ def is_mergeable(weight: torch.Tensor) -> str | None:
     """None when merged mode can rewrite ``weight``; else why not (quantised, meta)."""
     if weight.is_meta:
         return "the transformer is on the meta device (no weights to merge into)"
-    if type(weight.data) is not torch.Tensor:
+    if type(weight.data) is not torch.Tensor and type(weight.data).__name__ != "FakeTensor":  # fake CUDA: plain
         return f"its weights are {type(weight.data).__name__} (quantised); quantised bases are unmerged-only"
     if not weight.dtype.is_floating_point:
         return f"its weights are {weight.dtype} (quantised); quantised bases are unmerged-only"

@@ -15,7 +15,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import threading  # noqa: E402
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch  # noqa: E402
 
@@ -140,6 +140,8 @@ class LoadedModel:
     _manager: Any = None
     prompt_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=32))
     decode_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=2, enabled=False))
+    # (location, names, options) → components; the hardware rehearsal builds full-size fake ones instead.
+    component_source: Callable[[repo.ModelLocation, list[str], LoadOptions], dict[str, Any]] | None = None
 
     @property
     def name(self) -> str:
@@ -177,7 +179,7 @@ class LoadedModel:
                 # A Hub model downloads only what the first workflow needed; fetch the other partition now.
                 self.location = repo.locate(self.location.repo_id, workflow=workflow,
                                             revision=self.options.revision, token=self.options.token)
-            self.components.update(_load_components(self.location, missing, self.options))
+            self.components.update((self.component_source or _load_components)(self.location, missing, self.options))
             self._place(missing)
 
     def _place(self, names: list[str]) -> None:

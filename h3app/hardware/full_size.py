@@ -1,0 +1,113 @@
+"""The full-size MiniMax-H3 components, built without weights: configs kept in the project, modules on ``meta``.
+
+``--model full`` means these configs: the transformer (``rules.h3_modules.FULL_SIZE_CONFIG``, 33.1 B parameters),
+diffusers' default ``AutoencoderKLMiniMaxH3`` and ``AutoencoderKLMiniMaxH3Audio`` (the released VAEs), and a
+Qwen3-VL-32B conditioner (64 layers, hidden 5120). Tokenizer, processor and schedulers have no size; they come
+from the embedded tiny checkpoint (its token ids are written into the conditioner's config so that vision tokens
+line up). :func:`component_source` plugs into ``LoadedModel.component_source``: the loader then places these
+modules exactly as it places downloaded ones (``.to(device)``, offload), which under fake CUDA allocates fake
+tensors of the real sizes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import torch
+
+from ..model import repo
+from ..model.loader import LoadOptions, _load_components, fuse_qkv
+from ..rules.h3_modules import FULL_SIZE_CONFIG
+
+FULL = "full"
+TRANSFORMERS = ("transformer", "transformer_ref")
+SIZED = (*TRANSFORMERS, "vae", "audio_vae", "text_encoder")
+
+# The released pipeline's canvas settings (the embedded index holds the tiny checkpoint's small ones).
+CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344,
+                                 "reference_image_short_edge": 2048}
+AUDIO_VAE_CONFIG: dict[str, Any] = {"latents_mean": [0.0] * 32, "latents_std": [1.0] * 32}
+
+# Qwen3-VL-32B: the conditioner MiniMax-H3 reads at layer 50 (62.1 GB in bf16).
+TEXT_ENCODER_TEXT_CONFIG: dict[str, Any] = {
+    "hidden_size": 5120, "intermediate_size": 25600, "num_hidden_layers": 64, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 262144,
+    "rms_norm_eps": 1e-6, "rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
+                                              "mrope_section": [24, 20, 20], "mrope_interleaved": True},
+}
+TEXT_ENCODER_VISION_CONFIG: dict[str, Any] = {
+    "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "out_hidden_size": 5120,
+    "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 2304,
+    "deepstack_visual_indexes": [8, 16, 24],
+}
+
+
+def transformer_config() -> dict[str, Any]:
+    return dict(FULL_SIZE_CONFIG)
+
+
+def location() -> repo.ModelLocation:
+    """Where the size-less parts (tokenizer, processor, schedulers, pipeline index) are read from."""
+    return repo.ModelLocation(name=FULL, folder=repo.TINY_DIR)
+
+
+def text_encoder_config() -> Any:
+    """The Qwen3-VL-32B config, with the embedded tokenizer's special token ids."""
+    from transformers import Qwen3VLConfig
+
+    tiny = json.loads((repo.TINY_DIR / "text_encoder" / "config.json").read_text())
+    ids = {k: v for k, v in tiny.items() if k.endswith("token_id")}
+    return Qwen3VLConfig(text_config=dict(TEXT_ENCODER_TEXT_CONFIG), vision_config=dict(TEXT_ENCODER_VISION_CONFIG),
+                         tie_word_embeddings=False, **ids)
+
+
+def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None = None) -> torch.nn.Module:
+    """Component ``name`` at full size (or ``config``) on the meta device, in the dtypes ``from_pretrained`` gives:
+    transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, both VAEs fp32."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch.device("meta"):  # real meta modules, also when called under fake CUDA
+        if name in TRANSFORMERS:
+            from diffusers import MiniMaxH3Transformer3DModel
+
+            module = MiniMaxH3Transformer3DModel(**dict(config or transformer_config()))
+            _to_dtype_keeping_islands(module, options.dtype)
+            if options.fuse_qkv:
+                fuse_qkv(module)
+        elif name == "vae":
+            from diffusers import AutoencoderKLMiniMaxH3
+
+            module = AutoencoderKLMiniMaxH3(**dict(config or {}))
+        elif name == "audio_vae":
+            from diffusers import AutoencoderKLMiniMaxH3Audio
+
+            module = AutoencoderKLMiniMaxH3Audio(**dict(config or AUDIO_VAE_CONFIG))
+        elif name == "text_encoder":
+            from transformers import Qwen3VLForConditionalGeneration
+
+            module = Qwen3VLForConditionalGeneration(config or text_encoder_config()).to(options.dtype)
+        else:
+            raise ValueError(f"{name} has no size")
+    return module.requires_grad_(False).eval()
+
+
+def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    module.to(dtype)
+    keep = tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
+    for name, child in module.named_modules():
+        if name and any(name == k or name.startswith(k + ".") for k in keep):
+            child.to(torch.float32)
+
+
+def component_source(loc: repo.ModelLocation, names: list[str], options: LoadOptions) -> dict[str, Any]:
+    """``LoadedModel.component_source`` for the full-size model: sized parts on meta, the rest from ``loc``."""
+    sized = {name: build_meta(name, options) for name in names if name in SIZED}
+    rest = [name for name in names if name not in SIZED]
+    return {**sized, **(_load_components(loc, rest, options) if rest else {})}
+
+
+def parameter_bytes(module: torch.nn.Module) -> int:
+    """Bytes of ``module``'s parameters and persistent buffers (works on meta and fake tensors)."""
+    tensors = {id(t): t for t in (*module.parameters(), *module.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())

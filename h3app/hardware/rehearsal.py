@@ -1,0 +1,218 @@
+"""The full-size rehearsal: h3app's own code paths on fake CUDA, at the real sizes, with the bytes they hold.
+
+One rehearsal = what a GPU box does for one request: the loader builds and places the workflow's components
+(``LoadedModel`` with the full-size ``component_source``; t2va/fl2va on ``transformer``, ref2va on
+``transformer_ref``), the LoRA engine binds an adapter normalised from a header (fake factors) unmerged or merged,
+the worker runs ``run_generation`` for one denoising step (2 sigma points) at the canvas — text encoder, keyframe
+or reference encode, transformer, both VAE decodes —. The token counts are those the pipeline itself packs (read from the transformer's inputs).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..adapters.types import HeaderView
+from ..backend.generation import GenerationRequest, run_generation
+from ..backend.worker import Worker
+from ..lora.engine import LoRAEngine
+from ..lora.layers import PristineStore
+from ..model import repo
+from ..model.loader import LoadedModel, LoadOptions
+from ..rules.h3_modules import transformer_shapes
+from ..settings import LoRASettings
+from . import full_size
+from .fake_cuda import PhaseBytes, fake_cuda, replay_repeats
+from .header_adapter import adapter_from_header, factor_bytes
+
+RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
+PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
+ADAPTER_NAME = "rehearsal"
+ENCODERS = ("text_encoder",)
+
+
+@dataclass(frozen=True)
+class RehearsalOptions:
+    """One request on one configuration. ``adapter`` is a safetensors header (None: no LoRA)."""
+
+    workflow: str = "t2va"
+    resolution: str = "544p"
+    duration: float = 5.0
+    dtype: torch.dtype = torch.bfloat16
+    offload: str = "none"
+    fuse_qkv: bool = False
+    adapter: HeaderView | None = None
+    alpha: float | None = None
+    scale: float = 1.0
+    lora_mode: str = "unmerged"
+    size: tuple[int, int] | None = None
+
+    @property
+    def canvas(self) -> tuple[int, int]:
+        """``(height, width)`` in pixels: ``size`` when given (a small model's canvas), else the resolution's."""
+        return self.size or RESOLUTIONS[self.resolution]
+
+
+@dataclass
+class Rehearsal:
+    """What ran and what it held. Bytes are device (GPU) bytes unless named host."""
+
+    options: RehearsalOptions
+    components: dict[str, int]
+    host_components: dict[str, int]
+    lora_bytes: int
+    pristine_host_bytes: int
+    phases: dict[str, PhaseBytes]
+    device_peak: int
+    host_peak: int
+    tokens: dict[str, int]
+    targets_bound: int
+    evaluations: int
+    video_shape: tuple[int, ...]
+    audio_shape: tuple[int, ...]
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+
+def rehearse(options: RehearsalOptions, *,
+             component_source: Callable[..., dict[str, Any]] = full_size.component_source,
+             location: repo.ModelLocation | None = None,
+             pipeline_config: dict[str, Any] | None = full_size.CANVAS_CONFIG) -> Rehearsal:
+    """Run ``options`` on fake CUDA through h3app's loader, LoRA engine, worker and pipeline; count the bytes.
+    ``pipeline_config``: canvas settings of the model rehearsed (None: the location's own)."""
+    started = time.perf_counter()
+    height, width = options.canvas
+    load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv)
+    object.__setattr__(load, "device", "cuda")  # the device exists on fake CUDA only: LoadOptions' check would refuse
+    with tempfile.TemporaryDirectory(prefix="h3app-rehearsal-") as scratch, fake_cuda() as mode:
+        counter = mode.counter
+        loaded = LoadedModel(location=location or full_size.location(), options=load,
+                             component_source=component_source)
+        with counter.phase("load"):
+            pipe = loaded.pipeline(options.workflow)
+        if pipeline_config:
+            pipe.register_to_config(**pipeline_config)
+        components = {name: full_size.parameter_bytes(c) for name, c in loaded.components.items()
+                      if isinstance(c, torch.nn.Module)}
+        on_device = {name: size for name, size in components.items() if _device_of(loaded.components[name]) == "cuda"}
+        transformer = loaded.transformer(options.workflow)
+
+        engine, bound, lora_bytes = None, 0, 0
+        if options.adapter is not None:
+            engine, bound, lora_bytes = _attach(transformer, options, counter)
+        pristine = engine._pristine.ram_bytes if engine is not None else 0  # noqa: SLF001 - the count we plan for
+
+        request = GenerationRequest(prompt=PROMPT, steps=2, duration=options.duration, height=height, width=width,
+                                    workflow=options.workflow, **_workflow_files(options.workflow, Path(scratch),
+                                                                                 height, width))
+        tokens: dict[str, int] = {}
+        undo = _instrument(loaded, options.workflow, counter, tokens)
+        worker = Worker(max_queue=1)
+
+        def job(ctx) -> Any:
+            with mode.on_this_thread():
+                return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel)
+
+        try:
+            result = worker.run(job, label="rehearsal")
+        finally:
+            worker.close()
+            undo()
+        if engine is not None:
+            with counter.phase("detach"):
+                engine.detach()
+        return Rehearsal(
+            options=options, components=on_device,
+            host_components={n: s for n, s in components.items() if n not in on_device},
+            lora_bytes=lora_bytes, pristine_host_bytes=pristine, phases=dict(counter.phases),
+            device_peak=counter.device_peak, host_peak=counter.host_peak, tokens=tokens, targets_bound=bound,
+            evaluations=result.evaluations, video_shape=tuple(result.video.shape),
+            audio_shape=tuple(result.audio.shape),
+            seconds=time.perf_counter() - started)
+
+
+def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
+    """Bind the header's adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, fp32 bytes).
+    Host RAM for merged mode's pristine copies is the plan's question, so the store is told not to refuse."""
+    shapes = transformer_shapes(dict(transformer.config))
+    partition = repo.partition_for(options.workflow)
+    adapter = adapter_from_header(options.adapter, shapes, partition=partition)
+    device = "cuda" if options.offload != "none" else None
+    engine = LoRAEngine(transformer, pristine=PristineStore(prefer="ram", available_ram=lambda: None), device=device)
+    settings = LoRASettings(source=adapter.identity, alpha=options.alpha, strength=options.scale,
+                            mode=options.lora_mode)
+    with counter.phase("attach"):
+        report = engine.attach(adapter, settings, ADAPTER_NAME)
+    return engine, len(report.matched), factor_bytes(adapter)
+
+
+def _device_of(module: torch.nn.Module) -> str:
+    for tensor in module.parameters():
+        return tensor.device.type
+    return "cpu"
+
+
+def _workflow_files(workflow: str, folder: Path, height: int, width: int) -> dict[str, Any]:
+    """Keyframe (fl2va) or reference image (ref2va) files at the canvas size."""
+    if workflow == "t2va":
+        return {}
+    from PIL import Image
+
+    path = folder / "keyframe.png"
+    Image.new("RGB", (width, height), (90, 120, 160)).save(path)
+    return {"first_frame": str(path)} if workflow == "fl2va" else {"references": (str(path),)}
+
+
+def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, int]) -> Callable[[], None]:
+    """Phase marks around each component's work, and the transformer's packed row counts; returns the undo."""
+    handles: list[Any] = []
+    restore: list[tuple[Any, str]] = []
+
+    def around(module: torch.nn.Module, name: str) -> None:
+        handles.append(module.register_forward_pre_hook(lambda *_: counter.begin(name)))
+        handles.append(module.register_forward_hook(lambda *_: counter.end(name)))
+
+    def wrap(component: Any, method: str, name: str) -> None:
+        original = getattr(component, method)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with counter.phase(name):
+                return original(*args, **kwargs)
+
+        setattr(component, method, run)
+        restore.append((component, method))
+
+    transformer = loaded.transformer(workflow)
+
+    def count(module: torch.nn.Module, args: Any, kwargs: dict[str, Any]) -> None:
+        tokens["video"] = int(kwargs["hidden_states"].shape[1])
+        tokens["audio"] = int(kwargs["audio_hidden_states"].shape[1])
+        tokens["text"] = int(kwargs["encoder_hidden_states"].shape[1])
+        tokens["total"] = tokens["video"] + tokens["audio"] + tokens["text"]
+
+    handles.append(transformer.register_forward_pre_hook(count, with_kwargs=True))
+    around(transformer, "denoise")
+    encoder = loaded.components.get("text_encoder")
+    if encoder is not None:
+        around(encoder.model if hasattr(encoder, "model") else encoder, "text_encoder")
+    for name in ("vae", "audio_vae"):
+        component = loaded.components.get(name)
+        if component is not None:
+            wrap(component, "decode", f"{name}_decode")
+            wrap(component, "encode", f"{name}_encode")
+    vae = loaded.components.get("vae")
+    undo_replay = replay_repeats(vae.decoder, counter) if vae is not None else (lambda: None)
+
+    def undo() -> None:
+        undo_replay()
+        for handle in handles:
+            handle.remove()
+        for component, method in restore:
+            delattr(component, method)
+
+    return undo

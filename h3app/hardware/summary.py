@@ -1,0 +1,78 @@
+"""One line about the hardware for the UI header and the CLI: GPU, planned peak, headroom.
+
+``hardware_line(model, options)`` never rehearses (the header renders at once): it reads the GPU, and the peak from
+the last plan made in this process for the same model and options (``remember``), which the app records when it
+plans before loading. Without a plan it says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..rules.units import format_bytes
+
+if TYPE_CHECKING:
+    from .planner import Plan
+
+_PLANS: dict[tuple[str, str, str, bool], "Plan"] = {}
+
+
+def gpu() -> tuple[str, int] | None:
+    """(name, total bytes) of CUDA device 0, or None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    properties = torch.cuda.get_device_properties(0)
+    return properties.name, int(properties.total_memory)
+
+
+def _key(model: str, options: Any) -> tuple[str, str, str, bool]:
+    return (str(model), str(getattr(options, "dtype", "")), str(getattr(options, "offload", "none")),
+            bool(getattr(options, "fp8", False)))
+
+
+def remember(model: str, options: Any, plan: "Plan") -> None:
+    """Keep ``plan`` as the plan of ``model`` loaded with ``options`` (a ``LoadOptions``)."""
+    _PLANS[_key(model, options)] = plan
+
+
+def hardware_line(model: str, options: Any, device: tuple[str, int] | None | bool = True) -> str:
+    """``"GPU: NVIDIA H200 (141.0 GB) · planned peak 118.2 GB · headroom 22.8 GB"``, or the CPU line.
+
+    ``device``: True reads CUDA device 0; a ``(name, bytes)`` pair or None stands in for it (tests)."""
+    found = gpu() if device is True else device
+    placement = getattr(options, "device", "cpu")
+    if found is None or not str(placement).startswith("cuda"):
+        where = "no GPU" if found is None else f"GPU {found[0]} unused"
+        return f"CPU ({where}) · {model} runs on the CPU"
+    name, total = found
+    plan = _PLANS.get(_key(model, options))
+    if plan is None:
+        return f"GPU: {name} ({format_bytes(total)}) · no memory plan for {model} (`python -m h3app plan`)"
+    headroom = total - plan.peak_gpu_bytes
+    verdict = f"headroom {format_bytes(headroom)}" if headroom >= 0 else f"short by {format_bytes(-headroom)}"
+    return f"GPU: {name} ({format_bytes(total)}) · planned peak {format_bytes(plan.peak_gpu_bytes)} · {verdict}"
+
+
+def describe_plan(plan: "Plan") -> str:
+    """The human summary of ``plan`` printed by ``python -m h3app plan`` without ``--json``."""
+    lines = [f"{plan.model} {plan.workflow} {plan.resolution} {plan.duration:g}s, {plan.dtype}, "
+             f"{plan.placement.label}" + (f", LoRA {plan.lora_mode} ({plan.targets_bound} targets)"
+                                          if plan.lora_mode else "")]
+    lines.append(f"peak GPU {format_bytes(plan.peak_gpu_bytes)}; host RAM {format_bytes(plan.host_bytes)}; "
+                 f"tokens {plan.tokens.get('total', 0):,}")
+    for name, size in plan.components.items():
+        lines.append(f"  {name}: {format_bytes(size)}")
+    for name, phase in plan.phases.items():
+        lines.append(f"  phase {name}: peak {format_bytes(phase['peak'])} "
+                     f"(resident {format_bytes(phase['resident'])} + transient {format_bytes(phase['transient'])})")
+    fitting = [name for name, ok in plan.fits.items() if ok]
+    lines.append("fits: " + (", ".join(fitting) if fitting else "none of the flavors"))
+    if plan.recommended:
+        r = plan.recommended
+        lines.append(f"recommended: {r['hardware']} with {r['options']} (peak {format_bytes(r['peak_gpu_bytes'])})")
+    else:
+        lines.append("recommended: nothing fits one GPU of any flavor")
+    lines.extend(f"warning: {w}" for w in plan.warnings)
+    return "\n".join(lines)

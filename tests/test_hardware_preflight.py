@@ -1,0 +1,41 @@
+"""The app plans before downloading: a real model on a GPU too small stops with one line naming what fits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from h3app.errors import H3AppError
+from h3app.hardware import preflight
+from h3app.hardware.flavors import GB
+from h3app.model.loader import LoadOptions
+from tests.test_hardware_plan import _measured
+
+
+def _gpu_options(**fields):
+    """LoadOptions for a CUDA device this CPU machine does not have (LoadOptions itself refuses it here)."""
+    options = LoadOptions(dtype=torch.bfloat16, **fields)
+    object.__setattr__(options, "device", "cuda")
+    return options
+
+
+def test_tiny_and_cpu_runs_are_not_planned():
+    assert preflight.check_before_download("tiny", _gpu_options(), device=("H100", 80 * GB)) is None
+    assert preflight.check_before_download("MiniMaxAI/MiniMax-H3", LoadOptions(), device=None) is None
+
+
+def test_a_real_model_on_a_gpu_without_cuda_is_refused():
+    with pytest.raises(H3AppError, match="no CUDA GPU"):
+        preflight.check_before_download("MiniMaxAI/MiniMax-H3", _gpu_options(), device=None)
+
+
+def test_too_small_a_gpu_stops_before_downloading_and_names_what_fits(monkeypatch):
+    monkeypatch.setattr(preflight, "measure", lambda *a, **k: _measured())
+    options = _gpu_options()  # offload none: ~140 GiB resident in the fixture
+    with pytest.raises(H3AppError) as caught:
+        preflight.check_before_download("MiniMaxAI/MiniMax-H3", options, device=("NVIDIA H100", 80 * GB))
+    message = str(caught.value)
+    assert "\n" not in message and "--offload auto" in message and "nothing was downloaded" in message
+    fitting = preflight.check_before_download("MiniMaxAI/MiniMax-H3", _gpu_options(offload="auto"),
+                                              device=("NVIDIA H100", 80 * GB))
+    assert fitting is not None and fitting.peak_gpu_bytes < 80 * GB

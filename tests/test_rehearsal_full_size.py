@@ -1,0 +1,94 @@
+"""The full-size rehearsal: MiniMax-H3's real sizes through h3app's own loader, LoRA engine, worker and pipeline on
+fake CUDA, at 544p with the token counts the pipeline packs. Each rehearsal is one module-scoped run (the 33B
+transformer and the 32B conditioner are built on meta and placed on fake CUDA in seconds; no weights exist)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from h3app.hardware import full_size
+from h3app.hardware.header_adapter import lightx2v_header
+from h3app.hardware.rehearsal import RehearsalOptions, rehearse
+from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
+
+pytestmark = pytest.mark.slow
+GIB = 2**30
+TRANSFORMER_BYTES = 66_236_000_000  # 33.1 B parameters, bf16 with diffusers' fp32 islands (~61.7 GiB)
+
+
+@pytest.fixture(scope="module")
+def header():
+    return lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=128, alpha=8.0)
+
+
+@pytest.fixture(scope="module")
+def t2va():
+    return rehearse(RehearsalOptions(workflow="t2va", resolution="544p"))
+
+
+@pytest.fixture(scope="module")
+def fl2va_unmerged(header):
+    return rehearse(RehearsalOptions(workflow="fl2va", resolution="544p", adapter=header, lora_mode="unmerged"))
+
+
+@pytest.fixture(scope="module")
+def fl2va_merged_fused(header):
+    return rehearse(RehearsalOptions(workflow="fl2va", resolution="544p", adapter=header, lora_mode="merged",
+                                     fuse_qkv=True))
+
+
+@pytest.fixture(scope="module")
+def ref2va():
+    return rehearse(RehearsalOptions(workflow="ref2va", resolution="544p"))
+
+
+def test_t2va_at_544p_packs_the_real_sequence(t2va):
+    # 124 frames → 37 latent frames × (544/32) × (960/32) video rows; 5.17 s of stereo audio at 40 latents/s.
+    assert t2va.tokens["video"] == 37 * 17 * 30
+    assert t2va.tokens["audio"] == 2 * 207
+    assert t2va.evaluations == 1
+    assert t2va.video_shape == (124, 544, 960, 3)
+    assert t2va.audio_shape == (2, 165_600)
+
+
+def test_t2va_holds_the_real_weights(t2va):
+    assert abs(t2va.components["transformer"] - TRANSFORMER_BYTES) < 0.01 * TRANSFORMER_BYTES
+    assert 60 * GIB < t2va.components["text_encoder"] < 64 * GIB
+    assert t2va.components["vae"] > 5 * GIB and t2va.components["audio_vae"] > 0
+    assert "transformer_ref" not in t2va.components  # t2va loads its own partition only
+    resident = sum(t2va.components.values())
+    assert t2va.device_peak > resident  # plus activations
+    assert 0 < t2va.phases["denoise"].transient < 16 * GIB  # fused attention: no L² scores
+    assert t2va.phases["vae_decode"].transient > 0 and t2va.phases["text_encoder"].transient > 0
+
+
+def test_fl2va_binds_all_312_lightx2v_targets_unmerged(fl2va_unmerged):
+    result = fl2va_unmerged
+    assert result.targets_bound == 312
+    assert result.lora_bytes > GIB  # rank 128 × 312 targets, kept in fp32 on the device
+    assert result.pristine_host_bytes == 0
+    assert result.tokens["video"] > 37 * 17 * 30  # the keyframe's conditioning rows come first
+    assert "vae_encode" in result.phases
+
+
+def test_fl2va_merged_with_fused_qkv_keeps_pristine_copies_on_the_host(fl2va_merged_fused):
+    result = fl2va_merged_fused
+    assert result.targets_bound == 312
+    # every bound Linear's bf16 weight is copied once to the host (q/k/v as one fused to_qkv)
+    assert 50 * GIB < result.pristine_host_bytes < 70 * GIB
+    assert result.host_peak >= result.pristine_host_bytes
+
+
+def test_ref2va_runs_on_its_own_partition(ref2va):
+    assert "transformer_ref" in ref2va.components and "transformer" not in ref2va.components
+    assert ref2va.tokens["video"] > 37 * 17 * 30  # the reference image's rows
+
+
+def test_full_size_components_are_built_without_memory():
+    from h3app.model.loader import LoadOptions
+
+    module = full_size.build_meta("transformer", LoadOptions(dtype=torch.bfloat16))
+    assert next(module.parameters()).is_meta
+    assert module.proj_in.weight.dtype == torch.float32  # diffusers' fp32 islands, as from_pretrained keeps them
+    assert abs(full_size.parameter_bytes(module) - TRANSFORMER_BYTES) < 0.01 * TRANSFORMER_BYTES

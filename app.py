@@ -43,6 +43,8 @@ def serve() -> None:
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env
+    from h3app.hardware.preflight import check_before_download
+    from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
     from h3app.parallel.follower import follow
     from h3app.parallel.launch import close_ranks, start_ranks
@@ -50,12 +52,13 @@ def serve() -> None:
 
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
                           token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
+    check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     backend = backend_from_env(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:
             sys.exit(follow(group, backend))
-        build_app(backend).launch(**launch_kwargs(backend))
+        build_app(backend, hardware=hardware_line(args.model, options)).launch(**launch_kwargs(backend))
     finally:
         backend.close()
         close_ranks(group)

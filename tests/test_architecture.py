@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "parallel": {"backend", "errors", "rules", "model", "settings"},
     "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},
     "ui": {"adapters", "backend", "errors", "lora", "rules", "settings"},
+    "hardware": {"adapters", "backend", "errors", "lora", "model", "rules", "settings"},
 }
 
 

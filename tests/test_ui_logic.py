@@ -291,3 +291,21 @@ def test_known_adapter_card_and_one_click_preset():
     assert scale is KEEP  # the registry gives no scale: the slider stays
     with pytest.raises(gr.Error, match="no preset to apply"):
         apply_preset({"known": None}, "a fox")
+
+
+def test_header_shows_the_hardware_line_from_the_planner():
+    from types import SimpleNamespace
+
+    from h3app.hardware.summary import hardware_line, remember
+    from h3app.ui.app_ui import header_html
+
+    backend = SimpleNamespace(hosted=False, model_name="MiniMaxAI/MiniMax-H3")
+    options = SimpleNamespace(device="cuda", dtype="bfloat16", offload="auto", fp8=False)
+    plan = SimpleNamespace(peak_gpu_bytes=72_600_000_000)
+    remember("MiniMaxAI/MiniMax-H3", options, plan)  # what the entry point's pre-download plan records
+    line = hardware_line("MiniMaxAI/MiniMax-H3", options, device=("NVIDIA H100 80GB HBM3", 85_000_000_000))
+    html = header_html(backend, line)
+    assert "NVIDIA H100" in html and "planned peak 72.6 GB" in html and "headroom 12.4 GB" in html
+    cpu = header_html(backend, hardware_line("tiny", SimpleNamespace(device="cpu"), device=None))
+    assert "CPU (no GPU)" in cpu
+    assert "data-testid='hardware'" not in header_html(backend)

@@ -382,9 +382,6 @@ class _Forwarder:
 def backend_from_env(model: str | None = None, options: LoadOptions | None = None, parallel: Any = None) -> Backend:
     """The app's backend configured from environment variables (README lists them); ``parallel``: the rank group
     (h3app.parallel) when several ranks share each job."""
-    from ..hardware.preflight import check_before_download
-
-    check_before_download(model or os.environ.get("H3APP_MODEL", repo.TINY), options or LoadOptions())
     hosted = os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
     cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")

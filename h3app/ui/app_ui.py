@@ -71,23 +71,28 @@ CSS = """
 """
 
 
-def header_html(backend: Any) -> str:
+def header_html(backend: Any, hardware: str | None = None) -> str:
+    """The title row: model, hosted or local mode, and (from the entry point) the GPU, planned peak and headroom."""
     hosted = ("hosted mode: local paths limited to the demo adapters" if backend.hosted else "local mode")
+    chips = [f"<span class='h3-chip h3-chip-strong'>model {render.esc(backend.model_name)}</span>",
+             f"<span class='h3-chip'>{render.esc(hosted)}</span>"]
+    if hardware:
+        chips.append(f"<span class='h3-chip' data-testid='hardware'>{render.esc(hardware)}</span>")
     return (f"<div class='h3-header'><h1>{TITLE}</h1>"
             f"<span>Inspect, apply and compare LoRA adapters on <b>MiniMax H3</b> (video + stereo audio).</span>"
-            f"<span class='h3-chip h3-chip-strong'>model {render.esc(backend.model_name)}</span>"
-            f"<span class='h3-chip'>{render.esc(hosted)}</span></div>")
+            + "".join(chips) + "</div>")
 
 
-def build_app(backend: Any) -> gr.Blocks:
-    """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``)."""
+def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
+    """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``); ``hardware``: the header's
+    GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point."""
     jobs = RunningJobs()
     adapter_events = AdapterEvents(backend, jobs)
     generate_events = GenerateEvents(backend, jobs)
     comparisons = ComparisonEvents(backend, jobs)
     with gr.Blocks(title=TITLE, delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
         session = gr.State(new_session())
-        gr.HTML(header_html(backend))
+        gr.HTML(header_html(backend, hardware))
         with gr.Row(equal_height=False, elem_id="h3-main"):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")

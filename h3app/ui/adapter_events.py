@@ -13,6 +13,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from gradio.utils import get_upload_folder
 
 from ..adapters import source as sources
 from ..adapters.source import implied_weight
@@ -24,7 +25,9 @@ from ..settings import LoRASettings
 from . import render
 from .forms import KEEP, SlotForm, SyncForm, alpha_from_controls
 from .scales import profile_basis, profile_view
+from .fair_queue import visitor_keys
 from .session import RunningJobs, session_key, with_adapter
+from .upload_quota import upload_quota
 
 UPLOAD_PREFIX = "upload-"
 RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, so weight-relative sizes mean nothing
@@ -87,6 +90,8 @@ class AdapterEvents:
     def __init__(self, backend: Any, jobs: RunningJobs | None = None) -> None:
         self.backend = backend
         self.jobs = jobs or RunningJobs()
+        limit = backend.policy.max_remote_bytes if backend.hosted else None
+        self.uploads = upload_quota(backend.uploads_dir, limit) if limit else None
 
     # ---------------------------------------------------------------------------------------------- choosing
     def demo_choices(self) -> list[tuple[str, str]]:
@@ -114,9 +119,10 @@ class AdapterEvents:
             return gr.skip(), gr.skip()
         return path, self.list_weights(path, revision, token)
 
-    def upload(self, file_path: str | None) -> tuple[str, dict[str, Any]]:
-        """Copy an uploaded ``.safetensors`` into the backend's uploads folder (an allowed adapter folder, cleaned
-        after an hour) and select it. Hosted mode caps its size like a remote adapter's."""
+    def upload(self, file_path: str | None, request: gr.Request = None) -> tuple[str, dict[str, Any]]:
+        """Move an uploaded ``.safetensors`` into the backend's uploads folder (an allowed adapter folder, cleaned
+        after an hour) and select it. Hosted mode caps its size like a remote adapter's, and the visitor's and the
+        folder's upload bytes (``upload_quota.py``)."""
         if not file_path:
             return gr.skip(), gr.skip()
         upload = Path(file_path)
@@ -128,10 +134,21 @@ class AdapterEvents:
         if limit is not None and size > limit:
             raise gr.Error(f"{upload.name} is {format_bytes(size)}, over this server's limit of "
                            f"{format_bytes(limit)}: use a smaller adapter.", print_exception=False)
+        visitor = " ".join(visitor_keys(request))
+        if self.uploads is not None:
+            try:
+                self.uploads.reserve(visitor, size)
+            except H3AppError as error:
+                raise user_error(error) from error
         folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
         folder.mkdir(parents=True)
         target = folder / Path(upload.name).name
-        shutil.copyfile(upload, target)
+        if Path(get_upload_folder()).resolve() in upload.resolve().parents:
+            shutil.move(upload, target)  # Gradio's cached copy becomes the app's: one copy on disk, not two
+        else:
+            shutil.copyfile(upload, target)
+        if self.uploads is not None:
+            self.uploads.record(visitor, target)
         return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
                                       value=target.name)
 

@@ -5,6 +5,7 @@ panel shows; backend errors become ``gr.Error`` with the backend's one-line mess
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ from .upload_quota import upload_quota
 
 UPLOAD_PREFIX = "upload-"
 RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, so weight-relative sizes mean nothing
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the app's working folder when inside it (hosted answers name no server folder)."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def user_error(error: H3AppError) -> gr.Error:
@@ -96,7 +103,7 @@ class AdapterEvents:
     # ---------------------------------------------------------------------------------------------- choosing
     def demo_choices(self) -> list[tuple[str, str]]:
         """(label, path) for each demo adapter shipped with the app."""
-        return [(Path(p).name, p) for p in self.backend.demo_adapters()]
+        return [(Path(p).name, shown_path(p) if self.backend.hosted else p) for p in self.backend.demo_adapters()]
 
     def list_weights(self, source: str | None, revision: str | None = None, token: str | None = None,
                      current: str | None = None) -> dict[str, Any]:

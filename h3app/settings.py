@@ -42,7 +42,7 @@ class LoRASettings:
 
     def __post_init__(self) -> None:
         source = os.fspath(self.source) if isinstance(self.source, os.PathLike) else self.source
-        if not isinstance(source, str) or not source.strip():
+        if not isinstance(source, str):  # an empty one is refused where sources are parsed ("SOURCE is empty")
             raise H3AppError(f"the adapter source must be a Hub repo id, an HF URL or a local path, got "
                              f"{values.short(source)}.")
         object.__setattr__(self, "source", values.check_length(source, "the adapter source"))

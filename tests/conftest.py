@@ -1,7 +1,8 @@
 """Test-wide settings and isolation: nothing from the internet, no analytics, and no state shared between tests.
 
 - Every test gets its own, empty Hugging Face home (``private_hf_home``): the environment and every import-time copy
-  of a home-derived path (``tests/hf_home.py``), so no test sees another's cache and the user's cache is never used.
+  of a home-derived path (``tests/hf_home.py``), so no test sees another's cache and the user's cache is never used;
+  and a new huggingface_hub HTTP client (no keep-alive connection to an earlier test's stand-in Hub).
 - The session's tiny model is loaded once; after each test that used it, backends are reset and the weights are
   checked bit for bit against the model as loaded (``tests/model_state.py``), else that test fails.
 """

@@ -131,7 +131,8 @@ def test_fl2va_and_ref2va_workflows(backend, tmp_path):
     Image.fromarray((np.random.RandomState(0).rand(64, 96, 3) * 255).astype(np.uint8)).save(image)
     first = backend.generate(GenerationRequest(prompt="pan left", steps=2, workflow="fl2va", first_frame=str(image)))
     last = backend.generate(GenerationRequest(prompt="pan left", steps=2, workflow="fl2va", last_frame=str(image)))
-    assert first.result.hash != last.result.hash and first.result.width == 96
+    # the canvas takes the 2:3 keyframe's aspect at the model's short edge
+    assert first.result.hash != last.result.hash and first.result.width == 3 * first.result.height // 2
     voice = tmp_path / "voice16k.wav"  # not at the audio VAE's 32 kHz: resampled with PyAV, no torchaudio needed
     t = np.arange(6 * 16000) / 16000
     with wave.open(str(voice), "wb") as out:

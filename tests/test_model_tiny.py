@@ -1,21 +1,21 @@
-"""The embedded checkpoint: real layout, reproducible from the script, small, and named by its own repo id."""
+"""The embedded checkpoint: real layout, rebuilt by the training recipe, small, and named by its own repo id."""
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
+from safetensors import safe_open
 
 from h3app.model import repo
 from h3app.model.tiny import TINY_REPO_ID, TINY_TRANSFORMER_CONFIG, build
+from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_FILE, TURBO_RANK, Recipe, train
 
 REAL_LAYOUT = ("transformer", "transformer_ref", "vae", "audio_vae", "scheduler", "audio_scheduler",
                "text_encoder", "tokenizer", "processor")
 
 
-def _digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
 def test_layout_matches_the_real_repo():
@@ -43,7 +43,25 @@ def test_transformer_config_is_the_tiny_one():
     assert config["num_attention_heads"] * config["attention_head_dim"] != config["hidden_size"]
 
 
+def test_build_writes_the_untrained_starting_point_in_the_same_layout(tmp_path):
+    built = build(tmp_path / "tiny-h3")
+    assert _files(built) == _files(repo.TINY_DIR)
+    assert json.loads((built / "modular_model_index.json").read_text()) == json.loads(
+        (repo.TINY_DIR / "modular_model_index.json").read_text())
+
+
 @pytest.mark.slow
-def test_committed_checkpoint_is_reproducible_from_the_script(tmp_path):
-    rebuilt = build(tmp_path / "tiny-h3")
-    assert _digest(rebuilt) == _digest(repo.TINY_DIR)
+def test_training_recipe_smoke_run_writes_checkpoint_and_both_loras(tmp_path):
+    """One or two optimiser steps per stage: every line of the recipe runs (the committed run is docs/demo.md's)."""
+    out, adapters = tmp_path / "tiny-h3", tmp_path / "adapters"
+    lines = []
+    train(out, adapters, tmp_path / "work", Recipe.smoke(), log=lambda *args: lines.append(args))
+    assert _files(out) == _files(repo.TINY_DIR)
+    assert {stage for stage, *_ in lines} == {"base", "style", "teacher", "turbo"}
+    with safe_open(str(adapters / TURBO_FILE), "pt") as turbo:
+        keys = list(turbo.keys())
+        assert not turbo.metadata() or "lora_adapter_metadata" not in turbo.metadata()
+        assert keys and all(k.endswith(("lora_A.default.weight", "lora_B.default.weight")) for k in keys)
+        assert {turbo.get_slice(k).get_shape()[0] for k in keys if "lora_A" in k} == {TURBO_RANK}
+    with safe_open(str(adapters / STYLE_FILE), "pt") as style:
+        assert "lora_alpha" in style.metadata()["lora_adapter_metadata"]

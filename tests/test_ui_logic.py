@@ -12,6 +12,7 @@ import pytest
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
+from h3app.ui.forms import KEEP
 from h3app.ui.generate_events import apply_preset, load_settings_view, read_settings_file, steps_note, with_trigger
 from h3app.ui.scales import profile_view, relative_updates, scale_groups
 from h3app.ui.session import (
@@ -283,8 +284,10 @@ def test_known_adapter_card_and_one_click_preset():
     card = render.known_card(known)
     assert "Known adapter: LightX2V H3 Turbo" in card and "steps 5" in card and "4 transformer evaluations" in card
     assert "&lt;b&gt;no alpha&lt;/b&gt;" in card
-    scale, steps, shift, audio_shift, workflow, prompt = apply_preset({"known": known}, "a fox")
+    preset = apply_preset({"known": known}, "a fox")
+    scale, steps, shift, audio_shift, workflow, prompt = (preset.strength, preset.steps, preset.shift,
+                                                          preset.audio_shift, preset.workflow, preset.prompt)
     assert (steps, shift, audio_shift, workflow, prompt) == (5, 12.0, 3.0, "fl2va", "a fox")
-    assert scale == gr.skip()  # the registry gives no scale: the slider stays
+    assert scale is KEEP  # the registry gives no scale: the slider stays
     with pytest.raises(gr.Error, match="no preset to apply"):
         apply_preset({"known": None}, "a fox")

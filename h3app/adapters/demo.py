@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import struct
 import sys
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from ..model.tiny_training.lora import write_canonical as _write
 from ..rules.h3_modules import TransformerShapes, transformer_shapes
 from .formats import native_vocabulary
 
@@ -49,21 +49,6 @@ def _factors(out_features: int, in_features: int, rank: int, generator: torch.Ge
     down = torch.randn(rank, in_features, generator=generator) * 0.3
     up = torch.randn(out_features, rank, generator=generator) * 0.3
     return down, up
-
-
-def _write(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Path:
-    """Save with a canonical header: safetensors writes ``__metadata__`` in hash order, which would make the bytes
-    differ from run to run; the JSON is re-serialised with sorted keys (offsets are unchanged)."""
-    from safetensors.torch import save
-
-    raw = save({k: tensors[k].contiguous() for k in sorted(tensors)}, metadata=metadata)
-    header_len = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8 : 8 + header_len])
-    canonical = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    canonical += b" " * (-len(canonical) % 8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(struct.pack("<Q", len(canonical)) + canonical + raw[8 + header_len :])
-    return path
 
 
 def _native_files(shapes: TransformerShapes, generator: torch.Generator) -> dict[str, Callable[[Path], Path]]:

@@ -14,9 +14,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..model.tiny import TINY_REPO_ID
+
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
 LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"
 FAL_REALISM_REPO = "fal/MiniMax-H3-Realism-People-LoRA"
+TINY_DEMO_REPO = TINY_REPO_ID  # the embedded checkpoint's own repo id names its demo adapters in assets/adapters
+TINY_DEMO_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,12 @@ KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
         notes="Author states W_eff = W + B@A (alpha = rank); pick steps from the file name.",
     ),
     KnownAdapter(
+        TINY_DEMO_REPO, r"^tiny_turbo_4step\.safetensors$", "Tiny H3 Turbo 4-step (demo)",
+        alpha=1.0, rank=16, steps=5, shift=12.0, audio_shift=3.0, scale=1.0,
+        notes="Trained at alpha = r/16 = 1 by `python -m h3app.model.tiny train` (docs/demo.md); no alpha in the "
+              "file, so the alpha = rank fallback (16) is 16× too strong, like LightX2V's rank 128 / alpha 8.",
+    ),
+    KnownAdapter(
         FAL_REALISM_REPO, r"\.safetensors$", "fal H3 Realism People",
         steps=50, trigger="r34l1sm", scale=0.7,
         notes="Keep the normal 50-step schedule; 0.6-0.8 for a lighter effect, 1.0 at full strength.",
@@ -145,4 +155,6 @@ def registry_identity(source: str, weight_name: str | None, file_name: str) -> t
     cached = repo_from_cache_path(source)
     if cached is not None:
         return cached
+    if Path(source).parent.resolve() == TINY_DEMO_DIR:
+        return TINY_DEMO_REPO, Path(source).name
     return None, weight_name or file_name

@@ -101,7 +101,8 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
 
     ``weight_name`` and ``revision`` are validated; a URL's own revision/file must agree with them.
     ``allowed_local_dirs`` (hosted mode): local paths outside these folders (after resolving symlinks) are refused
-    before anything about them is revealed. Empty strings count as not given.
+    first — before the weight name or revision is checked and before anything looks at the path — so the answer
+    is the same whether or not such a path exists. Empty strings count as not given.
     """
     if not isinstance(source, (str, os.PathLike)):
         raise H3AppError(f"SOURCE must be text, got {type(source).__name__}: give a Hub repo id, an HF URL or a path.")

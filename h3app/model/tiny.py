@@ -1,13 +1,14 @@
-"""Build the embedded tiny MiniMax H3 checkpoint: the real repo's folder layout, tiny dims, deterministic weights.
+"""The embedded tiny MiniMax H3 checkpoint: the real repo's folder layout at tiny dims, and the commands that make it.
 
-    python -m h3app.model.tiny build assets/tiny-h3
+    python -m h3app.model.tiny train [DIR]   # the committed, trained checkpoint and demo LoRAs (docs/demo.md)
+    python -m h3app.model.tiny build DIR     # the untrained starting point (seeded random weights)
 
 The result loads through the same loader as ``MiniMaxAI/MiniMax-H3`` (``modular_model_index.json`` plus one folder
-per component, ``transformer_ref/`` included). Dims follow diffusers' own test configs and
-docs/architecture.md (decision 9): the transformer is the diffusers test config (hidden 24, 2 heads × 16,
-2 layers, 2 refiner layers, ffn 32, in_channels 4, text_dim 8), the audio VAE keeps the real hop of 800 samples per
-latent at 32 kHz (so the soundtrack lasts as long as the video), and the text encoder is a real Qwen3-VL with 51
-decoder layers at hidden size 8 (the pipeline reads ``hidden_states[50]``) and a byte-level tokenizer built locally.
+per component, ``transformer_ref/`` included; docs/architecture.md, decision 9). The transformer is diffusers' own test
+config (hidden 24, 2 heads × 16, 2 layers, 2 refiner layers, ffn 32, in_channels 4, text_dim 8); the audio VAE keeps
+the real hop of 800 samples per latent at 32 kHz (so the soundtrack lasts as long as the video); the text encoder is a
+real Qwen3-VL with 51 decoder layers at hidden size 8 (the pipeline reads ``hidden_states[50]``) and a byte-level
+tokenizer, built locally, whose merges make the demo vocabulary's words single tokens.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ TINY_AUDIO_VAE_CONFIG: dict[str, Any] = {
     "latents_std": [1.0] * 8,
 }
 
-# Small default canvas so that `generate --model tiny` without a size takes seconds.
-TINY_CANVAS = {"canvas_short_edge": 64, "canvas_max_pixels": 64 * 96, "reference_image_short_edge": 64}
+# The canvas the tiny model is trained at (32 × 56, 16:9): `generate --model tiny` without a size takes seconds.
+TINY_CANVAS = {"canvas_short_edge": 32, "canvas_max_pixels": 64 * 96, "reference_image_short_edge": 32}
 
 QWEN_SPECIAL_TOKENS = (
     "<|endoftext|>",
@@ -95,14 +96,32 @@ QWEN_SPECIAL_TOKENS = (
 )
 
 
+def _word_merges(words: list[str], vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """Left-to-right BPE merges that make each of ``words`` after a space one token (``Ġword``; Ġ is the byte-level
+    space). Bare words get no merges, which would otherwise split the spaced ones."""
+    merges: list[tuple[str, str]] = []
+    for word in words:
+        symbol = "\u0120" + word
+        for end in range(2, len(symbol) + 1):
+            pair = (symbol[: end - 1], symbol[end - 1])
+            if pair[0] + pair[1] not in vocab:
+                vocab[pair[0] + pair[1]] = len(vocab)
+                merges.append(pair)
+    return merges
+
+
 def _build_tokenizer():
-    """A byte-level BPE with no merges (the 256-symbol byte alphabet) plus Qwen's special tokens."""
+    """A byte-level BPE (the 256-symbol byte alphabet) whose merges make the demo vocabulary's words whole tokens,
+    plus Qwen's special tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import Qwen2TokenizerFast
 
+    from .tiny_training.scenes import VOCABULARY
+
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {symbol: index for index, symbol in enumerate(sorted(alphabet))}
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    merges = _word_merges(list(VOCABULARY), vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
     tokenizer = Qwen2TokenizerFast(
@@ -116,6 +135,7 @@ def _build_tokenizer():
 
 
 def _build_text_encoder(tokenizer):
+    import torch
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in QWEN_SPECIAL_TOKENS}
@@ -149,7 +169,15 @@ def _build_text_encoder(tokenizer):
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
     )
-    return Qwen3VLForConditionalGeneration(config).eval()
+    model = Qwen3VLForConditionalGeneration(config).eval()
+    # Random word embeddings passed straight through: every decoder layer's output projections are zero, so
+    # hidden_states[50] is the token embedding and a word means the same vector wherever it stands.
+    with torch.no_grad():
+        model.model.language_model.embed_tokens.weight.normal_(0.0, 1.0)
+        for layer in model.model.language_model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return model
 
 
 def _build_processor(tokenizer):
@@ -211,14 +239,13 @@ def _rewrite_index(index_path: Path, repo_id: str) -> None:
     index_path.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
 
 
-def build(out_dir: str | Path) -> Path:
-    """Write the tiny checkpoint to ``out_dir`` (replaced if it exists) and return the folder."""
+def save_checkpoint(components: dict[str, Any], out_dir: str | Path) -> Path:
+    """Write ``components`` as a checkpoint folder in the real layout (replaced if it exists)."""
     from diffusers.modular_pipelines import MiniMaxH3Blocks
 
     out = Path(out_dir)
     if out.exists():
         shutil.rmtree(out)
-    components = build_components()
     pipe = MiniMaxH3Blocks().init_pipeline()
     pipe.update_components(**components)
     pipe.save_pretrained(str(out), overwrite_modular_index=True)
@@ -226,13 +253,36 @@ def build(out_dir: str | Path) -> Path:
     return out
 
 
+def build(out_dir: str | Path) -> Path:
+    """Write the *untrained* tiny checkpoint (seeded random weights, the training recipe's starting point)."""
+    return save_checkpoint(build_components(), out_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .tiny_training.recipe import STAGES, Recipe, train
+
     parser = argparse.ArgumentParser(prog="python -m h3app.model.tiny")
     sub = parser.add_subparsers(dest="command", required=True)
     build_parser = sub.add_parser("build", help="write the tiny checkpoint to DIR")
     build_parser.add_argument("dir")
+    train_parser = sub.add_parser("train", help="train the tiny checkpoint and the demo LoRAs (see docs/demo.md)")
+    train_parser.add_argument("dir", nargs="?", default="assets/tiny-h3", help="checkpoint folder to write")
+    train_parser.add_argument("--adapters", default="assets/adapters", help="folder for the two demo LoRAs")
+    train_parser.add_argument("--work", default="build/tiny-train",
+                              help="folder for per-stage results; a rerun resumes after the last finished stage")
+    train_parser.add_argument("--smoke", action="store_true", help="one or two steps per stage (checks the recipe)")
+    train_parser.add_argument("--only", choices=STAGES,
+                              help="run just this stage into --work (to run independent stages side by side)")
     args = parser.parse_args(argv)
-    out = build(args.dir)
+    if args.command == "train":
+        recipe = Recipe.smoke() if args.smoke else Recipe()
+        train(Path(args.dir), Path(args.adapters), Path(args.work), recipe, only=args.only)
+        if args.only is not None:
+            print(f"stage {args.only} done in {args.work}")
+            return 0
+        out = Path(args.dir)
+    else:
+        out = build(args.dir)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"wrote {out} ({size / 1e6:.1f} MB)")
     return 0

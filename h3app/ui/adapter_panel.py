@@ -62,7 +62,8 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                 placeholder="owner/repo · https://huggingface.co/…/resolve/… · "
                                             "/path/to/lora.safetensors")
             demo = gr.Dropdown(choices=demos, value=None, label="…or a demo adapter", scale=2,
-                               elem_id=f"{prefix}-demo", info="small adapters for the tiny model, one per format")
+                               elem_id=f"{prefix}-demo", info="small adapters for the tiny model, one per format; "
+                                    "tiny_turbo_4step and tiny_style_warm are trained on it")
         with gr.Row(equal_height=True):
             weight = gr.Dropdown(choices=[], value=None, label="Weight file", scale=3, allow_custom_value=True,
                                  elem_id=f"{prefix}-weight", info="listed from the repo or folder, with sizes")

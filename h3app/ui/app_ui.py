@@ -30,6 +30,7 @@ from .generate_events import (
 )
 from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
+from .forms import parts, write
 from .job_wiring import wire_jobs
 from .session import RunningJobs, new_session
 
@@ -136,9 +137,13 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
           **CHEAP)
     slot_1.info.change(trigger_button, [slot_1.info], [request.trigger_button], **CHEAP)
     request.trigger_button.click(with_trigger, [request.prompt, slot_1.info], [request.prompt], **CHEAP)
-    slot_1.preset_button.click(apply_preset, [slot_1.info, request.prompt],
-                               [slot_1.strength, request.steps, request.shift, request.audio_shift, request.workflow,
-                                request.prompt], **CHEAP)
+    preset_parts = {"strength": slot_1.strength, **parts(request, ["steps", "shift", "audio_shift", "workflow",
+                                                                   "prompt"])}
+
+    def preset(info: dict[str, Any] | None, prompt: str | None) -> dict[Any, Any]:
+        return write(apply_preset(info, prompt), preset_parts)
+
+    slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
 
 
 def launch_kwargs(backend: Any) -> dict[str, Any]:

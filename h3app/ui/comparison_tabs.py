@@ -29,6 +29,7 @@ class EquivalenceTab:
     run_button: gr.Button
     cancel_button: gr.Button
     estimate: gr.Markdown
+    cancel_note: gr.Markdown
     status: gr.Markdown
     verdict: gr.HTML
     video_a: gr.Video
@@ -63,6 +64,7 @@ def build_equivalence_tab() -> EquivalenceTab:
         run_button = gr.Button("Run the equivalence check", variant="primary", scale=3, elem_id="check")
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="check-cancel")
     estimate = gr.Markdown("", elem_id="check-estimate")
+    cancel_note = gr.Markdown("", elem_id="check-cancel-note")
     status = gr.Markdown("", elem_id="check-status")
     verdict = gr.HTML(render.placeholder("The verdict appears here: identical bit for bit, or not."),
                       elem_id="verdict")
@@ -92,7 +94,8 @@ def build_equivalence_tab() -> EquivalenceTab:
         audio_b = gr.Audio(label="B audio", interactive=False, type="filepath")
     with gr.Accordion("check --json", open=False):
         result_json = gr.JSON(open=False)
-    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, estimate, status, verdict,
+    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, estimate, cancel_note,
+                          status, verdict,
                           video_a,
                           video_b,
                           video_fallback, caption_a, caption_b, caption_fallback, heat_ab, heat_fallback, psnr_plot,
@@ -107,6 +110,7 @@ class GridTab:
     estimate: gr.Markdown
     run_button: gr.Button
     cancel_button: gr.Button
+    cancel_note: gr.Markdown
     status: gr.Markdown
     gallery: gr.Gallery
     table: gr.Dataframe
@@ -117,19 +121,21 @@ class GridTab:
 def build_grid_tab() -> GridTab:
     gr.Markdown(GRID_INTRO, elem_classes=["h3-note"])
     with gr.Row():
-        alphas = gr.Textbox("8, auto", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
+        alphas = gr.Textbox("1, 16", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
         scales = gr.Textbox("0.5, 1.0", label="scales", elem_id="grid-scales")
         seeds = gr.Textbox("7", label="seeds", elem_id="grid-seeds")
     estimate = gr.Markdown("", elem_id="grid-estimate")
     with gr.Row():
         run_button = gr.Button("Run grid", variant="primary", scale=3, elem_id="grid-run")
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="grid-cancel")
+    cancel_note = gr.Markdown("", elem_id="grid-cancel-note")
     status = gr.Markdown("", elem_id="grid-status")
     gallery = gr.Gallery(label="cells (middle frame) — click one to play it", columns=4, height="auto",
                          object_fit="contain", allow_preview=False, elem_id="grid-gallery")
     table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=False, elem_id="grid-table")
     cell_video = gr.Video(label="selected cell", interactive=False, height=220)
-    return GridTab(alphas, scales, seeds, estimate, run_button, cancel_button, status, gallery, table, cell_video,
+    return GridTab(alphas, scales, seeds, estimate, run_button, cancel_button, cancel_note, status, gallery, table,
+                   cell_video,
                    gr.State([]))
 
 

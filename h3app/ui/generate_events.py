@@ -18,7 +18,7 @@ from ..errors import H3AppError
 from ..rules.choices import WORKFLOWS
 from . import render, snippets
 from .adapter_events import user_error
-from .forms import JobForm, RequestForm, SlotForm, SyncForm
+from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from .session import RunningJobs, add_history, job_adapters, session_key
 
 MAX_SEED = 2**31 - 1
@@ -324,19 +324,32 @@ def trigger_button(info: Mapping[str, Any] | None) -> dict[str, Any]:
     return gr.update(visible=bool(trigger), value=label)
 
 
-def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> tuple[Any, ...]:
-    """The known adapter's recommended (scale, steps, shift, audio shift, workflow, prompt with trigger)."""
+@dataclass(frozen=True)
+class PresetView:
+    """A known adapter's recommended settings (KEEP where the registry gives none: that control stays)."""
+
+    strength: Any
+    steps: Any
+    shift: Any
+    audio_shift: Any
+    workflow: Any
+    prompt: str
+
+
+def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetView:
+    """The known adapter's recommended scale, steps, shifts and workflow, and the prompt with its trigger word."""
     known = (info or {}).get("known")
     if not known:
         raise gr.Error("this adapter is not in the registry of known adapters: there is no preset to apply.",
                        print_exception=False)
 
     def value(key: str) -> Any:
-        return known[key] if known.get(key) is not None else gr.skip()
+        return known[key] if known.get(key) is not None else KEEP
 
-    workflow = known["workflow"] if known.get("workflow") in WORKFLOWS else gr.skip()
+    workflow = known["workflow"] if known.get("workflow") in WORKFLOWS else KEEP
     gr.Info(f"preset of {known.get('title', 'the adapter')} applied")
-    return value("scale"), value("steps"), value("shift"), value("audio_shift"), workflow, with_trigger(prompt, info)
+    return PresetView(value("scale"), value("steps"), value("shift"), value("audio_shift"), workflow,
+                      with_trigger(prompt, info))
 
 
 def workflow_inputs(workflow: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -75,7 +75,8 @@ class GenerateTab:
     apply_note: gr.Markdown
     generate_button: gr.Button
     cancel_button: gr.Button
-    cancel_status: gr.Markdown
+    cancel_note: gr.Markdown
+    status: gr.Markdown
     video: gr.Video
     result_html: gr.HTML
     settings_json: gr.JSON
@@ -93,7 +94,8 @@ def build_generate_tab() -> GenerateTab:
     with gr.Row():
         generate_button = gr.Button("Generate", variant="primary", scale=3, elem_id="generate")
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel")
-    cancel_status = gr.Markdown("", elem_id="generate-status")
+    cancel_note = gr.Markdown("", elem_id="generate-cancel-note")
+    status = gr.Markdown("", elem_id="generate-status")
     video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300, elem_id="video",
                      autoplay=False)
     result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
@@ -108,5 +110,6 @@ def build_generate_tab() -> GenerateTab:
         sglang_command = gr.Code(label="sglang", language="shell", interactive=False, lines=3)
         sglang_notes = gr.HTML("")
         diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)
-    return GenerateTab(apply_note, generate_button, cancel_button, cancel_status, video, result_html, settings_json,
+    return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html,
+                       settings_json,
                        settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet)

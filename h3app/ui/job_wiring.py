@@ -95,12 +95,12 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
         view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
                                              request, progress)
         if isinstance(view, Stopped):
-            return {generate.cancel_status: view.status}
-        return {**write(view, generate_parts), generate.cancel_status: ""}
+            return {generate.status: view.status}
+        return {**write(view, generate_parts), generate.status: ""}
 
     generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
         admitted(run_generate, backend), jobs.job_inputs(slot_1.info, slot_2.info),
-        [*generate_parts.values(), generate.cancel_status],
+        [*generate_parts.values(), generate.status],
         scroll_to_output=False, show_progress_on=[generate.video], **gpu)
     generated.then(show_history, [session], list(history_parts.values()), **CHEAP)
     generated.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
@@ -163,9 +163,12 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     # Cancel asks the worker to stop the session's job at its next step; the job's own event then reports
     # "Cancelled after k of n steps" (Gradio's `cancels=` would kill the event and lose that answer)
-    for button, status in ((generate.cancel_button, generate.cancel_status),
-                           (equivalence.cancel_button, equivalence.status), (grid.cancel_button, grid.status)):
-        button.click(generate_events.runner.cancel, None, [status], **CHEAP)
+    # "Cancelling …" goes to its own line: the job's final answer may reach the page before the click's reply
+    for button, note, job in ((generate.cancel_button, generate.cancel_note, generated),
+                              (equivalence.cancel_button, equivalence.cancel_note, checked),
+                              (grid.cancel_button, grid.cancel_note, gridded)):
+        button.click(generate_events.runner.cancel, None, [note], **CHEAP)
+        job.then(lambda: "", None, [note], **CHEAP)
 
     _wire_settings_file(jobs, generate, adapter_events, token, request)
     return page_loaded

@@ -172,3 +172,31 @@ def test_no_server_path_in_config_or_answers_and_monitoring_is_closed(hosted: An
         assert httpx.get(f"{url.rstrip('/')}{route}", timeout=30).status_code in (403, 404)
     _, answer = client(url).predict(**GENERATE)
     assert_clean(json.dumps(answer), backend)
+
+
+def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) -> None:
+    import gradio as gr
+    from gradio.utils import get_upload_folder
+
+    from h3app.ui.adapter_events import AdapterEvents
+
+    backend, _, _ = hosted
+    events = AdapterEvents(backend)
+    cached = Path(get_upload_folder()) / "h3-quota-test"
+    cached.mkdir(parents=True, exist_ok=True)
+    size = backend.policy.max_remote_bytes - 1
+    kept = []
+    for i in range(3):
+        upload = cached / f"big{i}.safetensors"
+        with upload.open("wb") as handle:  # sparse: the quota counts sizes, the disk holds nothing
+            handle.truncate(size)
+        if i < 2:
+            kept.append(Path(events.upload(str(upload))[0]))
+            assert not upload.exists() and kept[-1].stat().st_size == size  # moved, not copied
+        else:
+            with pytest.raises(gr.Error, match="per visitor") as caught:
+                events.upload(str(upload))
+            assert "\n" not in caught.value.message
+            upload.unlink()
+    for path in kept:
+        path.unlink()

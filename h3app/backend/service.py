@@ -28,6 +28,7 @@ from ..model.loader import LoadedModel, LoadOptions, load_model
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
+from .admission import MAX_PENDING, Admission
 from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, GenerationResult, run_generation, save_result
 from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
@@ -122,6 +123,7 @@ class Backend:
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
         self.binder = AdapterBinder(self.model, policy=self.policy, cache=cache)
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
+        self.admission = Admission(max_pending=min(MAX_PENDING, max_queue))  # the UI's fair queue (hosted mode)
         self.parallel = parallel  # h3app.parallel.group.RankGroup when ranks share each job (docs/multi-gpu.md)
         if parallel is not None:
             from ..parallel.follower import bind

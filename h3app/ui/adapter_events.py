@@ -5,6 +5,7 @@ panel shows; backend errors become ``gr.Error`` with the backend's one-line mess
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from typing import Any
 
 import gradio as gr
 import pandas as pd
+from gradio.utils import get_upload_folder
 
 from ..adapters import source as sources
 from ..adapters.source import implied_weight
@@ -24,10 +26,18 @@ from ..settings import LoRASettings
 from . import render
 from .forms import KEEP, SlotForm, SyncForm, alpha_from_controls
 from .scales import profile_basis, profile_view
+from .fair_queue import visitor_keys
 from .session import RunningJobs, session_key, with_adapter
+from .upload_quota import upload_quota
 
 UPLOAD_PREFIX = "upload-"
 RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, so weight-relative sizes mean nothing
+
+
+def shown_path(path: str) -> str:
+    """``path`` relative to the app's working folder when inside it (hosted answers name no server folder)."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
 
 
 def user_error(error: H3AppError) -> gr.Error:
@@ -87,11 +97,13 @@ class AdapterEvents:
     def __init__(self, backend: Any, jobs: RunningJobs | None = None) -> None:
         self.backend = backend
         self.jobs = jobs or RunningJobs()
+        limit = backend.policy.max_remote_bytes if backend.hosted else None
+        self.uploads = upload_quota(backend.uploads_dir, limit) if limit else None
 
     # ---------------------------------------------------------------------------------------------- choosing
     def demo_choices(self) -> list[tuple[str, str]]:
         """(label, path) for each demo adapter shipped with the app."""
-        return [(Path(p).name, p) for p in self.backend.demo_adapters()]
+        return [(Path(p).name, shown_path(p) if self.backend.hosted else p) for p in self.backend.demo_adapters()]
 
     def list_weights(self, source: str | None, revision: str | None = None, token: str | None = None,
                      current: str | None = None) -> dict[str, Any]:
@@ -114,9 +126,10 @@ class AdapterEvents:
             return gr.skip(), gr.skip()
         return path, self.list_weights(path, revision, token)
 
-    def upload(self, file_path: str | None) -> tuple[str, dict[str, Any]]:
-        """Copy an uploaded ``.safetensors`` into the backend's uploads folder (an allowed adapter folder, cleaned
-        after an hour) and select it. Hosted mode caps its size like a remote adapter's."""
+    def upload(self, file_path: str | None, request: gr.Request = None) -> tuple[str, dict[str, Any]]:
+        """Move an uploaded ``.safetensors`` into the backend's uploads folder (an allowed adapter folder, cleaned
+        after an hour) and select it. Hosted mode caps its size like a remote adapter's, and the visitor's and the
+        folder's upload bytes (``upload_quota.py``)."""
         if not file_path:
             return gr.skip(), gr.skip()
         upload = Path(file_path)
@@ -128,10 +141,21 @@ class AdapterEvents:
         if limit is not None and size > limit:
             raise gr.Error(f"{upload.name} is {format_bytes(size)}, over this server's limit of "
                            f"{format_bytes(limit)}: use a smaller adapter.", print_exception=False)
+        visitor = " ".join(visitor_keys(request))
+        if self.uploads is not None:
+            try:
+                self.uploads.reserve(visitor, size)
+            except H3AppError as error:
+                raise user_error(error) from error
         folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
         folder.mkdir(parents=True)
         target = folder / Path(upload.name).name
-        shutil.copyfile(upload, target)
+        if Path(get_upload_folder()).resolve() in upload.resolve().parents:
+            shutil.move(upload, target)  # Gradio's cached copy becomes the app's: one copy on disk, not two
+        else:
+            shutil.copyfile(upload, target)
+        if self.uploads is not None:
+            self.uploads.record(visitor, target)
         return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
                                       value=target.name)
 

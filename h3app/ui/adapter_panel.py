@@ -10,10 +10,10 @@ import gradio as gr
 from ..rules.choices import QKV_LAYOUTS
 from . import render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout
+from .fair_queue import admitted, gpu_events
 from .forms import KEEP, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
-GPU = {"concurrency_id": "gpu", "concurrency_limit": 1, "api_visibility": "private"}
 SCALE_RANGE = (-2.0, 4.0)
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
 
@@ -214,8 +214,9 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
         shown = write(view, load_parts)
         return {c: bars_only(v) if isinstance(c, gr.BarPlot) else v for c, v in shown.items()}
 
-    load_event = ui.load_button.click(load, {session, *names.values(), mode, workflow, token},
-                                      list(load_parts.values()), **GPU)
+    gpu = {**gpu_events(events.backend), "api_visibility": "private"}
+    load_event = ui.load_button.click(admitted(load, events.backend), {session, *names.values(), mode, workflow, token},
+                                      list(load_parts.values()), **gpu)
     load_event.success(readout, {ui.info, *strength_parts.values()}, list(readout_parts.values()), **CHEAP)
     load_event.success(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
 

@@ -17,11 +17,10 @@ from ..errors import H3AppError
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .comparison_events import ComparisonEvents
+from .fair_queue import admitted, gpu_events
 from .forms import CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import GenerateEvents, Stopped
 from .session import check_slot, job_adapters, parse_adapters_json, settings_from_json, settings_to_json, with_adapter
-
-GPU = {"concurrency_id": "gpu", "concurrency_limit": 1}
 
 
 class ApiEvents:
@@ -232,6 +231,10 @@ def _probe(adapters: list[LoRASettings]) -> dict[str, Any]:
 def build_api(events: ApiEvents, session: gr.State) -> None:
     """Hidden inputs and trigger buttons for the named endpoints (inside the current Blocks context). Each input's
     label is what the API page shows beside the parameter's name."""
+    backend = events.adapters.backend
+    gpu = gpu_events(backend)
+    gpu_fn = {name: admitted(getattr(events, name), backend) for name in ("load", "generate", "check_equivalence",
+                                                                          "grid")}
     with gr.Column(visible=False):
         text = {name: gr.Textbox(value=value, label=label) for name, value, label in (
             ("source", "", "adapter source: Hub repo id, HF URL or local path"),
@@ -267,23 +270,23 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
 
     buttons["inspect"].click(events.inspect, [text["source"], text["weight_name"], text["revision"], text["token"]],
                              [result["inspect"]], api_name="inspect", concurrency_id="inspect", concurrency_limit=4)
-    buttons["load"].click(events.load, [session, number["slot"], text["source"], text["weight_name"],
+    buttons["load"].click(gpu_fn["load"], [session, number["slot"], text["source"], text["weight_name"],
                                         text["revision"], text["alpha"], number["scale"], text["mode"], text["token"]],
-                          [session, result["load"]], api_name="load", **GPU)
+                          [session, result["load"]], api_name="load", **gpu)
     buttons["set_lora"].click(events.set_lora, [session, number["slot"], text["alpha"], number["scale"], text["mode"],
                                                 text["source"], text["weight_name"], text["revision"], enabled],
                               [session, result["set_lora"]], api_name="set_lora", queue=False)
-    buttons["generate"].click(events.generate, [session, text["prompt"], number["seed"], number["steps"],
+    buttons["generate"].click(gpu_fn["generate"], [session, text["prompt"], number["seed"], number["steps"],
                                                 number["duration"], number["height"], number["width"],
                                                 number["shift"], number["audio_shift"], text["workflow"], first_frame,
                                                 last_frame, references, text["adapters_json"], text["token"]],
-                              [video, result["generate"]], api_name="generate", **GPU)
+                              [video, result["generate"]], api_name="generate", **gpu)
     buttons["check_equivalence"].click(
-        events.check_equivalence, [session, text["prompt"], number["seed"], number["steps"], number["duration"],
+        gpu_fn["check_equivalence"], [session, text["prompt"], number["seed"], number["steps"], number["duration"],
                                    number["height"], number["width"], text["alpha_a"], number["scale_a"],
                                    text["alpha_b"], number["scale_b"], text["adapters_json"], text["token"]],
-        [result["check_equivalence"]], api_name="check_equivalence", **GPU)
-    buttons["grid"].click(events.grid, [session, text["prompt"], number["steps"], number["duration"], number["height"],
-                                        number["width"], text["alphas"], text["scales"], text["seeds"],
-                                        text["adapters_json"], text["token"]],
-                          [result["grid"]], api_name="grid", **GPU)
+        [result["check_equivalence"]], api_name="check_equivalence", **gpu)
+    buttons["grid"].click(gpu_fn["grid"], [session, text["prompt"], number["steps"], number["duration"],
+                                         number["height"], number["width"], text["alphas"], text["scales"],
+                                         text["seeds"], text["adapters_json"], text["token"]],
+                          [result["grid"]], api_name="grid", **gpu)

@@ -1,9 +1,10 @@
 """The whole Gradio app: adapter panel on the left, request + Generate / Equivalence / Grid / History on the right,
 named API endpoints hidden below. Takes a backend object; holds no model logic.
 
-Serving rules: every event that touches the model shares ``concurrency_id="gpu"`` with limit 1 (the backend's worker
-owns the GPU anyway; this keeps Gradio's queue honest about positions), the queue is bounded, and cheap UI arithmetic
-runs off the queue.
+Serving rules: every event that touches the model shares ``concurrency_id="gpu"`` — limit 1 in local mode (the
+backend's worker owns the GPU anyway; this keeps Gradio's queue honest about positions), and in hosted mode the fair
+queue's admission in front of it (``fair_queue.py``); the queue is bounded, and cheap UI arithmetic runs off the
+queue.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .generate_events import (
     with_trigger,
     workflow_inputs,
 )
+from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
 from .forms import parts, write
 from .job_wiring import wire_jobs
@@ -130,7 +132,7 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
         for fn, inputs, outputs in on_load:
             demo.load(fn, inputs, outputs, **CHEAP)
         demo.unload(generate_events.runner.abandon)
-    demo.queue(max_size=getattr(backend.worker, "max_queue", 16), default_concurrency_limit=1)
+    demo.queue(max_size=queue_size(backend), default_concurrency_limit=1)
     return demo
 
 
@@ -163,4 +165,6 @@ def launch_kwargs(backend: Any) -> dict[str, Any]:
     limit = getattr(backend.policy, "max_remote_bytes", None) if backend.hosted else None
     if limit:
         kwargs["max_file_size"] = int(limit)
+    if backend.hosted:
+        kwargs["enable_monitoring"] = False  # /monitoring/summary would show every visitor's traffic
     return kwargs

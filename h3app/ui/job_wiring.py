@@ -8,7 +8,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import gradio as gr
 
 from .adapter_events import AdapterEvents, InspectView
-from .adapter_panel import CHEAP, GPU, AdapterSlot, inspect_event, slot_inputs
+from .adapter_panel import CHEAP, AdapterSlot, inspect_event, slot_inputs
 from .comparison_events import CheckView, CompareView, ComparisonEvents, HistoryView
 from .forms import (
     REQUEST_FIELDS,
@@ -24,6 +24,7 @@ from .forms import (
     write,
 )
 from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view
+from .fair_queue import admitted, gpu_events
 from .generate_tab import RequestControls
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
@@ -65,6 +66,8 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     slot_1, slot_2 = slots
     history_parts = parts(history, field_names(HistoryView))
     grid_parts = parts(grid, field_names(GridForm))
+    backend = generate_events.backend
+    gpu = {**gpu_events(backend), "api_visibility": "private"}
 
     def sync(values: dict[Any, Any], request: gr.Request = None) -> dict[str, Any]:
         session_value = adapter_events.sync_session(jobs.sync_form(values))
@@ -96,8 +99,9 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
         return {**write(view, generate_parts), generate.status: ""}
 
     generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
-        run_generate, jobs.job_inputs(slot_1.info, slot_2.info), [*generate_parts.values(), generate.status],
-        scroll_to_output=False, show_progress_on=[generate.video], **GPU)
+        admitted(run_generate, backend), jobs.job_inputs(slot_1.info, slot_2.info),
+        [*generate_parts.values(), generate.status],
+        scroll_to_output=False, show_progress_on=[generate.video], **gpu)
     generated.then(show_history, [session], list(history_parts.values()), **CHEAP)
     generated.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
 
@@ -122,8 +126,9 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     generated.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
     checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
-        run_check, jobs.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
-        show_progress_on=[equivalence.verdict], **GPU)
+        admitted(run_check, backend), jobs.job_inputs(*check_parts.values()),
+        [*check_outputs.values(), equivalence.status],
+        show_progress_on=[equivalence.verdict], **gpu)
     checked.then(show_history, [session], list(history_parts.values()), **CHEAP)
     checked.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
@@ -136,8 +141,8 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
             yield write(view, grid_outputs)
 
     gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
-        run_grid, jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
-        show_progress_on=[grid.gallery], **GPU)
+        admitted(run_grid, backend), jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
+        show_progress_on=[grid.gallery], **gpu)
     gridded.then(show_history, [session], list(history_parts.values()), **CHEAP)
     gridded.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
     gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], estimate, set(grid_parts.values()),

@@ -1,0 +1,98 @@
+"""The fair queue of a hosted app: who a visitor is, and GPU events admitted (or refused) before they wait.
+
+In hosted mode every GPU event (load, generate, check, grid — UI and API) runs inside
+``backend.admission.hold(visitor)``: at most ``PER_VISITOR`` per visitor and ``MAX_PENDING`` in all wait or run;
+more are refused at once with one line. Gradio's own queue must never hold the surplus (its ``max_size`` counts
+every waiting event, cheap ones included), so the GPU events get ``MAX_PENDING + REFUSAL_SLOTS`` concurrent slots:
+the admitted ones wait inside their handler for the backend's single worker, and a few slots stay free so that a
+refusal is answered in milliseconds. Cheap events run off the queue or under their own concurrency ids.
+
+A visitor is its Gradio session, and in hosted mode also its client address: one address opening many sessions
+still gets ``PER_VISITOR`` jobs. The address is the last ``X-Forwarded-For`` entry (the one the nearest proxy — on a
+Space, Hugging Face's — appended; a client can only add entries before it), else the socket's peer. A loopback peer
+without that header (a local run, the tests) is identified by its session alone. Local mode keeps one GPU slot and
+Gradio's queue bounded by the backend's (no visitors to tell apart).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import ipaddress
+from typing import Any, Callable
+
+import gradio as gr
+
+from ..backend.admission import MAX_PENDING, Refused
+from .session import session_key
+
+REFUSAL_SLOTS = 4
+HOSTED_QUEUE_SIZE = 64  # Gradio's queue: cheap events waiting for their own slots (GPU events do not wait there)
+
+
+def gpu_events(backend: Any) -> dict[str, Any]:
+    """Event keyword arguments of a GPU event on ``backend``'s app."""
+    limit = backend.admission.max_pending + REFUSAL_SLOTS if backend.hosted else 1
+    return {"concurrency_id": "gpu", "concurrency_limit": limit}
+
+
+def queue_size(backend: Any) -> int:
+    """Gradio's ``max_size`` for ``backend``'s app."""
+    return HOSTED_QUEUE_SIZE if backend.hosted else getattr(backend.worker, "max_queue", MAX_PENDING)
+
+
+def client_address(request: Any) -> str | None:
+    """The visitor's address (see the module docstring); None for a loopback peer without a proxy header."""
+    headers = getattr(request, "headers", None) or {}
+    forwarded = [part.strip() for part in str(headers.get("x-forwarded-for", "") or "").split(",") if part.strip()]
+    if forwarded:
+        return forwarded[-1][:64]
+    host = getattr(getattr(request, "client", None), "host", None)
+    if not host:
+        return None
+    try:
+        return None if ipaddress.ip_address(host).is_loopback else host
+    except ValueError:
+        return None if host in ("localhost", "testclient") else host[:64]
+
+
+def visitor_keys(request: Any) -> list[str]:
+    """The keys one visitor's jobs are counted under: its session, and its address when known."""
+    keys = [f"session {session_key(request)}"]
+    address = client_address(request)
+    return keys + [f"address {address}"] if address else keys
+
+
+def admitted(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+    """``fn`` (a GPU event taking a ``gr.Request`` argument) held in ``backend``'s admission in hosted mode;
+    unchanged in local mode. A refusal is one ``gr.Error`` line, before anything waits."""
+    if not backend.hosted:
+        return fn
+
+    def acquire(args: tuple, kwargs: dict) -> list[str]:
+        request = next((v for v in (*args, *kwargs.values()) if isinstance(v, gr.Request)), None)
+        keys = visitor_keys(request)
+        try:
+            backend.admission.acquire(keys)
+        except Refused as error:
+            raise gr.Error(str(error), print_exception=False) from None
+        return keys
+
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def stream(*args: Any, **kwargs: Any) -> Any:
+            keys = acquire(args, kwargs)
+            try:
+                yield from fn(*args, **kwargs)
+            finally:
+                backend.admission.release(keys)
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        keys = acquire(args, kwargs)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            backend.admission.release(keys)
+    return call

@@ -1,0 +1,66 @@
+"""Disk quotas on a hosted app's upload copies: per visitor and in total, each refusal one line naming the limit.
+
+An upload is kept once: the app moves Gradio's cached copy into its own uploads folder (each upload in its own
+random folder, deleted after an hour with the results) instead of copying it. A visitor's uploads are counted while
+their files still exist; the total is what the uploads folder holds now.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import defaultdict
+from pathlib import Path
+
+from ..errors import H3AppError
+from ..rules.units import format_bytes
+
+ADAPTERS_PER_VISITOR = 2  # the two adapter slots, each up to the adapter size cap
+TOTAL_VISITORS = 8  # the total quota: this many visitors' full quotas (H3APP_MAX_UPLOADS_GB overrides)
+
+
+class UploadQuota:
+    """Bytes of upload copies per visitor and in ``folder`` (thread-safe)."""
+
+    def __init__(self, folder: str | Path, per_visitor: int, total: int) -> None:
+        self.folder, self.per_visitor, self.total = Path(folder), per_visitor, total
+        self._lock = threading.Lock()
+        self._files: dict[str, list[Path]] = defaultdict(list)
+
+    def reserve(self, visitor: str, size: int) -> None:
+        """Refuse an upload of ``size`` bytes that would take ``visitor`` or the folder over its quota."""
+        with self._lock:
+            files = [p for p in self._files[visitor] if p.is_file()]
+            self._files[visitor] = files
+            mine = sum(p.stat().st_size for p in files)
+        if mine + size > self.per_visitor:
+            raise H3AppError(f"your uploads would take {format_bytes(mine + size)}, over this server's quota of "
+                             f"{format_bytes(self.per_visitor)} per visitor: uploads are deleted after an hour, or "
+                             f"use a Hub repo instead.")
+        used = folder_bytes(self.folder)
+        if used + size > self.total:
+            raise H3AppError(f"the server's uploads folder is full ({format_bytes(used)} of "
+                             f"{format_bytes(self.total)}): try again later, or use a Hub repo instead.")
+
+    def record(self, visitor: str, path: Path) -> None:
+        with self._lock:
+            self._files[visitor].append(path)
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files directly inside ``folder``'s subfolders (the uploads layout: one folder per upload)."""
+    total = 0
+    if not folder.is_dir():
+        return 0
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            total += sum(f.stat().st_size for f in os.scandir(entry.path) if f.is_file(follow_symlinks=False))
+    return total
+
+
+def upload_quota(folder: str | Path, adapter_bytes: int) -> UploadQuota:
+    """The hosted quotas for adapters of at most ``adapter_bytes`` each."""
+    per_visitor = ADAPTERS_PER_VISITOR * adapter_bytes
+    total_gb = os.environ.get("H3APP_MAX_UPLOADS_GB")
+    total = int(float(total_gb) * 1024**3) if total_gb else TOTAL_VISITORS * per_visitor
+    return UploadQuota(folder, per_visitor, total)

@@ -1,0 +1,202 @@
+"""A public Space under abuse, replayed: the attacks of a hosted app (``H3APP_HOSTED=1``) over its browser-facing API
+on loopback with ``gradio_client``/``httpx`` — caps refused fast in one line, one client cannot fill the queue (a
+second visitor's /inspect and /generate still answered), a header bomb refused in under a second with bounded
+memory, no file-existence oracle, no traceback or server path in any answer, /monitoring closed. Bounded loops,
+bounded waits; the worker is held by a blocker job where a test needs jobs to wait, so nothing depends on speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from app_fixtures import running_app
+
+from h3app.adapters.limits import MAX_TENSORS
+from h3app.backend.admission import PER_VISITOR
+from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
+from tests.test_adapters_abuse import scalar_bomb
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATE = dict(prompt="a red fox", seed=1, steps=2, duration=5.0, adapters_json="[]", api_name="/generate")
+
+
+@pytest.fixture(scope="module")
+def hosted(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The hosted app on loopback; its allowed folders are the demo adapters and one holding a header bomb."""
+    bombs = tmp_path_factory.mktemp("bombs")
+    scalar_bomb(bombs / "bomb.safetensors", MAX_TENSORS + 1)  # the 1.2 M-alpha shape, just past the count cap
+    backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("hosted_out"),
+                      allowed_local_dirs=(DEMO_ADAPTERS_DIR, bombs), max_remote_bytes=64 * 1024**2)
+    with running_app(backend) as url:
+        yield backend, url, bombs
+    backend.binder.reset()
+    backend.close()
+
+
+def client(url: str, **headers: str) -> Any:
+    from gradio_client import Client
+
+    return Client(url, verbose=False, headers=headers or None, download_files=False)
+
+
+def refusal(call: Any) -> tuple[str, float]:
+    """The one-line message of a refused call, and how long it took (seconds)."""
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        call()
+    return str(caught.value).strip(), time.monotonic() - started
+
+
+def server_paths(backend: Backend) -> list[str]:
+    return [str(ROOT), str(backend.output_dir), sys.prefix, os.path.expanduser("~"), str(DEMO_ADAPTERS_DIR)]
+
+
+def assert_clean(text: str, backend: Backend) -> None:
+    """One line, no traceback, no server folder."""
+    assert "\n" not in text and "Traceback" not in text and "File \"" not in text, text[:500]
+    for folder in server_paths(backend):
+        assert folder not in text, f"{folder} in {text[:300]}"
+
+
+@pytest.mark.parametrize("arguments, limit", [
+    (dict(height=1e9, width=1e9), "pixels"),
+    (dict(height=1e300, width=1e300), ""),
+    (dict(height=float("nan"), width=64), ""),
+    (dict(steps=10**6), "steps"),
+    (dict(prompt="x" * 100_000), "prompt"),
+])
+def test_work_caps_are_refused_fast_in_one_line(hosted: Any, arguments: dict[str, Any], limit: str) -> None:
+    backend, url, _ = hosted
+    message, seconds = refusal(lambda: client(url).predict(**{**GENERATE, **arguments}))
+    assert_clean(message, backend)
+    assert limit in message and "Queue is full" not in message
+    assert seconds < 30  # refused before the worker: a hosted generate at these sizes would take minutes
+
+
+def test_a_grid_and_a_megabyte_source_are_refused_in_one_line(hosted: Any) -> None:
+    backend, url, _ = hosted
+    many = ", ".join(str(i) for i in range(40))
+    message, _ = refusal(lambda: client(url).predict(prompt="a fox", steps=2, duration=5.0, height=0, width=0,
+                                                     alphas=many, scales=many, seeds="1", adapters_json=json.dumps(
+                                                         [{"source": str(DEMO_ADAPTERS_DIR)}]), token="",
+                                                     api_name="/grid"))
+    assert_clean(message, backend)
+    message, _ = refusal(lambda: client(url).predict(slot=1, alpha="auto", scale=1.0, mode="unmerged",
+                                                     source="a" * 10_000_000, weight_name="", revision="",
+                                                     enabled=True, api_name="/set_lora"))
+    assert_clean(message, backend)
+    assert len(message) < 1000  # the source is not echoed
+
+
+def test_one_client_cannot_fill_the_queue_and_a_second_visitor_is_served(hosted: Any) -> None:
+    backend, url, _ = hosted
+    release = threading.Event()
+    blocker = backend.worker.submit(lambda ctx: release.wait(120), label="a long job")
+    flooder = client(url)
+    try:
+        jobs = [flooder.submit(**GENERATE) for _ in range(20)]
+        deadline = time.monotonic() + 120
+        while sum(job.done() for job in jobs) < len(jobs) - PER_VISITOR and time.monotonic() < deadline:
+            time.sleep(0.2)
+        refused = [str(job.exception()) for job in jobs if job.done()]
+        assert len(refused) == len(jobs) - PER_VISITOR
+        assert all(f"you already have {PER_VISITOR} jobs" in m for m in refused), refused
+        assert backend.admission.total == PER_VISITOR
+        second = client(url)
+        demo = sorted(p for p in DEMO_ADAPTERS_DIR.iterdir() if p.suffix == ".safetensors")[0]
+        info = second.predict(source=str(demo.relative_to(ROOT)), weight_name="", revision="", token="",
+                              api_name="/inspect")
+        assert info["rank"] > 0  # the cheap event answered while the GPU line is held
+        waiting = [second.submit(**GENERATE)]  # admitted: the second visitor has its own share
+        same_address = [client(url, **{"X-Forwarded-For": "203.0.113.9"}) for _ in range(PER_VISITOR + 1)]
+        waiting += [c.submit(**GENERATE) for c in same_address[:PER_VISITOR]]
+        while backend.admission.total < 2 * PER_VISITOR + 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        message, seconds = refusal(lambda: same_address[-1].predict(**GENERATE))
+        assert f"you already have {PER_VISITOR} jobs" in message  # many sessions, one address: one share
+        assert backend.admission.total == 2 * PER_VISITOR + 1 and not any(job.done() for job in waiting)
+    finally:
+        for handle in list(backend.worker._pending):  # the admitted jobs need not run: stop them before they start
+            handle.cancel()
+        release.set()
+        blocker.result(timeout=120)
+    for job in [*jobs, *waiting]:
+        with pytest.raises(Exception):
+            job.result(timeout=120)
+    assert backend.admission.total == 0
+
+
+def rss_bytes() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_the_header_bomb_is_refused_in_under_a_second_with_bounded_memory(hosted: Any) -> None:
+    backend, url, bombs = hosted
+    visitor = client(url)
+    before = rss_bytes()
+    for _ in range(3):
+        message, seconds = refusal(lambda: visitor.predict(source=str(bombs / "bomb.safetensors"), weight_name="",
+                                                           revision="", token="", api_name="/inspect"))
+        assert "tensors" in message and seconds < 1.0, (message, seconds)
+    assert rss_bytes() - before < 64 * 1024**2  # the header is never parsed: no growth near its size
+
+
+def test_an_existing_and_a_missing_path_get_the_same_answer(hosted: Any) -> None:
+    backend, url, _ = hosted
+    visitor = client(url)
+    for existing, missing in (("/etc/passwd", "/etc/no-such-file-h3"), ("../../../../etc/passwd",
+                                                                          "../../../../etc/no-such-file-h3"),
+                              ("/etc", "/no-such-folder-h3")):
+        answers = [refusal(lambda s=s: visitor.predict(source=s, weight_name="x", revision="", token="",
+                                                       api_name="/inspect"))[0]
+                   .replace(os.path.abspath(s), "<path>").replace(s, "<path>") for s in (existing, missing)]
+        assert answers[0] == answers[1], answers
+
+
+def test_no_server_path_in_config_or_answers_and_monitoring_is_closed(hosted: Any) -> None:
+    backend, url, _ = hosted
+    config = httpx.get(f"{url.rstrip('/')}/config", timeout=30).text
+    for folder in server_paths(backend):
+        assert folder not in config, folder
+    for route in ("/monitoring/summary", "/monitoring"):
+        assert httpx.get(f"{url.rstrip('/')}{route}", timeout=30).status_code in (403, 404)
+    _, answer = client(url).predict(**GENERATE)
+    assert_clean(json.dumps(answer), backend)
+
+
+def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) -> None:
+    import gradio as gr
+    from gradio.utils import get_upload_folder
+
+    from h3app.ui.adapter_events import AdapterEvents
+
+    backend, _, _ = hosted
+    events = AdapterEvents(backend)
+    cached = Path(get_upload_folder()) / "h3-quota-test"
+    cached.mkdir(parents=True, exist_ok=True)
+    size = backend.policy.max_remote_bytes - 1
+    kept = []
+    for i in range(3):
+        upload = cached / f"big{i}.safetensors"
+        with upload.open("wb") as handle:  # sparse: the quota counts sizes, the disk holds nothing
+            handle.truncate(size)
+        if i < 2:
+            kept.append(Path(events.upload(str(upload))[0]))
+            assert not upload.exists() and kept[-1].stat().st_size == size  # moved, not copied
+        else:
+            with pytest.raises(gr.Error, match="per visitor") as caught:
+                events.upload(str(upload))
+            assert "\n" not in caught.value.message
+            upload.unlink()
+    for path in kept:
+        path.unlink()

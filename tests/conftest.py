@@ -57,3 +57,25 @@ def _session_model_at_base(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if guard is not None:
         guard.check_after(request.node.nodeid)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model, tmp_path_factory: pytest.TempPathFactory):
+    """A backend on the session's tiny model with its own output folder; reset and closed after the module.
+    A test module that needs another kind of backend defines its own ``backend`` fixture."""
+    from h3app.backend.service import Backend
+
+    service = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
+    yield service
+    service.binder.reset()
+    service.close()
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bad-input corpus (tests/bad_inputs.py) written once per module."""
+    from bad_inputs import make_corpus
+
+    folder = tmp_path_factory.mktemp("bad_inputs")
+    make_corpus(folder)
+    return folder

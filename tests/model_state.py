@@ -116,3 +116,19 @@ def at_base(server: dict[str, Any]) -> Iterator[dict[str, Any]]:
     server["backend"].binder.reset()
     assert_at_base(server)
     yield server
+
+
+def open_server(tiny_model: Any, output_dir: Any) -> dict[str, Any]:
+    """A backend on the session's tiny model for a whole test module (as a server would be), with the transformer and
+    its base weights' hash; fails if another test left an adapter attached. Close it with :func:`close_server`."""
+    from h3app.backend.service import Backend
+
+    transformer = tiny_model.transformer()
+    assert not any(isinstance(m, LoRALinear) for m in transformer.modules()), "another test left an adapter attached"
+    backend = Backend(loaded=tiny_model, output_dir=output_dir)
+    return {"backend": backend, "transformer": transformer, "base": state_hash(transformer)}
+
+
+def close_server(server: Mapping[str, Any]) -> None:
+    server["backend"].binder.reset()
+    server["backend"].close()

@@ -27,14 +27,6 @@ TURBO = str(ADAPTERS / "lightx2v_turbo_no_alpha.safetensors")
 KOHYA = str(ADAPTERS / "kohya_musubi.safetensors")
 
 
-@pytest.fixture(scope="module")
-def backend(tiny_model, tmp_path_factory):
-    service = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    yield service
-    service.binder.reset()
-    service.close()
-
-
 def weights_digest(module: torch.nn.Module) -> dict[str, bytes]:
     return {name: t.detach().cpu().numpy().tobytes() for name, t in module.state_dict().items()}
 

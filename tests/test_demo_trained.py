@@ -8,7 +8,6 @@ import pytest
 
 from h3app.adapters.known import find_known, registry_identity
 from h3app.backend.generation import GenerationRequest
-from h3app.backend.service import Backend
 from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_ALPHA, TURBO_FILE, TURBO_RANK, turbo_pairs
 from h3app.model.tiny_training.sound import spectral_centroid
 from h3app.settings import LoRASettings
@@ -20,14 +19,6 @@ RED_LOW = "a red ball moving right over a grey floor, low loud hum"
 BLUE_HIGH = "a blue ball moving left over a sand floor, high loud hum"
 TURBO_PROMPT = "a yellow ball moving down over a grey floor, high soft hum"
 TURBO_SEED = 7  # the Turbo LoRA was distilled on seeds 1000 and up: this one is held out
-
-
-@pytest.fixture(scope="module")
-def backend(tiny_model, tmp_path_factory):
-    service = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    yield service
-    service.binder.reset()
-    service.close()
 
 
 @pytest.fixture(scope="module")

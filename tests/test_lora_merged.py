@@ -19,23 +19,34 @@ def setup():
     return make_adapter(shapes, block_targets(shapes) + ["proj_out"], rank=4, alpha=4.0), packed_check_input(model.config, 1)
 
 
+def _merge_change_detach(store, adapter, inputs, while_merged):
+    """Attach merged, change alpha/strength and back, run a forward, call ``while_merged(engine)``, detach and check
+    the weights are bitwise at base. Returns (outputs, state hash while merged)."""
+    model = build_tiny()
+    base = state_hash(model)
+    engine = LoRAEngine(model, pristine=store)
+    engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
+    engine.set_lora("a", alpha=64, strength=-0.3)
+    engine.set_lora("a", alpha=None, strength=0.8)
+    outputs, state = forward(model, inputs), state_hash(model)
+    while_merged(engine)
+    engine.detach()
+    assert state_hash(model) == base
+    return outputs, state
+
+
 def test_disk_spilled_pristine_gives_bitwise_the_ram_results(setup, tmp_path):
     adapter, inputs = setup
     outputs, states = [], []
     for store in (PristineStore(prefer="ram"), PristineStore(tmp_path, prefer="disk")):
-        model = build_tiny()
-        base = state_hash(model)
-        engine = LoRAEngine(model, pristine=store)
-        engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
-        engine.set_lora("a", alpha=64, strength=-0.3)
-        engine.set_lora("a", alpha=None, strength=0.8)
-        outputs.append(forward(model, inputs))
-        states.append(state_hash(model))
-        if store.prefer == "disk":
-            files = list(tmp_path.rglob("*.safetensors"))
-            assert len(files) == len(engine._adapters["a"].entries) and store.ram_bytes == 0
-        engine.detach()
-        assert state_hash(model) == base
+        def spilled(engine, store=store):
+            if store.prefer == "disk":
+                files = list(tmp_path.rglob("*.safetensors"))
+                assert len(files) == len(engine._adapters["a"].entries) and store.ram_bytes == 0
+
+        output, state = _merge_change_detach(store, adapter, inputs, spilled)
+        outputs.append(output)
+        states.append(state)
         if store.prefer == "disk":
             assert not list(tmp_path.rglob("*.safetensors"))
     assert states[0] == states[1]
@@ -79,19 +90,15 @@ def test_device_placement_gives_bitwise_the_ram_results_and_rolls_back(setup, mo
     adapter, inputs = setup
     outputs, states = [], []
     for store in (PristineStore(prefer="ram"), PristineStore(prefer="device")):
-        model = build_tiny()
-        base = state_hash(model)
-        engine = LoRAEngine(model, pristine=store)
-        engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
-        engine.set_lora("a", alpha=64, strength=-0.3)
-        engine.set_lora("a", alpha=None, strength=0.8)
-        outputs.append(forward(model, inputs))
-        states.append(state_hash(model))
-        held = {store.placement(key) for key in engine._adapters["a"].entries}
-        assert held == {store.prefer}
-        assert (store.device_bytes > 0 and store.ram_bytes == 0) if store.prefer == "device" else store.device_bytes == 0
-        engine.detach()
-        assert state_hash(model) == base and len(store) == 0
+        def placed(engine, store=store):
+            held = {store.placement(key) for key in engine._adapters["a"].entries}
+            assert held == {store.prefer}
+            assert (store.device_bytes > 0 and store.ram_bytes == 0) if store.prefer == "device" else store.device_bytes == 0
+
+        output, state = _merge_change_detach(store, adapter, inputs, placed)
+        outputs.append(output)
+        states.append(state)
+        assert len(store) == 0
     assert states[0] == states[1]
     assert all(torch.equal(a, b) for a, b in zip(*outputs))
 

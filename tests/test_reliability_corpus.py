@@ -21,13 +21,11 @@ import pytest
 
 from bad_inputs import BadInput, corpus_entries, make_accepted, make_corpus
 from cli_runner import assert_one_line, run_cli
-from lora_fixtures import state_hash
-from model_state import assert_at_base, at_base  # noqa: F401  (fixture)
+from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
-from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,13 +46,6 @@ def kinds(*stages: str) -> list[Any]:
 
 # ------------------------------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("bad_inputs")
-    make_corpus(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def accepted(corpus_dir: Path) -> dict[str, Any]:
     return {item.kind: item for item in make_accepted(corpus_dir)}
 
@@ -62,13 +53,9 @@ def accepted(corpus_dir: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One backend for the whole module (as a server would be), the base weights' hash, and a reference result."""
-    transformer = tiny_model.transformer()
-    assert not any(isinstance(m, LoRALinear) for m in transformer.modules()), "another test left an adapter attached"
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    state = {"backend": backend, "base": state_hash(transformer), "transformer": transformer}
+    state = open_server(tiny_model, tmp_path_factory.mktemp("outputs"))
     yield state
-    backend.binder.reset()
-    backend.close()
+    close_server(state)
 
 
 @pytest.fixture

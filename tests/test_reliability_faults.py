@@ -17,7 +17,7 @@ import torch
 
 from bad_inputs import good_tensors
 from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
-from model_state import assert_at_base, at_base  # noqa: F401  (fixture)
+from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
 from tests.hub_server import FakeHub, fake_hub, set_offline  # noqa: F401  (fixture)
 
 from h3app.backend.generation import Cancelled, GenerationRequest
@@ -57,19 +57,17 @@ def fail_on_call(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, call_nu
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    transformer = tiny_model.transformer()
-    assert not any(isinstance(m, LoRALinear) for m in transformer.modules()), "another test left an adapter attached"
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("fault_outputs"))
+    state = open_server(tiny_model, tmp_path_factory.mktemp("fault_outputs"))
+    backend = state["backend"]
     reference = {
         "clean": backend.generate(REQUEST).result.hash,
         "turbo": backend.generate(REQUEST, [LoRASettings(source=TURBO, alpha=8.0)]).result.hash,
         "kohya": backend.generate(REQUEST, [LoRASettings(source=KOHYA, strength=0.5)]).result.hash,
     }
     backend.binder.reset()
-    state = {"backend": backend, "transformer": transformer, "base": state_hash(transformer), "reference": reference}
+    state["reference"] = reference
     yield state
-    backend.binder.reset()
-    backend.close()
+    close_server(state)
 
 
 def assert_next_job_is_clean(server: dict[str, Any]) -> None:

@@ -11,14 +11,12 @@ from typing import Any
 import gradio as gr
 import pytest
 
-from bad_inputs import corpus_entries, make_corpus
-from lora_fixtures import state_hash
-from model_state import assert_at_base
+from bad_inputs import corpus_entries
+from model_state import assert_at_base, close_server, open_server
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
-from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
 from h3app.ui import adapter_events as events, generate_events as generate, session
 from h3app.ui.forms import SlotForm
@@ -32,24 +30,13 @@ UI_KINDS = ("html_page", "pickle_renamed_zip", "header_over_100mb", "pruned_h3_l
 
 
 @pytest.fixture(scope="module")
-def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("ui_bad_inputs")
-    make_corpus(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
 def ui(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    transformer = tiny_model.transformer()
-    assert not any(isinstance(m, LoRALinear) for m in transformer.modules()), "another test left an adapter attached"
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("ui_outputs"))
+    state = open_server(tiny_model, tmp_path_factory.mktemp("ui_outputs"))
     jobs = session.RunningJobs()
-    state = {"backend": backend, "adapters": events.AdapterEvents(backend, jobs),
-             "generate": generate.GenerateEvents(backend, jobs), "transformer": transformer,
-             "base": state_hash(transformer)}
+    state.update(adapters=events.AdapterEvents(state["backend"], jobs),
+                 generate=generate.GenerateEvents(state["backend"], jobs))
     yield state
-    backend.binder.reset()
-    backend.close()
+    close_server(state)
 
 
 def backend_message(call: Any) -> str:

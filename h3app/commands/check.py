@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..parallel.topology import add_parallel_arguments
-from .model_options import add_model_flags, load_options
+from .model_options import add_adapter_flags, add_model_flags, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -28,9 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="are two alpha/scale settings with the same product bit-identical?")
     add_model_flags(p)
     add_parallel_arguments(p)
-    p.add_argument("--adapter", required=True, help="repo id, HF URL, or local file/folder")
-    p.add_argument("--weight-name", default=None, help="file inside a repo/folder holding several")
-    p.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
+    add_adapter_flags(p)
     p.add_argument("--a", default="8:1.0", help="setting A as ALPHA:SCALE (ALPHA may be auto); default 8:1.0")
     p.add_argument("--b", default="128:0.0625", help="setting B as ALPHA:SCALE; default 128:0.0625")
     p.add_argument("--mode", default="transformer", choices=("transformer", "full"),

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, WORKFLOWS
 from ..parallel.topology import add_parallel_arguments
-from .model_options import add_model_flags, load_options
+from .model_options import add_adapter_flags, add_model_flags, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,9 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--first-frame", default=None, help="fl2va: image the video starts from")
     p.add_argument("--last-frame", default=None, help="fl2va: image the video ends on")
     p.add_argument("--reference", action="append", default=[], help="ref2va: image/video/audio file (repeatable)")
-    p.add_argument("--adapter", default=None, help="LoRA: Hub repo id, HF URL, or local file/folder")
-    p.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder")
-    p.add_argument("--revision", default=None, help="Hub revision of the adapter")
+    add_adapter_flags(p, required=False)
     p.add_argument("--alpha", type=float, default=None, help="override alpha (default: the file's alpha chain)")
     p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",

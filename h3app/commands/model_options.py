@@ -27,6 +27,14 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
     parser.add_argument("--int8", action="store_true", help="int8 transformer weights via torchao (LoRA unmerged-only)")
 
 
+def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--adapter SOURCE [--weight-name F] [--revision R]``: one adapter, as every command names it."""
+    parser.add_argument("--adapter", default=None, required=required,
+                        help="LoRA: Hub repo id, HF URL, or local file/folder")
+    parser.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder when it holds several")
+    parser.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
+
+
 def load_options(args: argparse.Namespace) -> "LoadOptions":
     """The flags as :class:`LoadOptions` (checked: an unknown dtype or a device this machine lacks is one line)."""
     from ..model.loader import LoadOptions, parse_dtype

@@ -10,6 +10,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, OFFLOAD_MODES, WORKFLOWS
+from .model_options import add_adapter_flags
 
 
 RESOLUTION_NAMES = ("544p", "768p")
@@ -29,9 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fp8", action="store_true", help="store transformer weights in float8_e4m3fn "
                                                       "(diffusers' enable_layerwise_casting; compute in --dtype)")
     p.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time")
-    p.add_argument("--adapter", default=None, help="adapter SOURCE (repo id, HF URL, local file); header only")
-    p.add_argument("--weight-name", default=None, help="file inside a repo/folder holding several")
-    p.add_argument("--revision", default=None, help="Hub revision of the adapter")
+    add_adapter_flags(p, required=False)
     p.add_argument("--alpha", default=None, help="alpha (number or auto)")
     p.add_argument("--scale", default="1.0", help="LoRA strength")
     p.add_argument("--lora-mode", default="unmerged", choices=LORA_MODES)

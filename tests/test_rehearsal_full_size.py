@@ -75,8 +75,9 @@ def test_fl2va_binds_all_312_lightx2v_targets_unmerged(fl2va_unmerged):
 def test_fl2va_merged_with_fused_qkv_keeps_pristine_copies_on_the_host(fl2va_merged_fused):
     result = fl2va_merged_fused
     assert result.targets_bound == 312
-    # every bound Linear's bf16 weight is copied once to the host (q/k/v as one fused to_qkv)
-    assert 50 * GIB < result.pristine_host_bytes < 70 * GIB
+    # every bound Linear's bf16 weight is copied once to the host (q/k/v as one fused to_qkv): LightX2V's targets
+    # hold 20.0 B parameters, 37.3 GiB in bf16 (docs/lora-engine.md, "Memory at full size")
+    assert 37 * GIB < result.pristine_host_bytes < 37.5 * GIB
     assert result.host_peak >= result.pristine_host_bytes
 
 

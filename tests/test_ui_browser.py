@@ -183,7 +183,7 @@ def test_3_a_typed_source_is_not_replaced_by_the_demo(page):
 def test_4_advice_follows_the_settings_it_talks_about(page):
     load_demo(page)
     note = page.locator("#slot1-profile-note")
-    expect(note).to_contain_text("meaningless on this model")  # random weights: the heuristic is disarmed
+    expect(note).to_contain_text("meaningless on this model")  # a toy model: the heuristic is disarmed
     type_into(page, "#slot1-alpha", "8")
     expect(note).to_contain_text("At alpha 8 × scale 1")
     expect(page.locator("#slot1-report")).not_to_contain_text("no alpha stored")
@@ -261,7 +261,9 @@ def test_8_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, b
     for index in range(4):  # both rows inside the gallery, none cut off
         thumb = thumbnails.nth(index).bounding_box()
         assert box["y"] <= thumb["y"] and thumb["y"] + thumb["height"] <= box["y"] + box["height"] + 1
-    expect(gallery.get_by_text(re.compile(r"α 8 × 0\.5 · seed 7"))).to_be_visible()
+    # the default alphas: the trained Turbo alpha (1) and the alpha = rank fallback (16) of the demo LoRA
+    expect(gallery.get_by_text(re.compile(r"α 1 × 0\.5 · seed 7"))).to_be_visible()
+    expect(gallery.get_by_text(re.compile(r"α 16 × 1 · seed 7"))).to_be_visible()
     for header in page.locator("#grid-table th").all():  # one line each: no "scal/e"
         assert header.bounding_box()["height"] < 48, header.inner_text()
 

@@ -31,7 +31,7 @@ from .session import RunningJobs, session_key, with_adapter
 from .upload_quota import upload_quota
 
 UPLOAD_PREFIX = "upload-"
-RANDOM_WEIGHTS_MODEL = "tiny"  # the embedded test checkpoint: random weights, so weight-relative sizes mean nothing
+TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
 
 
 def shown_path(path: str) -> str:
@@ -245,7 +245,7 @@ class AdapterEvents:
         info["name"] = result.provenance.get("weight_name") or Path(settings.source).name
         basis = profile_basis(result.report, info, settings.group_strengths)
         if basis is not None:
-            basis["random_weights"] = self.backend.model_name == RANDOM_WEIGHTS_MODEL
+            basis["toy_weights"] = self.backend.model_name == TOY_WEIGHTS_MODEL
         bars = self.profile(basis, slot)
         return LoadView(session=session, info=info,
                         report_html=render.report_card(result.report.to_json(), result.provenance), basis=basis,
@@ -266,9 +266,9 @@ class AdapterEvents:
             return ProfileBars(KEEP, KEEP, KEEP)
         view = profile_view(basis, used, strength)
         low, high = basis["usual_range"]
-        if basis.get("random_weights"):  # the heuristic is shown, ranked below the file's facts and disarmed
-            text = (f"<b>Size heuristic — meaningless on this model:</b> its weights are random (the tiny test "
-                    f"checkpoint), so sizes relative to them say nothing about the adapter; follow the alpha card "
+        if basis.get("toy_weights"):  # the heuristic is shown, ranked below the file's facts and disarmed
+            text = (f"<b>Size heuristic — meaningless on this model:</b> its weights are the embedded tiny "
+                    f"checkpoint's, not a real H3's, so sizes relative to them say nothing about the adapter; follow the alpha card "
                     f"above. At alpha {'auto' if used is None else f'{used:g}'} × scale {strength:g} the median "
                     f"relative update ‖ΔW‖/‖W‖ is {view.median:.3g}"
                     + (f" (it would say: {render.esc(view.warning)})" if view.warning else "") + ".")

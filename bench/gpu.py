@@ -295,6 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"## h3app GPU benchmark\n\nGPU: {properties.name}, {properties.total_memory / 2**30:.0f} GiB; torch "
           f"{torch.__version__}; frames {args.frames}; rank {RANK}; fused QKV {args.fuse_qkv}.\n")
     rows = run(args, device)
+    torch.cuda.empty_cache()  # the one-GPU model is gone; the 2-GPU section builds its own per rank
+    from .gpu_parallel import two_gpu_rows
+
+    one_gpu_base = {r: s for what, r, s, _ in rows if what == "one denoising step, no LoRA"}
+    rows += two_gpu_rows(args.resolutions, frames=args.frames, text_rows=args.text_rows, repeats=args.repeats,
+                         one_gpu_base=one_gpu_base, cache_dir=str(args.cache_dir) if args.cache_dir else None)
     print("| what | resolution | median | note |\n|---|---|---|---|")
     for what, resolution, seconds, note in rows:
         shown = "—" if math.isnan(seconds) else (f"{seconds * 1e3:.1f} ms" if seconds < 1 else f"{seconds:.2f} s")

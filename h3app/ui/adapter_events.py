@@ -24,7 +24,7 @@ from ..rules.units import format_bytes
 from ..rules.values import parse_strength
 from ..settings import LoRASettings
 from . import render
-from .forms import KEEP, SlotForm, SyncForm, alpha_from_controls
+from .forms import KEEP, SlotForm, SyncForm
 from .scales import profile_basis, profile_view
 from .fair_queue import visitor_keys
 from .session import RunningJobs, session_key, with_adapter

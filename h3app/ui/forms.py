@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 import gradio as gr
 
+from ..backend.equivalence import DEFAULT_A, DEFAULT_B
 from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_number, parse_strength
@@ -170,10 +171,10 @@ class JobForm:
 class CheckForm:
     """The Equivalence tab's two settings: A and B (alpha: a number, or empty/auto)."""
 
-    a_alpha: Any = 8.0
-    a_scale: Any = 1.0
-    b_alpha: Any = 128.0
-    b_scale: Any = 0.0625
+    a_alpha: Any = DEFAULT_A.alpha
+    a_scale: Any = DEFAULT_A.strength
+    b_alpha: Any = DEFAULT_B.alpha
+    b_scale: Any = DEFAULT_B.strength
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from hf_home import use_hf_home
 _TEXT_SUFFIXES = (".json", ".md", ".txt", ".gitattributes", ".yaml", ".yml")
 _LFS_POINTER_SIZE = 134
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+LOG_WAIT_SECONDS = 10.0  # longest wait for a request in flight to be logged before the log is read
 
 
 def fake_commit(repo_id: str, revision: str = "main") -> str:
@@ -154,6 +155,8 @@ class FakeHub:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)  # notified when a request in flight has been logged
+        self._in_flight = 0  # requests being answered: logged only once the answer is sent
         self._repos: dict[str, _Repo] = {}
         self._log: list[LoggedRequest] = []
         self._interruptions: dict[str, _Interruption] = {}
@@ -254,11 +257,15 @@ class FakeHub:
     # -- log ---------------------------------------------------------------------------------------------------
     @property
     def requests(self) -> list[LoggedRequest]:
-        with self._lock:
+        """The log, once every request in flight is in it: a client has its answer before the handler thread logs
+        it, so reading the log right after a call must wait for that thread (a race under load otherwise)."""
+        with self._answered:
+            self._answered.wait_for(lambda: self._in_flight == 0, timeout=LOG_WAIT_SECONDS)
             return list(self._log)
 
     def clear_log(self) -> None:
-        with self._lock:
+        with self._answered:
+            self._answered.wait_for(lambda: self._in_flight == 0, timeout=LOG_WAIT_SECONDS)
             self._log.clear()
 
     def requests_for(self, repo_id: str, filename: str) -> list[LoggedRequest]:
@@ -277,9 +284,17 @@ class FakeHub:
             if r.method == "GET" and r.path.startswith(prefix)
         }
 
-    def _record(self, entry: LoggedRequest) -> None:
-        with self._lock:
-            self._log.append(entry)
+    def _begin(self) -> None:
+        with self._answered:
+            self._in_flight += 1
+
+    def _record(self, entry: LoggedRequest | None) -> None:
+        """Log one answered request (None: the answer broke off before it could be logged) and end its flight."""
+        with self._answered:
+            if entry is not None:
+                self._log.append(entry)
+            self._in_flight -= 1
+            self._answered.notify_all()
 
     # -- environment -------------------------------------------------------------------------------------------
     def subprocess_env(self, hf_home: str | Path, base: Mapping[str, str] | None = None,
@@ -379,7 +394,12 @@ class _HubHandler(BaseHTTPRequestHandler):
         self._sent = 0
         self._interrupted = False
         self._cut_after: int | None = None
-        status = self._route(head)
+        self.fake_hub._begin()
+        try:
+            status = self._route(head)
+        except BaseException:
+            self.fake_hub._record(None)
+            raise
         self.fake_hub._record(LoggedRequest(
             method="HEAD" if head else "GET",
             path=unquote(split.path),

@@ -101,6 +101,37 @@ def test_a_stopped_hub_answers_nothing_even_on_a_pooled_connection(monkeypatch: 
         new.stop()
 
 
+def test_the_stand_in_hubs_log_holds_a_request_as_soon_as_its_client_has_the_answer(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The handler thread logs a request after it has sent the answer: reading the log right after the call must
+    wait for it, else a loaded machine (CI) sees an empty log for a request that was answered."""
+    import time
+
+    from huggingface_hub import close_session
+
+    from h3app.adapters.source import list_weight_files
+
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "a.safetensors").write_bytes(b"x" * 100)
+    hub = FakeHub()
+    log_answered = hub._record
+
+    def late_record(entry):  # the handler thread is descheduled between answering and logging
+        time.sleep(0.5)
+        log_answered(entry)
+
+    monkeypatch.setattr(hub, "_record", late_record)
+    hub.start()
+    try:
+        hub.add_repo("me/multi", tmp_path / "repo")
+        point_huggingface_hub_at(monkeypatch, hub.endpoint, tmp_path / "hf_home")
+        assert [f.name for f in list_weight_files("me/multi")] == ["a.safetensors"]
+        assert [r.path for r in hub.requests] == ["/api/models/me/multi"]
+    finally:
+        close_session()
+        hub.stop()
+
+
 def _model_of(transformer: torch.nn.Module) -> SimpleNamespace:
     return SimpleNamespace(components={"transformer": transformer, "scheduler": object()})
 

@@ -51,8 +51,6 @@ def test_frames_are_pictures_not_noise(fifty_step):
         assert neighbour_difference(video) < 0.35 * spread
 
 
-@pytest.mark.xfail(strict=True, reason="not reached: the committed transformer follows the sound words but not yet the "
-                   "colour words (it paints the average colour); see docs/demo.md")
 def test_colour_words_colour_the_ball(fifty_step):
     red, green, blue = centre(fifty_step[RED_LOW].video)
     assert red > blue + 0.2 and red > green + 0.2, (red, green, blue)

@@ -81,7 +81,6 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     """After the last summary line (where CI's tail of the output shows it): a failed random-order run's seed, with
     the command that replays that order."""

@@ -1,5 +1,6 @@
-"""The package rules of docs/architecture.md, checked on the source: what each package may import, and
-``h3app/rules`` neutral (nothing heavy, no other h3app package)."""
+"""The package rules of docs/architecture.md, checked on the source: what each package may import, ``h3app/rules``
+and ``h3app/lru.py`` neutral (nothing heavy, no other h3app package), and the commands' parsers light (``--help`` and
+argument errors load no torch)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,12 @@ def test_rules_is_neutral_and_torch_free() -> None:
 
 def test_the_lru_is_neutral_and_torch_free() -> None:
     assert loaded_after_importing(["h3app.lru"]) == "[] ['lru']"
+
+
+@pytest.mark.parametrize("argv, status", [(["generate", "--help"], 0), (["check", "--help"], 0), (["grid", "--help"], 0),
+                                          (["generate", "--prompt", "x"], 2), (["check", "--steps", "many"], 2)])
+def test_command_help_and_argument_errors_load_no_torch(argv: list[str], status: int) -> None:
+    code = ("import sys\nfrom h3app.cli import main\ntry:\n    main(" + repr(argv) + ")\nexcept SystemExit as done:\n"
+            "    print(done.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == f"{status} False", (done.stdout, done.stderr)

@@ -5,6 +5,7 @@ One rehearsal = what a GPU box does for one request: the loader builds and place
 ``transformer_ref``), the LoRA engine binds an adapter normalised from a header (fake factors) unmerged or merged,
 the worker runs ``run_generation`` for one denoising step (2 sigma points) at the canvas — text encoder, keyframe
 or reference encode, transformer, both VAE decodes —. The token counts are those the pipeline itself packs (read from the transformer's inputs).
+With ``equivalence`` the worker runs the backend's equivalence check instead (``rehearsal_check.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from ..adapters.types import HeaderView
 from ..backend.generation import GenerationRequest, run_generation
 from ..backend.worker import Worker
+from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
 from ..lora.layers import PristineStore
 from ..model import repo
@@ -109,7 +111,7 @@ def rehearse(options: RehearsalOptions, *,
 
         engine, bound, lora_bytes = None, 0, 0
         if options.equivalence and options.adapter is None:
-            raise ValueError("the equivalence rehearsal needs an adapter header")
+            raise H3AppError("the equivalence rehearsal needs an adapter: give its safetensors header as adapter=.")
         if options.adapter is not None and not options.equivalence:
             engine, bound, lora_bytes = _attach(transformer, options, counter)
         pristine = engine._pristine.ram_bytes if engine is not None else 0  # noqa: SLF001 - the count we plan for
@@ -144,7 +146,8 @@ def rehearse(options: RehearsalOptions, *,
             lora_bytes=lora_bytes, pristine_host_bytes=pristine, phases=dict(counter.phases),
             device_peak=counter.device_peak, host_peak=counter.host_peak, tokens=tokens, targets_bound=bound,
             evaluations=check.evaluations if check else result.evaluations,
-            video_shape=() if check else tuple(result.video.shape), audio_shape=() if check else tuple(result.audio.shape),
+            video_shape=() if check else tuple(result.video.shape),
+            audio_shape=() if check else tuple(result.audio.shape),
             seconds=time.perf_counter() - started, check=check)
 
 

@@ -114,3 +114,5 @@ def test_no_startup_page_for_a_local_model_or_a_complete_download(fake_hub, tmp_
     repo.locate("owner/h3-small")
     with while_starting("owner/h3-small") as page:
         assert page is None  # everything is cached: nothing to show
+    with while_starting("owner/not-there") as page:
+        assert page is None  # the download itself will say what is wrong

@@ -101,15 +101,22 @@ class StartupPage:
 @contextlib.contextmanager
 def while_starting(model: str, workflow: str = "t2va", revision: str | None = None, token: str | None = None,
                    enabled: bool = True, **launch: Any) -> Iterator[StartupPage | None]:
-    """Serve the startup page during the block when ``model`` is a Hub repo with files still to download (else
-    do nothing); the page is closed when the block ends, whatever happens in it."""
+    """Serve the startup page during the block when ``model`` is a Hub repo with files still to download (else —
+    offline, a local model, everything cached, the Hub refusing — do nothing); the page is closed when the block
+    ends, whatever happens in it."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import DryRunError, HfHubHTTPError
+
+    from ..errors import H3AppError
     from ..model import repo
 
-    if not enabled or not repo.is_hub_repo(model):
-        yield None
-        return
-    download = repo.DownloadProgress(model, workflow, revision, token)
-    if not download.missing:
+    download = None
+    if enabled and repo.is_hub_repo(model) and not constants.HF_HUB_OFFLINE:
+        try:
+            download = repo.DownloadProgress(model, workflow, revision, token)
+        except (H3AppError, DryRunError, HfHubHTTPError, OSError):
+            download = None  # the download itself gives the one-line answer (or finds the cache)
+    if download is None or not download.missing:
         yield None
         return
     page = StartupPage(model.rsplit("/", 1)[-1], lambda: (download.done(), download.total))

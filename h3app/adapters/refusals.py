@@ -23,6 +23,10 @@ _REFUSED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = (
      "h3app applies the low-rank weight delta only; export the adapter without lora_bias"),
 )
 
+# Every pattern above ends in ``$`` and starts with ``\.``: one search of their alternation tells whether any key needs
+# the per-family pass (which then names the first family in table order, as before).
+_ANY_REFUSED_FAMILY = re.compile("|".join(f"(?:{pattern.pattern})" for pattern, _, _ in _REFUSED_FAMILIES))
+
 # LoRAs for other video/image DiTs, recognised by module names H3 never uses (checked on the prefix-stripped stem,
 # dotted and flattened).
 _FOREIGN_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -37,6 +41,8 @@ _FOREIGN_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def refuse_families(name: str, keys: Sequence[str]) -> None:
+    if not any(map(_ANY_REFUSED_FAMILY.search, keys)):
+        return
     for pattern, what, fix in _REFUSED_FAMILIES:
         seen = [k for k in keys if pattern.search(k)]
         if seen:

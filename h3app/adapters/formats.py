@@ -204,7 +204,7 @@ class _Stem:
     styles: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: one object per rule and spelling
 class _Alternative:
     """One rule inside a compiled alternation: its family, the rule, and where its own groups sit in ``groups()``."""
 
@@ -344,6 +344,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     orphan_alphas: list[str] = []
     plans: list[ModulePlan] = []
     hybrid: list[str] = []
+    factor_classes: dict[tuple, _FactorClass] = {}
     for key, entry in stems.items():
         if not (entry.down or entry.up):
             orphan_alphas.extend(k for k in (entry.alpha,) if k)
@@ -355,7 +356,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
         alternative, groups, matched_flat = found
         if matched_flat and not entry.flattened:
             hybrid.append(entry.stem)
-        plans.append(_module_plan(view, entry, alternative, groups, matched_flat, qkv_layout))
+        plans.append(_module_plan(view, entry, alternative, groups, matched_flat, qkv_layout, factor_classes))
 
     if not plans:
         raise H3AppError(
@@ -427,19 +428,79 @@ def _architecture_hint(metadata: Mapping[str, str]) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _FactorClass:
+    """What a module's factors say, the same for every module with the same rule, spelling, dtypes and shapes (the
+    60 blocks of a file share a handful): checked once per plan, then looked up."""
+
+    format: str
+    stacked: bool
+    rank: int
+    target_shapes: tuple[tuple[int, int], ...]
+    qkv_order: str
+    dtype: str
+    suffix_style: str
+
+
 def _module_plan(
     view: HeaderView, entry: _Stem, alternative: _Alternative, groups: tuple[str, ...], matched_flat: bool,
-    qkv_layout: str,
+    qkv_layout: str, classes: dict[tuple, _FactorClass],
 ) -> ModulePlan:
-    name = view.name
-    rule = alternative.rule
+    """The plan of one module; ``classes`` remembers the factor checks of this plan's earlier modules. The checks run
+    in the same order for every module (factors, then the alpha scalar, then row counts), so the first module that
+    fails names the same problem whether or not its class was seen."""
     if entry.down is None or entry.up is None:
         have, missing = ("lora_A/lora_down", "lora_B/lora_up") if entry.down else ("lora_B/lora_up", "lora_A/lora_down")
-        raise H3AppError(f"{name}: module {entry.stem!r} has {have} but no {missing}: the file is incomplete; re-export it.")
+        raise H3AppError(f"{view.name}: module {entry.stem!r} has {have} but no {missing}: the file is incomplete; "
+                         "re-export it.")
+    down, up = view.tensors[entry.down], view.tensors[entry.up]
+    class_key = (alternative, matched_flat, bool(entry.slots), entry.styles, down, up, qkv_layout)
+    factors = classes.get(class_key)
+    if factors is None:
+        factors = _check_factors(view, entry, alternative, matched_flat, qkv_layout, down, up)
+        classes[class_key] = factors
+    elif entry.alpha is not None:
+        _check_alpha(view, entry)
+    rule = alternative.rule
+    return _new_module_plan(
+        stem=entry.stem,
+        module=_dotted_name(rule, groups) if matched_flat else entry.name,
+        prefix=entry.prefix,
+        format=factors.format,
+        layout=rule.layout,
+        qkv_order=factors.qkv_order,
+        targets=tuple([target.format(*groups) for target in rule.targets]),
+        target_shapes=factors.target_shapes,
+        rank=factors.rank,
+        down_key=entry.down,
+        up_key=entry.up,
+        alpha_key=entry.alpha,
+        stacked=factors.stacked,
+        file_partition=entry.file_partition,
+        dtype=factors.dtype,
+        suffix_style=factors.suffix_style,
+    )
+
+
+def _check_alpha(view: HeaderView, entry: _Stem) -> None:
+    if entry.alpha not in view.scalars:
+        alpha_dtype, alpha_shape = view.tensors[entry.alpha]
+        raise H3AppError(
+            f"{view.name}: {entry.alpha!r} is {alpha_dtype} {list(alpha_shape)}, not a readable scalar alpha: "
+            "re-export the file."
+        )
+
+
+def _check_factors(
+    view: HeaderView, entry: _Stem, alternative: _Alternative, matched_flat: bool, qkv_layout: str,
+    down: tuple[str, tuple[int, ...]], up: tuple[str, tuple[int, ...]],
+) -> _FactorClass:
+    """Check one module's factors (and its alpha scalar, in between, where the order of messages puts it)."""
+    name = view.name
+    rule = alternative.rule
     if len(entry.styles) > 1:
         raise H3AppError(f"{name}: module {entry.stem!r} mixes lora_A/B and lora_down/up keys: the file is damaged; re-export it.")
-    down_dtype, down_shape = view.tensors[entry.down]
-    up_dtype, up_shape = view.tensors[entry.up]
+    (down_dtype, down_shape), (up_dtype, up_shape) = down, up
     for key, dtype in ((entry.down, down_dtype), (entry.up, up_dtype)):
         if dtype not in FLOAT_DTYPES:
             raise H3AppError(
@@ -479,13 +540,9 @@ def _module_plan(
         )
     if down_rank == 0:
         raise H3AppError(f"{name}: module {entry.stem!r} has rank 0: the file is damaged; re-export it.")
-    if entry.alpha is not None and entry.alpha not in view.scalars:
-        alpha_dtype, alpha_shape = view.tensors[entry.alpha]
-        raise H3AppError(
-            f"{name}: {entry.alpha!r} is {alpha_dtype} {list(alpha_shape)}, not a readable scalar alpha: re-export the file."
-        )
+    if entry.alpha is not None:
+        _check_alpha(view, entry)
 
-    targets = tuple([t.format(*groups) for t in rule.targets])
     qkv_order = ""
     if rule.layout == FUSED_QKV:
         if stacked:
@@ -508,23 +565,9 @@ def _module_plan(
     else:
         shapes = ((out_rows, in_features),)
     (style,) = entry.styles
-    return _new_module_plan(
-        stem=entry.stem,
-        module=_dotted_name(rule, groups) if matched_flat else entry.name,
-        prefix=entry.prefix,
-        format=fmt,
-        layout=rule.layout,
-        qkv_order=qkv_order,
-        targets=targets,
-        target_shapes=shapes,
-        rank=int(down_rank),
-        down_key=entry.down,
-        up_key=entry.up,
-        alpha_key=entry.alpha,
-        stacked=stacked,
-        file_partition=entry.file_partition,
-        dtype=down_dtype if down_dtype == up_dtype else "/".join(sorted((down_dtype, up_dtype))),
-        suffix_style=style,
+    return _FactorClass(
+        format=fmt, stacked=stacked, rank=int(down_rank), target_shapes=shapes, qkv_order=qkv_order,
+        dtype=down_dtype if down_dtype == up_dtype else "/".join(sorted((down_dtype, up_dtype))), suffix_style=style,
     )
 
 

@@ -117,14 +117,20 @@ WRAPPER_PREFIXES = (PEFT_SAVE_PREFIX, "model.diffusion_model.", "diffusion_model
                     "transformer.", "model.")
 FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_")
 
-# ``.weight`` is optional after the factor name: sglang's H3 mapping ends its patterns at ``lora_[AB]``, so files
-# written for it (``blocks.0.attn.qkv_proj.lora_A``) carry no suffix; a slot is never the word ``weight`` itself.
-# One regex per key: the wrapper prefixes (atomic: taken greedily, the first listed that fits each time, and never
-# given back to make the suffix fit), a flattened kohya prefix, the module stem, the factor suffix.
-_KEY = re.compile(
-    "(?P<prefix>(?>(?:" + "|".join(map(re.escape, WRAPPER_PREFIXES)) + "){0,4}"
-    "(?P<flattened>" + "|".join(map(re.escape, FLATTENED_PREFIXES)) + ")?))"
-    r"(?P<stem>.+?)\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
+# A key is prefix + module stem + factor suffix. The prefix is up to four wrappers, then a flattened kohya prefix; it
+# is atomic: wrappers are taken greedily (the first listed that fits, each time) and never given back to make the
+# rest fit.
+_PREFIX = re.compile(
+    "(?>(?:" + "|".join(map(re.escape, WRAPPER_PREFIXES)) + "){0,4}"
+    "(?P<flattened>" + "|".join(map(re.escape, FLATTENED_PREFIXES)) + ")?)"
+)
+_PREFIX_STARTS = WRAPPER_PREFIXES + FLATTENED_PREFIXES
+# The factor suffix, searched from one character after the prefix: the leftmost place it fits ends the shortest
+# stem (a stem never spans a line break). ``.weight`` is optional after the factor name: sglang's H3 mapping ends
+# its patterns at ``lora_[AB]``, so files written for it (``blocks.0.attn.qkv_proj.lora_A``) carry no suffix; a slot
+# is never the word ``weight`` itself.
+_FACTOR = re.compile(
+    r"\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
     r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha))$"
 )
 
@@ -290,17 +296,22 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     stems: dict[tuple[str, str], _Stem] = {}
     unparsed: list[str] = []
     for key in keys:
-        parsed = _KEY.match(key)
-        if parsed is None:
+        if key.startswith(_PREFIX_STARTS):
+            found_prefix = _PREFIX.match(key)
+            start, flattened = found_prefix.end(), found_prefix.group("flattened") is not None
+        else:
+            start, flattened = 0, False
+        parsed = _FACTOR.search(key, start + 1)
+        if parsed is None or "\n" in key[start:parsed.start()]:
             unparsed.append(key)
             continue
-        prefix, flattened, stem_name, ab, slot, du, is_alpha = parsed.groups()
-        file_partition = REFERENCE_PARTITION if "transformer_ref." in prefix else MAIN_PARTITION
-        stem_key = (file_partition, stem_name.replace(".", "_") if flattened is not None else stem_name)
+        ab, slot, du, is_alpha = parsed.groups()
+        stem_name = key[start:parsed.start()]
+        file_partition = REFERENCE_PARTITION if start and "transformer_ref." in key[:start] else MAIN_PARTITION
+        stem_key = (file_partition, stem_name.replace(".", "_") if flattened else stem_name)
         entry = stems.get(stem_key)
         if entry is None:
-            entry = stems[stem_key] = _Stem(prefix, file_partition, flattened is not None, key[: parsed.end("stem")],
-                                            stem_name)
+            entry = stems[stem_key] = _Stem(key[:start], file_partition, flattened, key[: parsed.start()], stem_name)
         if is_alpha:
             existing, role = entry.alpha, "alpha"
             if existing is None:
@@ -462,24 +473,24 @@ def _module_plan(
     elif entry.alpha is not None:
         _check_alpha(view, entry)
     rule = alternative.rule
-    return _new_module_plan(
-        stem=entry.stem,
-        module=_dotted_name(rule, groups) if matched_flat else entry.name,
-        prefix=entry.prefix,
-        format=factors.format,
-        layout=rule.layout,
-        qkv_order=factors.qkv_order,
-        targets=tuple([target.format(*groups) for target in rule.targets]),
-        target_shapes=factors.target_shapes,
-        rank=factors.rank,
-        down_key=entry.down,
-        up_key=entry.up,
-        alpha_key=entry.alpha,
-        stacked=factors.stacked,
-        file_partition=entry.file_partition,
-        dtype=factors.dtype,
-        suffix_style=factors.suffix_style,
-    )
+    return _new_module_plan({
+        "stem": entry.stem,
+        "module": _dotted_name(rule, groups) if matched_flat else entry.name,
+        "prefix": entry.prefix,
+        "format": factors.format,
+        "layout": rule.layout,
+        "qkv_order": factors.qkv_order,
+        "targets": tuple([target.format(*groups) for target in rule.targets]),
+        "target_shapes": factors.target_shapes,
+        "rank": factors.rank,
+        "down_key": entry.down,
+        "up_key": entry.up,
+        "alpha_key": entry.alpha,
+        "stacked": factors.stacked,
+        "file_partition": entry.file_partition,
+        "dtype": factors.dtype,
+        "suffix_style": factors.suffix_style,
+    })
 
 
 def _check_alpha(view: HeaderView, entry: _Stem) -> None:
@@ -571,13 +582,13 @@ def _check_factors(
     )
 
 
-def _new_module_plan(**fields: object) -> ModulePlan:
+def _new_module_plan(fields: dict[str, object]) -> ModulePlan:
     """``ModulePlan(**fields)`` without the frozen dataclass's per-field ``object.__setattr__`` (4.5 µs a plan, 312
-    plans on a LightX2V file); the fields are checked by name against the dataclass."""
+    plans on a LightX2V file): ``fields`` becomes the instance's ``__dict__``, checked by name against the dataclass."""
     if fields.keys() != _MODULE_PLAN_FIELDS:
         raise TypeError(f"ModulePlan fields differ: {sorted(fields.keys() ^ _MODULE_PLAN_FIELDS)}")
     plan = object.__new__(ModulePlan)
-    plan.__dict__.update(fields)
+    object.__setattr__(plan, "__dict__", fields)
     return plan
 
 

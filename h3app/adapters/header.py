@@ -309,10 +309,10 @@ def _confirm_with_safetensors(path: Path, tensors: Mapping[str, tuple[str, tuple
 
     try:
         with safe_open(str(path), framework="numpy") as handle:  # header only; "pt" would import torch
-            keys = set(handle.keys())
-            if keys != set(tensors):
+            keys = handle.keys()  # distinct names: equal sets when the counts match and each is ours
+            if len(keys) != len(tensors) or not all(map(tensors.__contains__, keys)):
                 raise H3AppError(f"{path.name}: the safetensors library lists different tensors than its header; re-download it.")
-            for key in list(tensors)[:1]:
+            for key in itertools.islice(tensors, 1):
                 view = handle.get_slice(key)
                 if (view.get_dtype(), tuple(view.get_shape())) != tensors[key][:2]:
                     raise H3AppError(f"{path.name}: the safetensors library reads tensor {key!r} differently; re-download it.")

@@ -302,16 +302,17 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
         else:
             start, flattened = 0, False
         parsed = _FACTOR.search(key, start + 1)
-        if parsed is None or "\n" in key[start:parsed.start()]:
+        stem_end = parsed.start() if parsed is not None else 0
+        if parsed is None or "\n" in key[start:stem_end]:
             unparsed.append(key)
             continue
         ab, slot, du, is_alpha = parsed.groups()
-        stem_name = key[start:parsed.start()]
+        stem_name = key[start:stem_end]
         file_partition = REFERENCE_PARTITION if start and "transformer_ref." in key[:start] else MAIN_PARTITION
         stem_key = (file_partition, stem_name.replace(".", "_") if flattened else stem_name)
         entry = stems.get(stem_key)
         if entry is None:
-            entry = stems[stem_key] = _Stem(key[:start], file_partition, flattened, key[: parsed.start()], stem_name)
+            entry = stems[stem_key] = _Stem(key[:start], file_partition, flattened, key[:stem_end], stem_name)
         if is_alpha:
             existing, role = entry.alpha, "alpha"
             if existing is None:
@@ -406,15 +407,15 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     else:
         applied, kept_apart = main, []
 
-    formats = Counter(p.format for p in plans)
+    formats = Counter([p.format for p in plans])
     if len(formats) > 1:
         warnings.append(f"the file mixes layouts ({', '.join(sorted(formats))}); each module is read by its own rule.")
     described = applied or plans
     dtypes = sorted({p.dtype for p in plans})
     return AdapterPlan(
         format=formats.most_common(1)[0][0],
-        suffix_style=Counter(p.suffix_style for p in plans).most_common(1)[0][0],
-        prefix=Counter(p.prefix for p in described).most_common(1)[0][0],
+        suffix_style=Counter([p.suffix_style for p in plans]).most_common(1)[0][0],
+        prefix=Counter([p.prefix for p in described]).most_common(1)[0][0],
         modules=tuple(applied),
         reference_modules=tuple(kept_apart),
         unmatched_keys=tuple(sorted(set(no_match + orphan_alphas + not_applied))),

@@ -200,3 +200,60 @@ def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) 
             upload.unlink()
     for path in kept:
         path.unlink()
+
+
+def join_generate(url: str, session_hash: str, **values: Any) -> None:
+    """Queue a /generate the way the browser does (``POST /queue/join``), without listening for its answer yet:
+    the inputs in the event's order, a session's State as null, every other input its API default or ``values``."""
+    base = url.rstrip("/")
+    config = httpx.get(f"{base}/config", timeout=30).json()
+    event = next(d for d in config["dependencies"] if d.get("api_name") == "generate")
+    types = {c["id"]: c["type"] for c in config["components"]}
+    parameters = iter(httpx.get(f"{base}/gradio_api/info", timeout=30).json()["named_endpoints"]["/generate"]
+                      ["parameters"])
+    data = []
+    for component in event["inputs"]:
+        if types[component] == "state":
+            data.append(None)
+            continue
+        parameter = next(parameters)
+        data.append(values.get(parameter["parameter_name"], parameter.get("parameter_default")))
+    joined = httpx.post(f"{base}/gradio_api/queue/join", timeout=30, json={
+        "data": data, "fn_index": event["id"], "session_hash": session_hash, "event_data": None, "trigger_id": None})
+    assert joined.status_code == 200, joined.text
+
+
+def test_a_client_that_goes_away_has_its_job_cancelled_and_the_next_visitor_is_served(hosted: Any) -> None:
+    """Client A's generate waits behind a long job; A listens to its event stream, then drops the connection
+    without a word. A's job must end cancelled before it runs (the worker records why), and a second visitor's
+    generate afterwards completes."""
+    from h3app.backend.worker import CLIENT_GONE, Cancelled
+
+    backend, url, _ = hosted
+    release = threading.Event()
+    blocker = backend.worker.submit(lambda ctx: release.wait(120), label="a long job")
+    try:
+        join_generate(url, "visitor-a", **{k: v for k, v in GENERATE.items() if k != "api_name"})
+        deadline = time.monotonic() + 60
+        with httpx.stream("GET", f"{url.rstrip('/')}/gradio_api/queue/data", params={"session_hash": "visitor-a"},
+                          timeout=30) as stream:
+            for line in stream.iter_lines():  # A listens until its job is in the worker's queue, then hangs up
+                queued = [h for h in backend.worker.queued() if h.label == "generate"]
+                if queued or time.monotonic() > deadline:
+                    break
+        assert len(queued) == 1, "A's generate never reached the worker"
+        job = queued[0]
+        while job.cancel_reason is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job.cancel_reason == CLIENT_GONE
+    finally:
+        release.set()
+        blocker.result(timeout=120)
+    with pytest.raises(Cancelled, match="client went away"):
+        job.result(timeout=120)
+    _, answer = client(url).predict(**GENERATE)
+    assert answer["steps"] == GENERATE["steps"] and answer["frames"] > 0
+    deadline = time.monotonic() + 30
+    while backend.admission.total and time.monotonic() < deadline:  # A's event ends once its job is done
+        time.sleep(0.1)
+    assert backend.admission.total == 0

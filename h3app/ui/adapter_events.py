@@ -24,6 +24,7 @@ from ..rules.units import format_bytes
 from ..rules.values import parse_strength
 from ..settings import LoRASettings
 from . import render
+from .client_gone import client_gone
 from .forms import KEEP, SlotForm, SyncForm
 from .scales import profile_basis, profile_view
 from .fair_queue import visitor_keys
@@ -221,7 +222,7 @@ class AdapterEvents:
 
         try:
             with self.jobs.track(session_key(request), handle):
-                result = self.backend.run(handle, on_step, on_phase)
+                result = self.backend.run(handle, on_step, on_phase, client_gone())
         except H3AppError as error:
             raise user_error(error) from error
         if result.report.unmatched_keys:

@@ -257,3 +257,23 @@ def test_a_client_that_goes_away_has_its_job_cancelled_and_the_next_visitor_is_s
     while backend.admission.total and time.monotonic() < deadline:  # A's event ends once its job is done
         time.sleep(0.1)
     assert backend.admission.total == 0
+
+
+@pytest.mark.parametrize("typed", ["../../../../etc/passwd", "secret/../../../notes.safetensors",
+                                   "notes.safetensors", "../" * 200 + "etc/passwd"],
+                         ids=["up", "down-and-up", "bare-name", "very-long"])
+def test_a_refused_relative_path_is_echoed_as_typed(hosted: Any, typed: str) -> None:
+    """The refusal quotes what the visitor typed (cut like every echo), never the path resolved against the server's
+    working folder — for /inspect and for a job's adapter."""
+    from h3app.rules.values import short
+
+    backend, url, _ = hosted
+    visitor = client(url)
+    inspected, _ = refusal(lambda: visitor.predict(source=typed, weight_name="", revision="", token="",
+                                                   api_name="/inspect"))
+    generated, _ = refusal(lambda: visitor.predict(**{**GENERATE, "adapters_json": json.dumps([{"source": typed}])}))
+    for message in (inspected, generated):
+        assert f"local path {short(typed)} is not allowed" in message, message
+        rest = message.replace(short(typed), "")
+        assert os.getcwd() not in rest and os.path.abspath(typed) not in rest, message
+        assert_clean(message, backend)

@@ -277,3 +277,22 @@ def test_a_refused_relative_path_is_echoed_as_typed(hosted: Any, typed: str) -> 
         rest = message.replace(short(typed), "")
         assert os.getcwd() not in rest and os.path.abspath(typed) not in rest, message
         assert_clean(message, backend)
+
+
+def test_x_forwarded_for_counts_only_from_a_space_s_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off a Space the address is the peer the server reports (uvicorn follows the header only from the proxies in
+    FORWARDED_ALLOW_IPS), so a directly connected client cannot forge a second share; on a Space, the entry Hugging
+    Face's proxy appended (the last one), whatever the client put before it."""
+    from types import SimpleNamespace
+
+    from h3app.ui.fair_queue import client_address
+
+    def request(forwarded: str, peer: str) -> Any:
+        return SimpleNamespace(headers={"x-forwarded-for": forwarded}, client=SimpleNamespace(host=peer))
+
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert client_address(request("198.51.100.7", "203.0.113.5")) == "203.0.113.5"
+    assert client_address(request("198.51.100.7", "127.0.0.1")) is None
+    monkeypatch.setenv("SPACE_ID", "owner/space")
+    assert client_address(request("198.51.100.7, 203.0.113.5", "10.0.0.2")) == "203.0.113.5"
+    assert client_address(request("", "10.0.0.2")) == "10.0.0.2"

@@ -202,14 +202,14 @@ def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) 
         path.unlink()
 
 
-def join_generate(url: str, session_hash: str, **values: Any) -> None:
-    """Queue a /generate the way the browser does (``POST /queue/join``), without listening for its answer yet:
-    the inputs in the event's order, a session's State as null, every other input its API default or ``values``."""
+def join(url: str, api_name: str, session_hash: str, **values: Any) -> None:
+    """Queue an event the way the browser does (``POST /queue/join``), without listening for its answer yet: the
+    inputs in the event's order, a session's State as null, every other input its API default or ``values``."""
     base = url.rstrip("/")
     config = httpx.get(f"{base}/config", timeout=30).json()
-    event = next(d for d in config["dependencies"] if d.get("api_name") == "generate")
+    event = next(d for d in config["dependencies"] if d.get("api_name") == api_name)
     types = {c["id"]: c["type"] for c in config["components"]}
-    parameters = iter(httpx.get(f"{base}/gradio_api/info", timeout=30).json()["named_endpoints"]["/generate"]
+    parameters = iter(httpx.get(f"{base}/gradio_api/info", timeout=30).json()["named_endpoints"][f"/{api_name}"]
                       ["parameters"])
     data = []
     for component in event["inputs"]:
@@ -223,25 +223,35 @@ def join_generate(url: str, session_hash: str, **values: Any) -> None:
     assert joined.status_code == 200, joined.text
 
 
-def test_a_client_that_goes_away_has_its_job_cancelled_and_the_next_visitor_is_served(hosted: Any) -> None:
-    """Client A's generate waits behind a long job; A listens to its event stream, then drops the connection
-    without a word. A's job must end cancelled before it runs (the worker records why), and a second visitor's
-    generate afterwards completes."""
+GRID = dict(prompt="a red fox", steps=2, duration=5.0, height=0, width=0, alphas="8", scales="1.0", seeds="1",
+            adapters_json=json.dumps([{"source": str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")}]), token="")
+
+
+@pytest.mark.parametrize("api_name, values", [
+    ("generate", {k: v for k, v in GENERATE.items() if k != "api_name"}),
+    ("grid", GRID),  # a generator event: Gradio itself would stop it only at its next cell
+])
+def test_a_client_that_goes_away_has_its_job_cancelled_and_the_next_visitor_is_served(
+        hosted: Any, api_name: str, values: dict[str, Any]) -> None:
+    """Client A's job waits behind a long one; A listens to its event stream, then drops the connection without a
+    word. A's job must end cancelled before it runs (the worker records why), and a second visitor's generate
+    afterwards completes."""
     from h3app.backend.worker import CLIENT_GONE, Cancelled
 
     backend, url, _ = hosted
     release = threading.Event()
     blocker = backend.worker.submit(lambda ctx: release.wait(120), label="a long job")
+    session = f"visitor-a-{api_name}"
     try:
-        join_generate(url, "visitor-a", **{k: v for k, v in GENERATE.items() if k != "api_name"})
+        join(url, api_name, session, **values)
         deadline = time.monotonic() + 60
-        with httpx.stream("GET", f"{url.rstrip('/')}/gradio_api/queue/data", params={"session_hash": "visitor-a"},
+        with httpx.stream("GET", f"{url.rstrip('/')}/gradio_api/queue/data", params={"session_hash": session},
                           timeout=30) as stream:
             for line in stream.iter_lines():  # A listens until its job is in the worker's queue, then hangs up
-                queued = [h for h in backend.worker.queued() if h.label == "generate"]
+                queued = [h for h in backend.worker.queued() if h.label == api_name]
                 if queued or time.monotonic() > deadline:
                     break
-        assert len(queued) == 1, "A's generate never reached the worker"
+        assert len(queued) == 1, f"A's {api_name} never reached the worker"
         job = queued[0]
         while job.cancel_reason is None and time.monotonic() < deadline:
             time.sleep(0.1)

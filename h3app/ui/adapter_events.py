@@ -201,7 +201,7 @@ class AdapterEvents:
 
     def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = "t2va") -> InspectView:
         """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point."""
-        info = self.inspect(slot.path, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
+        info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
         alpha_box = KEEP if slot.override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
         shown = self.readout(info, slot)
         return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),

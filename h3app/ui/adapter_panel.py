@@ -141,7 +141,7 @@ def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: 
     def inspect(values: dict[Any, Any]) -> dict[Any, Any]:
         slot = read(SlotForm, names, values)
         try:
-            weights = events.list_weights(slot.path, slot.revision, values[token], slot.weight)
+            weights = events.list_weights(slot.source_to_read, slot.revision, values[token], slot.weight)
             view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow])
         except gr.Error as error:
             return {**cleared_panel(ui, render.refusal(error.message)), ui.weight: gr.skip()}

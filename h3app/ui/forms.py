@@ -123,7 +123,7 @@ class SlotForm:
     uploaded: Mapping[str, str] | None = None
 
     @property
-    def path(self) -> str:
+    def source_to_read(self) -> str:
         """The source to read: the upload's server path while the box shows its label, else the box as typed."""
         text = str(self.source or "").strip()
         if self.uploaded and text and text == self.uploaded.get("shown"):
@@ -137,9 +137,9 @@ class SlotForm:
 
     def settings(self, mode: str | None) -> LoRASettings | None:
         """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
-        if not self.path:
+        if not self.source_to_read:
             return None
-        return LoRASettings(source=self.path, weight_name=self.weight or None,
+        return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
                             strength=parse_strength(self.strength), mode=mode or "unmerged",
                             qkv_layout=self.qkv_layout or "auto")

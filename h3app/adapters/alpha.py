@@ -65,6 +65,13 @@ def get_pattern_key(pattern_keys: Iterable[str], key_to_match: str) -> str:
     return key_to_match
 
 
+def pattern_value(pattern: Mapping[str, Any], module: str, default: Any) -> Any:
+    """The value of ``pattern`` (an ``alpha_pattern``/``rank_pattern``) whose key matches ``module`` as PEFT matches
+    it, else ``default`` (the config's ``lora_alpha``/``r``)."""
+    key = get_pattern_key(pattern.keys(), module)
+    return pattern[key] if key in pattern else default
+
+
 @dataclass(frozen=True)
 class _PeftSettings:
     """What an adapter_config.json or a lora_adapter_metadata JSON says about alpha."""
@@ -78,18 +85,10 @@ class _PeftSettings:
     alpha_defaulted: bool = False  # lora_alpha absent: PEFT's default applies
 
     def alpha_for(self, module: str) -> float | None:
-        if self.alpha_pattern:
-            key = get_pattern_key(self.alpha_pattern.keys(), module)
-            if key in self.alpha_pattern:
-                return self.alpha_pattern[key]
-        return self.lora_alpha
+        return pattern_value(self.alpha_pattern, module, self.lora_alpha)
 
     def rank_for(self, module: str) -> int | None:
-        if self.rank_pattern:
-            key = get_pattern_key(self.rank_pattern.keys(), module)
-            if key in self.rank_pattern:
-                return self.rank_pattern[key]
-        return self.r
+        return pattern_value(self.rank_pattern, module, self.r)
 
 
 def resolve_alphas(

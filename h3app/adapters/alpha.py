@@ -112,6 +112,8 @@ def resolve_alphas(
     plain_metadata = _plain_metadata_alpha(view.metadata, warnings)
 
     choices: dict[str, AlphaChoice] = {}
+    shared_choices: dict[tuple[float, float, str, bool], AlphaChoice] = {}
+    rslora: dict[str, bool] = {}  # per file partition
     conflicts: dict[tuple[str, float, str, float], int] = defaultdict(int)
     zero_alpha: list[str] = []
     rank_mismatch: list[str] = []
@@ -161,9 +163,15 @@ def resolve_alphas(
         for other_source, other_alpha in candidates[1:]:
             if other_alpha != alpha and other_source != source:
                 conflicts[(source, alpha, other_source, other_alpha)] += 1
-        use_rslora = _use_rslora(config, metadata_settings.get(module.file_partition), warnings)
+        if module.file_partition not in rslora:
+            rslora[module.file_partition] = _use_rslora(config, metadata_settings.get(module.file_partition), warnings)
+        value = float(alpha)
+        choice_key = (value, math.copysign(1.0, value), source, rslora[module.file_partition])  # 0.0 == -0.0
+        choice = shared_choices.get(choice_key)
+        if choice is None:  # one (immutable) object per distinct choice, shared by every target that has it
+            choice = shared_choices[choice_key] = AlphaChoice(value, source, rslora[module.file_partition])
         for target in module.targets:
-            choices[target] = AlphaChoice(alpha=float(alpha), source=source, use_rslora=use_rslora)
+            choices[target] = choice
 
     if zero_alpha:
         warnings.append(

@@ -43,35 +43,16 @@ def _client(port: int):
 
 
 def test_the_startup_page_shows_download_progress_from_the_stand_in_hub(fake_hub, tmp_path, monkeypatch):  # noqa: F811
-    from tests import hub_server
-
     folder = tmp_path / "h3-big"
     shutil.copytree(repo.TINY_DIR, folder)
     (folder / EXTRA).write_bytes(bytes(range(256)) * (EXTRA_BYTES // 256))
     fake_hub.add_repo("owner/h3-big", folder)
-    released = threading.Event()
-
-    def stall(handler, status, body, headers):
-        """The big shard's first 3 MB, then nothing until the test releases the rest (a slow link, held still)."""
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/octet-stream")
-        for name, value in headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(body[:CUT_AFTER])
-        handler.wfile.flush()
-        released.wait(120)
-        handler.wfile.write(body[CUT_AFTER:])
-        handler._sent += len(body)
-        return status
-
-    monkeypatch.setattr(hub_server._HubHandler, "_send_cut_off", stall)
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_DOWNLOAD_TIMEOUT", 300)  # the held link must not time out
     # huggingface_hub writes whole chunks (10 MiB by default): 1 MB chunks put exactly the 3 MB sent on disk
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 1_000_000)
-    fake_hub.interrupt_download(EXTRA, after_bytes=CUT_AFTER, then="resume")
+    fake_hub.interrupt_download(EXTRA, after_bytes=CUT_AFTER, then="hold")  # 3 MB, then a still link
     port = _free_port()
     with while_starting("owner/h3-big", server_name="127.0.0.1", server_port=port) as page:
         assert page is not None
@@ -99,7 +80,7 @@ def test_the_startup_page_shows_download_progress_from_the_stand_in_hub(fake_hub
                 time.sleep(0.5)
             assert expected in seen
         finally:
-            released.set()
+            fake_hub.release_held()
             worker.join(timeout=120)
         assert not failed, failed
         assert progress_text(total, total, "h3-big") in client.predict(api_name="/status")  # then the load

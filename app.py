@@ -49,12 +49,15 @@ def serve() -> None:
     from h3app.parallel.follower import follow
     from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
+    from h3app.ui.startup_page import while_starting
 
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
                           token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
     check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
-    backend = backend_from_env(args.model, options, parallel=group)
+    with while_starting(args.model, revision=options.revision, token=options.token,
+                        enabled=group is None or group.leader):  # download progress on the app's port
+        backend = backend_from_env(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:
             sys.exit(follow(group, backend))

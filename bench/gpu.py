@@ -15,9 +15,10 @@ Reported, per resolution: peak GPU memory of one unmerged step beside the memory
 rehearsal on fake CUDA, ``h3app.hardware``); base forward; unmerged forward (ratio to base; theory ≈ 1.02); merged forward (≈ 1.0);
 optionally PEFT's unmerged forward (``--peft``). Once: the equivalence pair (alpha 8 / strength 1 vs alpha 128 /
 strength 0.0625) through h3app's transformer-mode check, which must be bit-identical in bf16 on CUDA; attach (read + normalise + bind), an unmerged alpha change,
-the switch to merged mode (pristine copies to host RAM + merge), and a merged alpha re-apply (re-merge of 312
-layers from the host copies). Needs ~70 GB of GPU memory and ~40 GB of free host RAM for merged mode (else merged
-rows are skipped with the reason).
+a merged alpha re-apply (re-merge of 312 layers) with the pristine copies on the GPU and in pinned host RAM
+(``bench.p5_merge.time_placements``; a placement the store refuses — no room for 37 GiB of copies on an 80 GB card —
+is a row with the reason), and the switch to merged mode (copies + merge) before the merged steps. Needs ~70 GB of
+GPU memory and ~40 GB of free host RAM for merged mode (else merged rows are skipped with the reason).
 
 Refuses with exit status 2 and one line on stderr when no CUDA device is present.
 """
@@ -235,14 +236,13 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
     rows.append(equivalence_row(model, path, shapes))
     attach()
     if not args.no_merged:
+        rows += placement_rows(engine, layers, lambda change: time_host(change, args.repeats))
         try:
             started = time.perf_counter()
             engine.set_mode("merged")
             torch.cuda.synchronize()
             rows.append(("switch to merged (pristine copies + merge)", "", time.perf_counter() - started,
-                         f"host RAM copies of the weights of {layers} targets"))
-            rows.append(("alpha re-apply, merged (re-merge every bound layer)", "", time_host(flip_alpha, args.repeats),
-                         f"{layers} targets, from the pristine host copies"))
+                         f"copies of the weights of {layers} targets, placed by the store's auto rule"))
             for name, (seq, batch) in inputs.items():
                 rows.append(("one denoising step, merged", name, time_cuda(forward(batch), args.repeats),
                              "no per-forward overhead expected"))
@@ -250,6 +250,24 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
         except H3AppError as error:
             rows.append(("merged mode", "", float("nan"), f"skipped: {error}"))
     engine.detach()
+    return rows
+
+
+def placement_rows(engine: Any, layers: int, timer: Callable[[Callable[[], Any]], float]
+                   ) -> list[tuple[str, str, float, str]]:
+    """Merged mode's alpha re-apply with the pristine copies on the device, then in pinned host RAM
+    (``bench.p5_merge.time_placements``): one row each, or the refusal (e.g. no room for the copies on the GPU).
+    Leaves ``engine`` unmerged at alpha 8."""
+    from .p5_merge import time_placements
+
+    where = {"device": "on the GPU", "ram": "in pinned host RAM"}
+    rows = []
+    for placement, result in time_placements(engine, ADAPTER, timer).items():
+        what = f"alpha re-apply, merged, pristine copies {where.get(placement, placement)}"
+        if isinstance(result, str):
+            rows.append((what, "", float("nan"), f"refused: {result}"))
+        else:
+            rows.append((what, "", float(result), f"{layers} targets re-merged"))
     return rows
 
 

@@ -66,22 +66,21 @@ class BadInput:
             return self
         return replace(self, source=str(Path(folder).resolve() / self.source[len(CORPUS):]))
 
-    def cli_adapter_args(self) -> list[str]:
-        """``--adapter SOURCE [--weight-name F] [--revision R]`` for ``generate`` (alpha/scale given separately)."""
-        args = ["--adapter", self.source]
+    def cli_file_args(self) -> list[str]:
+        """``[--weight-name F] [--revision R]``: which file of the source, as every command names it."""
+        args = []
         if self.weight_name is not None:
             args += ["--weight-name", self.weight_name]
         if self.revision is not None:
             args += ["--revision", self.revision]
         return args
 
+    def cli_adapter_args(self) -> list[str]:
+        """``--adapter SOURCE [--weight-name F] [--revision R]`` for ``generate`` (alpha/scale given separately)."""
+        return ["--adapter", self.source, *self.cli_file_args()]
+
     def cli_inspect_args(self) -> list[str]:
-        args = ["inspect", self.source]
-        if self.weight_name is not None:
-            args += ["--weight-name", self.weight_name]
-        if self.revision is not None:
-            args += ["--revision", self.revision]
-        return args
+        return ["inspect", self.source, *self.cli_file_args()]
 
 
 @dataclass(frozen=True)

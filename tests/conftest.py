@@ -79,3 +79,14 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("bad_inputs")
     make_corpus(folder)
     return folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After the last summary line (where CI's tail of the output shows it): a failed random-order run's seed, with
+    the command that replays that order."""
+    seed = getattr(config.option, "randomly_seed", None)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    session_failed = getattr(reporter, "stats", {}).get("failed") or getattr(reporter, "stats", {}).get("error")
+    if isinstance(seed, int) and reporter is not None and session_failed:
+        reporter.write_line(f"random order seed {seed}: replay with "
+                            f"bash scripts/test.sh -p randomly --randomly-seed={seed}")

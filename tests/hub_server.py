@@ -62,6 +62,7 @@ _TEXT_SUFFIXES = (".json", ".md", ".txt", ".gitattributes", ".yaml", ".yml")
 _LFS_POINTER_SIZE = 134
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 LOG_WAIT_SECONDS = 10.0  # longest wait for a request in flight to be logged before the log is read
+HOLD_SECONDS = 120.0  # longest a held download waits for release_held()
 
 
 def fake_commit(repo_id: str, revision: str = "main") -> str:
@@ -160,6 +161,7 @@ class FakeHub:
         self._repos: dict[str, _Repo] = {}
         self._log: list[LoggedRequest] = []
         self._interruptions: dict[str, _Interruption] = {}
+        self._released = threading.Event()  # set by release_held()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
@@ -185,6 +187,7 @@ class FakeHub:
         """Stop listening and cut every open connection. A client's pooled keep-alive connection would otherwise
         still be answered by this stopped hub: a later hub on the same port (the OS reuses ports) would never see
         those requests, and the client would get this hub's files."""
+        self._released.set()  # a held download ends rather than outliving its hub
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -243,16 +246,21 @@ class FakeHub:
         """Cut the next full GET of ``filename`` (path in repo) after ``after_bytes`` (default: half the file).
 
         ``then="fail"``: later GETs of that file get 503 until ``clear_interruptions()``; ``then="resume"``:
-        later GETs (the client's ``Range: bytes=N-`` resume) are served normally.
+        later GETs (the client's ``Range: bytes=N-`` resume) are served normally; ``then="hold"``: the connection is
+        not cut but held still after ``after_bytes`` until ``release_held()`` (a slow link), then the rest is sent.
         """
-        if then not in ("fail", "resume"):
-            raise ValueError("then must be 'fail' or 'resume'")
+        if then not in ("fail", "resume", "hold"):
+            raise ValueError("then must be 'fail', 'resume' or 'hold'")
         with self._lock:
             self._interruptions[filename] = _Interruption(after_bytes, then)
 
     def clear_interruptions(self) -> None:
         with self._lock:
             self._interruptions.clear()
+
+    def release_held(self) -> None:
+        """Send the rest of every download held by ``interrupt_download(..., then="hold")``."""
+        self._released.set()
 
     # -- log ---------------------------------------------------------------------------------------------------
     @property
@@ -591,29 +599,32 @@ class _HubHandler(BaseHTTPRequestHandler):
         body = entry.data[start:end + 1]
         headers["Content-Length"] = str(len(body))
 
-        if not head and self._take_interruption(entry.path):
-            return self._send_cut_off(status, body, headers)
+        interruption = self._take_interruption(entry.path) if not head else None
+        if interruption is not None:
+            return self._send_cut_off(status, body, headers, hold=interruption.then == "hold")
         if not head and self._fails_after_interruption(entry.path):
             return self._error(503, None, "Service unavailable (simulated outage after an interrupted download)",
                                head)
         return self._send(status, body, headers, head=head, content_type="application/octet-stream")
 
-    def _take_interruption(self, filename: str) -> bool:
+    def _take_interruption(self, filename: str) -> _Interruption | None:
+        """The pending interruption of ``filename``'s next full GET (now taken), or None."""
         with self.fake_hub._lock:
             interruption = self.fake_hub._interruptions.get(filename)
             if interruption is None or interruption.cut:
-                return False
+                return None
             interruption.cut = True
             self._cut_after = interruption.after_bytes
-            return True
+            return interruption
 
     def _fails_after_interruption(self, filename: str) -> bool:
         with self.fake_hub._lock:
             interruption = self.fake_hub._interruptions.get(filename)
             return interruption is not None and interruption.cut and interruption.then == "fail"
 
-    def _send_cut_off(self, status: int, body: bytes, headers: Mapping[str, str]) -> int:
-        """Promise the whole body, send part of it, then drop the connection (a network cut mid-download)."""
+    def _send_cut_off(self, status: int, body: bytes, headers: Mapping[str, str], hold: bool = False) -> int:
+        """Promise the whole body, send part of it, then drop the connection (a network cut mid-download) — or, with
+        ``hold``, wait for ``release_held()`` and send the rest (a slow link)."""
         keep = self._cut_after if self._cut_after is not None else len(body) // 2
         keep = max(0, min(keep, len(body) - 1))
         self.send_response(status)
@@ -624,6 +635,11 @@ class _HubHandler(BaseHTTPRequestHandler):
         self.wfile.write(body[:keep])
         self.wfile.flush()
         self._sent += keep
+        if hold:
+            self.fake_hub._released.wait(HOLD_SECONDS)
+            self.wfile.write(body[keep:])
+            self._sent += len(body) - keep
+            return status
         self._interrupted = True
         self.close_connection = True
         try:

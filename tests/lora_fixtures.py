@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import torch
 
 from h3app.adapters.types import AdapterInfo, ModuleLoRA, NormalisedAdapter
+from h3app.lora.layers import LoRALinear
 from h3app.model.loader import fuse_qkv as fuse  # the loader's own fusing, freeing the split weights
 
 TINY_CONFIG = dict(
@@ -135,3 +136,21 @@ def max_rel_err(x: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...]) -> f
     num = max(float((p - q).abs().max()) for p, q in zip(x, ref))
     den = max(float(q.abs().max()) for q in ref)
     return num / den
+
+
+def fail_merge_at(monkeypatch, call: int, error: Exception) -> None:
+    """Make the ``call``-th ``LoRALinear.merge_from`` from now on merge, then scramble its weight (a half-written
+    weight) and raise ``error``: what a failure mid-merge leaves behind. Calling it again re-arms it, counting anew."""
+    original = getattr(LoRALinear.merge_from, "__wrapped__", LoRALinear.merge_from)
+    calls = 0
+
+    def flaky(self, pristine, key):
+        nonlocal calls
+        calls += 1
+        original(self, pristine, key)
+        if calls == call:
+            self.base.weight.data.mul_(3.0)
+            raise error
+
+    flaky.__wrapped__ = original
+    monkeypatch.setattr(LoRALinear, "merge_from", flaky)

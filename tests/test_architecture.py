@@ -1,5 +1,6 @@
-"""The package rules of docs/architecture.md, checked on the source: what each package may import, and
-``h3app/rules`` neutral (nothing heavy, no other h3app package)."""
+"""The package rules of docs/architecture.md, checked on the source: what each package may import, ``h3app/rules``
+and ``h3app/lru.py`` neutral (nothing heavy, no other h3app package), and the commands' parsers light (``--help`` and
+argument errors load no torch)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ H3APP = Path(__file__).resolve().parents[1] / "h3app"
 # package → the h3app packages it may import (docs/architecture.md, "Packages, and what each may import").
 ALLOWED: dict[str, set[str]] = {
     "rules": {"errors"},
+    "lru": set(),
     "settings": {"errors", "rules"},
-    "model": {"errors", "rules"},
-    "adapters": {"errors", "rules", "settings", "model"},
-    "lora": {"adapters", "errors", "rules", "settings"},
+    "model": {"errors", "lru", "rules"},
+    "adapters": {"errors", "lru", "rules", "settings", "model"},
+    "lora": {"adapters", "errors", "lru", "rules", "settings"},
     "parallel": {"backend", "errors", "rules", "model", "settings"},
     "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},
     "ui": {"adapters", "backend", "errors", "lora", "rules", "settings"},
@@ -55,7 +57,7 @@ def imported_packages(package: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_each_package_imports_only_what_the_architecture_allows(package: str) -> None:
     imported = imported_packages(package)
-    assert imported or package in ("rules", "errors"), f"no imports found for {package}: is the scan broken?"
+    assert imported or package in ("rules", "errors", "lru"), f"no imports found for {package}: is the scan broken?"
     unexpected = {name: where for name, where in imported.items() if name not in ALLOWED[package]}
     assert unexpected == {}, f"h3app/{package} imports what docs/architecture.md does not allow: {unexpected}"
 
@@ -71,8 +73,8 @@ def test_the_scan_sees_relative_and_absolute_imports() -> None:
     assert {"adapters", "lora", "model", "errors"} <= set(imported)
 
 
-def test_rules_is_neutral_and_torch_free() -> None:
-    modules = sorted(f"h3app.rules.{p.stem}" for p in (H3APP / "rules").glob("*.py") if p.stem != "__init__")
+def loaded_after_importing(modules: list[str]) -> str:
+    """``"[heavy libraries loaded] [h3app packages loaded]"`` after importing ``modules`` in a fresh interpreter."""
     code = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
             + "heavy = sorted(m for m in ('torch', 'diffusers', 'transformers', 'gradio', 'safetensors', 'numpy')"
               " if m in sys.modules)\n"
@@ -80,4 +82,22 @@ def test_rules_is_neutral_and_torch_free() -> None:
             + "print(heavy, ours)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[] ['errors', 'rules']", done.stdout
+    return done.stdout.strip()
+
+
+def test_rules_is_neutral_and_torch_free() -> None:
+    modules = sorted(f"h3app.rules.{p.stem}" for p in (H3APP / "rules").glob("*.py") if p.stem != "__init__")
+    assert loaded_after_importing(modules) == "[] ['errors', 'rules']"
+
+
+def test_the_lru_is_neutral_and_torch_free() -> None:
+    assert loaded_after_importing(["h3app.lru"]) == "[] ['lru']"
+
+
+@pytest.mark.parametrize("argv, status", [(["generate", "--help"], 0), (["check", "--help"], 0), (["grid", "--help"], 0),
+                                          (["generate", "--prompt", "x"], 2), (["check", "--steps", "many"], 2)])
+def test_command_help_and_argument_errors_load_no_torch(argv: list[str], status: int) -> None:
+    code = ("import sys\nfrom h3app.cli import main\ntry:\n    main(" + repr(argv) + ")\nexcept SystemExit as done:\n"
+            "    print(done.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().splitlines()[-1] == f"{status} False", (done.stdout, done.stderr)

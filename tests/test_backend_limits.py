@@ -147,3 +147,41 @@ def test_the_check_runs_three_generations_and_one_control_step(local, tiny_model
     cost = local.check_cost(REQUEST)
     assert (cost.full_runs, cost.control_steps) == (3, 1)
     assert cost.estimated_seconds == pytest.approx(local.last_seconds_per_run * (3 + 1 / evaluations(REQUEST)))
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_runs_ended_on_purpose_log_no_tracebacks_but_real_failures_still_do(local, tiny_model):
+    """diffusers logs every exception leaving a pipeline block with its traceback; a cancel and the check's control
+    step end a run on purpose and must not fill the server log with "Error in block" tracebacks."""
+    from h3app.backend.generation import first_step_digest
+
+    records = _Records()
+    block_runner = logging.getLogger("diffusers.modular_pipelines.modular_pipeline")
+    block_runner.addHandler(records)
+    try:
+        first_step_digest(tiny_model.pipeline("t2va"), REQUEST)
+        handle = local.submit_generate(GenerationRequest(prompt="a long walk", seed=1, steps=8))
+        with pytest.raises(Cancelled):
+            local.run(handle, abandoned=lambda: handle.progress.done >= 1)
+        assert not [m for m in records.messages if "Error in block" in m]
+
+        def broken(module, args, kwargs, output):
+            raise RuntimeError("a real failure inside the transformer")
+
+        hook = tiny_model.transformer().register_forward_hook(broken, with_kwargs=True)
+        try:
+            with pytest.raises(Exception, match="a real failure"):
+                first_step_digest(tiny_model.pipeline("t2va"), REQUEST)
+        finally:
+            hook.remove()
+        assert [m for m in records.messages if "Error in block" in m and "a real failure" in m]
+    finally:
+        block_runner.removeHandler(records)

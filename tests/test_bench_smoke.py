@@ -182,3 +182,33 @@ def test_gpu_model_builder_keeps_the_float32_islands() -> None:
         assert getattr(model, name).weight.dtype == torch.float32, name
     assert model.time_embedder.linear_1.weight.dtype == torch.float32
     assert model.rope.inv_freq.dtype == torch.float32
+
+
+def test_gpu_placement_rows_time_both_pristine_placements_on_the_cpu() -> None:
+    """bench/gpu.py's merged re-apply rows (pristine copies on the device, then in host RAM), on the tiny model."""
+    from bench.gpu import ADAPTER, placement_rows
+    from h3app.lora.engine import LoRAEngine
+    from h3app.settings import LoRASettings
+    from tests.lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
+
+    model = build_tiny()
+    base = state_hash(model)
+    shapes = linear_shapes(model)
+    engine = LoRAEngine(model)
+    engine.attach(make_adapter(shapes, block_targets(shapes), alpha=8.0), LoRASettings(source="tiny", alpha=8.0),
+                  ADAPTER)
+    seen: list[tuple[str, int]] = []
+
+    def timer(change) -> float:
+        change()
+        seen.append((engine.pristine.prefer, len(engine.pristine)))
+        return 0.25
+
+    rows = placement_rows(engine, 24, timer)
+    assert [row[0] for row in rows] == ["alpha re-apply, merged, pristine copies on the GPU",
+                                        "alpha re-apply, merged, pristine copies in pinned host RAM"]
+    assert [row[2] for row in rows] == [0.25, 0.25] and all(row[3] == "24 targets re-merged" for row in rows)
+    assert [prefer for prefer, _ in seen] == ["device", "ram"] and all(held > 0 for _, held in seen)
+    assert engine.mode == "unmerged" and len(engine.pristine) == 0  # left as it was
+    engine.detach()
+    assert state_hash(model) == base

@@ -156,3 +156,19 @@ def test_bad_plan_options_get_one_line_and_exit_2(argv, fragment, tmp_path):
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
+
+
+def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal():
+    """The whole command on the tiny checkpoint: its rehearsal (identical layers replayed) gives every field."""
+    import json
+
+    result = subprocess.run([sys.executable, "-m", "h3app", "plan", "--model", "tiny", "--json"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=600, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    plan = json.loads(result.stdout)
+    assert {"peak_gpu_bytes", "host_bytes", "components", "phases", "fits", "recommended", "warnings"} <= set(plan)
+    assert set(plan["components"]) >= {"transformer", "text_encoder", "vae", "audio_vae"}
+    assert plan["tokens"]["video"] > 0 and plan["tokens"]["text"] > 0
+    for name in ("text_encoder", "denoise", "vae_decode", "audio_vae_decode"):
+        assert plan["phases"][name]["transient"] > 0, name
+    assert plan["peak_gpu_bytes"] >= sum(plan["components"].values())

@@ -13,7 +13,7 @@ from h3app.lora import LoRAEngine, LoRALinear, MatchError
 from h3app.lora.layers import LoRAFactors
 from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.settings import LoRASettings
-from lora_fixtures import (block_targets, build_tiny, forward, linear_shapes, make_adapter, max_rel_err,
+from lora_fixtures import (block_targets, build_tiny, fail_merge_at, forward, linear_shapes, make_adapter, max_rel_err,
                            module_types, same_bits, state_hash)
 
 RANKS = {"rank4": 4, "rank16": 16, "mixed": "mixed"}
@@ -222,17 +222,7 @@ def test_exception_mid_merge_leaves_weights_bitwise_as_before(tiny_setup, monkey
     if with_other_adapter:
         engine.attach(_adapter(shapes, 4, alpha=4.0, seed=3), _settings(mode="merged"), "first")
     before, types, out_before = state_hash(model), module_types(model), forward(model, inputs)
-    original = LoRALinear.merge_from
-    calls = {"n": 0}
-
-    def flaky(self, pristine, key):
-        calls["n"] += 1
-        original(self, pristine, key)
-        if calls["n"] == 5:
-            self.base.weight.data.mul_(3.0)  # a half-written weight
-            raise _Boom("injected")
-
-    monkeypatch.setattr(LoRALinear, "merge_from", flaky)
+    fail_merge_at(monkeypatch, 5, _Boom("injected"))
     with pytest.raises(_Boom):
         engine.attach(_adapter(shapes, 8, alpha=8.0), _settings(mode="merged"), "second")
     assert state_hash(model) == before and module_types(model) == types
@@ -242,7 +232,7 @@ def test_exception_mid_merge_leaves_weights_bitwise_as_before(tiny_setup, monkey
         assert len(engine._pristine) == 0
     # a failed merged set_lora rolls back too
     if with_other_adapter:
-        calls["n"] = 0
+        fail_merge_at(monkeypatch, 5, _Boom("injected"))
         with pytest.raises(_Boom):
             engine.set_lora("first", alpha=64, strength=-1.0)
         assert state_hash(model) == before

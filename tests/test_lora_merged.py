@@ -9,7 +9,8 @@ from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, PristineStore
 from h3app.lora.layers import is_mergeable
 from h3app.settings import LoRASettings
-from lora_fixtures import block_targets, build_tiny, forward, linear_shapes, make_adapter, module_types, state_hash
+from lora_fixtures import (block_targets, build_tiny, fail_merge_at, forward, linear_shapes, make_adapter, module_types,
+                           state_hash)
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +86,6 @@ def test_quantised_or_meta_weights_are_unmerged_only():
 
 
 def test_device_placement_gives_bitwise_the_ram_results_and_rolls_back(setup, monkeypatch):
-    from h3app.lora.layers import LoRALinear
-
     adapter, inputs = setup
     outputs, states = [], []
     for store in (PristineStore(prefer="ram"), PristineStore(prefer="device")):
@@ -108,16 +107,7 @@ def test_device_placement_gives_bitwise_the_ram_results_and_rolls_back(setup, mo
     engine = LoRAEngine(model, pristine=store)
     engine.attach(adapter, LoRASettings(source="s", mode="merged", strength=0.8), "a")
     before = state_hash(model)
-    original, calls = LoRALinear.merge_from, {"n": 0}
-
-    def flaky(self, pristine, key):
-        calls["n"] += 1
-        original(self, pristine, key)
-        if calls["n"] == 3:
-            self.base.weight.data.mul_(3.0)  # a half-written weight
-            raise RuntimeError("injected")
-
-    monkeypatch.setattr(LoRALinear, "merge_from", flaky)
+    fail_merge_at(monkeypatch, 3, RuntimeError("injected"))
     with pytest.raises(RuntimeError, match="injected"):
         engine.set_lora("a", alpha=64, strength=-0.3)
     assert state_hash(model) == before and engine.active()["a"].strength == 0.8

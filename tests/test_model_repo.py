@@ -57,10 +57,16 @@ def test_not_an_h3_repo(tmp_path):
         repo.locate(str(tmp_path))
 
 
-def test_missing_component_and_wrong_class(tmp_path):
+def tiny_copy_without(tmp_path, component: str):
+    """A copy of the tiny checkpoint lacking the ``component`` folder."""
     copy = tmp_path / "m"
     shutil.copytree(repo.TINY_DIR, copy)
-    shutil.rmtree(copy / "audio_vae")
+    shutil.rmtree(copy / component)
+    return copy
+
+
+def test_missing_component_and_wrong_class(tmp_path):
+    copy = tiny_copy_without(tmp_path, "audio_vae")
     with pytest.raises(H3AppError, match="audio_vae"):
         repo.locate(str(copy))
     index = json.loads((copy / repo.INDEX_FILE).read_text())
@@ -72,9 +78,7 @@ def test_missing_component_and_wrong_class(tmp_path):
 
 
 def test_ref2va_needs_transformer_ref(tmp_path):
-    copy = tmp_path / "m"
-    shutil.copytree(repo.TINY_DIR, copy)
-    shutil.rmtree(copy / "transformer_ref")
+    copy = tiny_copy_without(tmp_path, "transformer_ref")
     repo.locate(str(copy), workflow="t2va")  # t2va does not need it
     with pytest.raises(H3AppError, match="transformer_ref"):
         repo.locate(str(copy), workflow="ref2va")

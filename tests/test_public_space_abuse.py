@@ -200,3 +200,109 @@ def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) 
             upload.unlink()
     for path in kept:
         path.unlink()
+
+
+def join(url: str, api_name: str, session_hash: str, **values: Any) -> None:
+    """Queue an event the way the browser does (``POST /queue/join``), without listening for its answer yet: the
+    inputs in the event's order, a session's State as null, every other input its API default or ``values``."""
+    base = url.rstrip("/")
+    config = httpx.get(f"{base}/config", timeout=30).json()
+    event = next(d for d in config["dependencies"] if d.get("api_name") == api_name)
+    types = {c["id"]: c["type"] for c in config["components"]}
+    parameters = iter(httpx.get(f"{base}/gradio_api/info", timeout=30).json()["named_endpoints"][f"/{api_name}"]
+                      ["parameters"])
+    data = []
+    for component in event["inputs"]:
+        if types[component] == "state":
+            data.append(None)
+            continue
+        parameter = next(parameters)
+        data.append(values.get(parameter["parameter_name"], parameter.get("parameter_default")))
+    joined = httpx.post(f"{base}/gradio_api/queue/join", timeout=30, json={
+        "data": data, "fn_index": event["id"], "session_hash": session_hash, "event_data": None, "trigger_id": None})
+    assert joined.status_code == 200, joined.text
+
+
+GRID = dict(prompt="a red fox", steps=2, duration=5.0, height=0, width=0, alphas="8", scales="1.0", seeds="1",
+            adapters_json=json.dumps([{"source": str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")}]), token="")
+
+
+@pytest.mark.parametrize("api_name, values", [
+    ("generate", {k: v for k, v in GENERATE.items() if k != "api_name"}),
+    ("grid", GRID),  # a generator event: Gradio itself would stop it only at its next cell
+])
+def test_a_client_that_goes_away_has_its_job_cancelled_and_the_next_visitor_is_served(
+        hosted: Any, api_name: str, values: dict[str, Any]) -> None:
+    """Client A's job waits behind a long one; A listens to its event stream, then drops the connection without a
+    word. A's job must end cancelled before it runs (the worker records why), and a second visitor's generate
+    afterwards completes."""
+    from h3app.backend.worker import CLIENT_GONE, Cancelled
+
+    backend, url, _ = hosted
+    release = threading.Event()
+    blocker = backend.worker.submit(lambda ctx: release.wait(120), label="a long job")
+    session = f"visitor-a-{api_name}"
+    try:
+        join(url, api_name, session, **values)
+        deadline = time.monotonic() + 60
+        with httpx.stream("GET", f"{url.rstrip('/')}/gradio_api/queue/data", params={"session_hash": session},
+                          timeout=30) as stream:
+            for line in stream.iter_lines():  # A listens until its job is in the worker's queue, then hangs up
+                queued = [h for h in backend.worker.queued() if h.label == api_name]
+                if queued or time.monotonic() > deadline:
+                    break
+        assert len(queued) == 1, f"A's {api_name} never reached the worker"
+        job = queued[0]
+        while job.cancel_reason is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job.cancel_reason == CLIENT_GONE
+    finally:
+        release.set()
+        blocker.result(timeout=120)
+    with pytest.raises(Cancelled, match="client went away"):
+        job.result(timeout=120)
+    _, answer = client(url).predict(**GENERATE)
+    assert answer["steps"] == GENERATE["steps"] and answer["frames"] > 0
+    deadline = time.monotonic() + 30
+    while backend.admission.total and time.monotonic() < deadline:  # A's event ends once its job is done
+        time.sleep(0.1)
+    assert backend.admission.total == 0
+
+
+@pytest.mark.parametrize("typed", ["../../../../etc/passwd", "secret/../../../notes.safetensors",
+                                   "notes.safetensors", "../" * 200 + "etc/passwd"],
+                         ids=["up", "down-and-up", "bare-name", "very-long"])
+def test_a_refused_relative_path_is_echoed_as_typed(hosted: Any, typed: str) -> None:
+    """The refusal quotes what the visitor typed (cut like every echo), never the path resolved against the server's
+    working folder — for /inspect and for a job's adapter."""
+    from h3app.rules.values import short
+
+    backend, url, _ = hosted
+    visitor = client(url)
+    inspected, _ = refusal(lambda: visitor.predict(source=typed, weight_name="", revision="", token="",
+                                                   api_name="/inspect"))
+    generated, _ = refusal(lambda: visitor.predict(**{**GENERATE, "adapters_json": json.dumps([{"source": typed}])}))
+    for message in (inspected, generated):
+        assert f"local path {short(typed)} is not allowed" in message, message
+        rest = message.replace(short(typed), "")
+        assert os.getcwd() not in rest and os.path.abspath(typed) not in rest, message
+        assert_clean(message, backend)
+
+
+def test_x_forwarded_for_counts_only_from_a_space_s_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off a Space the address is the peer the server reports (uvicorn follows the header only from the proxies in
+    FORWARDED_ALLOW_IPS), so a directly connected client cannot forge a second share; on a Space, the entry Hugging
+    Face's proxy appended (the last one), whatever the client put before it."""
+    from types import SimpleNamespace
+
+    from h3app.ui.fair_queue import client_address
+
+    def request(forwarded: str, peer: str) -> Any:
+        return SimpleNamespace(headers={"x-forwarded-for": forwarded}, client=SimpleNamespace(host=peer))
+
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert client_address(request("198.51.100.7", "203.0.113.5")) == "203.0.113.5"
+    assert client_address(request("198.51.100.7", "127.0.0.1")) is None
+    monkeypatch.setenv("SPACE_ID", "owner/space")
+    assert client_address(request("198.51.100.7, 203.0.113.5", "10.0.0.2")) == "203.0.113.5"
+    assert client_address(request("", "10.0.0.2")) == "10.0.0.2"

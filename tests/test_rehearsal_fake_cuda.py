@@ -1,5 +1,6 @@
 """Fake CUDA itself: device mistakes raise, bytes are counted, small values are known, attention is fused; and
-h3app's own pipeline (the tiny checkpoint) runs through the worker on it — with a planted device bug caught."""
+h3app's own pipeline (the tiny checkpoint) runs through the worker on it — generation and the equivalence check —
+with planted device bugs caught."""
 
 from __future__ import annotations
 
@@ -109,3 +110,36 @@ def test_merged_mode_on_fused_qkv_keeps_pristine_copies_on_the_host(tiny_header)
                                    fuse_qkv=True))
     assert result.targets_bound == 24
     assert result.pristine_host_bytes > 0
+
+
+def test_the_equivalence_check_runs_on_fake_cuda_and_does_not_pretend_to_compare(tiny_header):
+    result = _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header, equivalence=True))
+    check = result.check
+    assert check.phases == ("A", "control", "B", "fallback")
+    assert check.evaluations == result.evaluations == 3 * 1 + 1  # three one-step runs and the control step
+    assert check.targets_bound == 24 and check.lora_bytes > 0
+    # alpha × strength / rank (rank 4): A 8 × 1 / 4 and B 128 × 0.0625 / 4; the fallback alpha = rank, strength 1
+    assert check.effective_scale_a == check.effective_scale_b == 2.0 and check.effective_scale_fallback == 1.0
+    assert "not measurable on fake tensors" in check.comparison and "identical" not in check.to_json()
+    assert result.video_shape == () and result.audio_shape == ()  # no output values are reported
+    assert {"denoise", "vae_decode", "audio_vae_decode", "text_encoder"} <= set(result.phases)
+
+
+def test_a_planted_device_bug_in_the_check_b_run_is_caught(monkeypatch, tiny_header):
+    """B's re-scale leaving a factor on the host (A ran fine): only a GPU — and fake CUDA — refuses it."""
+    from h3app.lora.engine import LoRAEngine
+    from h3app.lora.layers import LoRALinear
+
+    set_lora = LoRAEngine.set_lora
+
+    def rescale_on_the_host(engine, name, **kwargs):
+        settings = set_lora(engine, name, **kwargs)
+        for module in engine.transformer.modules():
+            if isinstance(module, LoRALinear):
+                for entry in module.lora_entries:
+                    entry.down = entry.down.to("cpu")
+        return settings
+
+    monkeypatch.setattr(LoRAEngine, "set_lora", rescale_on_the_host)
+    with pytest.raises(RuntimeError, match="device"):
+        _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header, equivalence=True))

@@ -43,6 +43,11 @@ def ref2va():
     return rehearse(RehearsalOptions(workflow="ref2va", resolution="544p"))
 
 
+@pytest.fixture(scope="module")
+def t2va_check(header):
+    return rehearse(RehearsalOptions(workflow="t2va", resolution="544p", adapter=header, equivalence=True))
+
+
 def test_t2va_at_544p_packs_the_real_sequence(t2va):
     # 124 frames → 37 latent frames × (544/32) × (960/32) video rows; 5.17 s of stereo audio at 40 latents/s.
     assert t2va.tokens["video"] == 37 * 17 * 30
@@ -93,3 +98,18 @@ def test_full_size_components_are_built_without_memory():
     assert next(module.parameters()).is_meta
     assert module.proj_in.weight.dtype == torch.float32  # diffusers' fp32 islands, as from_pretrained keeps them
     assert abs(full_size.parameter_bytes(module) - TRANSFORMER_BYTES) < 0.01 * TRANSFORMER_BYTES
+
+
+def test_the_equivalence_check_runs_at_full_size_with_the_lightx2v_adapter(t2va_check):
+    """The backend's own check (A 8:1.0, the control, B 128:0.0625, the fallback) at 544p on fake CUDA: every
+    placement, cast and shape holds; the comparison itself is reported as not measurable."""
+    check = t2va_check.check
+    assert check.a == "8:1" and check.b == "128:0.0625"
+    assert check.phases == ("A", "control", "B", "fallback")
+    assert check.evaluations == 3 * 1 + 1
+    assert check.targets_bound == 312
+    assert check.effective_scale_a == check.effective_scale_b == 8.0 / 128  # rank 128
+    assert check.effective_scale_fallback == 1.0
+    assert "not measurable on fake tensors" in check.comparison
+    assert t2va_check.tokens["video"] == 37 * 17 * 30
+    assert t2va_check.phases["vae_decode"].transient > 0 and t2va_check.phases["denoise"].transient > 0

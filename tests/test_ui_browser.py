@@ -292,3 +292,13 @@ def test_10_generate_says_what_it_applies_before_load(page):
     page.locator("#slot1-load").click()
     expect(page.locator("#slot1-report")).to_contain_text("Loaded", timeout=GENERATION_TIMEOUT_MS)
     expect(note).to_contain_text("— loaded.")
+
+
+def test_11_an_upload_shows_its_file_name_not_the_server_folder(page):
+    from h3app.backend.service import DEMO_ADAPTERS_DIR
+
+    with page.expect_file_chooser() as chooser:
+        page.locator("#slot1-upload").click()
+    chooser.value.set_files(str(DEMO_ADAPTERS_DIR / DEMO))
+    expect(page.locator("#slot1-source textarea")).to_have_value(f"upload: {DEMO}")
+    expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")  # read through the path in state

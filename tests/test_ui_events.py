@@ -181,6 +181,28 @@ def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(a
 
 
 # --------------------------------------------------------------------------------------------------- load
+def test_an_upload_shows_its_file_name_and_keeps_its_server_path_in_state(backend, tmp_path):
+    hosted = Backend("tiny", hosted=True, loaded=backend.model, output_dir=tmp_path / "out")
+    try:
+        events = AdapterEvents(hosted)
+        view = events.upload_view(KOHYA)
+        assert view.source == "upload: kohya_musubi.safetensors" and view.uploaded["shown"] == view.source
+        assert Path(hosted.uploads_dir) in Path(view.uploaded["path"]).parents  # the path lives in state only
+        assert view.weight["value"] == "kohya_musubi.safetensors"
+        uploaded = SlotForm(view.source, view.weight["value"], uploaded=view.uploaded)
+        assert uploaded.settings("unmerged").source == view.uploaded["path"]
+        assert events.inspect_view(uploaded).info["rank"] > 0  # Inspect reads the file behind the name
+        session = events.sync_session(SyncForm(new_session(), "unmerged", {"1": uploaded}))
+        assert session["adapters"]["1"]["source"] == view.uploaded["path"]
+        typed = SlotForm("owner/repo", uploaded=view.uploaded)  # the box edited: what is typed counts
+        assert typed.settings("unmerged").source == "owner/repo"
+        with pytest.raises(gr.Error, match="not allowed on this server"):  # the label alone names no file
+            events.inspect_view(SlotForm(view.source))
+        assert events.upload_view(None) is None
+    finally:
+        hosted.close()
+
+
 def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
     view = adapters.load_view(new_session(), "1", slot(NO_ALPHA), "unmerged", "t2va", "", request=Request("load"))
     session, info, report, basis, group_bars, block_bars, note, box = (

@@ -65,6 +65,13 @@ def get_pattern_key(pattern_keys: Iterable[str], key_to_match: str) -> str:
     return key_to_match
 
 
+def pattern_value(pattern: Mapping[str, Any], module: str, default: Any) -> Any:
+    """The value of ``pattern`` (an ``alpha_pattern``/``rank_pattern``) whose key matches ``module`` as PEFT matches
+    it, else ``default`` (the config's ``lora_alpha``/``r``)."""
+    key = get_pattern_key(pattern.keys(), module)
+    return pattern[key] if key in pattern else default
+
+
 @dataclass(frozen=True)
 class _PeftSettings:
     """What an adapter_config.json or a lora_adapter_metadata JSON says about alpha."""
@@ -78,18 +85,10 @@ class _PeftSettings:
     alpha_defaulted: bool = False  # lora_alpha absent: PEFT's default applies
 
     def alpha_for(self, module: str) -> float | None:
-        if self.alpha_pattern:
-            key = get_pattern_key(self.alpha_pattern.keys(), module)
-            if key in self.alpha_pattern:
-                return self.alpha_pattern[key]
-        return self.lora_alpha
+        return pattern_value(self.alpha_pattern, module, self.lora_alpha)
 
     def rank_for(self, module: str) -> int | None:
-        if self.rank_pattern:
-            key = get_pattern_key(self.rank_pattern.keys(), module)
-            if key in self.rank_pattern:
-                return self.rank_pattern[key]
-        return self.r
+        return pattern_value(self.rank_pattern, module, self.r)
 
 
 def resolve_alphas(
@@ -113,6 +112,8 @@ def resolve_alphas(
     plain_metadata = _plain_metadata_alpha(view.metadata, warnings)
 
     choices: dict[str, AlphaChoice] = {}
+    shared_choices: dict[tuple[float, float, str, bool], AlphaChoice] = {}
+    rslora: dict[str, bool] = {}  # per file partition
     conflicts: dict[tuple[str, float, str, float], int] = defaultdict(int)
     zero_alpha: list[str] = []
     rank_mismatch: list[str] = []
@@ -162,9 +163,15 @@ def resolve_alphas(
         for other_source, other_alpha in candidates[1:]:
             if other_alpha != alpha and other_source != source:
                 conflicts[(source, alpha, other_source, other_alpha)] += 1
-        use_rslora = _use_rslora(config, metadata_settings.get(module.file_partition), warnings)
+        if module.file_partition not in rslora:
+            rslora[module.file_partition] = _use_rslora(config, metadata_settings.get(module.file_partition), warnings)
+        value = float(alpha)
+        choice_key = (value, math.copysign(1.0, value), source, rslora[module.file_partition])  # 0.0 == -0.0
+        choice = shared_choices.get(choice_key)
+        if choice is None:  # one (immutable) object per distinct choice, shared by every target that has it
+            choice = shared_choices[choice_key] = AlphaChoice(value, source, rslora[module.file_partition])
         for target in module.targets:
-            choices[target] = AlphaChoice(alpha=float(alpha), source=source, use_rslora=use_rslora)
+            choices[target] = choice
 
     if zero_alpha:
         warnings.append(

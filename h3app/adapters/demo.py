@@ -24,7 +24,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -51,46 +51,46 @@ def _factors(out_features: int, in_features: int, rank: int, generator: torch.Ge
     return down, up
 
 
+def _lora_tensors(modules: Mapping[str, tuple[int, int]], rank: int, generator: torch.Generator, *, prefix: str = "",
+                  factors: tuple[str, str] = ("lora_A.weight", "lora_B.weight"), dtype: torch.dtype = torch.float32,
+                  alpha: float | None = None) -> dict[str, torch.Tensor]:
+    """``prefix + name + "." + factor`` → random rank-``rank`` factors (down, then up) for each module
+    (``name → (out, in)``) in ``dtype``, plus an F32 ``prefix + name + ".alpha"`` scalar when ``alpha`` is given."""
+    tensors = {}
+    for name, (out_features, in_features) in modules.items():
+        down, up = _factors(out_features, in_features, rank, generator)
+        tensors[f"{prefix}{name}.{factors[0]}"] = down.to(dtype)
+        tensors[f"{prefix}{name}.{factors[1]}"] = up.to(dtype)
+        if alpha is not None:
+            tensors[f"{prefix}{name}.alpha"] = torch.tensor(alpha, dtype=torch.float32)
+    return tensors
+
+
 def _native_files(shapes: TransformerShapes, generator: torch.Generator) -> dict[str, Callable[[Path], Path]]:
     vocabulary = native_vocabulary(shapes)
-    block_modules = [n for n in vocabulary if n.startswith(("blocks.", "token_refiner.")) and "adaln" not in n]
-    adaln = [n for n in vocabulary if n.startswith("blocks.") and "adaln" in n]
+    block_modules = {n: dims for n, dims in vocabulary.items()
+                     if n.startswith(("blocks.", "token_refiner.")) and "adaln" not in n}
+    adaln = {n: dims for n, dims in vocabulary.items() if n.startswith("blocks.") and "adaln" in n}
+    down_up = ("lora_down.weight", "lora_up.weight")
 
     def larry(path: Path) -> Path:
-        tensors = {}
-        for name in block_modules + adaln:
-            down, up = _factors(*vocabulary[name], 2 if "adaln" in name else 8, generator)
-            tensors[f"{name}.lora_A.weight"] = down.to(torch.bfloat16)
-            tensors[f"{name}.lora_B.weight"] = up.to(torch.bfloat16)
-        return _write(path, tensors)
+        return _write(path, {**_lora_tensors(block_modules, 8, generator, dtype=torch.bfloat16),
+                             **_lora_tensors(adaln, 2, generator, dtype=torch.bfloat16)})
 
     def comfyui(path: Path) -> Path:
-        tensors = {}
-        for name in block_modules:
-            down, up = _factors(*vocabulary[name], 8, generator)
-            tensors[f"diffusion_model.{name}.lora_down.weight"] = down.to(torch.bfloat16)
-            tensors[f"diffusion_model.{name}.lora_up.weight"] = up.to(torch.bfloat16)
-            tensors[f"diffusion_model.{name}.alpha"] = torch.tensor(2.0, dtype=torch.float32)
-        return _write(path, tensors)
+        return _write(path, _lora_tensors(block_modules, 8, generator, prefix="diffusion_model.", factors=down_up,
+                                          dtype=torch.bfloat16, alpha=2.0))
 
     def kohya(path: Path) -> Path:
-        tensors = {}
-        chosen = block_modules + adaln + ["time_embedder.proj_in", "final_layer.video_out"]
-        for name in chosen:
-            stem = "lora_unet_" + name.replace(".", "_")
-            down, up = _factors(*vocabulary[name], 4, generator)
-            tensors[f"{stem}.lora_down.weight"] = down
-            tensors[f"{stem}.lora_up.weight"] = up
-            tensors[f"{stem}.alpha"] = torch.tensor(1.5)
-        return _write(path, tensors, {"ss_network_alpha": "1.5", "ss_network_dim": "4", "ss_network_module": "networks.lora"})
+        chosen = [*block_modules, *adaln, "time_embedder.proj_in", "final_layer.video_out"]
+        stems = {"lora_unet_" + name.replace(".", "_"): vocabulary[name] for name in chosen}
+        return _write(path, _lora_tensors(stems, 4, generator, factors=down_up, alpha=1.5),
+                      {"ss_network_alpha": "1.5", "ss_network_dim": "4", "ss_network_module": "networks.lora"})
 
     def diffsynth(path: Path) -> Path:
-        tensors = {}
-        for name in block_modules:
-            down, up = _factors(*vocabulary[name], 4, generator)
-            tensors[f"{name}.lora_A.default.weight"] = down
-            tensors[f"{name}.lora_B.default.weight"] = up  # random rows: any order is a valid interleaved layout
-        return _write(path, tensors)
+        # random rows: any order is a valid interleaved layout
+        return _write(path, _lora_tensors(block_modules, 4, generator,
+                                          factors=("lora_A.default.weight", "lora_B.default.weight")))
 
     return {
         "native_larry_mixed_rank.safetensors": larry,
@@ -102,38 +102,23 @@ def _native_files(shapes: TransformerShapes, generator: torch.Generator) -> dict
 
 def _diffusers_files(shapes: TransformerShapes, generator: torch.Generator) -> dict[str, Callable[[Path], Path]]:
     six = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
-    turbo_targets = [t for t in shapes.linears if t.endswith(six)]
+    every = {t: (shapes[t].out_features, shapes[t].in_features) for t in shapes.linears}
+    turbo = {t: dims for t, dims in every.items() if t.endswith(six)}
 
     def peft_metadata(path: Path) -> Path:
-        tensors = {}
-        for target in shapes.linears:
-            linear = shapes[target]
-            down, up = _factors(linear.out_features, linear.in_features, 4, generator)
-            tensors[f"transformer.{target}.lora_A.weight"] = down
-            tensors[f"transformer.{target}.lora_B.weight"] = up
+        tensors = _lora_tensors(every, 4, generator, prefix="transformer.")
         config = {"r": 4, "lora_alpha": 2, "alpha_pattern": {"^norm_out.linear": 1}, "rank_pattern": {},
                   "target_modules": sorted(shapes.linears), "use_rslora": False, "use_dora": False, "lora_bias": False}
         metadata = {"format": "pt", "lora_adapter_metadata": json.dumps({f"transformer.{k}": v for k, v in config.items()}, sort_keys=True)}
         return _write(path, tensors, metadata)
 
     def lightx2v(path: Path) -> Path:
-        tensors = {}
-        for target in turbo_targets:
-            linear = shapes[target]
-            # rank 128 like the real Turbo file: at alpha = rank it is 16x stronger than at its intended alpha 8
-            down, up = _factors(linear.out_features, linear.in_features, LIGHTX2V_DEMO_RANK, generator)
-            tensors[f"{target}.lora_A.default.weight"] = down.to(torch.bfloat16)
-            tensors[f"{target}.lora_B.default.weight"] = up.to(torch.bfloat16)
-        return _write(path, tensors)
+        # rank 128 like the real Turbo file: at alpha = rank it is 16x stronger than at its intended alpha 8
+        return _write(path, _lora_tensors(turbo, LIGHTX2V_DEMO_RANK, generator, dtype=torch.bfloat16,
+                                          factors=("lora_A.default.weight", "lora_B.default.weight")))
 
     def peft_rslora(path: Path) -> Path:
-        tensors = {}
-        for target in turbo_targets:
-            linear = shapes[target]
-            down, up = _factors(linear.out_features, linear.in_features, 4, generator)
-            tensors[f"base_model.model.{target}.lora_A.weight"] = down
-            tensors[f"base_model.model.{target}.lora_B.weight"] = up
-        written = _write(path, tensors)
+        written = _write(path, _lora_tensors(turbo, 4, generator, prefix="base_model.model."))
         config = {"peft_type": "LORA", "r": 4, "lora_alpha": 4, "use_rslora": True, "alpha_pattern": {"ff.net.2": 2},
                   "rank_pattern": {}, "target_modules": ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]}
         path.with_name("adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -37,13 +37,13 @@ class Misfit:
 def misfits(modules: Sequence[ModulePlan], shapes: TransformerShapes) -> list[Misfit]:
     """Every target of ``modules`` whose ``(out_features, in_features)`` differs from ``shapes`` (or is absent)."""
     found: list[Misfit] = []
+    linears = shapes.linears
     for module in modules:
         for target, (out_features, in_features) in zip(module.targets, module.target_shapes):
-            if target not in shapes:
+            linear = linears.get(target)
+            if linear is None:
                 found.append(Misfit(target, (out_features, in_features), None))
-                continue
-            linear = shapes[target]
-            if (linear.out_features, linear.in_features) != (out_features, in_features):
+            elif linear.out_features != out_features or linear.in_features != in_features:
                 found.append(Misfit(target, (out_features, in_features), (linear.out_features, linear.in_features)))
     return found
 

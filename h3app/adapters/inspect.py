@@ -72,6 +72,8 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         warnings.append(f"nothing in {view.name} applies to the {partition} partition.")
 
     ranks = {target: module.rank for module in described for target in module.targets}
+    targets = tuple([t for m in plan.modules for t in m.targets])
+    choices = alphas.choices.values()
     distinct_ranks = set(ranks.values())
     alpha, alpha_source = summarise(alphas.choices)
     info = AdapterInfo(
@@ -82,18 +84,18 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         ranks=ranks,
         alpha=alpha,
         alpha_source=alpha_source,
-        alphas={target: choice.alpha for target, choice in alphas.choices.items()},
-        alpha_sources={target: choice.source for target, choice in alphas.choices.items()},
-        num_targets=sum(len(m.targets) for m in plan.modules),
-        targets=tuple(t for m in plan.modules for t in m.targets),
+        alphas=dict(zip(alphas.choices, [choice.alpha for choice in choices])),
+        alpha_sources=dict(zip(alphas.choices, [choice.source for choice in choices])),
+        num_targets=len(targets),
+        targets=targets,
         dtype=plan.dtype,
         file_bytes=view.file_bytes,
         warnings=tuple(dict.fromkeys(warnings)),
         hints=dict(alphas.hints),
         known=known.to_json() if known is not None else None,
-        use_rslora=any(choice.use_rslora for choice in alphas.choices.values()),
+        use_rslora=any([choice.use_rslora for choice in choices]),
         unmatched_keys=plan.unmatched_keys,
-        reference_targets=tuple(t for m in plan.reference_modules for t in m.targets),
+        reference_targets=tuple([t for m in plan.reference_modules for t in m.targets]),
     )
     return Analysis(view=view, plan=plan, alphas=alphas, known=known, info=info)
 

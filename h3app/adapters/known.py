@@ -55,37 +55,27 @@ class KnownAdapter:
         return {**asdict(self), "source": "registry"}
 
 
+def _lightx2v(file_pattern: str, variant: str, resolution: str, steps: int, shift: float, **more: Any) -> KnownAdapter:
+    """One of LightX2V's Turbo files (titled by variant and resolution; audio shift 3 in every one)."""
+    return KnownAdapter(LIGHTX2V_REPO, file_pattern, f"LightX2V H3 Turbo {variant} ({resolution})", steps=steps,
+                        shift=shift, audio_shift=3.0, resolution=resolution, **more)
+
+
+LIGHTX2V_V0_1 = {"alpha": 8.0, "rank": 128}  # the v0.1 files: rank 128, trained at alpha 8
+ALPHA_IN_FILE = "Alpha is read from the file's metadata."
+
 # First match wins: specific files before the catch-all of their repo.
 KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
-    KnownAdapter(
-        LIGHTX2V_REPO, r"fl2v.*4step_v0\.1", "LightX2V H3 Turbo FL2V 4-step v0.1 (544p)",
-        alpha=8.0, rank=128, steps=5, shift=12.0, audio_shift=3.0, workflow="fl2va", resolution="544p",
-        notes="No alpha in the file; the reference script uses lora_alpha 8 (at alpha = rank it is 16× too strong).",
-    ),
-    KnownAdapter(
-        LIGHTX2V_REPO, r"ref2v.*4step_v0\.1", "LightX2V H3 Turbo Ref2V 4-step v0.1 (544p)",
-        alpha=8.0, rank=128, steps=5, shift=12.0, audio_shift=3.0, workflow="ref2va", resolution="544p",
-        notes="Declares alpha 8 in its metadata; the registry value only fills in for copies without it.",
-    ),
-    KnownAdapter(
-        LIGHTX2V_REPO, r"4step_v0\.1", "LightX2V H3 Turbo 4-step v0.1 (544p)",
-        alpha=8.0, rank=128, steps=5, shift=12.0, audio_shift=3.0, resolution="544p",
-    ),
-    KnownAdapter(
-        LIGHTX2V_REPO, r"8step.*768p", "LightX2V H3 Turbo 8-step (768p)",
-        steps=9, shift=6.0, audio_shift=3.0, resolution="768p",
-        notes="Alpha is read from the file's metadata.",
-    ),
-    KnownAdapter(
-        LIGHTX2V_REPO, r"8step", "LightX2V H3 Turbo 8-step (544p)",
-        steps=9, shift=12.0, audio_shift=3.0, resolution="544p",
-        notes="Alpha is read from the file's metadata.",
-    ),
-    KnownAdapter(
-        LIGHTX2V_REPO, r"4step_v1\.\d+.*768p", "LightX2V H3 Turbo 4-step v1.x (768p)",
-        steps=5, shift=6.0, audio_shift=3.0, resolution="768p",
-        notes="Alpha is read from the file's metadata (128 for v1.0/v1.1, 8 for v1.2).",
-    ),
+    _lightx2v(r"fl2v.*4step_v0\.1", "FL2V 4-step v0.1", "544p", 5, 12.0, workflow="fl2va", **LIGHTX2V_V0_1,
+              notes="No alpha in the file; the reference script uses lora_alpha 8 (at alpha = rank it is 16× too "
+                    "strong)."),
+    _lightx2v(r"ref2v.*4step_v0\.1", "Ref2V 4-step v0.1", "544p", 5, 12.0, workflow="ref2va", **LIGHTX2V_V0_1,
+              notes="Declares alpha 8 in its metadata; the registry value only fills in for copies without it."),
+    _lightx2v(r"4step_v0\.1", "4-step v0.1", "544p", 5, 12.0, **LIGHTX2V_V0_1),
+    _lightx2v(r"8step.*768p", "8-step", "768p", 9, 6.0, notes=ALPHA_IN_FILE),
+    _lightx2v(r"8step", "8-step", "544p", 9, 12.0, notes=ALPHA_IN_FILE),
+    _lightx2v(r"4step_v1\.\d+.*768p", "4-step v1.x", "768p", 5, 6.0,
+              notes="Alpha is read from the file's metadata (128 for v1.0/v1.1, 8 for v1.2)."),
     KnownAdapter(
         LARRY_REPO, r"v4_step\d+", "Larry H3 Turbo v4 (8 evaluations)",
         alpha_equals_rank=True, steps=9, scale=1.0,

@@ -9,36 +9,11 @@ Only successful results are kept; each memo holds at most ``MEMO_ENTRIES`` entri
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
-from typing import Any, Callable, Hashable
+from typing import Any
+
+from ..lru import LRU
 
 MEMO_ENTRIES = 64
-
-
-class Memo:
-    """A small thread-safe LRU map from a hashable key to a computed value."""
-
-    def __init__(self, entries: int = MEMO_ENTRIES) -> None:
-        self._entries = entries
-        self._values: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
-        value = compute()  # outside the lock: a slow read never blocks other files' lookups
-        with self._lock:
-            self._values[key] = value
-            while len(self._values) > self._entries:
-                self._values.popitem(last=False)
-        return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._values.clear()
 
 
 def file_version(path: str | os.PathLike) -> tuple[Any, ...] | None:
@@ -51,8 +26,8 @@ def file_version(path: str | os.PathLike) -> tuple[Any, ...] | None:
     return resolved, stat.st_ino, stat.st_size, stat.st_mtime_ns
 
 
-HEADERS = Memo()  # file version (+ adapter_config.json's) → HeaderView
-ANALYSES = Memo()  # (HeaderView identity, inspection options) → Analysis
+HEADERS: LRU[Any, Any] = LRU(MEMO_ENTRIES)  # file version (+ adapter_config.json's) → HeaderView
+ANALYSES: LRU[Any, Any] = LRU(MEMO_ENTRIES)  # (HeaderView identity, inspection options) → Analysis
 
 
 def clear() -> None:

@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import H3AppError
 from ..rules.units import format_bytes
+from ..rules.values import short
 from .header import PICKLE_SUFFIXES
 
 WEIGHT_SUFFIX = ".safetensors"
@@ -118,7 +119,7 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
     local_looking = not link and _looks_like_local_path(text)
     if allowed_local_dirs is not None and local_looking:
         # First of all, so that the answer is the same whether or not such a path exists (nor what it is).
-        check_allowed_local_path(path, allowed_local_dirs)
+        check_allowed_local_path(path, allowed_local_dirs, text)
     weight_name = check_weight_name(weight_name) if is_given(weight_name) else None
     revision = check_revision(revision) if is_given(revision) else None
     if link:
@@ -236,12 +237,16 @@ def is_allowed_local_path(path: LocalPath, allowed_local_dirs: Sequence[LocalPat
     return False
 
 
-def check_allowed_local_path(path: LocalPath, allowed_local_dirs: Sequence[LocalPath]) -> None:
-    """Hosted mode: refuse a local path that, symlinks resolved, is not inside one of ``allowed_local_dirs``."""
+def check_allowed_local_path(path: LocalPath, allowed_local_dirs: Sequence[LocalPath], typed: str | None = None
+                             ) -> None:
+    """Hosted mode: refuse a local path that, symlinks resolved, is not inside one of ``allowed_local_dirs``. The
+    refusal echoes ``typed`` (what the visitor gave, shortened) when given: a relative path resolved would show the
+    server's working folder."""
     if is_allowed_local_path(path, allowed_local_dirs):
         return
+    shown = short(typed) if typed is not None else os.fspath(path)
     raise H3AppError(
-        f"local path {os.fspath(path)} is not allowed on this server (only uploaded files and its own adapter "
+        f"local path {shown} is not allowed on this server (only uploaded files and its own adapter "
         "folders are): upload the file, or give a Hub repo id or URL."
     )
 

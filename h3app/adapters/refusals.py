@@ -9,19 +9,26 @@ from typing import Iterable, Sequence
 
 from ..errors import H3AppError
 
-# Adapter families h3app does not apply, recognised by their key suffixes.
-_REFUSED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = (
-    (re.compile(r"\.hada_(w[12]_[ab]|t[12])(\.weight)?$"), "a LoHa (LyCORIS Hadamard) adapter",
+# Adapter families h3app does not apply, recognised by how their keys end: ``.`` + one of these + end of key.
+_FAMILY_ENDINGS: tuple[tuple[str, str, str], ...] = (
+    (r"hada_(w[12]_[ab]|t[12])(\.weight)?", "a LoHa (LyCORIS Hadamard) adapter",
      "h3app applies plain LoRA only; ask for a LoRA export"),
-    (re.compile(r"\.lokr_(w[12](_[ab])?|t[12])(\.weight)?$"), "a LoKr (LyCORIS Kronecker) adapter",
+    (r"lokr_(w[12](_[ab])?|t[12])(\.weight)?", "a LoKr (LyCORIS Kronecker) adapter",
      "h3app applies plain LoRA only; ask for a LoRA export"),
-    (re.compile(r"(\.lora_magnitude_vector(\.[^.]+)?(\.weight)?|\.dora_scale)$"), "a DoRA adapter (magnitude vectors)",
+    (r"lora_magnitude_vector(\.[^.]+)?(\.weight)?|dora_scale", "a DoRA adapter (magnitude vectors)",
      "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
-    (re.compile(r"\.(diff|diff_b|diff_m|set_weight)$"), "full-weight diff tensors (.diff/.diff_b/.diff_m)",
+    (r"diff|diff_b|diff_m|set_weight", "full-weight diff tensors (.diff/.diff_b/.diff_m)",
      "these replace weights rather than add a low-rank delta; h3app applies LoRA factors only"),
-    (re.compile(r"\.lora_B(\.[^.]+)?\.bias$"), "LoRA biases (lora_B.bias, PEFT lora_bias=True)",
+    (r"lora_B(\.[^.]+)?\.bias", "LoRA biases (lora_B.bias, PEFT lora_bias=True)",
      "h3app applies the low-rank weight delta only; export the adapter without lora_bias"),
 )
+_REFUSED_FAMILIES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
+    (re.compile(rf"\.(?:{ending})$"), what, fix) for ending, what, fix in _FAMILY_ENDINGS
+)
+# All of them at once, searched over every key joined by newlines (one call instead of one per key and family). A key
+# that itself holds a newline can only make it fire without cause, which costs the exact per-family pass below.
+_ANY_REFUSED_FAMILY = re.compile(r"\.(?:" + "|".join(f"(?:{ending})" for ending, _, _ in _FAMILY_ENDINGS) + ")$",
+                                 re.MULTILINE)
 
 # LoRAs for other video/image DiTs, recognised by module names H3 never uses (checked on the prefix-stripped stem,
 # dotted and flattened).
@@ -37,6 +44,8 @@ _FOREIGN_MODELS: tuple[tuple[re.Pattern[str], str], ...] = (
 
 
 def refuse_families(name: str, keys: Sequence[str]) -> None:
+    if not _ANY_REFUSED_FAMILY.search("\n".join(keys)):
+        return
     for pattern, what, fix in _REFUSED_FAMILIES:
         seen = [k for k in keys if pattern.search(k)]
         if seen:

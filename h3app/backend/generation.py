@@ -7,8 +7,10 @@ forward (diffusers' H3 denoise loop has no step callback).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,6 +238,19 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
     finally:
         pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
         pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))
+
+
+class _QuietControlFlow(logging.Filter):
+    """Drops diffusers' "Error in block … Traceback" records while the exception passing through the pipeline is one
+    of ours that ends a run on purpose (a cancel, the control step's early stop): they are not errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not isinstance(sys.exc_info()[1], (Cancelled, _FirstStepDone))
+
+
+# diffusers' block runner logs every exception leaving a block; installed once (a filter per call would be removed
+# by one thread while another still runs a pipeline).
+logging.getLogger("diffusers.modular_pipelines.modular_pipeline").addFilter(_QuietControlFlow())
 
 
 def _call(pipe: Any, inputs: dict[str, Any]) -> Any:

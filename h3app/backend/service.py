@@ -35,7 +35,7 @@ from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_
 from .limits import Limits, model_limits
 from .media import write_thumbnail
 from .transformer_check import CheckSetting
-from .worker import JobContext, JobHandle, Worker
+from .worker import CLIENT_GONE, JobContext, JobHandle, Worker
 
 DEMO_ADAPTERS_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"
 OUTPUT_KEEP_SECONDS = 3600
@@ -257,7 +257,7 @@ class Backend:
              abandoned: Callable[[], bool] | None = None) -> Iterator[GridCell]:
         """Run the grid as one worker job and yield its cells as they finish (errors re-raised here).
         ``on_handle`` receives the job's handle as soon as it is queued (to cancel it); ``abandoned()`` is polled
-        while waiting and cancels the job when it says the client went away."""
+        while waiting and cancels the job when it says the client went away; so does closing this generator early."""
         self.check_request(request)
         self.limits.check_grid(plan.cells)
         cells: queue.Queue[Any] = queue.Queue()
@@ -277,21 +277,25 @@ class Backend:
             on_handle(handle)
         watcher = _Forwarder(handle, cells, done, on_step)
         watcher.start()
-        while True:
-            try:
-                item = cells.get(timeout=POLL_SECONDS)
-            except queue.Empty:
-                handle.cancel_if(abandoned)
-                continue
-            if item is done:
-                self._result(handle)  # re-raise the job's error, if any
-                return
-            yield item
+        try:
+            while True:
+                try:
+                    item = cells.get(timeout=POLL_SECONDS)
+                except queue.Empty:
+                    handle.cancel_if(abandoned)
+                    continue
+                if item is done:
+                    self._result(handle)  # re-raise the job's error, if any
+                    return
+                yield item
+        finally:
+            if not handle.done:  # the caller stopped reading (a closed generator): nobody waits for the rest
+                handle.cancel(CLIENT_GONE)
 
     def run(self, handle: JobHandle, on_step: Callable[[int, int], None] | None = None,
             on_phase: Callable[[str], None] | None = None, abandoned: Callable[[], bool] | None = None) -> Any:
         """Wait for ``handle`` while forwarding its progress; return its result or raise its error.
-        ``abandoned()`` (e.g. the UI's check of ``request.is_disconnected()``) is polled while waiting: when it
+        ``abandoned()`` (the UI's check of its Gradio event, ``h3app.ui.client_gone``) is polled while waiting: when it
         says nobody waits any more, the job is cancelled at its next denoising step."""
         last = None
         while not handle.done:

@@ -85,6 +85,11 @@ class JobHandle:
     def done(self) -> bool:
         return self._done.is_set()
 
+    @property
+    def cancel_reason(self) -> str | None:
+        """Why the job was asked to stop (``"cancelled"``, :data:`CLIENT_GONE`), None while nobody asked."""
+        return self._cancel_reason if self._cancel.is_set() else None
+
     def cancel(self, reason: str = "cancelled") -> None:
         """Ask the job to stop at its next denoising step (or not to start, if still queued); its error then says
         ``"<reason> after k of n steps."``."""
@@ -95,7 +100,7 @@ class JobHandle:
 
     def cancel_if(self, abandoned: Callable[[], bool] | None) -> bool:
         """Cancel when ``abandoned()`` says nobody waits for the result any more (a client that went away: the UI
-        passes a check of ``request.is_disconnected()``). Returns whether it did."""
+        passes the Gradio event's own check, ``h3app.ui.client_gone``). Returns whether it did."""
         if abandoned is None or self.done or not abandoned():
             return False
         self.cancel(CLIENT_GONE)
@@ -155,6 +160,11 @@ class Worker:
             self._pending.append(handle)
             handle._progress.position = len(self._pending)
         return handle
+
+    def queued(self) -> list[JobHandle]:
+        """The jobs waiting to start, in order (a snapshot)."""
+        with self._pending_lock:
+            return list(self._pending)
 
     def run(self, run: Callable[[JobContext], Any], label: str = "job", timeout: float | None = None) -> Any:
         """Submit and wait."""

@@ -11,8 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from ..parallel.topology import add_parallel_arguments
-from .model_options import add_adapter_flags, add_model_flags, load_options
+from .model_options import add_run_flags, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -26,9 +25,7 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="are two alpha/scale settings with the same product bit-identical?")
-    add_model_flags(p)
-    add_parallel_arguments(p)
-    add_adapter_flags(p)
+    add_run_flags(p)
     p.add_argument("--a", default="8:1.0", help="setting A as ALPHA:SCALE (ALPHA may be auto); default 8:1.0")
     p.add_argument("--b", default="128:0.0625", help="setting B as ALPHA:SCALE; default 128:0.0625")
     p.add_argument("--mode", default="transformer", choices=("transformer", "full"),

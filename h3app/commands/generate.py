@@ -7,14 +7,12 @@ from typing import Any
 
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, WORKFLOWS
-from ..parallel.topology import add_parallel_arguments
-from .model_options import add_adapter_flags, add_model_flags, load_options
+from .model_options import add_run_flags, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
-    add_model_flags(p)
-    add_parallel_arguments(p)
+    add_run_flags(p, adapter_required=False)
     p.add_argument("--workflow", default=None, choices=WORKFLOWS,
                    help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
                         "adapter's, else t2va")
@@ -31,7 +29,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--first-frame", default=None, help="fl2va: image the video starts from")
     p.add_argument("--last-frame", default=None, help="fl2va: image the video ends on")
     p.add_argument("--reference", action="append", default=[], help="ref2va: image/video/audio file (repeatable)")
-    add_adapter_flags(p, required=False)
     p.add_argument("--alpha", type=float, default=None, help="override alpha (default: the file's alpha chain)")
     p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",

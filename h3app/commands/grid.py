@@ -6,15 +6,12 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
-from ..parallel.topology import add_parallel_arguments
-from .model_options import add_adapter_flags, add_model_flags, load_options
+from .model_options import add_run_flags, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("grid", help="an adapter over an alpha × scale grid: one mp4 per cell, distance to no LoRA")
-    add_model_flags(p)
-    add_parallel_arguments(p)
-    add_adapter_flags(p)
+    add_run_flags(p)
     p.add_argument("--alphas", default="auto", help='comma-separated alphas; "auto" = the file\'s alpha chain')
     p.add_argument("--scales", default="0.5,1", help="comma-separated scales (strength multipliers)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds")

@@ -9,6 +9,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..model.repo import TINY
+from ..parallel.topology import add_parallel_arguments
 from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES
 
 if TYPE_CHECKING:
@@ -33,6 +34,14 @@ def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) ->
                         help="LoRA: Hub repo id, HF URL, or local file/folder")
     parser.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder when it holds several")
     parser.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
+
+
+def add_run_flags(parser: argparse.ArgumentParser, adapter_required: bool = True) -> None:
+    """The flags of a command that runs the model on an adapter (generate, check, grid): the model and its
+    placement, ``--ulysses``/``--ring``, and ``--adapter``."""
+    add_model_flags(parser)
+    add_parallel_arguments(parser)
+    add_adapter_flags(parser, required=adapter_required)
 
 
 def load_options(args: argparse.Namespace) -> "LoadOptions":

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from torch._subclasses.fake_tensor import (
     FakeTensorMode,
 )
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 aten = torch.ops.aten
 SHADOW_ELEMENTS = 1 << 16
@@ -171,6 +171,16 @@ class FakeCuda(FakeTensorMode):
             source = args[0]
             return self._dispatch_fake(aten.empty_strided.default, types, (source.shape, source.stride()),
                                        {"dtype": kwargs.get("dtype") or source.dtype, "device": torch.device("cuda")})
+        if func is aten._to_copy.default and not fakes and _plain_copy(kwargs):
+            # A real host tensor moved to the GPU (a loaded module's .to("cuda")): a fake of its layout, carrying
+            # the value when small — what the general path computes, without decomposing the copy.
+            source = args[0]
+            dtype = kwargs.get("dtype") or source.dtype
+            out = self._dispatch_fake(aten.empty_strided.default, types, (source.shape, source.stride()),
+                                      {"dtype": dtype, "device": _target_device(args, kwargs)})
+            if source.numel() <= SHADOW_ELEMENTS:
+                out._h3_value = source.to(dtype=dtype, copy=True)
+            return out
         shadows = _shadow_arguments(args, kwargs)
         if func is aten._to_copy.default and fakes and _target_device(args, kwargs).type == "cpu" and shadows:
             return func(*shadows[0], **shadows[1])  # a small value copied to the host: the real value
@@ -229,6 +239,11 @@ def _targets_cuda(flat: list[Any], kwargs: dict[str, Any]) -> bool:
     device = kwargs.get("device")
     return any(isinstance(x, torch.device) and x.type == "cuda" for x in flat) or (
         isinstance(device, str) and device.startswith("cuda"))
+
+
+def _plain_copy(kwargs: dict[str, Any]) -> bool:
+    """A ``_to_copy`` that only changes device and/or dtype (strides preserved, dense layout)."""
+    return kwargs.get("memory_format") in (None, torch.preserve_format) and kwargs.get("layout") in (None, torch.strided)
 
 
 def _target_device(args: tuple, kwargs: dict[str, Any]) -> torch.device:
@@ -360,36 +375,55 @@ def fake_cuda() -> Iterator[FakeCuda]:
         yield mode
 
 
-def replay_repeats(module: torch.nn.Module, counter: ByteCounter) -> Any:
-    """Run ``module`` for real (fake) once per input signature and replay later calls with the same signature:
+def replay_repeats(modules: Sequence[torch.nn.Module], counter: ByteCounter) -> Any:
+    """Run each of ``modules`` for real (fake) once per signature and replay later calls with the same signature:
     fake execution depends on shapes only, so a repeat allocates the same outputs and peaks the same transient
-    above what is live. Used for the VAE decoder, which decodes dozens of identical tiles. Returns the undo."""
-    recorded: dict[tuple, tuple[int, list[tuple[tuple[int, ...], tuple[int, ...], torch.dtype, torch.device]]]] = {}
-    original = module.forward
+    above what is live. The signature is the module's class, its tensors (parameters, buffers and LoRA factors:
+    shape, dtype, device) and its inputs', so identical sibling layers share one recording — the VAE decoder's
+    dozens of identical tiles, the text encoder's decoder layers, the transformer's blocks. Returns the undo."""
+    recorded: dict[tuple, tuple[int, Any, list[Any]]] = {}
 
-    def signature(value: Any) -> Any:
+    def describe(value: Any) -> Any:
         if isinstance(value, torch.Tensor):
             return (tuple(value.shape), tuple(value.stride()), value.dtype, str(value.device))
         return value if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
 
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        key = tuple(signature(a) for a in tree_flatten((args, kwargs))[0])
-        if key not in recorded:
-            start = counter.device_live
-            counter.begin("replayed")
-            try:
-                out = original(*args, **kwargs)
-            finally:
-                counter.end("replayed")
-            transient = counter.phases.pop("replayed").peak - start
-            if not isinstance(out, torch.Tensor):
-                return out
-            recorded[key] = (transient, [(tuple(out.shape), tuple(out.stride()), out.dtype, out.device)])
-            return out
-        transient, outputs = recorded[key]
-        counter.bump(counter.device_live + transient)
-        shape, stride, dtype, device = outputs[0]
-        return torch.empty_strided(shape, stride, dtype=dtype, device=device)
+    def install(module: torch.nn.Module) -> None:
+        original = module.forward
 
-    module.forward = forward
-    return lambda: module.__dict__.pop("forward", None)
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            key = (type(module).__name__, _tensors_of(module), tuple(describe(a) for a in tree_flatten((args, kwargs))[0]))
+            if key not in recorded:
+                start = counter.device_live
+                counter.begin("replayed")
+                try:
+                    out = original(*args, **kwargs)
+                finally:
+                    counter.end("replayed")
+                transient = counter.phases.pop("replayed").peak - start
+                leaves, spec = tree_flatten(out)
+                if all(isinstance(x, torch.Tensor) and not x.requires_grad for x in leaves) and leaves:
+                    recorded[key] = (transient, spec, [describe(x) for x in leaves])
+                return out
+            transient, spec, outputs = recorded[key]
+            counter.bump(counter.device_live + transient)
+            return tree_unflatten([torch.empty_strided(shape, stride, dtype=dtype, device=device)
+                                   for shape, stride, dtype, device in outputs], spec)
+
+        module.forward = forward
+
+    for module in modules:
+        install(module)
+    return lambda: [module.__dict__.pop("forward", None) for module in modules]
+
+
+def _tensors_of(module: torch.nn.Module) -> tuple:
+    """Shape, dtype and device of every parameter, buffer and LoRA factor (``lora_entries``) under ``module``."""
+    found: list[Any] = []
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        found.append((name, tuple(tensor.shape), tensor.dtype, str(tensor.device)))
+    for name, sub in module.named_modules():
+        for index, entry in enumerate(getattr(sub, "lora_entries", ())):
+            for factor in (entry.down, entry.up):
+                found.append((name, index, tuple(factor.shape), factor.dtype, str(factor.device)))
+    return tuple(found)

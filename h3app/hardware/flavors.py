@@ -33,31 +33,26 @@ class Flavor:
         return f"{self.name} ({count}{self.gpu} {self.gpu_bytes / GB:.0f} GB)"
 
 
-# Ordered small to large: "recommended" is the first that fits (least memory per GPU, then fewest GPUs).
-FLAVORS: tuple[Flavor, ...] = (
-    Flavor("t4-small", "T4", 1, 16 * GB, "t4-small"),
-    Flavor("t4-medium", "T4", 1, 16 * GB, "t4-medium"),
-    Flavor("a10g-small", "A10G", 1, 24 * GB, "a10g-small"),
-    Flavor("a10g-large", "A10G", 1, 24 * GB, "a10g-large"),
-    Flavor("l4x1", "L4", 1, 24 * GB, "l4x1"),
-    Flavor("a10g-largex2", "A10G", 2, 24 * GB, "a10g-largex2"),
-    Flavor("a10g-largex4", "A10G", 4, 24 * GB, "a10g-largex4"),
-    Flavor("l4x4", "L4", 4, 24 * GB, "l4x4"),
-    Flavor("l40sx1", "L40S", 1, 48 * GB, "l40sx1"),
-    Flavor("l40sx4", "L40S", 4, 48 * GB, "l40sx4"),
-    Flavor("l40sx8", "L40S", 8, 48 * GB, "l40sx8"),
-    # ZeroGPU: Hugging Face documents 70 GB of VRAM per workload (an H200 slice); the flavor value is historic.
-    Flavor("zero-a10g", "ZeroGPU slice", 1, 70 * GB, "zero-a10g", zero_gpu=True),
-    Flavor("a100-large", "A100", 1, 80 * GB, "a100-large"),
-    Flavor("h100", "H100", 1, 80 * GB, None),
-    Flavor("a100x4", "A100", 4, 80 * GB, "a100x4"),
-    Flavor("a100x8", "A100", 8, 80 * GB, "a100x8"),
-    Flavor("rtx-pro-6000", "RTX Pro 6000", 1, 96 * GB, "rtx-pro-6000"),
-    Flavor("rtx-pro-6000x2", "RTX Pro 6000", 2, 96 * GB, "rtx-pro-6000x2"),
-    Flavor("rtx-pro-6000x4", "RTX Pro 6000", 4, 96 * GB, "rtx-pro-6000x4"),
-    Flavor("rtx-pro-6000x8", "RTX Pro 6000", 8, 96 * GB, "rtx-pro-6000x8"),
-    Flavor("h200", "H200", 1, 141 * GB, None),
+# One row per card Spaces rents: GPU, GB per GPU, and its flavors as Spaces names them → GPUs per box.
+SPACE_CARDS: tuple[tuple[str, int, dict[str, int]], ...] = (
+    ("T4", 16, {"t4-small": 1, "t4-medium": 1}),
+    ("A10G", 24, {"a10g-small": 1, "a10g-large": 1, "a10g-largex2": 2, "a10g-largex4": 4}),
+    ("L4", 24, {"l4x1": 1, "l4x4": 4}),
+    ("L40S", 48, {"l40sx1": 1, "l40sx4": 4, "l40sx8": 8}),
+    ("A100", 80, {"a100-large": 1, "a100x4": 4, "a100x8": 8}),
+    ("RTX Pro 6000", 96, {"rtx-pro-6000": 1, "rtx-pro-6000x2": 2, "rtx-pro-6000x4": 4, "rtx-pro-6000x8": 8}),
 )
+# ZeroGPU: Hugging Face documents 70 GB of VRAM per workload (an H200 slice); the flavor value is historic.
+ZERO_GPU = Flavor("zero-a10g", "ZeroGPU slice", 1, 70 * GB, "zero-a10g", zero_gpu=True)
+# Cards people rent elsewhere: no Spaces value.
+ELSEWHERE = (Flavor("h100", "H100", 1, 80 * GB, None), Flavor("h200", "H200", 1, 141 * GB, None))
+
+# Ordered small to large: "recommended" is the first that fits (least memory per GPU, then fewest GPUs; a tie keeps
+# the order above).
+FLAVORS: tuple[Flavor, ...] = tuple(sorted(
+    (*(Flavor(name, gpu, gpus, gb * GB, name) for gpu, gb, boxes in SPACE_CARDS for name, gpus in boxes.items()),
+     ZERO_GPU, *ELSEWHERE),
+    key=lambda box: (box.gpu_bytes, box.gpus)))
 BY_NAME = {flavor.name: flavor for flavor in FLAVORS}
 
 

@@ -5,6 +5,7 @@ One rehearsal = what a GPU box does for one request: the loader builds and place
 ``transformer_ref``), the LoRA engine binds an adapter normalised from a header (fake factors) unmerged or merged,
 the worker runs ``run_generation`` for one denoising step (2 sigma points) at the canvas — text encoder, keyframe
 or reference encode, transformer, both VAE decodes —. The token counts are those the pipeline itself packs (read from the transformer's inputs).
+With ``equivalence`` the worker runs the backend's equivalence check instead (``rehearsal_check.py``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,18 @@ import torch
 from ..adapters.types import HeaderView
 from ..backend.generation import GenerationRequest, run_generation
 from ..backend.worker import Worker
+from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
 from ..lora.layers import PristineStore
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions
+from ..model.step_cache import StepCache
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
 from .fake_cuda import PhaseBytes, fake_cuda, replay_repeats
 from .header_adapter import adapter_from_header, factor_bytes
+from .rehearsal_check import CheckRehearsal, rehearse_check
 
 RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
 PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
@@ -51,6 +55,7 @@ class RehearsalOptions:
     scale: float = 1.0
     lora_mode: str = "unmerged"
     size: tuple[int, int] | None = None
+    equivalence: bool = False  # run the backend's equivalence check (A, control, B, fallback) with ``adapter``
 
     @property
     def canvas(self) -> tuple[int, int]:
@@ -77,6 +82,7 @@ class Rehearsal:
     audio_shape: tuple[int, ...]
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    check: CheckRehearsal | None = None  # what the equivalence check ran (``options.equivalence``)
 
 
 def rehearse(options: RehearsalOptions, *,
@@ -91,8 +97,9 @@ def rehearse(options: RehearsalOptions, *,
     object.__setattr__(load, "device", "cuda")  # the device exists on fake CUDA only: LoadOptions' check would refuse
     with tempfile.TemporaryDirectory(prefix="h3app-rehearsal-") as scratch, fake_cuda() as mode:
         counter = mode.counter
+        # Decodes are never reused: a digest of fake latents is a digest of zeros, equal for every column.
         loaded = LoadedModel(location=location or full_size.location(), options=load,
-                             component_source=component_source)
+                             component_source=component_source, decode_cache=StepCache(max_entries=0, enabled=False))
         with counter.phase("load"):
             pipe = loaded.pipeline(options.workflow)
         if pipeline_config:
@@ -103,7 +110,9 @@ def rehearse(options: RehearsalOptions, *,
         transformer = loaded.transformer(options.workflow)
 
         engine, bound, lora_bytes = None, 0, 0
-        if options.adapter is not None:
+        if options.equivalence and options.adapter is None:
+            raise H3AppError("the equivalence rehearsal needs an adapter: give its safetensors header as adapter=.")
+        if options.adapter is not None and not options.equivalence:
             engine, bound, lora_bytes = _attach(transformer, options, counter)
         pristine = engine._pristine.ram_bytes if engine is not None else 0  # noqa: SLF001 - the count we plan for
 
@@ -116,6 +125,8 @@ def rehearse(options: RehearsalOptions, *,
 
         def job(ctx) -> Any:
             with mode.on_this_thread():
+                if options.equivalence:
+                    return rehearse_check(loaded, options.adapter, request, Path(scratch))
                 return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel)
 
         try:
@@ -126,14 +137,18 @@ def rehearse(options: RehearsalOptions, *,
         if engine is not None:
             with counter.phase("detach"):
                 engine.detach()
+        check = result if options.equivalence else None
+        if check is not None:
+            bound, lora_bytes = check.targets_bound, check.lora_bytes
         return Rehearsal(
             options=options, components=on_device,
             host_components={n: s for n, s in components.items() if n not in on_device},
             lora_bytes=lora_bytes, pristine_host_bytes=pristine, phases=dict(counter.phases),
             device_peak=counter.device_peak, host_peak=counter.host_peak, tokens=tokens, targets_bound=bound,
-            evaluations=result.evaluations, video_shape=tuple(result.video.shape),
-            audio_shape=tuple(result.audio.shape),
-            seconds=time.perf_counter() - started)
+            evaluations=check.evaluations if check else result.evaluations,
+            video_shape=() if check else tuple(result.video.shape),
+            audio_shape=() if check else tuple(result.audio.shape),
+            seconds=time.perf_counter() - started, check=check)
 
 
 def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
@@ -166,6 +181,17 @@ def _workflow_files(workflow: str, folder: Path, height: int, width: int) -> dic
     path = folder / "keyframe.png"
     Image.new("RGB", (width, height), (90, 120, 160)).save(path)
     return {"first_frame": str(path)} if workflow == "fl2va" else {"references": (str(path),)}
+
+
+def _repeated_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The members of every ``ModuleList`` of ``module`` whose members are all one (non-leaf) class: decoder layers,
+    transformer blocks."""
+    layers: list[torch.nn.Module] = []
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.ModuleList) and len(sub) > 1 and len({type(m) for m in sub}) == 1 \
+                and any(True for _ in sub[0].children()):
+            layers.extend(sub)
+    return layers
 
 
 def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, int]) -> Callable[[], None]:
@@ -205,8 +231,11 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
         if component is not None:
             wrap(component, "decode", f"{name}_decode")
             wrap(component, "encode", f"{name}_encode")
+    # Identical layers are run once per signature and replayed (fake_cuda.replay_repeats): same bytes, far fewer ops.
+    repeated = [transformer, *[loaded.components[name] for name in ENCODERS if name in loaded.components]]
     vae = loaded.components.get("vae")
-    undo_replay = replay_repeats(vae.decoder, counter) if vae is not None else (lambda: None)
+    undo_replay = replay_repeats([layer for component in repeated for layer in _repeated_layers(component)]
+                                 + ([vae.decoder] if vae is not None else []), counter)
 
     def undo() -> None:
         undo_replay()

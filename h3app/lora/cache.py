@@ -7,12 +7,9 @@ several targets, e.g. the one ``A`` of a native fused q/k/v, counts once).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
-
 from ..adapters.types import NormalisedAdapter
+from ..lru import LRU
 
 
 @dataclass(frozen=True)
@@ -44,79 +41,15 @@ def adapter_nbytes(adapter: NormalisedAdapter) -> int:
     return total
 
 
-class AdapterCache:
-    """LRU cache of normalised adapters with a byte budget. Thread-safe (the UI and the worker may both ask)."""
+class AdapterCache(LRU[AdapterKey, NormalisedAdapter]):
+    """LRU cache of normalised adapters with a byte budget (:func:`adapter_nbytes` each). Thread-safe (the UI and
+    the worker may both ask); ``put`` returns False, holding nothing new, for an adapter larger than the budget."""
 
     def __init__(self, budget_bytes: int) -> None:
-        if budget_bytes < 0:
-            raise ValueError(f"budget_bytes must be >= 0, got {budget_bytes}")
-        self.budget_bytes = int(budget_bytes)
-        self._entries: OrderedDict[AdapterKey, tuple[NormalisedAdapter, int]] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        super().__init__(budget_bytes, cost=adapter_nbytes)
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return self.held
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __contains__(self, key: AdapterKey) -> bool:
-        return key in self._entries
-
-    def keys(self) -> list[AdapterKey]:
-        """Least recently used first."""
-        with self._lock:
-            return list(self._entries)
-
-    def get(self, key: AdapterKey) -> NormalisedAdapter | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry[0]
-
-    def put(self, key: AdapterKey, adapter: NormalisedAdapter) -> bool:
-        """Hold ``adapter`` (evicting least recently used entries to fit). Returns False, holding nothing new, when
-        the adapter alone is larger than the budget."""
-        size = adapter_nbytes(adapter)
-        with self._lock:
-            if key in self._entries:
-                self._bytes -= self._entries.pop(key)[1]
-            if size > self.budget_bytes:
-                return False
-            while self._entries and self._bytes + size > self.budget_bytes:
-                _, (_, evicted) = self._entries.popitem(last=False)
-                self._bytes -= evicted
-            self._entries[key] = (adapter, size)
-            self._bytes += size
-            return True
-
-    def get_or_load(self, key: AdapterKey, load: Callable[[], NormalisedAdapter]) -> NormalisedAdapter:
-        """The cached adapter, or ``load()`` (outside the lock) then cache it."""
-        cached = self.get(key)
-        if cached is not None:
-            return cached
-        adapter = load()
-        self.put(key, adapter)
-        return adapter
-
-    def pop(self, key: AdapterKey) -> NormalisedAdapter | None:
-        with self._lock:
-            entry = self._entries.pop(key, None)
-            if entry is None:
-                return None
-            self._bytes -= entry[1]
-            return entry[0]
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
+    get_or_load = LRU.get_or_compute  # the cached adapter, or ``load()`` (outside the lock) then cached

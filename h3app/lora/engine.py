@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.nn as nn
+from torch._subclasses.fake_tensor import FakeTensor
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
@@ -500,8 +501,8 @@ class LoRAEngine:
         return tuple(warnings)
 
     def _measurable(self, modules: Mapping[str, ModuleLoRA]) -> bool:
-        """False on the meta device (no data to measure)."""
-        return not any(m.down.is_meta or m.up.is_meta or self._weight(self._slots[t].module).is_meta
+        """False on the meta device and on fake tensors (shapes without data: nothing to measure)."""
+        return not any(_no_data(m.down) or _no_data(m.up) or _no_data(self._weight(self._slots[t].module))
                        for t, m in modules.items())
 
     def _norm_device(self, target: str) -> torch.device:
@@ -591,3 +592,8 @@ def _check_groups(group_strengths: Mapping[str, float]) -> None:
     unknown = [group for group in group_strengths if group not in GROUPS]
     if unknown:
         raise H3AppError(f"unknown group {unknown[0]!r} in group strengths: use {', '.join(GROUPS)}.")
+
+
+def _no_data(tensor: torch.Tensor) -> bool:
+    """A tensor with a shape but no values: meta, or a fake tensor (the full-size rehearsal's fake CUDA)."""
+    return tensor.is_meta or isinstance(tensor, FakeTensor)

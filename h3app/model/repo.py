@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ..errors import H3AppError
 from ..rules.choices import PARTITIONS, WORKFLOWS
@@ -101,8 +102,22 @@ def _check_index(folder: Path, name: str, needed: tuple[str, ...]) -> None:
             raise H3AppError(f"{name} is missing the {component}/ folder; re-download it or check the path.")
 
 
+def _patterns(needed: tuple[str, ...]) -> list[str]:
+    return [INDEX_FILE, *(f"{component}/*" for component in needed)]
+
+
 def _download(repo_id: str, revision: str | None, needed: tuple[str, ...], token: str | None) -> ModelLocation:
     from huggingface_hub import snapshot_download
+
+    with _hub_errors(repo_id, revision):
+        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=_patterns(needed), token=token))
+    commit = folder.name if len(folder.name) == 40 else None
+    return ModelLocation(name=repo_id, folder=folder, repo_id=repo_id, revision=revision, commit=commit)
+
+
+@contextmanager
+def _hub_errors(repo_id: str, revision: str | None) -> Iterator[None]:
+    """huggingface_hub's errors on a model repo as one line each."""
     from huggingface_hub.errors import (
         GatedRepoError,
         LocalEntryNotFoundError,
@@ -110,9 +125,8 @@ def _download(repo_id: str, revision: str | None, needed: tuple[str, ...], token
         RevisionNotFoundError,
     )
 
-    patterns = [INDEX_FILE, *(f"{component}/*" for component in needed)]
     try:
-        folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns, token=token))
+        yield
     except GatedRepoError as error:
         raise H3AppError(
             f"{repo_id} is gated: accept its licence on the Hub and set HF_TOKEN (or pass a token)."
@@ -128,8 +142,43 @@ def _download(repo_id: str, revision: str | None, needed: tuple[str, ...], token
             f"{repo_id} is not in the local Hugging Face cache and the Hub cannot be reached (HF_HUB_OFFLINE is "
             f"set or the network is down): download it once online, or point --model at a local folder."
         ) from error
-    commit = folder.name if len(folder.name) == 40 else None
-    return ModelLocation(name=repo_id, folder=folder, repo_id=repo_id, revision=revision, commit=commit)
+
+
+def is_hub_repo(model: str) -> bool:
+    """``model`` names a Hub repo (not ``tiny``, not an existing local folder)."""
+    return model != TINY and bool(_REPO_ID.match(model)) and not Path(model).expanduser().exists()
+
+
+class DownloadProgress:
+    """Bytes of ``repo_id``'s download for ``workflow``, read from the Hugging Face cache while ``locate`` runs.
+
+    ``total``: the bytes of every file the workflow needs (huggingface_hub's own dry run: same patterns, same
+    revision); ``missing``: those not yet cached when this was made. ``done()``: the files whose snapshot entry
+    exists, plus the ``.incomplete`` files being written (huggingface_hub writes whole chunks, 10 MiB by default,
+    so each file in flight shows up to one chunk late).
+    """
+
+    def __init__(self, repo_id: str, workflow: str = "t2va", revision: str | None = None,
+                 token: str | None = None) -> None:
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.file_download import repo_folder_name
+
+        with _hub_errors(repo_id, revision):
+            files = snapshot_download(repo_id, revision=revision, token=token, dry_run=True,
+                                      allow_patterns=_patterns(components_for(workflow)))
+        self._files = [(Path(f.local_path), f.file_size or 0) for f in files]
+        self.total = sum(size for _, size in self._files)
+        self.missing = sum(f.file_size or 0 for f in files if f.will_download)
+        self._blobs = Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model") / "blobs"
+
+    def done(self) -> int:
+        """Bytes of the needed files on disk now (at most ``total``)."""
+        finished = sum(size for path, size in self._files if path.exists())
+        try:
+            partial = sum(entry.stat().st_size for entry in self._blobs.glob("*.incomplete"))
+        except OSError:  # a file renamed between listing and stat
+            partial = 0
+        return min(self.total, finished + partial)
 
 
 def locate(model: str, workflow: str = "t2va", revision: str | None = None, token: str | None = None,

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
 import numpy as np
 import torch
+
+from ..lru import LRU
 
 TEXT_ENCODER_STEP = "text_encoder"
 DECODE_STEPS = ("decode.video", "decode.audio")
@@ -49,20 +50,17 @@ def _feed(digest: "hashlib._Hash", value: Any) -> None:
         raise TypeError(f"cannot key the prompt cache on a {type(value).__name__}")
 
 
-class StepCache:
+class StepCache(LRU[str, dict[str, Any]]):
     """Thread-safe LRU of ``digest → {output name: value}`` with at most ``max_entries`` entries.
 
     A cache created with ``enabled=False`` only answers inside ``with cache.enabled():`` and is emptied when that
     block ends (the decode cache: decoded videos are large)."""
 
     def __init__(self, max_entries: int = 32, enabled: bool = True) -> None:
-        self.max_entries = max_entries
+        super().__init__(max_entries)
         self._always_on = enabled
         self._active = 0
-        self._entries: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        self._switch = threading.Lock()
 
     @property
     def on(self) -> bool:
@@ -71,35 +69,15 @@ class StepCache:
     @contextmanager
     def enabled(self) -> Iterator[None]:
         """Turn the cache on for the duration of the block; a temporary cache is emptied afterwards."""
-        with self._lock:
+        with self._switch:
             self._active += 1
         try:
             yield
         finally:
-            with self._lock:
+            with self._switch:
                 self._active -= 1
                 if not self.on:
-                    self._entries.clear()
-
-    def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                self.misses += 1
-                return None
-            self._entries.move_to_end(key)
-            self.hits += 1
-            return entry
-
-    def put(self, key: str, outputs: dict[str, Any]) -> None:
-        with self._lock:
-            self._entries[key] = outputs
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+                    self.clear()
 
     def __deepcopy__(self, memo: dict) -> "StepCache":
         # diffusers deep-copies pipeline blocks; the cache they point at is shared on purpose.

@@ -24,6 +24,7 @@ from ..rules.units import format_bytes
 from ..rules.values import parse_strength
 from ..settings import LoRASettings
 from . import render
+from .client_gone import client_gone
 from .forms import KEEP, SlotForm, SyncForm
 from .scales import profile_basis, profile_view
 from .fair_queue import visitor_keys
@@ -31,6 +32,7 @@ from .session import RunningJobs, session_key, with_adapter
 from .upload_quota import upload_quota
 
 UPLOAD_PREFIX = "upload-"
+UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
 
 
@@ -60,6 +62,16 @@ class ProfileBars:
     group_plot: Any
     block_plot: Any
     profile_html: Any
+
+
+@dataclass(frozen=True)
+class UploadView:
+    """What an upload shows in its slot: the file's name as the source, its weight file picked, and the server
+    path behind the name in session state (``SlotForm.uploaded``)."""
+
+    source: str
+    weight: dict[str, Any]
+    uploaded: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -159,6 +171,15 @@ class AdapterEvents:
         return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
                                       value=target.name)
 
+    def upload_view(self, file_path: str | None, request: gr.Request = None) -> UploadView | None:
+        """:meth:`upload`, shown without the uploads folder: ``upload: name.safetensors`` in the source box (None:
+        nothing was uploaded)."""
+        if not file_path:
+            return None
+        path, weight = self.upload(file_path, request)
+        shown = f"{UPLOAD_LABEL}{Path(path).name}"
+        return UploadView(source=shown, weight=weight, uploaded={"shown": shown, "path": path})
+
     # ---------------------------------------------------------------------------------------------- inspect
     def inspect(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
                 workflow: str = "t2va", qkv_layout: str = "auto") -> dict[str, Any]:
@@ -180,7 +201,7 @@ class AdapterEvents:
 
     def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = "t2va") -> InspectView:
         """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point."""
-        info = self.inspect(slot.source, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
+        info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
         alpha_box = KEEP if slot.override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
         shown = self.readout(info, slot)
         return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),
@@ -221,7 +242,7 @@ class AdapterEvents:
 
         try:
             with self.jobs.track(session_key(request), handle):
-                result = self.backend.run(handle, on_step, on_phase)
+                result = self.backend.run(handle, on_step, on_phase, client_gone())
         except H3AppError as error:
             raise user_error(error) from error
         if result.report.unmatched_keys:
@@ -308,4 +329,4 @@ class AdapterEvents:
         return updated
 
 
-__all__ = ["AdapterEvents", "InspectView", "LoadView", "ProfileBars", "Readout", "user_error"]
+__all__ = ["AdapterEvents", "InspectView", "LoadView", "ProfileBars", "Readout", "UploadView", "user_error"]

@@ -9,7 +9,7 @@ import gradio as gr
 
 from ..rules.choices import QKV_LAYOUTS
 from . import render
-from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout
+from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, UploadView
 from .fair_queue import admitted, gpu_events
 from .forms import KEEP, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
@@ -49,6 +49,7 @@ class AdapterSlot:
     profile_html: gr.HTML
     info: gr.State
     basis: gr.State
+    uploaded: gr.State
 
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
@@ -114,7 +115,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
                        inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
                        alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
-                       gr.State(None), gr.State(None))
+                       gr.State(None), gr.State(None), gr.State(None))
 
 
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
@@ -140,7 +141,7 @@ def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: 
     def inspect(values: dict[Any, Any]) -> dict[Any, Any]:
         slot = read(SlotForm, names, values)
         try:
-            weights = events.list_weights(slot.source, slot.revision, values[token], slot.weight)
+            weights = events.list_weights(slot.source_to_read, slot.revision, values[token], slot.weight)
             view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow])
         except gr.Error as error:
             return {**cleared_panel(ui, render.refusal(error.message)), ui.weight: gr.skip()}
@@ -163,7 +164,13 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
           **inspected)
     picked = ui.demo.input(events.pick_demo, [ui.demo, ui.revision, token], [ui.source, ui.weight], **CHEAP)
     picked.success(inspect, inspect_inputs, inspect_outputs, **inspected)
-    uploaded = ui.upload.upload(events.upload, [ui.upload], [ui.source, ui.weight], api_visibility="private")
+    upload_parts = parts(ui, field_names(UploadView))
+
+    def upload(path: str | None, request: gr.Request = None) -> dict[Any, Any]:
+        view = events.upload_view(path, request)
+        return gr.skip() if view is None else write(view, upload_parts)
+
+    uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
     uploaded.success(inspect, inspect_inputs, inspect_outputs, **inspected)
 
     def forget(_: str) -> dict[Any, Any]:

@@ -23,6 +23,7 @@ from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_strength
 from . import render
 from .adapter_events import user_error
+from .client_gone import client_gone
 from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
@@ -221,7 +222,8 @@ class ComparisonEvents:
 
         try:
             for cell in self.backend.grid(generation, adapters[0], plan, form.token or None, on_step,
-                                          on_handle=lambda handle: self.jobs.set(key, handle)):
+                                          on_handle=lambda handle: self.jobs.set(key, handle),
+                                          abandoned=client_gone()):
                 finished[0] += 1
                 yield cell
         except Cancelled as error:

@@ -8,10 +8,12 @@ the admitted ones wait inside their handler for the backend's single worker, and
 refusal is answered in milliseconds. Cheap events run off the queue or under their own concurrency ids.
 
 A visitor is its Gradio session, and in hosted mode also its client address: one address opening many sessions
-still gets ``PER_VISITOR`` jobs. The address is the last ``X-Forwarded-For`` entry (the one the nearest proxy — on a
-Space, Hugging Face's — appended; a client can only add entries before it), else the socket's peer. A loopback peer
-without that header (a local run, the tests) is identified by its session alone. Local mode keeps one GPU slot and
-Gradio's queue bounded by the backend's (no visitors to tell apart).
+still gets ``PER_VISITOR`` jobs. On a Space (``SPACE_ID`` set) the address is the last ``X-Forwarded-For`` entry (the
+one Hugging Face's proxy appended; a client can only add entries before it). Elsewhere it is the peer as the server
+(uvicorn) reports it, which follows ``X-Forwarded-For`` only from the proxies in ``FORWARDED_ALLOW_IPS`` (default:
+loopback, i.e. a reverse proxy on the same machine): a client that connects directly cannot forge its address. A
+loopback peer without that header (a local run, the tests) is identified by its session alone. Local mode keeps one
+GPU slot and Gradio's queue bounded by the backend's (no visitors to tell apart).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import ipaddress
+import os
 from typing import Any, Callable
 
 import gradio as gr
@@ -43,10 +46,11 @@ def queue_size(backend: Any) -> int:
 
 def client_address(request: Any) -> str | None:
     """The visitor's address (see the module docstring); None for a loopback peer without a proxy header."""
-    headers = getattr(request, "headers", None) or {}
-    forwarded = [part.strip() for part in str(headers.get("x-forwarded-for", "") or "").split(",") if part.strip()]
-    if forwarded:
-        return forwarded[-1][:64]
+    if os.environ.get("SPACE_ID"):
+        headers = getattr(request, "headers", None) or {}
+        forwarded = [p.strip() for p in str(headers.get("x-forwarded-for", "") or "").split(",") if p.strip()]
+        if forwarded:
+            return forwarded[-1][:64]
     host = getattr(getattr(request, "client", None), "host", None)
     if not host:
         return None

@@ -110,7 +110,8 @@ REQUEST_FIELDS = field_names(RequestForm)
 # ------------------------------------------------------------------------------------------------------ slots
 @dataclass(frozen=True)
 class SlotForm:
-    """One adapter slot's controls."""
+    """One adapter slot's controls. ``uploaded``: the slot's last upload, ``{"shown": "upload: name.safetensors",
+    "path": <its server path>}`` (kept in session state; the source box shows only ``shown``)."""
 
     source: str | None = ""
     weight: str | None = None
@@ -119,6 +120,15 @@ class SlotForm:
     alpha: Any = None
     strength: Any = 1.0
     qkv_layout: str = "auto"
+    uploaded: Mapping[str, str] | None = None
+
+    @property
+    def source_to_read(self) -> str:
+        """The source to read: the upload's server path while the box shows its label, else the box as typed."""
+        text = str(self.source or "").strip()
+        if self.uploaded and text and text == self.uploaded.get("shown"):
+            return self.uploaded["path"]
+        return text
 
     def alpha_value(self) -> float | None:
         """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha
@@ -127,9 +137,9 @@ class SlotForm:
 
     def settings(self, mode: str | None) -> LoRASettings | None:
         """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
-        if not self.source or not str(self.source).strip():
+        if not self.source_to_read:
             return None
-        return LoRASettings(source=str(self.source).strip(), weight_name=self.weight or None,
+        return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
                             strength=parse_strength(self.strength), mode=mode or "unmerged",
                             qkv_layout=self.qkv_layout or "auto")

@@ -18,6 +18,7 @@ from ..errors import H3AppError
 from ..rules.choices import WORKFLOWS
 from . import render, snippets
 from .adapter_events import user_error
+from .client_gone import client_gone
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from .session import RunningJobs, add_history, job_adapters, session_key
 
@@ -42,6 +43,7 @@ class JobRunner:
         """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when it was
         cancelled (a toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
         key = session_key(request)
+        abandoned = client_gone()
         if self.jobs.start(key):
             return self.stopped(what, "cancelled before it started.")
         try:
@@ -65,7 +67,7 @@ class JobRunner:
 
         try:
             with self.jobs.track(key, handle):
-                return self.backend.run(handle, on_step, on_phase)
+                return self.backend.run(handle, on_step, on_phase, abandoned)
         except Cancelled as error:
             return self.stopped(what, str(error))
         except H3AppError as error:

@@ -96,6 +96,16 @@ def test_a_failed_encode_leaves_no_partial_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failed_audio_encode_beside_the_video_is_raised_and_leaves_no_file(tmp_path):
+    """The soundtrack is encoded in its own thread while the video encodes: its failure must still reach the
+    caller, after the video encode, with nothing left on disk."""
+    frames = np.zeros((3, 8, 8, 3), np.float32)
+    three_channels = np.zeros((3, 800), np.float32)  # the stream is opened mono for anything but stereo
+    with pytest.raises(ValueError, match="to equal `1` but got `3`"):  # PyAV's own refusal, from the audio thread
+        media.write_mp4(tmp_path / "x.mp4", frames, three_channels, 16000)
+    assert list(tmp_path.iterdir()) == []
+
+
 def run_python(*args: str, **env: str) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=environment, capture_output=True, text=True,

@@ -46,6 +46,7 @@ def serve() -> None:
     from h3app.hardware.preflight import check_before_download
     from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
+    from h3app.model.repo import pending_download
     from h3app.parallel.follower import follow
     from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
@@ -55,8 +56,9 @@ def serve() -> None:
                           token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
     check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
-    with while_starting(args.model, revision=options.revision, token=options.token,
-                        enabled=group is None or group.leader):  # download progress on the app's port
+    leader = group is None or group.leader
+    download = pending_download(args.model, revision=options.revision, token=options.token) if leader else None
+    with while_starting(download):  # first-start download progress on the app's port
         backend = backend_from_env(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:

@@ -54,7 +54,7 @@ def test_the_startup_page_shows_download_progress_from_the_stand_in_hub(fake_hub
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 1_000_000)
     fake_hub.interrupt_download(EXTRA, after_bytes=CUT_AFTER, then="hold")  # 3 MB, then a still link
     port = _free_port()
-    with while_starting("owner/h3-big", server_name="127.0.0.1", server_port=port) as page:
+    with while_starting(repo.pending_download("owner/h3-big"), server_name="127.0.0.1", server_port=port) as page:
         assert page is not None
         total = repo.DownloadProgress("owner/h3-big").total
         client = _client(port)
@@ -89,11 +89,11 @@ def test_the_startup_page_shows_download_progress_from_the_stand_in_hub(fake_hub
 
 
 def test_no_startup_page_for_a_local_model_or_a_complete_download(fake_hub, tmp_path):  # noqa: F811
-    with while_starting(repo.TINY) as page:
+    with while_starting(repo.pending_download(repo.TINY)) as page:
         assert page is None
     fake_hub.add_repo("owner/h3-small", repo.TINY_DIR)
     repo.locate("owner/h3-small")
-    with while_starting("owner/h3-small") as page:
+    with while_starting(repo.pending_download("owner/h3-small")) as page:
         assert page is None  # everything is cached: nothing to show
-    with while_starting("owner/not-there") as page:
+    with while_starting(repo.pending_download("owner/not-there")) as page:
         assert page is None  # the download itself will say what is wrong

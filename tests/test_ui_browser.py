@@ -244,8 +244,8 @@ def test_7_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
     other.locator("#generate").click()
     expect(other.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
     handle = backend.worker.current
-    other.close()  # the person went away: the job stops at its next step
-    with pytest.raises(Cancelled, match=r"cancelled after \d+ of 59 steps"):
+    other.close()  # the person went away: the tab's unload or the dropped event stream stops the job at its next step
+    with pytest.raises(Cancelled, match=r"cancelled (\(the client went away\) )?after \d+ of 59 steps"):
         handle.result(timeout=60)
 
 

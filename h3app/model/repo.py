@@ -163,6 +163,7 @@ class DownloadProgress:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.file_download import repo_folder_name
 
+        self.repo_id = repo_id
         with _hub_errors(repo_id, revision):
             files = snapshot_download(repo_id, revision=revision, token=token, dry_run=True,
                                       allow_patterns=_patterns(components_for(workflow)))
@@ -179,6 +180,22 @@ class DownloadProgress:
         except OSError:  # a file renamed between listing and stat
             partial = 0
         return min(self.total, finished + partial)
+
+
+def pending_download(model: str, workflow: str = "t2va", revision: str | None = None,
+                     token: str | None = None) -> DownloadProgress | None:
+    """The download ``model`` still needs before it can load, or None: offline, a local folder, everything cached,
+    or the Hub refusing the dry run (the download itself then gives the one-line answer)."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import DryRunError, HfHubHTTPError
+
+    if not is_hub_repo(model) or constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        download = DownloadProgress(model, workflow, revision, token)
+    except (H3AppError, DryRunError, HfHubHTTPError, OSError):
+        return None
+    return download if download.missing else None
 
 
 def locate(model: str, workflow: str = "t2va", revision: str | None = None, token: str | None = None,

@@ -5,7 +5,8 @@ answers, so while ``locate`` downloads and the backend loads, :func:`while_start
 app's own port: one Markdown, redrawn every two seconds by a ``gr.Timer``, with the progress line
 ("Downloading MiniMax-H3 weights: 34.2 of 124 GB (28 %) …") and the last line the app logged. The same progress
 line goes to the log every 30 seconds. When the backend is ready the page is closed and the real app takes the
-port. Progress comes from :class:`h3app.model.repo.DownloadProgress` (byte counts of the Hugging Face cache).
+port. Progress comes from :class:`h3app.model.repo.DownloadProgress` (byte counts of the Hugging Face cache), which
+app.py hands in: the UI reads the download, it does not start or inspect it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Protocol
 
 LOG = logging.getLogger("h3app.startup")
 REDRAW_SECONDS = 2.0
@@ -98,27 +99,25 @@ class StartupPage:
             LOG.warning(progress_text(done, total, self.name))
 
 
+class DownloadSource(Protocol):
+    """What the page reads: ``repo_id``, ``total`` bytes, ``missing`` bytes when it began, ``done()`` bytes now
+    (:class:`h3app.model.repo.DownloadProgress`)."""
+
+    repo_id: str
+    total: int
+    missing: int
+
+    def done(self) -> int: ...
+
+
 @contextlib.contextmanager
-def while_starting(model: str, workflow: str = "t2va", revision: str | None = None, token: str | None = None,
-                   enabled: bool = True, **launch: Any) -> Iterator[StartupPage | None]:
-    """Serve the startup page during the block when ``model`` is a Hub repo with files still to download (else —
-    offline, a local model, everything cached, the Hub refusing — do nothing); the page is closed when the block
-    ends, whatever happens in it."""
-    from huggingface_hub import constants
-    from huggingface_hub.errors import DryRunError, HfHubHTTPError
-
-    from ..errors import H3AppError
-    from ..model import repo
-
-    download = None
-    if enabled and repo.is_hub_repo(model) and not constants.HF_HUB_OFFLINE:
-        try:
-            download = repo.DownloadProgress(model, workflow, revision, token)
-        except (H3AppError, DryRunError, HfHubHTTPError, OSError):
-            download = None  # the download itself gives the one-line answer (or finds the cache)
+def while_starting(download: DownloadSource | None, **launch: Any) -> Iterator[StartupPage | None]:
+    """Serve the startup page during the block while ``download`` (from ``repo.pending_download``) has bytes to
+    fetch; nothing when it is None or complete. The page is closed when the block ends, whatever happens in it."""
     if download is None or not download.missing:
         yield None
         return
+    model = download.repo_id
     page = StartupPage(model.rsplit("/", 1)[-1], lambda: (download.done(), download.total))
     LOG.warning("first start of %s: %s (this page shows progress until the app is ready)", model,
                 progress_text(download.done(), download.total, page.name))

@@ -96,13 +96,14 @@ def test_a_failed_encode_leaves_no_partial_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_failed_audio_encode_beside_the_video_is_raised_and_leaves_no_file(tmp_path):
+@pytest.mark.parametrize("audio_thread", [True, False])
+def test_a_failed_audio_encode_beside_the_video_is_raised_and_leaves_no_file(tmp_path, audio_thread):
     """The soundtrack is encoded in its own thread while the video encodes: its failure must still reach the
     caller, after the video encode, with nothing left on disk."""
     frames = np.zeros((3, 8, 8, 3), np.float32)
     three_channels = np.zeros((3, 800), np.float32)  # the stream is opened mono for anything but stereo
     with pytest.raises(ValueError, match="to equal `1` but got `3`"):  # PyAV's own refusal, from the audio thread
-        media.write_mp4(tmp_path / "x.mp4", frames, three_channels, 16000)
+        media.write_mp4(tmp_path / "x.mp4", frames, three_channels, 16000, audio_thread=audio_thread)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -166,7 +166,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
             video = remux_with_settings(earlier.video_path, path, metadata)
             thumb = Path(earlier.thumbnail_path)
         else:
-            video = save_result(result, path, metadata)
+            video = save_result(result, path, metadata, audio_thread=False)  # beside the next run: one core
             thumb = write_thumbnail(output_dir / f"{stem}-{label}.png", result.video)
         return Column(label, alpha, strength, str(video), str(thumb), result.hash, scales[label])
 

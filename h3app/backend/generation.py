@@ -348,6 +348,8 @@ def output_digest(output: Any) -> str:
     return digest.hexdigest()
 
 
-def save_result(result: GenerationResult, out: str | Path, settings: dict[str, Any]) -> Path:
-    """Mux ``result`` to ``out`` (mp4) with ``settings`` embedded."""
-    return media.write_mp4(out, result.video, result.audio, result.sample_rate, settings=settings)
+def save_result(result: GenerationResult, out: str | Path, settings: dict[str, Any], *,
+                audio_thread: bool = True) -> Path:
+    """Mux ``result`` to ``out`` (mp4) with ``settings`` embedded (``audio_thread`` as :func:`media.write_mp4`)."""
+    return media.write_mp4(out, result.video, result.audio, result.sample_rate, settings=settings,
+                           audio_thread=audio_thread)

@@ -6,6 +6,7 @@ stable across machines, the pipeline's output is.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -49,9 +50,10 @@ def _partial(path: Path) -> Iterator[Path]:
 
 
 def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rate: int, *, fps: int = FPS,
-              settings: Mapping[str, Any] | None = None) -> Path:
+              settings: Mapping[str, Any] | None = None, audio_thread: bool = True) -> Path:
     """Write ``video`` (``[F, H, W, 3]`` float in [0, 1], H and W even) and ``audio`` (``[channels, samples]`` float
-    in [-1, 1], stereo) to an mp4; ``settings`` go into the container metadata as JSON."""
+    in [-1, 1], stereo) to an mp4; ``settings`` go into the container metadata as JSON. ``audio_thread``: encode
+    the soundtrack in a second thread beside the video (False when the caller already encodes beside other work)."""
     import av
 
     path = Path(path)
@@ -70,19 +72,23 @@ def write_mp4(path: str | Path, video: np.ndarray, audio: np.ndarray, sample_rat
         astream = container.add_stream("aac", rate=sample_rate)
         astream.layout = "stereo" if audio.shape[0] == 2 else "mono"
         astream.bit_rate = AUDIO_BIT_RATE
-        # The two encoders run at once (PyAV releases the GIL inside them; AAC alone is ~0.2 s for 5 s of stereo),
-        # their packets are muxed afterwards: the mp4 muxer interleaves them by timestamp.
+        # The two encoders can run at once (PyAV releases the GIL inside them; AAC alone is ~0.2 s for 5 s of
+        # stereo); the packets are muxed afterwards: the mp4 muxer interleaves them by timestamp.
         audio_packets: list[Any] = []
         audio_errors: list[BaseException] = []
-        audio_thread = threading.Thread(target=_encode_audio, args=(astream, audio, sample_rate, audio_packets,
-                                                                    audio_errors), name="h3app-aac")
-        audio_thread.start()
+        encode_audio = functools.partial(_encode_audio, astream, audio, sample_rate, audio_packets, audio_errors)
+        beside = threading.Thread(target=encode_audio, name="h3app-aac") if audio_thread else None
+        if beside is not None:
+            beside.start()
         try:
             video_packets = [packet for frame in frames
                              for packet in vstream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24"))]
             video_packets.extend(vstream.encode())
         finally:
-            audio_thread.join()
+            if beside is not None:
+                beside.join()
+        if beside is None:
+            encode_audio()
         if audio_errors:
             raise audio_errors[0]
         for packet in video_packets + audio_packets:

@@ -42,7 +42,7 @@ def serve() -> None:
     args = parser.parse_args()
     quiet_libraries()
 
-    from h3app.backend.service import backend_from_env
+    from h3app.backend.service import backend_from_env, hosted_from_env
     from h3app.hardware.preflight import check_before_download
     from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
@@ -58,7 +58,7 @@ def serve() -> None:
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader
     download = pending_download(args.model, revision=options.revision, token=options.token) if leader else None
-    with while_starting(download):  # first-start download progress on the app's port
+    with while_starting(download, show_log=not hosted_from_env()):  # first-start download progress on the app's port
         backend = backend_from_env(args.model, options, parallel=group)
     try:
         if group is not None and not group.leader:

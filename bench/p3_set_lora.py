@@ -137,8 +137,11 @@ def run(ctx: BenchContext) -> list[Row]:
 
     # What the change costs: set_lora + the refresh it triggers, without the lookups every forward does anyway.
     ours = max(changes["ours"].median - changes["lookups"].median, changes["set_lora"].median)
+    # Growth with depth compares two differences of microsecond timings: from the best (least disturbed) round of
+    # each, since a difference of medians moved 1.0–2.0× between runs of the same code on two shared cores.
     # A change cannot cost less than set_lora itself (O(1), the same at any depth); timer noise can say otherwise.
-    shallow = max(changes["shallow"].median - changes["shallow_lookups"].median, changes["set_lora"].median)
+    deep_best = max(changes["ours"].best - changes["lookups"].best, changes["set_lora"].best)
+    shallow_best = max(changes["shallow"].best - changes["shallow_lookups"].best, changes["set_lora"].best)
     peer = changes["peft"].median if "peft" in changes else None
     what = f"alpha change → next forward sees it, unmerged, {blocks} blocks ({len(entries)} LoRA layers)"
     rows = [
@@ -147,10 +150,11 @@ def run(ctx: BenchContext) -> list[Row]:
             f"ours = set_lora + the per-layer scale refresh it triggers on the next forward (measured as (set_lora + "
             f"one scale lookup per layer) − the same lookups without a change: {changes['ours'].median * 1e6:.1f} − "
             f"{changes['lookups'].median * 1e6:.1f} µs); set_lora alone {changes['set_lora'].median * 1e6:.1f} µs", clock),
-        Row(CASE, f"same, {blocks} vs {shallow_blocks} blocks (growth with depth)", ours,
-            f"ours at {shallow_blocks} blocks ({len(shallow_entries)} layers)", shallow,
-            Goal("≤ 1.5× (O(1) in layers)", max_ratio=1.5), "the cost of a change must not grow with the number of layers",
-            clock),
+        Row(CASE, f"same, {blocks} vs {shallow_blocks} blocks (growth with depth)", deep_best,
+            f"ours at {shallow_blocks} blocks ({len(shallow_entries)} layers)", shallow_best,
+            Goal("≤ 1.5× (O(1) in layers)", max_ratio=1.5),
+            f"the cost of a change must not grow with the number of layers; best of {len(changes['ours'].runs)} "
+            "interleaved rounds for each term", clock),
     ]
     if peer_transformer is not None:
         diffusers_detach(peer_transformer)

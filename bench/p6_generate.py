@@ -6,10 +6,15 @@ thumbnail. Peer: diffusers' bare ``MiniMaxH3`` modular pipeline for the same wor
 components, with the same inputs (5 steps, 5 s at 24 fps, the tiny canvas, seed 0), no h3app code around it — its
 video and audio are checked to be bitwise h3app's.
 
-Then ``Backend.check_equivalence`` in full mode — A (8:1.0), B (128:0.0625) and the fallback (alpha = rank) as full
+Then ``Backend.check_equivalence`` in full mode — the fallback (alpha = rank), A (8:1.0) and B (128:0.0625) as full
 runs (B's latents equal A's: decoded once, its mp4 remuxed from A's), the determinism control as one denoising step,
-each mp4 encoded while the next column denoises, plus difference heatmaps and spectrograms — against one
-``Backend.generate``.
+each mp4 encoded while the next run denoises, plus difference heatmaps and spectrograms drawn while the last mp4
+is written — against one ``Backend.generate``.
+
+These rows are wall clock (the worker thread and the encoders run beside the caller), and a 0.4 s pipeline on a
+shared 2-core machine moves by tens of per cent from run to run. So each row reports the **best of several
+interleaved rounds** for both sides (the least disturbed run of each, as P4's notes do), with the ratio of medians
+in the note.
 """
 
 from __future__ import annotations
@@ -19,12 +24,19 @@ from typing import Any
 
 from .context import BenchContext
 from .table import Goal, Row
-from .timing import Variant, compare
+from .timing import Timing, Variant, compare
 
 CASE = "P6"
 PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
 STEPS = 5
 DEMO_ADAPTER = Path(__file__).resolve().parents[1] / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors"
+CHECK_ROUNDS = 5  # interleaved check/generate rounds (full run); each check is ~1.5 s on two cores
+CHECK_ROUNDS_QUICK = 2
+
+
+def best_of(ours: Timing, peer: Timing) -> str:
+    """The note that says what the row's times are: best of N interleaved rounds, and the ratio of medians."""
+    return f"best of {len(ours.runs)} interleaved rounds (ratio of medians {ours.median / peer.median:.2f}×)"
 
 
 def bare_pipeline(loaded, workflow: str = "t2va"):
@@ -84,13 +96,15 @@ def run(ctx: BenchContext) -> list[Row]:
         clock = ctx.clock("wall")  # the worker thread and the video encoder run beside the caller
         timings = compare([generate, Variant("bare", bare), Variant("pipeline", pipeline_only),
                            Variant("media", media_only)], repeats=ctx.heavy_repeats + 1, warmup=1, clock=clock)
-        rows = [Row(CASE, f"generate, tiny checkpoint, {STEPS} steps", timings["ours"].median,
-                    "diffusers bare modular pipeline", timings["bare"].median, Goal("≤ 1.3×", max_ratio=1.3),
+        rows = [Row(CASE, f"generate, tiny checkpoint, {STEPS} steps", timings["ours"].best,
+                    "diffusers bare modular pipeline", timings["bare"].best, Goal("≤ 1.3×", max_ratio=1.3),
                     f"ours = the worker job: pipeline + mp4 (h264 + AAC) + thumbnail; the mp4 and thumbnail alone take "
-                    f"{timings['media'].median:.2f} s; prompt cache warm after the first run, as in the app", clock),
-                Row(CASE, f"h3app pipeline run only (run_generation), {STEPS} steps", timings["pipeline"].median,
-                    "diffusers bare modular pipeline", timings["bare"].median, Goal("≤ 1.3×", max_ratio=1.3),
-                    "prompt cache, progress/cancel hook, seeded generator and output hash; no worker, no mp4", clock)]
+                    f"{timings['media'].best:.2f} s; prompt cache warm after the first run, as in the app; "
+                    f"{best_of(timings['ours'], timings['bare'])}", clock),
+                Row(CASE, f"h3app pipeline run only (run_generation), {STEPS} steps", timings["pipeline"].best,
+                    "diffusers bare modular pipeline", timings["bare"].best, Goal("≤ 1.3×", max_ratio=1.3),
+                    "prompt cache, progress/cancel hook, seeded generator and output hash; no worker, no mp4; "
+                    f"{best_of(timings['pipeline'], timings['bare'])}", clock)]
 
         adapter = LoRASettings(source=str(DEMO_ADAPTER))
         results = []
@@ -98,13 +112,16 @@ def run(ctx: BenchContext) -> list[Row]:
         def check() -> None:
             results.append(backend.check_equivalence(request, adapter))
 
-        checks = compare([Variant("check", check), generate], repeats=1 if ctx.quick else 3, warmup=0, clock=clock)
+        # The warm-up check attaches the adapter once (a cache hit afterwards, as for a person re-running the check).
+        checks = compare([Variant("check", check), generate], repeats=CHECK_ROUNDS_QUICK if ctx.quick else CHECK_ROUNDS,
+                         warmup=1, clock=clock)
         if not all(r.identical and r.control_identical for r in results):
             raise RuntimeError("P6: the equivalence check did not find A and B identical on the tiny checkpoint")
-        rows.append(Row(CASE, f"equivalence check, full mode (A, control, B, fallback), {STEPS} steps",
-                        checks["check"].median, "one generate", checks["ours"].median, Goal("≤ 2.6×", max_ratio=2.6),
-                        f"adapter {DEMO_ADAPTER.name}; 3 pipeline runs + a 1-step control, B decoded and muxed from "
-                        "A's, mp4s encoded beside the next run, + difference maps vs 1 run + 1 mp4", clock))
+        rows.append(Row(CASE, f"equivalence check, full mode (fallback, A, control, B), {STEPS} steps",
+                        checks["check"].best, "one generate", checks["ours"].best, Goal("≤ 2.6×", max_ratio=2.6),
+                        f"adapter {DEMO_ADAPTER.name}; 3 pipeline runs + a 1-step control, B's decode and mp4 taken "
+                        "from A's, mp4s encoded beside the next run, + difference maps vs 1 run + 1 mp4; "
+                        f"{best_of(checks['check'], checks['ours'])}", clock))
         return rows
     finally:
         backend.close()

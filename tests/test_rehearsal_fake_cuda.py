@@ -115,7 +115,7 @@ def test_merged_mode_on_fused_qkv_keeps_pristine_copies_on_the_host(tiny_header)
 def test_the_equivalence_check_runs_on_fake_cuda_and_does_not_pretend_to_compare(tiny_header):
     result = _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header, equivalence=True))
     check = result.check
-    assert check.phases == ("A", "control", "B", "fallback")
+    assert check.phases == ("fallback", "A", "control", "B")
     assert check.evaluations == result.evaluations == 3 * 1 + 1  # three one-step runs and the control step
     assert check.targets_bound == 24 and check.lora_bytes > 0
     # alpha × strength / rank (rank 4): A 8 × 1 / 4 and B 128 × 0.0625 / 4; the fallback alpha = rank, strength 1

@@ -105,7 +105,7 @@ def test_the_equivalence_check_runs_at_full_size_with_the_lightx2v_adapter(t2va_
     placement, cast and shape holds; the comparison itself is reported as not measurable."""
     check = t2va_check.check
     assert check.a == "8:1" and check.b == "128:0.0625"
-    assert check.phases == ("A", "control", "B", "fallback")
+    assert check.phases == ("fallback", "A", "control", "B")
     assert check.evaluations == 3 * 1 + 1
     assert check.targets_bound == 312
     assert check.effective_scale_a == check.effective_scale_b == 8.0 / 128  # rank 128

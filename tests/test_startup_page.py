@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import threading
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from h3app.model import repo
-from h3app.ui.startup_page import progress_text, while_starting
+from h3app.ui.startup_page import StartupPage, progress_text, while_starting
 from tests.hub_server import fake_hub  # noqa: F401 - the fixture
 
 EXTRA = "transformer/extra-shard.safetensors"
@@ -28,6 +29,17 @@ def test_progress_text_counts_gigabytes_and_rounds_the_percentage_down():
     assert progress_text(3_500_000, 18_600_000, "h3") == "Downloading h3 weights: 3.5 of 18.6 MB (18 %) …"
     assert progress_text(2_000_000_000, None) == "Downloading MiniMax-H3 weights: 2 GB so far …"
     assert progress_text(14_400_000, 14_400_000, "h3") == "Downloaded h3 weights (14.4 MB); loading them …"
+    assert progress_text(500, 2_000, "h3") == "Downloading h3 weights: 0.5 of 2 kB (25 %) …"  # the larger one's unit
+
+
+@pytest.mark.parametrize("show_log", [True, False])
+def test_a_public_space_keeps_library_log_lines_off_the_startup_page(show_log):
+    page = StartupPage("h3", lambda: (1_000_000, 4_000_000), show_log=show_log)
+    line = "Fetching 3 files into /data/hf-cache/models--owner--h3/snapshots/abc"
+    page.last.handle(logging.LogRecord("huggingface_hub.file_download", logging.INFO, __file__, 1, line, None, None))
+    text = page.text()
+    assert text.startswith("### H3 LoRA Lab is starting\n\nDownloading h3 weights: 1 of 4 MB (25 %) …")
+    assert ("/data/hf-cache" in text) is show_log
 
 
 def _free_port() -> int:

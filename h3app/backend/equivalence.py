@@ -36,7 +36,7 @@ from .media import remux_with_settings, write_thumbnail
 CHECK_NAME = "equivalence-check"
 FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step
 CONTROL_STEPS = 1
-PHASES = ("A", "control", "B", "fallback")
+PHASES = ("fallback", "A", "control", "B")
 DEFAULT_A = CheckSetting(alpha=8.0, strength=1.0)
 DEFAULT_B = CheckSetting(alpha=128.0, strength=0.0625)
 DEFAULT_PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
@@ -129,7 +129,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
                     on_step: Callable[[int, int], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None,
                     on_phase: Callable[[str], None] | None = None, hide_paths: bool = False) -> EquivalenceResult:
-    """Run A, the control (A's first denoising step again), B and the fallback; compare and save the media.
+    """Run the fallback, A, the control (A's first denoising step again) and B; compare and save the media.
 
     ``binder`` is the :class:`~h3app.backend.adapter_binding.AdapterBinder` of the held model. Every adapter is
     detached before and after, so the model is left at its bitwise base. Each column's mp4 is encoded on a second
@@ -157,7 +157,8 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     offset = [0]
     encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3app-encode")
 
-    def column(label: str, alpha: float | None, strength: float, same_as: str | None = None) -> Column:
+    def column(label: str, alpha: float | None, strength: float, same_as: str | None = None,
+               last: bool = False) -> Column:
         result = runs[label]
         metadata = {**settings, "column": label, "alpha": alpha, "strength": strength, "hash": result.hash}
         path = output_dir / f"{stem}-{label}.mp4"
@@ -166,7 +167,8 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
             video = remux_with_settings(earlier.video_path, path, metadata)
             thumb = Path(earlier.thumbnail_path)
         else:
-            video = save_result(result, path, metadata, audio_thread=False)  # beside the next run: one core
+            # Beside the next run the encode keeps to one core; the last column has no run beside it.
+            video = save_result(result, path, metadata, audio_thread=last)
             thumb = write_thumbnail(output_dir / f"{stem}-{label}.png", result.video)
         return Column(label, alpha, strength, str(video), str(thumb), result.hash, scales[label])
 
@@ -189,6 +191,13 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
 
     try:
         with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
+            # The fallback first: its mp4 is encoded while A denoises, and A, the control and B then run back to
+            # back with only the slider change (set_lora) between A and B; B's mp4, last, is normally a remux.
+            engine.attach(with_rank_alpha(loaded.adapter),
+                          dataclasses.replace(adapter, alpha=None, strength=1.0, mode="unmerged"), CHECK_NAME)
+            run("fallback")
+            columns["fallback"] = encoder.submit(column, "fallback", None, 1.0)
+            engine.detach()
             engine.attach(loaded.adapter, dataclasses.replace(adapter, alpha=a.alpha, strength=a.strength,
                                                               mode="unmerged"), CHECK_NAME)
             with first_output_digest(pipe, request) as first_a:
@@ -201,22 +210,17 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
             offset[0] += CONTROL_STEPS
             engine.set_lora(CHECK_NAME, alpha=b.alpha, strength=b.strength)
             run("B")
-            columns["B"] = encoder.submit(column, "B", b.alpha, b.strength, "A")
-            engine.detach()
-            engine.attach(with_rank_alpha(loaded.adapter),
-                          dataclasses.replace(adapter, alpha=None, strength=1.0, mode="unmerged"), CHECK_NAME)
-            run("fallback")
-            columns["fallback"] = encoder.submit(column, "fallback", None, 1.0)
+            columns["B"] = encoder.submit(column, "B", b.alpha, b.strength, "A", last=True)
         ra, rb, rf = runs["A"], runs["B"], runs["fallback"]
-        images = {name: encoder.submit(metrics.save_image, metrics.colorize(picture), output_dir / f"{stem}-{name}.png")
-                  for name, picture in (("heat-ab", metrics.video_difference_map(ra.video, rb.video)),
-                                        ("heat-afallback", metrics.video_difference_map(ra.video, rf.video)),
-                                        ("spec-ab", metrics.spectrogram_difference(ra.audio, rb.audio)),
-                                        ("spec-afallback", metrics.spectrogram_difference(ra.audio, rf.audio)))}
+        # Drawn here while the encoder finishes the last mp4 (this thread would only wait for it).
+        paths = {name: str(metrics.save_image(metrics.colorize(picture), output_dir / f"{stem}-{name}.png"))
+                 for name, picture in (("heat-ab", metrics.video_difference_map(ra.video, rb.video)),
+                                       ("heat-afallback", metrics.video_difference_map(ra.video, rf.video)),
+                                       ("spec-ab", metrics.spectrogram_difference(ra.audio, rb.audio)),
+                                       ("spec-afallback", metrics.spectrogram_difference(ra.audio, rf.audio)))}
         a_vs_b = metrics.compare(ra.video, ra.audio, rb.video, rb.audio)
         a_vs_fallback = metrics.compare(ra.video, ra.audio, rf.video, rf.audio)
         done = {label: future.result() for label, future in columns.items()}
-        paths = {name: str(future.result()) for name, future in images.items()}
     finally:
         encoder.shutdown(wait=True, cancel_futures=True)
         binder.reset(workflow)

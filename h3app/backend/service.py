@@ -385,10 +385,15 @@ class _Forwarder:
         cells.put(done)
 
 
+def hosted_from_env() -> bool:
+    """Public hosted mode: ``H3APP_HOSTED=1``, on by default on a Hugging Face Space (``SPACE_ID`` set)."""
+    return os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
+
+
 def backend_from_env(model: str | None = None, options: LoadOptions | None = None, parallel: Any = None) -> Backend:
     """The app's backend configured from environment variables (README lists them); ``parallel``: the rank group
     (h3app.parallel) when several ranks share each job."""
-    hosted = os.environ.get("H3APP_HOSTED", "1" if os.environ.get("SPACE_ID") else "0") == "1"
+    hosted = hosted_from_env()
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
     cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,

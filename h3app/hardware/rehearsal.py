@@ -55,7 +55,7 @@ class RehearsalOptions:
     scale: float = 1.0
     lora_mode: str = "unmerged"
     size: tuple[int, int] | None = None
-    equivalence: bool = False  # run the backend's equivalence check (A, control, B, fallback) with ``adapter``
+    equivalence: bool = False  # run the backend's equivalence check (fallback, A, control, B) with ``adapter``
 
     @property
     def canvas(self) -> tuple[int, int]:

@@ -1,5 +1,5 @@
-"""The equivalence check rehearsed at full size: the backend's own ``run_equivalence`` (A, the determinism control,
-B, the fallback at alpha = rank) on fake CUDA, with its adapter normalised from a safetensors header.
+"""The equivalence check rehearsed at full size: the backend's own ``run_equivalence`` (the fallback at alpha = rank,
+A, the determinism control, B) on fake CUDA, with its adapter normalised from a safetensors header.
 
 What it proves: every part of the check — the attach at A, ``set_lora`` from A to B, the fallback's re-attach, the
 control step, each column's denoising step and decodes, the media written — places, casts and shapes tensors as a

@@ -153,8 +153,8 @@ class ApiEvents:
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
                           scale_b: float, adapters_json: str, token: str, request: gr.Request = None,
                           progress: Any = gr.Progress()) -> dict[str, Any]:
-        """Run A, A again (determinism control), B and the old alpha = rank fallback through the full pipeline
-        with the first adapter, and say whether A and B are bit-identical.
+        """Run the old alpha = rank fallback, A, A's first step again (determinism control) and B through the full
+        pipeline with the first adapter, and say whether A and B are bit-identical.
 
         Parameters:
             prompt: the request's prompt

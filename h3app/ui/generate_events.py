@@ -99,7 +99,7 @@ EQUIVALENCE_RUNS = {"A": "A", "control": "determinism control (A's first step, t
 
 
 def describe_phase(what: str, phase: str) -> str:
-    """The progress line for a backend phase: the equivalence check's runs ("B (3/4)") named in full."""
+    """The progress line for a backend phase: the equivalence check's runs ("B (4/4)") named in full."""
     label, _, count = phase.partition(" (")
     if label in EQUIVALENCE_RUNS and count:
         return f"{what} · run {count.rstrip(')')}: {EQUIVALENCE_RUNS[label]}"

@@ -3,7 +3,8 @@
 A real model's weights take many minutes to download on a first start and a Space shows nothing until its port
 answers, so while ``locate`` downloads and the backend loads, :func:`while_starting` serves this small page on the
 app's own port: one Markdown, redrawn every two seconds by a ``gr.Timer``, with the progress line
-("Downloading MiniMax-H3 weights: 34.2 of 124 GB (28 %) …") and the last line the app logged. The same progress
+("Downloading MiniMax-H3 weights: 34.2 of 124 GB (28 %) …") and the last line the app logged (not on a public
+Space: a library's log line can name server folders). The same progress
 line goes to the log every 30 seconds. When the backend is ready the page is closed and the real app takes the
 port. Progress comes from :class:`h3app.model.repo.DownloadProgress` (byte counts of the Hugging Face cache), which
 app.py hands in: the UI reads the download, it does not start or inspect it.
@@ -17,6 +18,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator, Protocol
 
+from ..rules.units import byte_unit
+
 LOG = logging.getLogger("h3app.startup")
 REDRAW_SECONDS = 2.0
 LOG_EVERY_SECONDS = 30.0
@@ -27,9 +30,9 @@ def _amount(value: float) -> str:
 
 
 def progress_text(done: int, total: int | None, name: str = "MiniMax-H3") -> str:
-    """One line for ``done`` of ``total`` bytes (decimal GB, or MB below 1 GB; the percentage rounded down, so
-    100 % means every byte is there)."""
-    unit, scale = ("GB", 1e9) if max(done, total or 0) >= 1e9 else ("MB", 1e6)
+    """One line for ``done`` of ``total`` bytes, both in the larger one's decimal unit (the percentage rounded
+    down, so 100 % means every byte is there)."""
+    unit, scale = byte_unit(max(done, total or 0))
     if not total:
         return f"Downloading {name} weights: {_amount(done / scale)} {unit} so far …"
     if done >= total:
@@ -53,19 +56,21 @@ class _LastLine(logging.Handler):
 class StartupPage:
     """The startup page for one model; ``progress()`` returns ``(done, total)`` bytes (total None: unknown)."""
 
-    def __init__(self, name: str, progress: Callable[[], tuple[int, int | None]]) -> None:
+    def __init__(self, name: str, progress: Callable[[], tuple[int, int | None]], show_log: bool = True) -> None:
         self.name = name
         self.progress = progress
+        self.show_log = show_log
         self.last = _LastLine()
         self.demo: Any = None
         self._stop = threading.Event()
         self._logger: threading.Thread | None = None
 
     def text(self) -> str:
-        """The Markdown shown: the progress line, then the last logged line."""
+        """The Markdown shown: the progress line, then the last logged line (unless ``show_log`` is off)."""
         done, total = self.progress()
         line = progress_text(done, total, self.name)
-        return f"### H3 LoRA Lab is starting\n\n{line}" + (f"\n\n`{self.last.line}`" if self.last.line else "")
+        last = self.last.line if self.show_log else ""
+        return f"### H3 LoRA Lab is starting\n\n{line}" + (f"\n\n`{last}`" if last else "")
 
     def build(self) -> Any:
         import gradio as gr
@@ -111,14 +116,16 @@ class DownloadSource(Protocol):
 
 
 @contextlib.contextmanager
-def while_starting(download: DownloadSource | None, **launch: Any) -> Iterator[StartupPage | None]:
+def while_starting(download: DownloadSource | None, show_log: bool = True,
+                   **launch: Any) -> Iterator[StartupPage | None]:
     """Serve the startup page during the block while ``download`` (from ``repo.pending_download``) has bytes to
-    fetch; nothing when it is None or complete. The page is closed when the block ends, whatever happens in it."""
+    fetch; nothing when it is None or complete. The page is closed when the block ends, whatever happens in it.
+    ``show_log=False`` (a public Space) keeps library log lines, which can name server folders, off the page."""
     if download is None or not download.missing:
         yield None
         return
     model = download.repo_id
-    page = StartupPage(model.rsplit("/", 1)[-1], lambda: (download.done(), download.total))
+    page = StartupPage(model.rsplit("/", 1)[-1], lambda: (download.done(), download.total), show_log)
     LOG.warning("first start of %s: %s (this page shows progress until the app is ready)", model,
                 progress_text(download.done(), download.total, page.name))
     started = time.monotonic()

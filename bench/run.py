@@ -94,8 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(info.describe())
     if load_end is not None:
         print(f"Load average at end: {' / '.join(f'{value:.2f}' for value in load_end)}; wall time {elapsed:.0f} s.")
-    print("Times are medians of several interleaved runs; ratio = ours / peer (below 1 means h3app is faster); "
-          "clock: cpu = CPU seconds of this process (robust to other load), wall = elapsed time.\n")
+    print("Times are the median of several interleaved runs, or the best of them where 'measured' says so; "
+          "ratio = ours / peer (below 1 means h3app is faster); cpu = CPU seconds of this process (robust to other "
+          "load), wall = elapsed time.\n")
     print(render_markdown(rows))
     missed = [row for row in rows if row.met is False]
     print(f"\n{len(rows) - len(missed)} of {len(rows)} rows meet their goal"

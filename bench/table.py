@@ -30,7 +30,9 @@ class Goal:
 
 @dataclass(frozen=True)
 class Row:
-    """One measured comparison. Times are medians in seconds; ``peer_s`` is None when the peer could not run."""
+    """One measured comparison, times in seconds; ``peer_s`` is None when the peer could not run. ``statistic``
+    says which run of each side the times are: the median of the interleaved rounds, or "best of N" (the least
+    disturbed round, for wall-clock rows that swing with the machine's other load)."""
 
     case: str
     what: str
@@ -41,6 +43,7 @@ class Row:
     note: str = ""
     clock: str = "wall"
     extra: dict[str, Any] = field(default_factory=dict)
+    statistic: str = "median"
 
     @property
     def ratio(self) -> float | None:
@@ -55,7 +58,8 @@ class Row:
     def to_json(self) -> dict[str, Any]:
         return {"case": self.case, "what": self.what, "ours_s": self.ours_s, "peer": self.peer,
                 "peer_s": self.peer_s, "ratio": self.ratio, "goal": self.goal.text, "met": self.met,
-                "note": self.note, "clock": self.clock, **({"extra": self.extra} if self.extra else {})}
+                "note": self.note, "clock": self.clock, "statistic": self.statistic,
+                **({"extra": self.extra} if self.extra else {})}
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -88,10 +92,10 @@ def _cell(text: str) -> str:
 
 def render_markdown(rows: Iterable[Row]) -> str:
     """The results as a GitHub markdown table (one line per row)."""
-    lines = ["| case | what | ours (median) | peer | peer (median) | ratio | goal | met? | clock | note |",
+    lines = ["| case | what | ours | peer | peer time | ratio | goal | met? | measured | note |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         cells = (row.case, row.what, format_seconds(row.ours_s), row.peer, format_seconds(row.peer_s),
-                 format_ratio(row.ratio), row.goal.text, _verdict(row.met), row.clock, row.note)
+                 format_ratio(row.ratio), row.goal.text, _verdict(row.met), f"{row.clock}, {row.statistic}", row.note)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)

@@ -27,7 +27,7 @@ def test_quick_p3_prints_a_table_with_ratios(tmp_path: Path) -> None:
     result = _bench("--quick", "--only", "P3", cache=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    assert "| case | what | ours (median) | peer | peer (median) | ratio | goal | met? | clock | note |" in out
+    assert "| case | what | ours | peer | peer time | ratio | goal | met? | measured | note |" in out
     rows = [line for line in out.splitlines() if line.startswith("| P3 |")]
     assert len(rows) == 3, out  # PEFT is installed here (requirements-dev): all three rows have a peer
     for row in rows:
@@ -66,7 +66,9 @@ def test_goal_and_ratio() -> None:
     row = Row("P9", "thing", 0.2, "peer", 0.1, Goal("≤ 1.5×", max_ratio=1.5), "a | b", "cpu")
     assert row.ratio == pytest.approx(2.0) and row.met is False
     table = render_markdown([row])
-    assert "| P9 | thing | 200.00 ms | peer | 100.00 ms | 2.00× | ≤ 1.5× | **no** | cpu | a \\| b |" in table
+    assert "| P9 | thing | 200.00 ms | peer | 100.00 ms | 2.00× | ≤ 1.5× | **no** | cpu, median | a \\| b |" in table
+    best = Row("P9", "wall thing", 0.2, "peer", 0.1, Goal("≤ 1.5×", max_ratio=1.5), "", "wall", statistic="best of 5")
+    assert "| **no** | wall, best of 5 |" in render_markdown([best]) and best.to_json()["statistic"] == "best of 5"
     assert format_ratio(0.02) == "0.02× (1/50)"
     assert format_ratio(None) == "—"
 

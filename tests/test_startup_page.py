@@ -32,6 +32,21 @@ def test_progress_text_counts_gigabytes_and_rounds_the_percentage_down():
     assert progress_text(500, 2_000, "h3") == "Downloading h3 weights: 0.5 of 2 kB (25 %) …"  # the larger one's unit
 
 
+@pytest.mark.parametrize(("space_id", "hosted_flag", "hosted"), [(None, None, False), ("owner/space", None, True),
+                                                             ("owner/space", "0", False), (None, "1", True)])
+def test_hosted_mode_is_one_rule_for_the_backend_and_the_startup_page(monkeypatch, space_id, hosted_flag, hosted):
+    from h3app.backend import service
+
+    for name, value in (("SPACE_ID", space_id), ("H3APP_HOSTED", hosted_flag)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    assert service.hosted_from_env() is hosted  # app.py passes show_log=not hosted_from_env() to the page
+    monkeypatch.setattr(service, "Backend", lambda *args, **kwargs: kwargs)  # the settings, not a model
+    assert service.backend_from_env("tiny")["hosted"] is hosted
+
+
 @pytest.mark.parametrize("show_log", [True, False])
 def test_a_public_space_keeps_library_log_lines_off_the_startup_page(show_log):
     page = StartupPage("h3", lambda: (1_000_000, 4_000_000), show_log=show_log)

@@ -34,7 +34,8 @@ def test_quick_p3_prints_a_table_with_ratios(tmp_path: Path) -> None:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert cells[5].endswith("×") or "× (1/" in cells[5], row  # a ratio, not "—"
         assert cells[7] in ("yes", "**no**"), row
-        assert cells[8] == "cpu", row  # P3 is single-threaded compute: CPU time by default
+        assert cells[8].partition(", ")[0] == "cpu", row  # P3 is single-threaded compute: CPU time by default
+    assert [row.split(" | ")[8] for row in rows] == ["cpu, median", "cpu, best of 5", "cpu, median"]  # growth: best
     assert "CPU: " in out and "torch threads: 1" in out and "load average" in out
     assert "rows meet their goal" in out
     assert list(tmp_path.glob("lightx2v-narrow52-*.safetensors")), "the adapter fixture is written to the cache dir"

@@ -30,8 +30,8 @@ from typing import Mapping, Sequence
 from ..errors import H3AppError
 from ..settings import QKV_LAYOUTS
 from .module_rules import (  # noqa: F401 — the rule tables, layouts and matchers, re-exported for callers of formats
-    DIFFUSERS_MODULES, FUSED_QKV, NATIVE_MODULES, PLAIN, SWIGLU_GATE_UP, Alternative, ModuleRule, match_module,
-    match_name, native_vocabulary,
+    DIFFUSERS_MODULES, FUSED_QKV, NATIVE_MODULES, PLAIN, SWIGLU_GATE_UP, Alternative, ModuleRule, dotted_name,
+    match_module, match_name, native_vocabulary,
 )
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
@@ -349,7 +349,7 @@ def _module_plan(
     rule = alternative.rule
     return _new_module_plan({
         "stem": entry.stem,
-        "module": _dotted_name(rule, groups) if matched_flat else entry.name,
+        "module": dotted_name(rule, groups) if matched_flat else entry.name,  # the name a flattened one stands for
         "prefix": entry.prefix,
         "format": factors.format,
         "layout": rule.layout,
@@ -464,14 +464,6 @@ def _new_module_plan(fields: dict[str, object]) -> ModulePlan:
     plan = object.__new__(ModulePlan)
     object.__setattr__(plan, "__dict__", fields)
     return plan
-
-
-def _dotted_name(rule: ModuleRule, groups: tuple[str, ...]) -> str:
-    """The dotted module name a flattened name stands for (the rule's pattern with its groups filled in)."""
-    name = rule.pattern
-    for group in groups:
-        name = name.replace(r"(\d+)", group, 1)
-    return name.replace("\\.", ".")
 
 
 def _refuse_duplicate_targets(name: str, plans: Sequence[ModulePlan]) -> None:

@@ -145,6 +145,15 @@ def match_module(name: str, flattened: bool) -> tuple[str, ModuleRule, re.Match[
     return alternative.family, alternative.rule, alternative.alone.fullmatch(text), matched_flat
 
 
+def dotted_name(rule: ModuleRule, groups: tuple[str, ...]) -> str:
+    """The dotted module name ``rule`` gives for ``groups`` (its pattern with each ``(\\d+)`` filled in):
+    ``blocks\\.(\\d+)\\.mlp\\.fc1`` with ``("3",)`` → ``blocks.3.mlp.fc1``."""
+    name = rule.pattern
+    for group in groups:
+        name = name.replace(r"(\d+)", group, 1)
+    return name.replace("\\.", ".")
+
+
 def native_vocabulary(shapes: TransformerShapes) -> dict[str, tuple[int, int]]:
     """Every native (original checkpoint) LoRA-able module of a transformer → its ``(out, in)``; fused QKV and
     SwiGLU ``fc1`` have their fused row counts. The inverse of ``NATIVE_MODULES``, for writing native files."""
@@ -156,10 +165,7 @@ def native_vocabulary(shapes: TransformerShapes) -> dict[str, tuple[int, int]]:
         else:
             indices = [()]
         for groups in indices:
-            name = rule.pattern
-            for group in groups:
-                name = name.replace(r"(\d+)", group, 1)
-            name = name.replace("\\.", ".")
+            name = dotted_name(rule, groups)
             targets = [t.format(*groups) for t in rule.targets]
             if targets[0] not in shapes:
                 continue

@@ -211,7 +211,7 @@ def locate(model: str, workflow: str = "t2va", revision: str | None = None, toke
             )
     elif Path(model).expanduser().is_dir():
         location = ModelLocation(name=model, folder=Path(model).expanduser().resolve())
-    elif _REPO_ID.match(model) and not Path(model).exists():
+    elif is_hub_repo(model):
         location = _download(model, revision, needed, token)
     else:
         raise H3AppError(

@@ -418,7 +418,7 @@ def test_remote_header_of_an_html_page_is_refused(fake_hub: FakeHub, tmp_path: P
     folder.mkdir()
     (folder / "lora.safetensors").write_text("<!DOCTYPE html><html><body>Sign in</body></html>")
     fake_hub.add_repo("me/html", folder)
-    with pytest.raises(H3AppError, match=r"me/html/lora\.safetensors is not a valid safetensors file"):
+    with pytest.raises(H3AppError, match=r"me/html/lora\.safetensors is an HTML page"):
         read_header("me/html")
 
 

@@ -84,7 +84,7 @@ def _read_local_header(path: Path, adapter_config_path: str | Path | None) -> He
     file_bytes = path.stat().st_size
     with path.open("rb") as handle:
         head = handle.read(64)
-        _refuse_non_safetensors(path.name, head, file_bytes)
+        refuse_non_safetensors(path.name, head, file_bytes)
         (header_len,) = struct.unpack("<Q", head[:8])
         check_header_length(header_len, path.name)
         if 8 + header_len > file_bytes:
@@ -130,10 +130,29 @@ def make_header_view(tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int
     )
 
 
-def _refuse_non_safetensors(name: str, head: bytes, file_bytes: int) -> None:
-    """Name the usual impostors by their first bytes."""
+def safetensors_layout(head: bytes, file_bytes: int) -> bool:
+    """Whether ``head`` (the first ≥ 9 bytes) starts the way the safetensors format does: an 8-byte little-endian
+    header length N that fits the file (``8 + N ≤ file_bytes``), then a JSON object whose first byte is ``{``.
+
+    Decided first, before any other format's magic bytes: a header length of 640, 896, 1152 or 1408 bytes begins
+    with the bytes ``0x80 0x02``–``0x05``, a pickle's protocol opcode, and is still a safetensors file.
+    """
+    if len(head) < 9:
+        return False
+    (header_len,) = struct.unpack("<Q", head[:8])
+    return header_len >= 2 and 8 + header_len <= file_bytes and head[8:9] == b"{"
+
+
+def refuse_non_safetensors(name: str, head: bytes, file_bytes: int) -> None:
+    """Refuse what is not a safetensors file, naming the usual impostors (pickle, zip, git-lfs pointer, HTML page).
+
+    Shared by local and remote reads. ``head`` is the file's first bytes (64 or more are enough). A file with the
+    safetensors layout (:func:`safetensors_layout`) passes; the header itself is validated afterwards.
+    """
     if file_bytes == 0:
         raise H3AppError(f"{name} is empty (0 bytes): re-download it.")
+    if safetensors_layout(head, file_bytes):
+        return
     stripped = head.lstrip()
     if head.startswith(b"version https://git-lfs"):
         raise H3AppError(
@@ -150,7 +169,8 @@ def _refuse_non_safetensors(name: str, head: bytes, file_bytes: int) -> None:
             f"{name} is a zip archive (PyTorch's pickle format): pickles can run code when loaded, so they are "
             "refused; ask for (or convert it to) a .safetensors file."
         )
-    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+    # A "{" after 8 bytes is a safetensors header whose file is cut short: named as truncated by the caller.
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") and head[8:9] != b"{":
         raise H3AppError(
             f"{name} is a Python pickle: pickles can run code when loaded, so they are refused; ask for (or convert "
             "it to) a .safetensors file."

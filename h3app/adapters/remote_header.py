@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 from ..errors import H3AppError
 from ..rules.units import format_bytes
-from .header import ADAPTER_CONFIG_NAME, make_header_view, parse_header, read_adapter_config, read_scalars
+from .header import (ADAPTER_CONFIG_NAME, make_header_view, parse_header, read_adapter_config, read_scalars,
+                     refuse_non_safetensors)
 from . import memo
 from .hub import SIDECAR_MAX_BYTES, HubListing, Token, hub_errors, remote_size
 from .limits import check_header_length
@@ -93,6 +94,7 @@ def _read_header(read: Any, size: int, where: str) -> tuple[dict, dict[str, str]
     if size < 8:
         raise H3AppError(f"{where} is not a valid safetensors file: it is only {size} bytes.")
     first = read(0, min(size, FIRST_READ_BYTES))
+    refuse_non_safetensors(where, first, size)
     header_len = int.from_bytes(first[:8], "little")
     check_header_length(header_len, where)
     if 8 + header_len > size:

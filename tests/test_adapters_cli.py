@@ -97,6 +97,22 @@ def test_export_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)["num_targets"] == 7
 
 
+def test_export_cli_partition_names_the_component(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from safetensors import safe_open
+
+    source = save(tmp_path / "src.safetensors", native_block("", 0, rank=4))
+    for partition in ("transformer", "transformer_ref"):
+        out_dir = tmp_path / partition
+        code, out, err = run_cli(capsys, "export", "--adapter", str(source), "--model", "tiny", "--partition",
+                                 partition, "--out", str(out_dir), "--json")
+        assert code == 0, err
+        assert json.loads(out)["partition"] == partition
+        with safe_open(str(out_dir / "adapter_model.safetensors"), framework="pt") as handle:
+            prefixes = {key.split(".", 1)[0] for key in handle.keys()}
+            packed = json.loads(handle.metadata()["lora_adapter_metadata"])
+        assert prefixes == {partition} and {key.split(".", 1)[0] for key in packed} == {partition}
+
+
 def test_export_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = save(tmp_path / "src.safetensors", native_block("", 0, rank=4))
     code, _, err = run_cli(capsys, "export", "--adapter", str(source), "--alpha", "-1", "--out", str(tmp_path / "o"))

@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 
 from adapter_fixtures import (
-    TINY_SHAPES, delta, diffusers_targets, native_block, oracle_deltas_diffusers,
+    TINY_CONFIG, TINY_SHAPES, delta, diffusers_targets, native_block, oracle_deltas_diffusers,
     oracle_deltas_peft, relative_error, save,
 )
 from h3app.adapters.export import export_adapter, parse_export_dtype
@@ -104,3 +104,59 @@ def test_refusals(tmp_path: Path) -> None:
         export_adapter(adapter, tmp_path / "file")
     with pytest.raises(H3AppError, match="--dtype must be one of"):
         parse_export_dtype("int4")
+
+
+def _both_partitions_pipeline():
+    """What diffusers' H3 pipelines hold for LoRA loading: ``MiniMaxH3LoraLoaderMixin`` over a ``transformer`` and a
+    ``transformer_ref`` (fresh tiny fp32 transformers), so ``load_lora_weights`` routes by the keys' prefix."""
+    from diffusers import MiniMaxH3Transformer3DModel
+    from diffusers.loaders.lora_pipeline import MiniMaxH3LoraLoaderMixin
+
+    class Pipeline(MiniMaxH3LoraLoaderMixin):
+        hf_device_map = None  # what diffusers' offload check reads on a pipeline
+
+        @property
+        def components(self) -> dict:
+            return {"transformer": self.transformer, "transformer_ref": self.transformer_ref}
+
+        def __init__(self) -> None:
+            self.transformer = MiniMaxH3Transformer3DModel(**TINY_CONFIG)
+            self.transformer_ref = MiniMaxH3Transformer3DModel(**TINY_CONFIG)
+
+    return Pipeline()
+
+
+@pytest.mark.parametrize("partition", ["transformer", "transformer_ref"])
+def test_export_names_the_partition_diffusers_loads_it_into(tmp_path: Path, partition: str) -> None:
+    from adapter_fixtures import _peft_deltas, call_with_timeout
+
+    tensors = native_block("", 0, rank=4)
+    tensors["blocks.0.attn.qkv_proj.alpha"] = torch.tensor(1.5)
+    adapter = load_adapter(save(tmp_path / "plain.safetensors", tensors), shapes=TINY_SHAPES, partition=partition)
+    result = export_adapter(adapter, tmp_path / "out", strength=0.5, partition=partition)
+    assert result.to_json()["partition"] == partition
+    with safe_open(str(result.weights), framework="pt") as handle:
+        assert all(key.startswith(f"{partition}.transformer_blocks.") for key in handle.keys())
+        assert all(key.startswith(f"{partition}.") for key in json.loads(handle.metadata()["lora_adapter_metadata"]))
+
+    def load() -> tuple[dict, dict]:
+        pipe = _both_partitions_pipeline()
+        pipe.load_lora_weights(str(result.weights.parent), weight_name=result.weights.name, adapter_name="export")
+        return _peft_deltas(pipe.transformer, "export"), _peft_deltas(pipe.transformer_ref, "export")
+
+    main, reference = call_with_timeout(load)
+    landed, untouched = (reference, main) if partition == "transformer_ref" else (main, reference)
+    assert untouched == {}
+    _assert_same_delta(adapter, landed, 0.5)
+    # h3app reads its own export back for the same partition (and names it as the other partition's otherwise).
+    again = load_adapter(result.weights, shapes=TINY_SHAPES, partition=partition)
+    for target, module in adapter.modules.items():
+        assert relative_error(delta(again.modules[target]), delta(module, 0.5)) <= TOLERANCE
+    if partition == "transformer_ref":
+        with pytest.raises(H3AppError, match="nothing in adapter_model.safetensors applies to the transformer partition"):
+            load_adapter(result.weights, shapes=TINY_SHAPES)
+
+
+def test_export_refuses_an_unknown_partition(tmp_path: Path) -> None:
+    with pytest.raises(H3AppError, match="partition must be one of transformer, transformer_ref"):
+        export_adapter(_mixed_adapter(tmp_path), tmp_path / "out", partition="transformer_2")

@@ -1,10 +1,12 @@
 """Export a normalised adapter as a clean diffusers/PEFT LoRA with the chosen alpha and strength baked in.
 
-The file has keys ``transformer.<diffusers module>.lora_A.weight`` ``[r, in]`` / ``.lora_B.weight`` ``[out, r]``
-(fp32 unless asked otherwise) and the per-module effective scale ``s = alpha × strength / r`` (rsLoRA:
+The file has keys ``<partition>.<diffusers module>.lora_A.weight`` ``[r, in]`` / ``.lora_B.weight`` ``[out, r]``
+(fp32 unless asked otherwise), ``<partition>`` being ``transformer`` or ``transformer_ref``: diffusers' H3 loader
+routes keys to the pipeline component their prefix names, so a ``transformer_ref`` export loads into
+``transformer_ref`` without ``load_into_transformer_ref`` and the per-module effective scale ``s = alpha × strength / r`` (rsLoRA:
 ``/ √r``) stored as ``lora_alpha = s × r`` with ``use_rslora = false`` — the most common value as ``lora_alpha``,
 the others in ``alpha_pattern`` (likewise ``r``/``rank_pattern``), patterns anchored with ``^`` as diffusers does.
-The same LoraConfig goes into the header's ``lora_adapter_metadata`` (``transformer.``-prefixed fields, which
+The same LoraConfig goes into the header's ``lora_adapter_metadata`` (fields prefixed with the same partition, which
 diffusers' ``load_lora_weights``/``load_lora_adapter`` read) and into ``adapter_config.json`` (which PEFT reads),
 so either applies exactly h3app's ΔW = s · B @ A.
 """
@@ -22,11 +24,11 @@ import torch
 from ..errors import H3AppError
 from ..rules.scale import effective_scale
 from ..settings import check_strength
+from .formats import MAIN_PARTITION, PARTITIONS
 from .types import NormalisedAdapter
 
 WEIGHTS_NAME = "adapter_model.safetensors"
 CONFIG_NAME = "adapter_config.json"
-PREFIX = "transformer"
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
 
@@ -42,6 +44,7 @@ class ExportResult:
     lora_config: Mapping[str, Any]
     scales: Mapping[str, float] = field(default_factory=dict)
     dtype: str = "float32"
+    partition: str = MAIN_PARTITION
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class ExportResult:
             "num_targets": self.num_targets,
             "strength": self.strength,
             "dtype": self.dtype,
+            "partition": self.partition,
             "r": self.lora_config["r"],
             "lora_alpha": self.lora_config["lora_alpha"],
             "rank_pattern": dict(self.lora_config["rank_pattern"]),
@@ -97,8 +101,14 @@ def export_adapter(
     dtype: torch.dtype = torch.float32,
     base_model: str | None = None,
     source: str | None = None,
+    partition: str = MAIN_PARTITION,
 ) -> ExportResult:
-    """Write ``adapter_model.safetensors`` and ``adapter_config.json`` into ``out_dir`` (created if needed)."""
+    """Write ``adapter_model.safetensors`` and ``adapter_config.json`` into ``out_dir`` (created if needed).
+
+    ``partition`` is the transformer ``adapter`` was loaded for (``load_adapter(partition=...)``); it prefixes every
+    key and metadata field, so diffusers loads the file into that component."""
+    if partition not in PARTITIONS:
+        raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
     strength = check_strength(strength)
     if strength == 0:
         raise H3AppError("scale 0 would export an adapter that does nothing: give a non-zero --scale.")
@@ -113,8 +123,8 @@ def export_adapter(
     tensors: dict[str, torch.Tensor] = {}
     for target in sorted(adapter.modules):
         module = adapter.modules[target]
-        tensors[f"{PREFIX}.{target}.lora_A.weight"] = module.down.to(dtype, copy=True).contiguous()
-        tensors[f"{PREFIX}.{target}.lora_B.weight"] = module.up.to(dtype, copy=True).contiguous()
+        tensors[f"{partition}.{target}.lora_A.weight"] = module.down.to(dtype, copy=True).contiguous()
+        tensors[f"{partition}.{target}.lora_B.weight"] = module.up.to(dtype, copy=True).contiguous()
     provenance = {
         "source": source or adapter.identity,
         "strength": strength,
@@ -124,7 +134,7 @@ def export_adapter(
     }
     metadata = {
         "format": "pt",
-        "lora_adapter_metadata": json.dumps({f"{PREFIX}.{k}": v for k, v in config.items()}, indent=2, sort_keys=True),
+        "lora_adapter_metadata": json.dumps({f"{partition}.{k}": v for k, v in config.items()}, indent=2, sort_keys=True),
         "h3app_export": json.dumps(provenance, sort_keys=True),
     }
     from safetensors.torch import save_file
@@ -152,4 +162,5 @@ def export_adapter(
         lora_config=config,
         scales=scales,
         dtype=str(dtype).removeprefix("torch."),
+        partition=partition,
     )

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         adapter_config_path=adapter_file.adapter_config_path,
     )
     result = export_adapter(adapter, args.out, strength=args.scale, dtype=dtype, base_model=args.model,
-                            source=adapter_file.describe())
+                            source=adapter_file.describe(), partition=args.partition)
     payload = {**result.to_json(), "format": adapter.info.format, "alpha_source": adapter.info.alpha_source,
                "warnings": list(adapter.info.warnings)}
     human = (

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..model.repo import partition_for
 from ..rules.scale import effective_scale
 
 REAL_MODEL = "MiniMaxAI/MiniMax-H3"
@@ -187,6 +188,9 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         if adapter.get("alpha") is not None:
             flags.append(f"--alpha {_num(adapter['alpha'])}")
         flags.append(f"--scale {_num(adapter.get('strength', 1.0))}")
+        partition = partition_for(request.get("workflow", "t2va"))
+        if partition != "transformer":  # the exported keys name it, so diffusers loads them into that component
+            flags.append(f"--partition {partition}")
         lines.append(f"#    python -m h3app export {' '.join(flags)} --out lora_{index + 1}")
     lines += [
         "import torch",

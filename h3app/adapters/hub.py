@@ -12,9 +12,9 @@ from __future__ import annotations
 import io
 import posixpath
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
 from ..errors import H3AppError
 from .refs import COMMIT_SHA, WEIGHT_SUFFIX, LocalPath, SourceRef, WeightFile, choose_weight
@@ -81,15 +81,42 @@ def cached_listing(ref: SourceRef, cache_dir: LocalPath | None) -> HubListing:
 
 
 def _hub_where(ref: SourceRef) -> str:
-    return f"Hub repo {ref.repo_id}" + (f" at revision {ref.revision}" if ref.revision else "")
+    folder = f" folder {ref.folder}/" if ref.folder else ""
+    return f"Hub repo {ref.repo_id}{folder}" + (f" at revision {ref.revision}" if ref.revision else "")
 
 
 def choose_hub_weight(ref: SourceRef, listing: HubListing) -> WeightFile:
+    """The file ``ref`` names in ``listing`` (a folder URL's weight name resolved, its files only), or the only one."""
+    ref = resolve_folder_weight(ref, listing.files)
+    weights = in_folder(listing.weights, ref.folder)
     if listing.snapshot is not None and ref.filename is not None and ref.filename not in listing.files:
         raise offline_error(ref, ref.filename)
-    if listing.snapshot is not None and not listing.weights:
+    if listing.snapshot is not None and not weights:
         raise offline_error(ref, None)
-    return choose_weight(listing.weights, ref.filename, where=_hub_where(ref))
+    return choose_weight(weights, ref.filename, where=_hub_where(ref))
+
+
+def resolve_folder_weight(ref: SourceRef, names: Collection[str]) -> SourceRef:
+    """``ref`` with the file a folder URL's weight name means among the repo's file ``names``.
+
+    A weight name that already starts with the folder (``adapters/x.safetensors`` with ``…/tree/main/adapters``)
+    is that repo path, or ``adapters/adapters/x.safetensors`` (``ref.nested_filename``) when only that one exists;
+    when both exist the name is ambiguous: one ``H3AppError`` asking for the full path.
+    """
+    nested = ref.nested_filename
+    if nested is None or nested not in names:
+        return ref
+    if ref.filename in names:
+        raise H3AppError(
+            f"--weight-name {ref.filename} in the URL's folder {ref.folder}/ is ambiguous: {ref.repo_id} has both "
+            f"{ref.filename} and {nested}; give the file's /resolve/ URL, or the repo id with the full --weight-name."
+        )
+    return replace(ref, filename=nested, nested_filename=None)
+
+
+def in_folder(files: Sequence[WeightFile], folder: str | None) -> list[WeightFile]:
+    """The files under repo ``folder`` (all of them when None)."""
+    return list(files) if folder is None else [f for f in files if f.name.startswith(folder + "/")]
 
 
 def hub_commit(repo_id: str, filename: str, revision: str | None, token: Token,

@@ -136,7 +136,7 @@ def registry_identity(source: str, weight_name: str | None, file_name: str) -> t
 
     if is_url(source):
         try:
-            ref = parse_hf_url(source, None, None)
+            ref = parse_hf_url(source, weight_name or None, None)  # a folder URL needs the name to name a file
         except H3AppError:
             return None, weight_name or file_name
         return ref.repo_id, ref.filename or weight_name or file_name

@@ -3,8 +3,10 @@
 ``SOURCE`` may be
 - a Hub model repo id ``owner/name`` (with ``weight_name`` for the file and ``revision`` for branch/tag/commit);
 - an HF file URL ``https://huggingface.co/<owner>/<name>/resolve/<rev>/<path>`` or ``…/blob/<rev>/<path>``
-  (revision and file taken from it; ``hf.co`` and the configured ``HF_ENDPOINT`` host work too), or the repo's
-  page ``https://huggingface.co/<owner>/<name>[/tree/<rev>]``;
+  (revision and file taken from it; ``hf.co`` and the configured ``HF_ENDPOINT`` host work too), the repo's
+  page ``https://huggingface.co/<owner>/<name>[/tree/<rev>]``, or a folder of it
+  ``…/tree/<rev>/<folder>`` (also ``blob/``): ``weight_name`` is then the file's path inside that folder, or
+  inside the repo when it already starts with the folder (:func:`folder_weight`);
 - a local ``.safetensors`` file (an uploaded file is one), or a local folder holding one or more.
 
 Rules: only ``.safetensors`` (``.bin/.pt/.pth/.ckpt`` are pickles, which run code when loaded: refused); weight
@@ -47,9 +49,9 @@ class SourceRef:
     """A parsed ``SOURCE``.
 
     ``kind`` is ``"hub"`` or ``"local"``. Hub: ``repo_id`` (``owner/name``), ``filename`` (path in the repo, or
-    None when still to choose), ``revision`` (None means ``main``). Local: ``local_path`` is the file when
-    ``filename`` is set (``filename`` is then its name relative to the folder given, or its base name), else the
-    folder to choose in.
+    None when still to choose), ``revision`` (None means ``main``), ``folder`` (the repo folder a folder URL
+    names: the file is chosen in it; ``nested_filename``: see :func:`folder_weight`). Local: ``local_path`` is the file when ``filename`` is set (``filename`` is
+    then its name relative to the folder given, or its base name), else the folder to choose in.
     """
 
     kind: str
@@ -57,12 +59,15 @@ class SourceRef:
     filename: str | None = None
     revision: str | None = None
     local_path: Path | None = None
+    folder: str | None = None
+    nested_filename: str | None = None  # a folder URL's weight name that starts with the folder may mean this too
 
     def describe(self) -> str:
         """``owner/name/file@rev`` or the local path, for messages."""
         if self.kind == "local":
             return str(self.local_path)
-        text = f"{self.repo_id}/{self.filename}" if self.filename else f"{self.repo_id}"
+        inside = self.filename or self.folder
+        text = f"{self.repo_id}/{inside}" if inside else f"{self.repo_id}"
         return f"{text}@{self.revision}" if self.revision else text
 
 
@@ -297,6 +302,7 @@ def parse_hf_url(text: str, weight_name: str | None, revision: str | None) -> So
     repo_id = check_repo_id(f"{segments[0]}/{segments[1]}")
     url_revision: str | None = None
     url_filename: str | None = None
+    url_folder: str | None = None
     rest = segments[2:]
     if rest:
         kind = rest[0]
@@ -309,21 +315,50 @@ def parse_hf_url(text: str, weight_name: str | None, revision: str | None) -> So
         if url_revision == "refs" and len(path_parts) >= 2 and path_parts[0] == "pr" and path_parts[1].isdigit():
             url_revision, path_parts = f"refs/pr/{path_parts[1]}", path_parts[2:]
         url_revision = check_revision(url_revision)
-        if kind == "tree":
-            if path_parts:
-                raise H3AppError(
-                    f"{text} is a folder URL: give the file's /resolve/ or /blob/ URL, or the repo id with "
-                    "--weight-name folder/file.safetensors."
-                )
-        elif not path_parts:
+        if kind != "tree" and not path_parts:
             raise H3AppError(f"{text} names no file: use …/resolve/<revision>/<file>.safetensors.")
-        else:
+        if path_parts and _names_a_folder(kind, path_parts[-1], weight_name):
+            url_folder = check_folder("/".join(path_parts), text)
+        elif path_parts:
             url_filename = check_weight_name("/".join(path_parts))
     if weight_name is not None and url_filename is not None and weight_name != url_filename:
         raise H3AppError(f"the URL names {url_filename!r} but --weight-name says {weight_name!r}: drop one of them.")
     if revision is not None and url_revision is not None and revision != url_revision:
         raise H3AppError(f"the URL names revision {url_revision!r} but --revision says {revision!r}: drop one of them.")
-    return SourceRef("hub", repo_id=repo_id, filename=url_filename or weight_name, revision=url_revision or revision)
+    nested = None
+    if url_folder is not None and weight_name is not None:
+        url_filename, nested = folder_weight(url_folder, weight_name)
+    return SourceRef("hub", repo_id=repo_id, filename=url_filename or weight_name, revision=url_revision or revision,
+                     folder=url_folder, nested_filename=nested)
+
+
+def _names_a_folder(kind: str, last: str, weight_name: str | None) -> bool:
+    """Whether a URL path ending in ``last`` names a folder: always for ``tree/``; for ``blob/`` and ``resolve/``
+    when it is not a file name (no ``.safetensors`` or pickle suffix) and a weight name is given or it has no dot."""
+    if kind == "tree":
+        return True
+    lower = last.lower()
+    if lower.endswith((WEIGHT_SUFFIX, *PICKLE_SUFFIXES)):
+        return False
+    return weight_name is not None or "." not in last
+
+
+def check_folder(folder: str, text: str) -> str:
+    """A folder path inside a repo, as a folder URL gives it: relative, forward slashes, no ``..`` or empty part."""
+    parts = folder.split("/")
+    if any(part in ("", ".", "..") for part in parts) or _CONTROL.search(folder) or "\\" in folder:
+        raise H3AppError(f"{text} names the folder {folder!r}, which is not a plain path inside the repo: give the "
+                         "file's /resolve/ URL, or the repo id with --weight-name folder/file.safetensors.")
+    return folder
+
+
+def folder_weight(folder: str, weight_name: str) -> tuple[str, str | None]:
+    """The repo path of ``weight_name`` given with a folder URL, and the other path it may mean: ``folder/name``;
+    or, for a name that already starts with ``folder/``, the name itself, which may also mean ``folder/name`` (a
+    same-named subfolder; ``hub.resolve_folder_weight`` settles that against the repo's files)."""
+    if weight_name.startswith(folder + "/"):
+        return weight_name, f"{folder}/{weight_name}"
+    return f"{folder}/{weight_name}", None
 
 
 def _local_ref(path: Path, text: str, weight_name: str | None, revision: str | None) -> SourceRef:

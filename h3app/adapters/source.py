@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 from ..errors import H3AppError
 from ..rules.units import format_bytes
 from .header import ADAPTER_CONFIG_NAME, VanishedFile, read_local_header, vanished
-from .hub import (SIDECAR_SUFFIX, ProgressCallback, Token, check_access, choose_hub_weight, clean_token,
+from .hub import (SIDECAR_SUFFIX, ProgressCallback, Token, check_access, choose_hub_weight, clean_token, in_folder,
                   download_pinned, download_sidecar, hub_commit, hub_listing, remote_size)
 from .refs import (WEIGHT_SUFFIX, LocalPath, MultipleWeightFiles, SourceRef, WeightFile, as_ref, check_revision,
                    check_weight_name, choose_weight, describe_files, implied_weight, list_local, local_weight,
@@ -121,7 +121,7 @@ def list_weight_files(source: LocalPath | SourceRef, revision: str | None = None
         if ref.filename is not None:
             return [WeightFile(ref.filename, ref.local_path.stat().st_size)]
         return list_local(ref.local_path)
-    return hub_listing(ref, clean_token(token), cache_dir).weights
+    return in_folder(hub_listing(ref, clean_token(token), cache_dir).weights, ref.folder)
 
 
 def read_header(source: LocalPath | SourceRef, weight_name: str | None = None, revision: str | None = None,

@@ -18,6 +18,7 @@ from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
 from .header import read_local_header
+from .sglang import sglang_facts
 from .known import KnownAdapter, find_known, repo_from_cache_path
 from .types import AdapterInfo, HeaderView
 
@@ -96,6 +97,7 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         use_rslora=any([choice.use_rslora for choice in choices]),
         unmatched_keys=plan.unmatched_keys,
         reference_targets=tuple([t for m in plan.reference_modules for t in m.targets]),
+        sglang=sglang_facts(view, described),
     )
     return Analysis(view=view, plan=plan, alphas=alphas, known=known, info=info)
 

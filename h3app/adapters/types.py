@@ -61,6 +61,7 @@ class AdapterInfo:
     use_rslora: bool = False
     unmatched_keys: tuple[str, ...] = ()
     reference_targets: tuple[str, ...] = ()
+    sglang: Mapping[str, Any] = field(default_factory=dict)  # what sglang's alpha rules read (adapters/sglang.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -83,6 +84,7 @@ class AdapterInfo:
             "use_rslora": self.use_rslora,
             "unmatched_keys": list(self.unmatched_keys),
             "reference_targets": list(self.reference_targets),
+            "sglang": dict(self.sglang),
         }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import H3AppError
-from ..rules.choices import PARTITIONS, WORKFLOWS
+from ..rules.choices import PARTITIONS, WORKFLOWS, workflow_partition
 
 TINY = "tiny"
 TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"
@@ -47,7 +47,7 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 def partition_for(workflow: str) -> str:
     """The transformer partition a workflow runs on."""
     check_workflow(workflow)
-    return "transformer_ref" if workflow == "ref2va" else "transformer"
+    return workflow_partition(workflow)
 
 
 def check_workflow(workflow: str) -> str:

@@ -2,6 +2,12 @@
 
 WORKFLOWS = ("t2va", "fl2va", "ref2va")
 PARTITIONS = ("transformer", "transformer_ref")  # transformer_ref serves ref2va
+REFERENCE_WORKFLOW = "ref2va"
+
+
+def workflow_partition(workflow: str) -> str:
+    """The transformer partition a (valid) workflow runs on: ``transformer_ref`` for ref2va, else ``transformer``."""
+    return PARTITIONS[1] if workflow == REFERENCE_WORKFLOW else PARTITIONS[0]
 LORA_MODES = ("unmerged", "merged")
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")

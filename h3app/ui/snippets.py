@@ -8,12 +8,13 @@ resolved_alpha, alpha_source, strength, mode …]}``.
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..model.repo import partition_for
+from ..adapters.sglang import SglangFlags, solve_flags
+from ..rules.choices import workflow_partition
+from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale
 
 REAL_MODEL = "MiniMaxAI/MiniMax-H3"
@@ -86,16 +87,12 @@ class SglangCommand:
     notes: tuple[str, ...]
 
 
-def _integral(value: float) -> bool:
-    return math.isfinite(value) and float(value).is_integer()
-
-
 def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any] | None] = ()) -> SglangCommand:
-    """``sglang generate … --lora-path/--lora-weight-name/--lora-alpha/--lora-scale`` for the first adapter.
+    """``sglang generate … --lora-path/--lora-weight-name/--lora-alpha/--lora-scale`` for the first adapter, with
+    the flags under which sglang's alpha rules (``adapters/sglang.py``) give every module h3app's effective scale;
+    where no flags can, the command is one comment line saying why.
 
-    ``infos`` are the adapters' ``AdapterInfo.to_json()`` when known (per-module alphas and their sources). sglang
-    resolves alpha per module as: a ``.alpha`` tensor (``int()``-truncated) > ``--lora-alpha`` (an integer) >
-    ``adapter_config.json`` / header metadata > rank (docs/architecture.md, decision 11).
+    ``infos`` are the adapters' ``AdapterInfo.to_json()`` (per-module alphas, ranks and ``sglang`` facts).
     """
     request = settings.get("request", {})
     model = settings.get("model", TINY)
@@ -110,15 +107,19 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
     adapters = list(settings.get("adapters") or ())
     if adapters:
         adapter = adapters[0]
-        info = infos[0] if infos else None
+        flags = _sglang_flags(adapter, infos[0] if infos else None)
+        if flags.reason is not None:
+            return SglangCommand(f"# {flags.reason}", (flags.reason,))
         parts.append(f"--lora-path {_q(adapter['source'])}")
         if adapter.get("weight_name"):
             parts.append(f"--lora-weight-name {_q(adapter['weight_name'])}")
-        alpha_flag, scale, alpha_notes = _sglang_alpha(adapter, info)
-        notes.extend(alpha_notes)
-        if alpha_flag is not None:
-            parts.append(f"--lora-alpha {alpha_flag}")
-        parts.append(f"--lora-scale {_num(scale)}")
+        if flags.alpha is not None:
+            parts.append(f"--lora-alpha {flags.alpha}")
+        parts.append(f"--lora-scale {_num(flags.scale)}")
+        if not flags.exact:
+            notes.append(f"sglang's --lora-alpha is an integer: the command gives alpha {flags.alpha} × scale "
+                         f"{_num(flags.scale)}, the same product as h3app's alpha × scale, though not bit-identical "
+                         "to h3app's float64 scale.")
         if _pinned_revision(adapter):
             notes.append(f"sglang has no revision flag: download revision {_pinned_revision(adapter)} and give "
                          f"--lora-path the local folder to pin the exact file.")
@@ -128,48 +129,33 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
     return SglangCommand(" \\\n  ".join(parts), tuple(notes))
 
 
-def _sglang_alpha(adapter: Mapping[str, Any], info: Mapping[str, Any] | None
-                  ) -> tuple[int | None, float, list[str]]:
-    """(``--lora-alpha`` value or None, ``--lora-scale``, notes)."""
-    notes: list[str] = []
+def _sglang_flags(adapter: Mapping[str, Any], info: Mapping[str, Any] | None) -> SglangFlags:
+    """The flags for one adapter: h3app's effective scale per module (the run's alpha, strength and group
+    strengths through the one scale formula) against what sglang's rules make of the same file."""
     strength = float(adapter.get("strength", 1.0))
+    info = info or {}
+    facts = dict(info.get("sglang") or {})
+    ranks = dict(info.get("ranks") or {})
+    if not facts.get("modules") or not ranks:  # no inspection at hand: the run's one rank and alpha
+        rank = adapter.get("rank")
+        if not rank:
+            return SglangFlags(None, None, reason="No sglang command can be checked for this run: its adapter's "
+                                                  "ranks are not recorded; inspect the adapter first.")
+        stored = adapter.get("stored_alpha") if adapter.get("alpha_source") == "module_tensor" else None
+        facts = {"modules": {"*": {"rank": rank, "tensor_alpha": stored, "pattern_alpha": None, "qkv_group": None}}}
+        ranks = {"*": rank}
     explicit = adapter.get("alpha")
-    sources = dict((info or {}).get("alpha_sources") or {})
-    alphas = dict((info or {}).get("alphas") or {})
-    ranks = set(((info or {}).get("ranks") or {}).values()) or ({adapter["rank"]} if adapter.get("rank") else set())
-    tensor_alphas = sorted({float(alphas[t]) for t, s in sources.items() if s == "module_tensor" and t in alphas})
-    if not sources and adapter.get("alpha_source") == "module_tensor" and adapter.get("stored_alpha") is not None:
-        tensor_alphas = [float(adapter["stored_alpha"])]
-    if tensor_alphas:
-        fractional = [a for a in tensor_alphas if not _integral(a)]
-        if fractional:
-            truncated = ", ".join(str(int(a)) for a in fractional)
-            ratios = "/".join(f"{int(a) / a:.2g}" for a in fractional)
-            notes.append(f"the file's per-module .alpha tensors ({', '.join(f'{a:g}' for a in fractional)}) are "
-                         f"int()-truncated by sglang (→ {truncated}): its LoRA would be {ratios}× as strong as "
-                         f"here.")
-        if explicit is not None and any(float(explicit) != a for a in tensor_alphas):
-            notes.append(f"this file has per-module .alpha tensors: sglang applies them and ignores --lora-alpha, so "
-                         f"your alpha {float(explicit):g} would have no effect there (it runs at alpha "
-                         f"{', '.join(f'{a:g}' for a in tensor_alphas)}).")
-        return None, strength, notes
-    alpha = float(explicit) if explicit is not None else adapter.get("resolved_alpha")
-    if alpha is None:
-        # mixed per-module alphas from a config or metadata: sglang reads the same sources itself
-        return None, strength, notes
-    alpha = float(alpha)
-    if _integral(alpha) and alpha > 0:
-        return int(alpha), strength, notes
-    if len(ranks) == 1:
-        rank = next(iter(ranks))
-        notes.append(f"sglang's --lora-alpha is an integer (int() would truncate {alpha:g} to {int(alpha)}); the "
-                     f"command uses the equivalent alpha {rank} × scale "
-                     f"{effective_scale(alpha, strength, rank):.6g} instead — "
-                     f"same product, though not bit-identical to h3app's float64 scale.")
-        return int(rank), effective_scale(alpha, strength, rank), notes
-    notes.append(f"sglang's --lora-alpha is an integer: alpha {alpha:g} would become {int(alpha)} "
-                 f"({int(alpha) / alpha:.2g}× as strong), and mixed ranks leave no exact integer equivalent.")
-    return int(alpha), strength, notes
+    alphas = dict(info.get("alphas") or {})
+    resolved = adapter.get("resolved_alpha")
+    groups = dict(adapter.get("group_strengths") or {})
+    scales = {}
+    for target, rank in ranks.items():
+        alpha = explicit if explicit is not None else alphas.get(target, resolved)
+        if not isinstance(alpha, (int, float)):
+            alpha = float(rank)
+        group = float(groups.get(group_of(target), 1.0)) if target != "*" else 1.0
+        scales[target] = effective_scale(float(alpha), strength, int(rank), bool(info.get("use_rslora")), group)
+    return solve_flags(facts, scales, strength)
 
 
 def diffusers_snippet(settings: Mapping[str, Any]) -> str:
@@ -188,7 +174,7 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         if adapter.get("alpha") is not None:
             flags.append(f"--alpha {_num(adapter['alpha'])}")
         flags.append(f"--scale {_num(adapter.get('strength', 1.0))}")
-        partition = partition_for(request.get("workflow", "t2va"))
+        partition = workflow_partition(request.get("workflow", "t2va"))
         if partition != "transformer":  # the exported keys name it, so diffusers loads them into that component
             flags.append(f"--partition {partition}")
         lines.append(f"#    python -m h3app export {' '.join(flags)} --out lora_{index + 1}")

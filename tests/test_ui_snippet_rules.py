@@ -150,3 +150,10 @@ def test_fractional_explicit_alpha_uses_the_integer_equivalent(tmp_path: Path):
     result, h3app = _run(_file(tmp_path), alpha=2.5)
     assert _flags(result.command) == (4, 0.625)  # 0.625 × 4 / 4 = 2.5 / 4
     assert any("not bit-identical" in n for n in result.notes)
+
+
+def test_a_hub_url_source_is_given_to_sglang_as_the_repo_with_the_full_weight_path():
+    settings = _settings(source="https://huggingface.co/ORG/REPO/tree/main/adapters",
+                         weight_name="adapters/x.safetensors", alpha=8.0)
+    command = snippets.sglang_command(settings).command
+    assert "--lora-path ORG/REPO" in command and "--lora-weight-name adapters/x.safetensors" in command

@@ -12,7 +12,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..adapters.refs import is_url, parse_hf_url
 from ..adapters.sglang import SglangFlags, solve_flags
+from ..errors import H3AppError
 from ..rules.choices import workflow_partition
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale
@@ -110,7 +112,7 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
         flags = _sglang_flags(adapter, infos[0] if infos else None)
         if flags.reason is not None:
             return SglangCommand(f"# {flags.reason}", (flags.reason,))
-        parts.append(f"--lora-path {_q(adapter['source'])}")
+        parts.append(f"--lora-path {_q(_sglang_path(adapter['source']))}")
         if adapter.get("weight_name"):
             parts.append(f"--lora-weight-name {_q(adapter['weight_name'])}")
         if flags.alpha is not None:
@@ -127,6 +129,17 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
         notes.append("sglang's command line takes one startup adapter: add the second with POST /v1/set_lora "
                      "(lists of lora_nickname, lora_path, strength, lora_alpha).")
     return SglangCommand(" \\\n  ".join(parts), tuple(notes))
+
+
+def _sglang_path(source: str) -> str:
+    """``--lora-path``: a Hub URL as its repo id (the weight name, a path in the repo, names the file: sglang reads
+    a folder URL's weight name relative to that folder), anything else as given."""
+    if is_url(str(source)):
+        try:
+            return parse_hf_url(str(source), None, None).repo_id or str(source)
+        except H3AppError:
+            return str(source)
+    return str(source)
 
 
 def _sglang_flags(adapter: Mapping[str, Any], info: Mapping[str, Any] | None) -> SglangFlags:

@@ -143,3 +143,18 @@ def test_cli_inspect_takes_a_folder_url_and_weight_name(fake_hub: FakeHub, repo:
     assert code == 0, err
     info = json.loads(out)
     assert (info["rank"], info["alpha"], info["alpha_source"]) == (2, 2.0, "module_tensor")
+
+
+def test_offline_a_folder_url_resolves_from_the_cache(fake_hub: FakeHub, repo: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.hub_server import set_offline
+
+    fake_hub.add_repo("ORG/REPO", repo)
+    url = _url(fake_hub, "tree", "main", "nest")
+    online = fetch(url, weight_name="nest/z.safetensors")
+    set_offline(monkeypatch, True)
+    fake_hub.clear_log()
+    offline = fetch(url, weight_name="nest/z.safetensors")
+    assert (offline.path, offline.filename) == (online.path, "nest/nest/z.safetensors")
+    assert fetch(url).filename == "nest/nest/z.safetensors"  # the folder's only cached file
+    assert fake_hub.requests == []

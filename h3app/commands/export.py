@@ -1,5 +1,6 @@
 """``python -m h3app export --adapter SOURCE [--weight-name F] [--revision R] [--model M] [--alpha A] [--scale S]
---out DIR [--dtype D] [--json]`` (contract in docs/architecture.md).
+[--partition P] --out DIR [--dtype D] [--json]`` (contract in docs/architecture.md; the keys are prefixed with the
+partition, which is where diffusers loads them).
 
 Writes a clean diffusers/PEFT adapter (``adapter_model.safetensors`` + ``adapter_config.json``) whose alpha bakes in
 the chosen alpha and strength, so diffusers and PEFT apply exactly h3app's ΔW. Without ``--model`` the shapes are

@@ -29,7 +29,7 @@ from typing import Callable, Mapping
 import torch
 
 from ..model.tiny_training.lora import write_canonical as _write
-from ..rules.h3_modules import TransformerShapes, transformer_shapes
+from ..rules.h3_modules import BLOCK_LINEARS, TransformerShapes, transformer_shapes
 from .formats import native_vocabulary
 
 SEED = 3
@@ -101,9 +101,8 @@ def _native_files(shapes: TransformerShapes, generator: torch.Generator) -> dict
 
 
 def _diffusers_files(shapes: TransformerShapes, generator: torch.Generator) -> dict[str, Callable[[Path], Path]]:
-    six = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
     every = {t: (shapes[t].out_features, shapes[t].in_features) for t in shapes.linears}
-    turbo = {t: dims for t, dims in every.items() if t.endswith(six)}
+    turbo = {t: dims for t, dims in every.items() if t.endswith(BLOCK_LINEARS)}
 
     def peft_metadata(path: Path) -> Path:
         tensors = _lora_tensors(every, 4, generator, prefix="transformer.")

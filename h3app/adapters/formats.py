@@ -39,7 +39,6 @@ from .types import HeaderView
 BLOCKED = "blocked"
 INTERLEAVED = "interleaved"
 
-FORMATS = ("native", "peft", "kohya", "diffsynth")
 SUFFIX_AB = "lora_A/B"
 SUFFIX_DOWN_UP = "lora_down/up"
 MAIN_PARTITION = "transformer"

@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "lru": set(),
     "settings": {"errors", "rules"},
     "model": {"errors", "lru", "rules"},
-    "adapters": {"errors", "lru", "rules", "settings", "model"},
+    "adapters": {"errors", "lru", "rules", "settings"},
     "lora": {"adapters", "errors", "lru", "rules", "settings"},
     "parallel": {"backend", "errors", "rules", "model", "settings"},
     "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 
 from ..errors import H3AppError
 from ..settings import QKV_LAYOUTS
-from .module_rules import (  # noqa: F401 — the rule tables, layouts and matchers, re-exported for callers of formats
+from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts and matchers, re-exported for callers of formats
     DIFFUSERS_MODULES, FUSED_QKV, NATIVE_MODULES, PLAIN, SWIGLU_GATE_UP, Alternative, ModuleRule, dotted_name,
     match_module, match_name, native_vocabulary,
 )

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TINY_REPO_ID = "h3app/tiny-h3"
-REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"
+from ..rules.choices import TINY_REPO_ID  # noqa: F401 — also the name callers of this module use
+
 SEED = 20261129
 
 TINY_TRANSFORMER_CONFIG: dict[str, Any] = {

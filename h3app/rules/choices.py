@@ -1,5 +1,8 @@
 """Fixed choices, one constant per fact. Validation messages list these, so a new choice is added here only."""
 
+# The embedded tiny checkpoint's repo id (assets/tiny-h3): its index names it, and it names the demo adapters.
+TINY_REPO_ID = "h3app/tiny-h3"
+REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"  # the full-size model on the Hub
 WORKFLOWS = ("t2va", "fl2va", "ref2va")
 PARTITIONS = ("transformer", "transformer_ref")  # transformer_ref serves ref2va
 LORA_MODES = ("unmerged", "merged")

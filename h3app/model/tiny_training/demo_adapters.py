@@ -1,6 +1,6 @@
 """Small, deterministic demo adapters for the embedded tiny checkpoint, one per layout in circulation.
 
-    python -m h3app.adapters.demo DIR
+    python -m h3app.model.tiny_training.demo_adapters DIR
 
 Each file mimics a real producer's key layout and alpha convention at tiny dims (see docs/adapters.md):
 
@@ -28,15 +28,15 @@ from typing import Callable, Mapping
 
 import torch
 
-from ..model.tiny_training.lora import write_canonical as _write
-from ..rules.h3_modules import BLOCK_LINEARS, TransformerShapes, transformer_shapes
-from .formats import native_vocabulary
+from ...rules.h3_modules import BLOCK_LINEARS, TransformerShapes, transformer_shapes
+from ...rules.module_rules import native_vocabulary
+from .lora import write_canonical as _write
 
 SEED = 3
 
 
 def tiny_shapes() -> TransformerShapes:
-    from ..model.tiny import TINY_TRANSFORMER_CONFIG
+    from ..tiny import TINY_TRANSFORMER_CONFIG
 
     return transformer_shapes(TINY_TRANSFORMER_CONFIG)
 
@@ -140,7 +140,7 @@ def write_demo_adapters(out_dir: str | Path, shapes: TransformerShapes | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m h3app.adapters.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m h3app.model.tiny_training.demo_adapters", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", help="folder to write the demo adapters into (e.g. assets/adapters)")
     args = parser.parse_args(argv)
     for path in write_demo_adapters(args.out_dir):

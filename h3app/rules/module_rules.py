@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..rules.h3_modules import BLOCK_LINEARS, TransformerShapes
+from .h3_modules import BLOCK_LINEARS, TransformerShapes
 
 # How a module's lora_B rows map onto its canonical targets.
 PLAIN = "plain"  # one target, rows as stored

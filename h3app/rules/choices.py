@@ -4,7 +4,9 @@
 TINY_REPO_ID = "h3app/tiny-h3"
 REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"  # the full-size model on the Hub
 WORKFLOWS = ("t2va", "fl2va", "ref2va")
-PARTITIONS = ("transformer", "transformer_ref")  # transformer_ref serves ref2va
+MAIN_PARTITION = "transformer"  # the transformer t2va and fl2va run
+REFERENCE_PARTITION = "transformer_ref"  # the one ref2va runs
+PARTITIONS = (MAIN_PARTITION, REFERENCE_PARTITION)
 LORA_MODES = ("unmerged", "merged")
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")

@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 
-LIGHTX2V_SUFFIXES = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
 SAFETENSORS_DTYPES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 WRITE_CHUNK_ELEMENTS = 1 << 24  # random values generated and written 16 M at a time
 
@@ -46,11 +45,11 @@ class TensorSpec:
 def lightx2v_layout(config: Mapping[str, Any], rank: int, dtype: torch.dtype = torch.bfloat16) -> list[TensorSpec]:
     """LightX2V's keys for a transformer ``config`` (a diffusers config dict): ``A [r, in]``, ``B [out, r]`` per target
     of every main and refiner block, in the model's module order."""
-    from h3app.rules.h3_modules import transformer_shapes
+    from h3app.rules.h3_modules import is_block_linear, transformer_shapes
 
     specs: list[TensorSpec] = []
     for target, linear in transformer_shapes(config).linears.items():
-        if not target.startswith(("transformer_blocks.", "token_refiner.")) or not target.endswith(LIGHTX2V_SUFFIXES):
+        if not is_block_linear(target):
             continue
         specs.append(TensorSpec(f"{target}.lora_A.default.weight", (rank, linear.in_features), dtype,
                                 linear.in_features))

@@ -38,12 +38,9 @@ ADAPTER = "bench"
 
 def theoretical_ratio(config: Mapping[str, Any], tokens: int, text_rows: int, rank: int = RANK) -> float:
     """(base + LoRA FLOPs) / base FLOPs for the LightX2V targets of ``config`` at ``tokens`` rows."""
-    from h3app.rules.h3_modules import transformer_shapes
+    from h3app.rules.h3_modules import is_block_linear, transformer_shapes
 
-    from .adapter_files import LIGHTX2V_SUFFIXES
-
-    targets = {name: rank for name in transformer_shapes(config).linears
-               if name.startswith(("transformer_blocks.", "token_refiner.")) and name.endswith(LIGHTX2V_SUFFIXES)}
+    targets = {name: rank for name in transformer_shapes(config).linears if is_block_linear(name)}
     flops = linear_flops(config, tokens, text_rows, targets)
     return (flops["base"] + flops["lora"]) / flops["base"]
 

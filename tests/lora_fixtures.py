@@ -10,14 +10,13 @@ import torch
 from h3app.adapters.types import AdapterInfo, ModuleLoRA, NormalisedAdapter
 from h3app.lora.layers import LoRALinear
 from h3app.model.loader import fuse_qkv as fuse  # the loader's own fusing, freeing the split weights
+from h3app.rules.h3_modules import BLOCK_LINEARS as LIGHTX2V_SUFFIXES
 
 TINY_CONFIG = dict(
     num_attention_heads=2, attention_head_dim=16, hidden_size=24, num_layers=2, num_refiner_layers=2, ffn_dim=32,
     in_channels=4, audio_in_channels=8, patch_size=(1, 2, 2), text_dim=8, freq_dim=8, time_embed_hidden_dim=24,
     time_embed_dim=16, rope_freq_dim=2,
 )
-
-LIGHTX2V_SUFFIXES = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
 
 
 def build_tiny(seed: int = 0, *, fused: bool = False, **overrides) -> torch.nn.Module:

@@ -1,4 +1,4 @@
-"""h3app.adapters.demo and assets/adapters: deterministic, up to date, small, and each one its intended layout."""
+"""h3app.model.tiny_training.demo_adapters and assets/adapters: deterministic, up to date, small, and each one its intended layout."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from adapter_fixtures import TINY_SHAPES
-from h3app.adapters.demo import main, write_demo_adapters
+from h3app.model.tiny_training.demo_adapters import main, write_demo_adapters
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.normalise import load_adapter
 from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_FILE
@@ -38,7 +38,7 @@ def test_demo_is_deterministic_and_assets_are_up_to_date(tmp_path: Path) -> None
     first, second = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert first == second
     written_here = {name: data for name, data in _files(ASSETS).items() if name not in TRAINED}
-    assert written_here == first, "assets/adapters is stale: run `python -m h3app.adapters.demo assets/adapters`"
+    assert written_here == first, "assets/adapters is stale: run `python -m h3app.model.tiny_training.demo_adapters assets/adapters`"
     assert sum(len(data) for data in first.values()) < 2_000_000
 
 

@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "lru": set(),
     "settings": {"errors", "rules"},
     "model": {"errors", "lru", "rules"},
-    "adapters": {"errors", "lru", "rules", "settings", "model"},
+    "adapters": {"errors", "lru", "rules", "settings"},
     "lora": {"adapters", "errors", "lru", "rules", "settings"},
     "parallel": {"backend", "errors", "rules", "model", "settings"},
     "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},
@@ -101,3 +101,67 @@ def test_command_help_and_argument_errors_load_no_torch(argv: list[str], status:
             "    print(done.code, 'torch' in sys.modules)\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
     assert done.stdout.strip().splitlines()[-1] == f"{status} False", (done.stdout, done.stderr)
+
+
+def module_imports(root: Path) -> dict[str, set[str]]:
+    """Dotted module → the modules of the same tree it imports (lazy imports included; ``from pkg import mod``
+    counts as importing ``pkg.mod`` when that is a module of the tree)."""
+    top = root.parent
+    modules = {".".join(p.relative_to(top).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in sorted(root.rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                stem = ".".join(base + ([node.module] if node.module else []))
+                targets = [stem] + [f"{stem}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            edges |= {t for t in targets if t in modules and t != name and not name.startswith(t + ".")}
+        graph[name] = edges
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while (member := stack.pop()) != node:
+                group.append(member)
+            group.append(node)
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_the_circle_finder_finds_a_circle() -> None:
+    assert import_circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize("tree", ["h3app", "bench"])
+def test_no_module_imports_itself_through_others(tree: str) -> None:
+    graph = module_imports(H3APP.parent / tree)
+    assert len(graph) > 5, f"the scan found almost no modules in {tree}/"
+    assert import_circles(graph) == []

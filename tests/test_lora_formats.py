@@ -8,7 +8,7 @@ they belong with the adapters tests (``tests/test_adapters_demo.py``) and stay h
 
 import pytest
 
-from h3app.adapters.demo import tiny_shapes, write_demo_adapters
+from h3app.model.tiny_training.demo_adapters import tiny_shapes, write_demo_adapters
 from h3app.adapters.normalise import load_adapter
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine

@@ -7,7 +7,7 @@ import pytest
 from safetensors import safe_open
 
 from h3app.model import repo
-from h3app.model.tiny import TINY_REPO_ID, TINY_TRANSFORMER_CONFIG, build
+from h3app.model.tiny import TINY_REPO_ID, TINY_TRANSFORMER_CONFIG, build, checkpoint
 from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_FILE, TURBO_RANK, Recipe, train
 
 REAL_LAYOUT = ("transformer", "transformer_ref", "vae", "audio_vae", "scheduler", "audio_scheduler",
@@ -55,7 +55,7 @@ def test_training_recipe_smoke_run_writes_checkpoint_and_both_loras(tmp_path):
     """One or two optimiser steps per stage: every line of the recipe runs (the committed run is docs/demo.md's)."""
     out, adapters = tmp_path / "tiny-h3", tmp_path / "adapters"
     lines = []
-    train(out, adapters, tmp_path / "work", Recipe.smoke(), log=lambda *args: lines.append(args))
+    train(checkpoint(), out, adapters, tmp_path / "work", Recipe.smoke(), log=lambda *args: lines.append(args))
     assert _files(out) == _files(repo.TINY_DIR)
     assert {stage for stage, *_ in lines} == {"base", "style", "teacher", "turbo"}
     with safe_open(str(adapters / TURBO_FILE), "pt") as turbo:

@@ -28,25 +28,17 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from ..errors import H3AppError
-from ..settings import QKV_LAYOUTS
-from .module_rules import (  # noqa: F401 — the rule tables, layouts and matchers, re-exported for callers of formats
+from ..rules.choices import MAIN_PARTITION, PARTITIONS, QKV_LAYOUTS, REFERENCE_PARTITION
+from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts and matchers, re-exported for callers of formats
     DIFFUSERS_MODULES, FUSED_QKV, NATIVE_MODULES, PLAIN, SWIGLU_GATE_UP, Alternative, ModuleRule, dotted_name,
     match_module, match_name, native_vocabulary,
 )
+from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, FactorClass, check_alpha, check_factors  # noqa: F401
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
 
-BLOCKED = "blocked"
-INTERLEAVED = "interleaved"
-
-FORMATS = ("native", "peft", "kohya", "diffsynth")
 SUFFIX_AB = "lora_A/B"
 SUFFIX_DOWN_UP = "lora_down/up"
-MAIN_PARTITION = "transformer"
-REFERENCE_PARTITION = "transformer_ref"
-PARTITIONS = (MAIN_PARTITION, REFERENCE_PARTITION)
-
-FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
 # Prefixes stripped from the front of a key, repeatedly (``base_model.model.transformer.`` is two of them).
@@ -149,23 +141,8 @@ class _Stem:
     styles: frozenset[str] = frozenset()
 
 
-def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str = MAIN_PARTITION) -> AdapterPlan:
-    """Map every key of ``view`` onto canonical targets, or raise ``H3AppError`` naming what was seen.
-
-    ``qkv_layout`` ("auto" | "blocked" | "interleaved") overrides the row order of fused QKV modules ("auto":
-    interleaved for DiffSynth, blocked otherwise). ``partition`` is the transformer the adapter is for:
-    ``transformer_ref.``-prefixed keys go to ``reference_modules`` unless it is ``"transformer_ref"``.
-    """
-    if qkv_layout not in QKV_LAYOUTS:
-        raise H3AppError(f"qkv_layout must be one of {', '.join(QKV_LAYOUTS)}, got {qkv_layout!r}.")
-    if partition not in PARTITIONS:
-        raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
-    name = view.name
-    keys = list(view.tensors)
-    if not keys:
-        raise H3AppError(f"{name} holds no tensors: it is not an adapter.")
-    refuse_families(name, keys)
-
+def _collect_stems(name: str, keys: list[str]) -> tuple[dict[tuple[str, str], _Stem], list[str]]:
+    """Group the keys by module stem (partition, prefix-stripped name): ``(stems, keys that parse as no factor)``."""
     stems: dict[tuple[str, str], _Stem] = {}
     unparsed: list[str] = []
     for key in keys:
@@ -211,6 +188,27 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
         if slot and slot not in entry.slots:
             entry.slots = entry.slots | {slot}
 
+    return stems, unparsed
+
+
+def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str = MAIN_PARTITION) -> AdapterPlan:
+    """Map every key of ``view`` onto canonical targets, or raise ``H3AppError`` naming what was seen.
+
+    ``qkv_layout`` ("auto" | "blocked" | "interleaved") overrides the row order of fused QKV modules ("auto":
+    interleaved for DiffSynth, blocked otherwise). ``partition`` is the transformer the adapter is for:
+    ``transformer_ref.``-prefixed keys go to ``reference_modules`` unless it is ``"transformer_ref"``.
+    """
+    if qkv_layout not in QKV_LAYOUTS:
+        raise H3AppError(f"qkv_layout must be one of {', '.join(QKV_LAYOUTS)}, got {qkv_layout!r}.")
+    if partition not in PARTITIONS:
+        raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
+    name = view.name
+    keys = list(view.tensors)
+    if not keys:
+        raise H3AppError(f"{name} holds no tensors: it is not an adapter.")
+    refuse_families(name, keys)
+
+    stems, unparsed = _collect_stems(name, keys)
     slots = sorted({slot for entry in stems.values() for slot in entry.slots})
     if len(slots) > 1:
         raise H3AppError(
@@ -224,24 +222,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     if not found_rules:
         refuse_no_lora(name, keys, unparsed)
 
-    warnings: list[str] = []
-    no_match: list[str] = list(unparsed)
-    orphan_alphas: list[str] = []
-    plans: list[ModulePlan] = []
-    hybrid: list[str] = []
-    factor_classes: dict[tuple, _FactorClass] = {}
-    for key, entry in stems.items():
-        if not (entry.down or entry.up):
-            orphan_alphas.extend(k for k in (entry.alpha,) if k)
-            continue
-        found = found_rules[key]
-        if found is None:
-            no_match.extend(k for k in (entry.down, entry.up, entry.alpha) if k)
-            continue
-        alternative, groups, matched_flat = found
-        if matched_flat and not entry.flattened:
-            hybrid.append(entry.stem)
-        plans.append(_module_plan(view, entry, alternative, groups, matched_flat, qkv_layout, factor_classes))
+    plans, no_match, orphan_alphas, hybrid = _plan_modules(view, stems, found_rules, unparsed, qkv_layout)
 
     if not plans:
         raise H3AppError(
@@ -250,35 +231,8 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
         )
     _refuse_duplicate_targets(name, plans)
     plans.sort(key=lambda plan: natural_key(plan.targets[0]))
-    if hybrid:
-        warnings.append(
-            f"{len(hybrid)} modules use hybrid flattened names (e.g. {hybrid[0]!r}); matched against the H3 vocabulary."
-        )
-    if no_match:
-        warnings.append(f"{len(no_match)} keys match no H3 module and are not applied (e.g. {sorted(no_match)[0]!r}).")
-    if orphan_alphas:
-        warnings.append(
-            f"{len(orphan_alphas)} alpha tensors have no LoRA factors beside them (e.g. {sorted(orphan_alphas)[0]!r}); "
-            "not applied."
-        )
-
-    main = [p for p in plans if p.file_partition == MAIN_PARTITION]
-    reference = [p for p in plans if p.file_partition == REFERENCE_PARTITION]
-    not_applied: list[str] = []
-    if partition == MAIN_PARTITION:
-        applied, kept_apart = main, reference
-        if reference:
-            warnings.append(
-                f"{len(reference)} modules ({sum(len(p.targets) for p in reference)} targets) are for the reference "
-                "partition (transformer_ref), not applied: use the ref2va workflow to apply them."
-            )
-    elif reference:
-        applied, kept_apart = reference, []
-        if main:
-            warnings.append(f"{len(main)} modules are for the main partition (transformer), not applied to transformer_ref.")
-            not_applied = [k for p in main for k in p.keys]
-    else:
-        applied, kept_apart = main, []
+    warnings = _key_warnings(hybrid, no_match, orphan_alphas)
+    applied, kept_apart, not_applied = _split_partitions(plans, partition, warnings)
 
     formats = Counter([p.format for p in plans])
     if len(formats) > 1:
@@ -297,6 +251,70 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     )
 
 
+def _plan_modules(view: HeaderView, stems: dict[tuple[str, str], _Stem], found_rules: dict, unparsed: list[str],
+                  qkv_layout: str) -> tuple[list[ModulePlan], list[str], list[str], list[str]]:
+    """``(plans, keys matching no module, alpha keys without factors, hybrid flattened stems)``."""
+    no_match: list[str] = list(unparsed)
+    orphan_alphas: list[str] = []
+    plans: list[ModulePlan] = []
+    hybrid: list[str] = []
+    factor_classes: dict[tuple, FactorClass] = {}
+    for key, entry in stems.items():
+        if not (entry.down or entry.up):
+            orphan_alphas.extend(k for k in (entry.alpha,) if k)
+            continue
+        found = found_rules[key]
+        if found is None:
+            no_match.extend(k for k in (entry.down, entry.up, entry.alpha) if k)
+            continue
+        alternative, groups, matched_flat = found
+        if matched_flat and not entry.flattened:
+            hybrid.append(entry.stem)
+        plans.append(_module_plan(view, entry, alternative, groups, matched_flat, qkv_layout, factor_classes))
+    return plans, no_match, orphan_alphas, hybrid
+
+
+def _key_warnings(hybrid: list[str], no_match: list[str], orphan_alphas: list[str]) -> list[str]:
+    warnings: list[str] = []
+    if hybrid:
+        warnings.append(
+            f"{len(hybrid)} modules use hybrid flattened names (e.g. {hybrid[0]!r}); matched against the H3 vocabulary."
+        )
+    if no_match:
+        warnings.append(f"{len(no_match)} keys match no H3 module and are not applied (e.g. {sorted(no_match)[0]!r}).")
+    if orphan_alphas:
+        warnings.append(
+            f"{len(orphan_alphas)} alpha tensors have no LoRA factors beside them (e.g. {sorted(orphan_alphas)[0]!r}); "
+            "not applied."
+        )
+    return warnings
+
+
+def _split_partitions(plans: list[ModulePlan], partition: str,
+                      warnings: list[str]) -> tuple[list[ModulePlan], list[ModulePlan], list[str]]:
+    """``(applied, kept apart for transformer_ref, keys not applied)`` for the requested ``partition``; says in
+    ``warnings`` what is not applied."""
+    main = [p for p in plans if p.file_partition == MAIN_PARTITION]
+    reference = [p for p in plans if p.file_partition == REFERENCE_PARTITION]
+    not_applied: list[str] = []
+    if partition == MAIN_PARTITION:
+        applied, kept_apart = main, reference
+        if reference:
+            warnings.append(
+                f"{len(reference)} modules ({sum(len(p.targets) for p in reference)} targets) are for the reference "
+                "partition (transformer_ref), not applied: use the ref2va workflow to apply them."
+            )
+    elif reference:
+        applied, kept_apart = reference, []
+        if main:
+            warnings.append(f"{len(main)} modules are for the main partition (transformer), not applied to transformer_ref.")
+            not_applied = [k for p in main for k in p.keys]
+    else:
+        applied, kept_apart = main, []
+
+    return applied, kept_apart, not_applied
+
+
 @functools.lru_cache(maxsize=4096)
 def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
     """Sort key that orders block indices numerically (``blocks.2`` before ``blocks.10``)."""
@@ -313,23 +331,9 @@ def _architecture_hint(metadata: Mapping[str, str]) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class _FactorClass:
-    """What a module's factors say, the same for every module with the same rule, spelling, dtypes and shapes (the
-    60 blocks of a file share a handful): checked once per plan, then looked up."""
-
-    format: str
-    stacked: bool
-    rank: int
-    target_shapes: tuple[tuple[int, int], ...]
-    qkv_order: str
-    dtype: str
-    suffix_style: str
-
-
 def _module_plan(
     view: HeaderView, entry: _Stem, alternative: Alternative, groups: tuple[str, ...], matched_flat: bool,
-    qkv_layout: str, classes: dict[tuple, _FactorClass],
+    qkv_layout: str, classes: dict[tuple, FactorClass],
 ) -> ModulePlan:
     """The plan of one module; ``classes`` remembers the factor checks of this plan's earlier modules. The checks run
     in the same order for every module (factors, then the alpha scalar, then row counts), so the first module that
@@ -342,10 +346,10 @@ def _module_plan(
     class_key = (alternative, matched_flat, bool(entry.slots), entry.styles, down, up, qkv_layout)
     factors = classes.get(class_key)
     if factors is None:
-        factors = _check_factors(view, entry, alternative, matched_flat, qkv_layout, down, up)
+        factors = check_factors(view, entry, alternative, matched_flat, qkv_layout, down, up)
         classes[class_key] = factors
     elif entry.alpha is not None:
-        _check_alpha(view, entry)
+        check_alpha(view, entry)
     rule = alternative.rule
     return _new_module_plan({
         "stem": entry.stem,
@@ -365,95 +369,6 @@ def _module_plan(
         "dtype": factors.dtype,
         "suffix_style": factors.suffix_style,
     })
-
-
-def _check_alpha(view: HeaderView, entry: _Stem) -> None:
-    if entry.alpha not in view.scalars:
-        alpha_dtype, alpha_shape = view.tensors[entry.alpha]
-        raise H3AppError(
-            f"{view.name}: {entry.alpha!r} is {alpha_dtype} {list(alpha_shape)}, not a readable scalar alpha: "
-            "re-export the file."
-        )
-
-
-def _check_factors(
-    view: HeaderView, entry: _Stem, alternative: Alternative, matched_flat: bool, qkv_layout: str,
-    down: tuple[str, tuple[int, ...]], up: tuple[str, tuple[int, ...]],
-) -> _FactorClass:
-    """Check one module's factors (and its alpha scalar, in between, where the order of messages puts it)."""
-    name = view.name
-    rule = alternative.rule
-    if len(entry.styles) > 1:
-        raise H3AppError(f"{name}: module {entry.stem!r} mixes lora_A/B and lora_down/up keys: the file is damaged; re-export it.")
-    (down_dtype, down_shape), (up_dtype, up_shape) = down, up
-    for key, dtype in ((entry.down, down_dtype), (entry.up, up_dtype)):
-        if dtype not in FLOAT_DTYPES:
-            raise H3AppError(
-                f"{name}: {key!r} is {dtype}: quantised or integer LoRA factors are not supported; use an F16/BF16/F32 file."
-            )
-    if matched_flat:
-        fmt = "kohya"
-    elif alternative.family == "native":
-        fmt = "diffsynth" if entry.slots else "native"
-    else:
-        fmt = "peft"
-    stacked = len(down_shape) == 3 or len(up_shape) == 3
-    if len(down_shape) not in (2, 3) or len(up_shape) not in (2, 3) or len(down_shape) != len(up_shape):
-        raise H3AppError(
-            f"{name}: module {entry.stem!r} has lora_A {list(down_shape)} and lora_B {list(up_shape)}: expected 2D "
-            "[rank, in] / [out, rank] (or 3D stacks [3, rank, in] / [3, out, rank] for a fused QKV)."
-        )
-    if stacked:
-        if rule.layout != FUSED_QKV:
-            raise H3AppError(
-                f"{name}: module {entry.stem!r} has 3D (stacked) factors, which only a fused QKV module may have."
-            )
-        if down_shape[0] != 3 or up_shape[0] != 3:
-            raise H3AppError(
-                f"{name}: module {entry.stem!r} stacks {down_shape[0]} lora_A and {up_shape[0]} lora_B groups; a fused "
-                "QKV needs exactly 3 of each (q, k, v)."
-            )
-        down_rank, in_features = down_shape[1], down_shape[2]
-        up_rank, out_rows = up_shape[2], up_shape[1]
-    else:
-        down_rank, in_features = down_shape
-        out_rows, up_rank = up_shape
-    if down_rank != up_rank:
-        raise H3AppError(
-            f"{name}: module {entry.stem!r} has lora_A rank {down_rank} but lora_B rank {up_rank} (lora_A "
-            f"{list(down_shape)}, lora_B {list(up_shape)}): the factors do not belong together; re-export the file."
-        )
-    if down_rank == 0:
-        raise H3AppError(f"{name}: module {entry.stem!r} has rank 0: the file is damaged; re-export it.")
-    if entry.alpha is not None:
-        _check_alpha(view, entry)
-
-    qkv_order = ""
-    if rule.layout == FUSED_QKV:
-        if stacked:
-            qkv_order = BLOCKED
-            shapes = ((out_rows, in_features),) * 3
-        else:
-            if out_rows % 3:
-                raise H3AppError(
-                    f"{name}: fused QKV module {entry.stem!r} has {out_rows} lora_B rows, not divisible by 3: it is not "
-                    "an H3 QKV projection."
-                )
-            qkv_order = qkv_layout if qkv_layout != "auto" else (INTERLEAVED if fmt == "diffsynth" else BLOCKED)
-            shapes = ((out_rows // 3, in_features),) * 3
-    elif rule.layout == SWIGLU_GATE_UP:
-        if out_rows % 2:
-            raise H3AppError(
-                f"{name}: SwiGLU module {entry.stem!r} has {out_rows} lora_B rows, not even: it is not an H3 fc1."
-            )
-        shapes = ((out_rows, in_features),)
-    else:
-        shapes = ((out_rows, in_features),)
-    (style,) = entry.styles
-    return _FactorClass(
-        format=fmt, stacked=stacked, rank=int(down_rank), target_shapes=shapes, qkv_order=qkv_order,
-        dtype=down_dtype if down_dtype == up_dtype else "/".join(sorted((down_dtype, up_dtype))), suffix_style=style,
-    )
 
 
 def _new_module_plan(fields: dict[str, object]) -> ModulePlan:

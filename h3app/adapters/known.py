@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..model.tiny import TINY_REPO_ID
+from ..rules.choices import TINY_REPO_ID
 
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
 LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"

@@ -17,9 +17,8 @@ from ..adapters.header import make_header_view
 from ..adapters.inspect import analyse_header
 from ..adapters.normalise import split_factors
 from ..adapters.types import HeaderView, ModuleLoRA, NormalisedAdapter
-from ..rules.h3_modules import TransformerShapes
+from ..rules.h3_modules import TransformerShapes, is_block_linear
 
-LIGHTX2V_TARGETS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
 _DTYPE_NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
 _NAME_DTYPES = {**{v: k for k, v in _DTYPE_NAMES.items()}, "F8_E4M3": torch.float8_e4m3fn}
 
@@ -32,7 +31,7 @@ def lightx2v_header(shapes: TransformerShapes, rank: int = 128, dtype: torch.dty
     size = torch.empty((), dtype=dtype).element_size()
     offset = 0
     for target, linear in shapes.linears.items():
-        if not target.startswith(("transformer_blocks.", "token_refiner.")) or not target.endswith(LIGHTX2V_TARGETS):
+        if not is_block_linear(target):
             continue
         for key, shape in ((f"{target}.lora_A.default.weight", (rank, linear.in_features)),
                            (f"{target}.lora_B.default.weight", (linear.out_features, rank))):

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import H3AppError
-from ..rules.choices import PARTITIONS, WORKFLOWS, workflow_partition
+from ..rules.choices import PARTITIONS, REAL_REPO_ID, WORKFLOWS, workflow_partition
 
 TINY = "tiny"
 TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"
-REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"
 INDEX_FILE = "modular_model_index.json"
 PIPELINE_CLASS = "MiniMaxH3ModularPipeline"
 

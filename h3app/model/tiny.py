@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-TINY_REPO_ID = "h3app/tiny-h3"
-REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"
+from ..rules.choices import TINY_REPO_ID  # noqa: F401 — also the name callers of this module use
+
 SEED = 20261129
 
 TINY_TRANSFORMER_CONFIG: dict[str, Any] = {
@@ -258,6 +258,13 @@ def build(out_dir: str | Path) -> Path:
     return save_checkpoint(build_components(), out_dir)
 
 
+def checkpoint():
+    """The recipe's view of this module: how to build and save the tiny checkpoint."""
+    from .tiny_training.recipe import Checkpoint
+
+    return Checkpoint(build=build_components, save=save_checkpoint)
+
+
 def main(argv: list[str] | None = None) -> int:
     from .tiny_training.recipe import STAGES, Recipe, train
 
@@ -276,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "train":
         recipe = Recipe.smoke() if args.smoke else Recipe()
-        train(Path(args.dir), Path(args.adapters), Path(args.work), recipe, only=args.only)
+        train(checkpoint(), Path(args.dir), Path(args.adapters), Path(args.work), recipe, only=args.only)
         if args.only is not None:
             print(f"stage {args.only} done in {args.work}")
             return 0

@@ -1,13 +1,20 @@
 """Fixed choices, one constant per fact. Validation messages list these, so a new choice is added here only."""
 
+# The embedded tiny checkpoint's repo id (assets/tiny-h3): its index names it, and it names the demo adapters.
+TINY_REPO_ID = "h3app/tiny-h3"
+REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"  # the full-size model on the Hub
 WORKFLOWS = ("t2va", "fl2va", "ref2va")
-PARTITIONS = ("transformer", "transformer_ref")  # transformer_ref serves ref2va
+MAIN_PARTITION = "transformer"  # the transformer t2va and fl2va run
+REFERENCE_PARTITION = "transformer_ref"  # the one ref2va runs
+PARTITIONS = (MAIN_PARTITION, REFERENCE_PARTITION)
 REFERENCE_WORKFLOW = "ref2va"
 
 
 def workflow_partition(workflow: str) -> str:
     """The transformer partition a (valid) workflow runs on: ``transformer_ref`` for ref2va, else ``transformer``."""
-    return PARTITIONS[1] if workflow == REFERENCE_WORKFLOW else PARTITIONS[0]
+    return REFERENCE_PARTITION if workflow == REFERENCE_WORKFLOW else MAIN_PARTITION
+
+
 LORA_MODES = ("unmerged", "merged")
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")

@@ -37,6 +37,8 @@ FULL_SIZE_CONFIG: dict[str, Any] = {
 
 BLOCK_ATTENTION = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0")
 BLOCK_FEED_FORWARD = ("ff.net.0.proj", "ff.net.2")
+# The six Linears of every main and refiner block, relative to the block: what LightX2V's Turbo adapters target.
+BLOCK_LINEARS = BLOCK_ATTENTION + BLOCK_FEED_FORWARD
 QKV = ("to_q", "to_k", "to_v")
 
 
@@ -88,6 +90,11 @@ def group_of(name: str) -> str:
     if name == "norm_out.linear":
         return ADALN
     return INPUT_OUTPUT
+
+
+def is_block_linear(name: str) -> bool:
+    """Whether a canonical target is one of the six ``BLOCK_LINEARS`` of a main or refiner block."""
+    return name.startswith(("transformer_blocks.", "token_refiner.")) and name.endswith(BLOCK_LINEARS)
 
 
 def transformer_shapes(config: Mapping[str, Any]) -> TransformerShapes:

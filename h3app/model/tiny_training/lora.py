@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from ...rules.h3_modules import is_block_linear
+
 def write_canonical(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Path:
     """Save ``tensors`` (sorted) with a canonical header: safetensors writes ``__metadata__`` in hash order, which
     would make the bytes differ from run to run; the JSON is re-serialised with sorted keys (offsets unchanged)."""
@@ -24,13 +26,12 @@ def write_canonical(path: Path, tensors: dict[str, torch.Tensor], metadata: dict
     return path
 
 
-TURBO_MODULES = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
 
 
 def target_names(transformer: torch.nn.Module) -> list[str]:
     """The attention and FFN projections of every block and refiner block (LightX2V's Turbo targets)."""
     return sorted(name for name, module in transformer.named_modules()
-                  if isinstance(module, torch.nn.Linear) and name.endswith(TURBO_MODULES))
+                  if isinstance(module, torch.nn.Linear) and is_block_linear(name))
 
 
 class TrainingLora:

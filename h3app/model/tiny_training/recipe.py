@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -254,15 +254,23 @@ def _load_lora(path: Path) -> lora.TrainingLora:
 STAGES = ("base", "style", "turbo")
 
 
-def train(out_dir: Path, adapters_dir: Path, work_dir: Path, recipe: Recipe = Recipe(), log: Progress | None = None,
-          only: str | None = None) -> None:
+@dataclass(frozen=True)
+class Checkpoint:
+    """How the tiny checkpoint is built (``() -> components``) and written (``(components, dir) -> dir``)."""
+
+    build: Callable[[], dict[str, Any]]
+    save: Callable[[dict[str, Any], Path], Path]
+
+
+def train(checkpoint: Checkpoint, out_dir: Path, adapters_dir: Path, work_dir: Path, recipe: Recipe = Recipe(),
+          log: Progress | None = None, only: str | None = None) -> None:
     """Run (or resume) every stage; writes the checkpoint to ``out_dir`` and the two LoRAs to ``adapters_dir``.
 
-    ``only`` runs one stage into ``work_dir`` and stops (style and turbo both need base, not each other, so they
-    can run side by side).
+    ``checkpoint`` builds the untrained components and saves them (``h3app.model.tiny`` hands in its own, so the
+    recipe never imports the module that runs it). ``only`` runs one stage into ``work_dir`` and stops (style and
+    turbo both need base, not each other, so they can run side by side).
     """
-    from ..tiny import build_components, save_checkpoint
-
+    build_components, save_checkpoint = checkpoint.build, checkpoint.save
     torch.set_num_threads(THREADS)
     log = log or Progress()
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -73,15 +73,6 @@ def scene_for(words: PromptWords, rng: np.random.Generator) -> Scene:
                  pitch=words.pitch, loudness=words.loudness)
 
 
-def random_scene(rng: np.random.Generator) -> Scene:
-    """Any colours, anywhere, any motion: what the video decoder learns to paint (warm tints included)."""
-    speed = rng.uniform(0.0, 12.0)
-    angle = rng.uniform(0.0, 2 * np.pi)
-    return Scene(ball=tuple(rng.uniform(0, 1, 3)), floor=tuple(rng.uniform(0, 1, 3)),
-                 start=(rng.uniform(0, WIDTH), rng.uniform(0, HEIGHT)),
-                 velocity=(speed * np.cos(angle), speed * np.sin(angle)))
-
-
 def render(scene: Scene, num_frames: int) -> tuple[np.ndarray, np.ndarray]:
     """``(frames [F, H, W, 3] in [0, 1], coverage [F, H, W] in [0, 1])`` with an anti-aliased ball edge."""
     t = np.arange(num_frames, dtype=np.float64)[:, None, None] / FPS

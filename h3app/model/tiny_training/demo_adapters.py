@@ -1,6 +1,6 @@
 """Small, deterministic demo adapters for the embedded tiny checkpoint, one per layout in circulation.
 
-    python -m h3app.adapters.demo DIR
+    python -m h3app.model.tiny_training.demo_adapters DIR
 
 Each file mimics a real producer's key layout and alpha convention at tiny dims (see docs/adapters.md):
 
@@ -28,15 +28,15 @@ from typing import Callable, Mapping
 
 import torch
 
-from ..model.tiny_training.lora import write_canonical as _write
-from ..rules.h3_modules import TransformerShapes, transformer_shapes
-from .formats import native_vocabulary
+from ...rules.h3_modules import BLOCK_LINEARS, TransformerShapes, transformer_shapes
+from ...rules.module_rules import native_vocabulary
+from .lora import write_canonical as _write
 
 SEED = 3
 
 
 def tiny_shapes() -> TransformerShapes:
-    from ..model.tiny import TINY_TRANSFORMER_CONFIG
+    from ..tiny import TINY_TRANSFORMER_CONFIG
 
     return transformer_shapes(TINY_TRANSFORMER_CONFIG)
 
@@ -101,9 +101,8 @@ def _native_files(shapes: TransformerShapes, generator: torch.Generator) -> dict
 
 
 def _diffusers_files(shapes: TransformerShapes, generator: torch.Generator) -> dict[str, Callable[[Path], Path]]:
-    six = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
     every = {t: (shapes[t].out_features, shapes[t].in_features) for t in shapes.linears}
-    turbo = {t: dims for t, dims in every.items() if t.endswith(six)}
+    turbo = {t: dims for t, dims in every.items() if t.endswith(BLOCK_LINEARS)}
 
     def peft_metadata(path: Path) -> Path:
         tensors = _lora_tensors(every, 4, generator, prefix="transformer.")
@@ -141,7 +140,7 @@ def write_demo_adapters(out_dir: str | Path, shapes: TransformerShapes | None = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m h3app.adapters.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m h3app.model.tiny_training.demo_adapters", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", help="folder to write the demo adapters into (e.g. assets/adapters)")
     args = parser.parse_args(argv)
     for path in write_demo_adapters(args.out_dir):

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..rules.h3_modules import TransformerShapes
+from .h3_modules import BLOCK_LINEARS, TransformerShapes
 
 # How a module's lora_B rows map onto its canonical targets.
 PLAIN = "plain"  # one target, rows as stored
@@ -58,7 +58,7 @@ NATIVE_MODULES: tuple[ModuleRule, ...] = (
 def _diffusers_block_rules(block: str, with_adaln: bool) -> tuple[ModuleRule, ...]:
     pattern = re.escape(block) + r"\.(\d+)\."
     target = block + ".{0}."
-    subs = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2"]
+    subs = list(BLOCK_LINEARS)
     if with_adaln:
         subs.append("adaln_proj.linear")
     rules = [ModuleRule(pattern + re.escape(sub), (target + sub,)) for sub in subs]

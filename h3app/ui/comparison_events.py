@@ -26,7 +26,7 @@ from ..rules.values import parse_alpha, parse_strength
 from . import history_words, render
 from .adapter_events import user_error
 from .client_gone import client_gone
-from .comparison_layouts import check_value, grid_rows, grid_value, history_value
+from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
 from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
@@ -310,7 +310,7 @@ class ComparisonEvents:
         history = list(reversed((session or {}).get("history", [])))
         labels = {h["id"]: f"#{h['number']} {history_words.entry_label(h)}" for h in history}
         gallery = [(h["thumbnail"], labels[h["id"]]) for h in history if h.get("thumbnail")]
-        table = pd.DataFrame([[h["number"], history_words.entry_label(h), h["hash"][:12]] for h in history],
+        table = pd.DataFrame([[h["number"], history_words.entry_label(h), short_hash(h["hash"])] for h in history],
                              columns=HISTORY_COLUMNS)
         choices = [(labels[h["id"]], h["id"]) for h in history]
         ids = [h["id"] for h in history]

@@ -15,7 +15,8 @@ GRID_CORNER = "alpha ╲ scale"
 
 
 def short_hash(digest: str) -> str:
-    return str(digest)[:HASH_CHARS]
+    """``sha256:fef56…`` → the first HASH_CHARS hex digits."""
+    return str(digest).removeprefix("sha256:")[:HASH_CHARS]
 
 
 # ------------------------------------------------------------------------------------------------------- check

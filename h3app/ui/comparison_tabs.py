@@ -127,7 +127,8 @@ def build_history_tab() -> HistoryTab:
     gr.Markdown("This session's results, newest first. Pick any two to put them side by side.",
                 elem_classes=["h3-note"])
     gallery = gr.Gallery(label="results", columns=6, height=200, object_fit="contain", allow_preview=False)
-    table = gr.Dataframe(headers=HISTORY_COLUMNS, interactive=False, wrap=True, elem_id="history-table")
+    table = gr.Dataframe(headers=HISTORY_COLUMNS, interactive=False, wrap=True, elem_id="history-table",
+                         column_widths=["3em", "75%", "8.5em"])
     with gr.Row(equal_height=True):
         pick_a = gr.Dropdown([], label="A", scale=2, elem_id="history-a")
         pick_b = gr.Dropdown([], label="B", scale=2, elem_id="history-b")

@@ -143,9 +143,12 @@
       figure.classList.toggle("h3cv-off", state.mode !== "side" && index !== under && index !== over);
       figure.style.clipPath = "";
     }
+    for (const frame of stage.querySelectorAll(".h3cv-frame")) frame.style.clipPath = "";
     const overFigure = stage.querySelector("figure.h3cv-over .h3cv-frame");
-    if (overFigure && state.mode === "wipe") overFigure.style.clipPath = `inset(0 0 0 ${state.wipe}%)`;
-    else if (overFigure) overFigure.style.clipPath = "";
+    if (overFigure && state.mode === "wipe") {
+      overFigure.style.clipPath = `inset(0 0 0 ${state.wipe}%)`;
+      overFigure.querySelector(".h3cv-line").style.left = `${state.wipe}%`;
+    }
     const wipeBar = element.querySelector(".h3cv-wipebar");
     if (wipeBar) wipeBar.hidden = state.mode === "side";
     const wipe = element.querySelector(".h3cv-wipe-at");
@@ -187,6 +190,8 @@
                    ...[["side", "side by side"], ["wipe", "A|B wipe"], ["blink", "blink"]].map(
                      ([key, text]) => h("option", {value: key, text, selected: key === state.mode})));
     if (shown.length < 2) mode.disabled = true;
+    const loop = h("input", {type: "checkbox", checked: true, "aria-label": "loop"});
+    loop.checked = true;
     const bar = h("div", {class: "h3cv-bar"},
       h("button", {class: "h3cv-play h3cv-button h3cv-primary", type: "button",
                    onclick: () => (state.playing ? pause() : play()), text: "▶ Play all"}),
@@ -194,7 +199,7 @@
                    onclick: () => step(-1), text: "◀ frame"}),
       h("button", {class: "h3cv-button", type: "button", title: "next frame", "aria-label": "next frame",
                    onclick: () => step(1), text: "frame ▶"}),
-      h("label", {class: "h3cv-loop"}, h("input", {type: "checkbox", checked: true}), h("span", {text: " loop"})),
+      h("label", {class: "h3cv-loop"}, loop, h("span", {text: " loop"})),
       h("input", {class: "h3cv-scrub", type: "range", min: 0, max: 1, step: "any", value: 0,
                   "aria-label": "position",
                   oninput: (e) => { if (state.playing) pause(); seekAll(Number(e.target.value)); }}),
@@ -223,10 +228,10 @@
     return h("figure", {class: "h3cv-column", "data-index": index, "data-key": column.key},
       h("figcaption", {class: "h3cv-label"}, h("b", {text: column.label}),
         column.mark ? h("span", {class: "h3cv-mark", text: ` ${column.mark}`}) : null),
-      h("div", {class: "h3cv-frame"}, video),
+      h("div", {class: "h3cv-frame"}, video, h("div", {class: "h3cv-line"})),
       column.caption ? h("div", {class: "h3cv-caption", text: column.caption}) : null,
       audio ? h("div", {class: "h3cv-audio"}, h("span", {text: `${column.key} sound `}),
-        h("audio", {controls: true, preload: "none", src: url(audio), "aria-label": `${column.key} soundtrack`}))
+        h("audio", {controls: true, preload: "metadata", src: url(audio), "aria-label": `${column.key} soundtrack`}))
         : null);
   }
 

@@ -135,6 +135,13 @@ def test_equivalence_defaults_and_play_all_in_step(browser, app, tmp_path):
         expect(view.get_by_text("left of the line: A · right: B")).to_be_visible()
         assert_plays_in_step(page, "#check-view", 2)
         shoot(page, "compare-wipe.png", tmp_path, "#check-view")
+        # blink: the pair alternates in one place
+        view.get_by_label("view").select_option("blink")
+        showing = view.locator(".h3cv-showing")
+        expect(showing).to_have_text(re.compile(r"^showing (A|B)$"))
+        first = showing.inner_text()
+        expect(showing).not_to_have_text(first, timeout=3000)
+        view.get_by_label("view").select_option("side")
         # frame step: pauses and moves every video by one frame (24 fps)
         view.get_by_role("button", name="Pause all").click()
         before = video_times(page, "#check-view")

@@ -221,7 +221,8 @@ def test_6_labels_read_as_meant(page):
     expect(page.locator("#verdict [data-testid=verdict]")).to_be_visible(timeout=3 * GENERATION_TIMEOUT_MS)
     page.get_by_role("tab", name="History").click()
     history = page.locator("#history-table")
-    expect(history).to_contain_text("check B: alpha 128 × scale 0.0625")
+    # the demo's alpha in use is the rank guess 128 = rank: B doubles alpha and halves the scale
+    expect(history).to_contain_text("· seed 7 · lightx2v_turbo_no_alpha α 256 (typed) × 0.5")
     expect(history).not_to_contain_text("check A A")
     page.locator("#history-a input").click()
     page.get_by_role("option", name=re.compile(r"^#1 ")).click()  # the generation, against check B
@@ -256,16 +257,17 @@ def test_8_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, b
     type_into(page, "#grid-scales", "0.5, 1")
     page.locator("#grid-run").click()
     expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=3 * GENERATION_TIMEOUT_MS)
-    gallery = page.locator("#grid-gallery")
-    box = gallery.bounding_box()
-    thumbnails = gallery.locator("img")
-    expect(thumbnails).to_have_count(4)
-    for index in range(4):  # both rows inside the gallery, none cut off
+    grid = page.locator("#grid-view table")
+    box = grid.bounding_box()
+    thumbnails = grid.locator("img")
+    expect(thumbnails).to_have_count(5)  # 4 cells and the no-LoRA baseline
+    for index in range(5):  # every row inside the grid, none cut off
         thumb = thumbnails.nth(index).bounding_box()
         assert box["y"] <= thumb["y"] and thumb["y"] + thumb["height"] <= box["y"] + box["height"] + 1
     # the default alphas: the trained Turbo alpha (1) and the alpha = rank fallback (16) of the demo LoRA
-    expect(gallery.get_by_text(re.compile(r"α 1 × 0\.5 · seed 7"))).to_be_visible()
-    expect(gallery.get_by_text(re.compile(r"α 16 × 1 · seed 7"))).to_be_visible()
+    expect(grid.get_by_text("α 1 × 0.5", exact=True)).to_be_visible()
+    expect(grid.get_by_text("α 16 × 1", exact=True)).to_be_visible()
+    expect(page.locator("#grid-view").get_by_text("seed 7", exact=True)).to_be_visible()
     for header in page.locator("#grid-table th").all():  # one line each: no "scal/e"
         assert header.bounding_box()["height"] < 48, header.inner_text()
 

@@ -312,13 +312,20 @@ def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, b
 def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, comparisons):
     session = session_with(adapters, KOHYA)
     view = comparisons.check_view(job(session), CheckForm(8, 1.0, 128, 0.0625), request=Request("eq"), progress=None)
-    verdict, video_a, video_b, video_f, cap_a, cap_b, cap_f, heat, heat_f, plot, spec, spec_f, audio_a, audio_b, data, \
-        session = (view.verdict, view.video_a, view.video_b, view.video_fallback, view.caption_a, view.caption_b,
-                   view.caption_fallback, view.heat_ab, view.heat_fallback, view.psnr_plot, view.spectrogram_ab,
-                   view.spectrogram_fallback, view.audio_a, view.audio_b, view.result_json, view.session)
+    verdict, shown, heat, heat_f, plot, spec, spec_f, data, session = (
+        view.verdict, view.view, view.heat_ab, view.heat_fallback, view.psnr_plot, view.spectrogram_ab,
+        view.spectrogram_fallback, view.result_json, view.session)
     assert "IDENTICAL" in verdict and data["identical"] and data["control_identical"]
     assert data["hash_a"] == data["hash_b"] != data["hash_fallback"]
-    assert all(Path(p).is_file() for p in (video_a, video_b, video_f, heat, heat_f, spec, spec_f, audio_a, audio_b))
+    # one view plays all three columns, each with its own soundtrack (a WAV pulled out of its mp4)
+    columns = shown["columns"]
+    assert [c["key"] for c in columns] == ["A", "B", "fallback"] and shown["show"] == [0, 1, 2]
+    media_files = [c[kind]["path"] for c in columns for kind in ("video", "audio")]
+    assert all(Path(p).is_file() for p in (*media_files, heat, heat_f, spec, spec_f))
+    assert [Path(c["audio"]["path"]).suffix for c in columns] == [".wav"] * 3
+    assert all(c["video"]["meta"]["_type"] == "gradio.FileData" for c in columns)
+    assert [c["mark"] for c in columns] == ["", "= A", ""]  # B's content is A's; the fallback's is not
+    cap_b = columns[1]["label"]
     assert set(plot["pair"]) == {"A vs B", "A vs fallback"}
     assert plot[plot["pair"] == "A vs B"]["PSNR (dB)"].eq(100.0).all()  # identical frames at the ceiling
     assert plot[plot["pair"] == "A vs fallback"]["PSNR (dB)"].lt(100.0).any()
@@ -345,8 +352,16 @@ def test_grid_fills_cell_by_cell_and_flags_a_do_nothing_cell(adapters, compariso
                                        progress=None))
     assert len(steps) == 3  # one yield per cell, then the final one with the session
     last = steps[-1]
-    gallery, table, status, final_session, cells = last.gallery, last.table, last.status, last.session, last.cells
-    assert len(gallery["value"]) == 2 and gallery["columns"] == 2 and len(table) == 2 and len(cells) == 2
+    shown, table, status, final_session, cells = last.view, last.table, last.status, last.session, last.cells
+    assert len(table) == 2 and len(cells) == 2
+    # the view: the baseline as a column of its own, then the cells under "× scale" headers in the row "α auto"
+    (grid,) = shown["grids"]
+    assert grid["title"] == "seed 3" and grid["headers"] == ["× 0", "× 1"]
+    assert grid["rows"] == [{"header": "α auto", "cells": [1, 2]}] and grid["baseline"] == 0
+    assert [c["key"] for c in shown["columns"]] == ["no LoRA", "αauto×0", "αauto×1"]
+    assert Path(shown["columns"][0]["video"]["path"]).is_file() and shown["show"] == [0, 2]
+    assert shown["columns"][1]["mark"] == "= no LoRA" and shown["columns"][2]["mark"] == ""
+    assert list(table["equal to"]) == ["no LoRA", ""] and list(table["PSNR dB"])[0] == "∞"
     zero, one = cells
     assert zero["strength"] == 0.0 and zero["baseline_psnr"] == "inf"  # scale 0 is no LoRA: flagged
     assert one["strength"] == 1.0 and one["baseline_psnr"] != "inf"
@@ -361,13 +376,19 @@ def test_history_compare_names_the_settings_that_differ(adapters, generation, co
     session = generate(generation, session, seed=12).session
     history = comparisons.history_view(session)
     gallery, table, pick_a, pick_b = history.gallery, history.table, history.pick_a, history.pick_b
-    assert len(gallery) == 2 and list(table["kind"]) == ["generate", "generate"]
+    assert len(gallery) == 2 and len(table) == 2
+    # labels tell the two apart: prompt, seed and the adapter's alpha (with its source) and scale
+    newest, older = list(table["result"])
+    assert newest == "generate · “a fox in snow” · seed 12 · kohya_musubi α 1.5 (.alpha tensors) × 1"
+    assert older == newest.replace("seed 12", "seed 11")
     assert pick_b["value"] == session["history"][-1]["id"] and pick_a["value"] == session["history"][0]["id"]
+    assert pick_b["choices"][0] == (f"#2 {newest}", session["history"][-1]["id"])
     shown = comparisons.compare(session, pick_a["value"], pick_b["value"])
-    video_a, video_b, verdict, differences = shown.video_a, shown.video_b, shown.verdict, shown.differences
-    assert Path(video_a).is_file() and Path(video_b).is_file()
+    view, verdict, differences = shown.view, shown.verdict, shown.differences
+    assert [Path(c["video"]["path"]).is_file() for c in view["columns"]] == [True, True]
+    assert view["columns"][1]["label"] == f"B: {newest}"
     assert "DIFFERENT" in verdict and "PSNR" in verdict
-    assert "request.seed" in set(differences["setting"])
+    assert list(differences.itertuples(index=False, name=None)) == [("seed", "11 → 12")]
     same = comparisons.compare(session, pick_a["value"], pick_a["value"]).verdict
     assert "IDENTICAL" in same
     with pytest.raises(gr.Error, match="pick two results"):

@@ -6,9 +6,10 @@ equal to an earlier column's reuses its decoded output (B's decode is skipped wh
 remuxed from A's. The determinism control is one denoising step at A's settings, compared with A's first step at
 the transformer output that moves the latents (as ``check --mode transformer`` does with one forward): a whole
 second run would cost a quarter of the check to learn the same. Hashes are sha256 over the decoded fp32 video then
-audio (docs/architecture.md, decision 10). A (default alpha 8 / strength 1.0) and B (alpha 128 / strength 0.0625) have the same alpha × strength,
-so they must be bit-identical; the fallback column is the same adapter at alpha = rank, strength 1 — what the old
-loaders did — which is 16× stronger for LightX2V's rank-128 Turbo.
+audio (docs/architecture.md, decision 10). A (by default the alpha in use × strength 1) and B (alpha = rank ×
+strength alpha / rank, :func:`default_pair`) have the same alpha × strength, so they must be bit-identical; the
+fallback column is the same adapter at alpha = rank, strength 1 — what the old loaders did — which is 16× stronger
+for LightX2V's rank-128 Turbo.
 """
 
 from __future__ import annotations
@@ -37,8 +38,22 @@ CHECK_NAME = "equivalence-check"
 FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step
 CONTROL_STEPS = 1
 PHASES = ("fallback", "A", "control", "B")
-DEFAULT_A = CheckSetting(alpha=8.0, strength=1.0)
+DEFAULT_A = CheckSetting(alpha=8.0, strength=1.0)  # LightX2V's rank-128 Turbo: trained at alpha 8
 DEFAULT_B = CheckSetting(alpha=128.0, strength=0.0625)
+
+
+def default_pair(alpha: float | None, rank: int | None) -> tuple[CheckSetting, CheckSetting]:
+    """The check's A and B for an adapter whose alpha in use is ``alpha`` and whose (uniform) rank is ``rank``:
+    A = (alpha, strength 1), B = (rank, alpha / rank) — the same alpha × strength, so an exact engine makes them
+    bit-identical (the fallback column runs at alpha = rank). When alpha already equals the rank, B doubles alpha
+    and halves the strength instead (A = B would test nothing). Without one alpha or one rank (mixed per module):
+    the LightX2V pair, 8 × 1 against 128 × 0.0625."""
+    if alpha is None or not rank or alpha <= 0:
+        return DEFAULT_A, DEFAULT_B
+    a = CheckSetting(alpha=float(alpha), strength=1.0)
+    if float(alpha) == float(rank):
+        return a, CheckSetting(alpha=2.0 * float(rank), strength=0.5)
+    return a, CheckSetting(alpha=float(rank), strength=float(alpha) / float(rank))
 DEFAULT_PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
 
 

@@ -69,6 +69,9 @@ class GridCell:
     baseline_max_abs_diff: float
     seconds: float
     hide_paths: bool = False  # hosted: answers name files, never server folders
+    baseline_video_path: str = ""  # the no-LoRA run of this cell's seed, so it can be shown as a cell of its own
+    baseline_thumbnail_path: str = ""
+    baseline_hash: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -76,7 +79,8 @@ class GridCell:
         if not math.isfinite(self.baseline_psnr):
             data["baseline_psnr"] = "inf"
         if self.hide_paths:
-            data["video_path"], data["thumbnail_path"] = Path(self.video_path).name, Path(self.thumbnail_path).name
+            for key in ("video_path", "thumbnail_path", "baseline_video_path", "baseline_thumbnail_path"):
+                data[key] = Path(data[key]).name if data[key] else ""
         return data
 
 
@@ -161,6 +165,10 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                 binder.reset(workflow)
                 base = generate(seeded)
                 baselines.put(keys[seed], base)
+            base_name = f"{stem}-baseline-{seed}"
+            base_video = save_result(base, output_dir / f"{base_name}.mp4",
+                                     {"request": seeded.to_json(hide_paths), "adapters": [], "hash": base.hash})
+            base_thumb = write_thumbnail(output_dir / f"{base_name}.png", base.video)
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
@@ -173,6 +181,7 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
-                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths)
+                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths,
+                                   str(base_video), str(base_thumb), base.hash)
     finally:
         binder.reset(workflow)

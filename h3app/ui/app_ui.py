@@ -20,6 +20,7 @@ from .adapter_panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_
 from .api import ApiEvents, build_api
 from .comparison_events import ComparisonEvents
 from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
+from .comparison_view import VIEW_CSS
 from .generate_events import (
     GenerateEvents,
     apply_preset,
@@ -61,10 +62,7 @@ CSS = """
 .h3-header h1 {margin: 0; font-size: 1.6em;}
 .h3-note p {font-size: 0.92em; opacity: 0.9; margin: 2px 0;}
 .h3-subhead p {font-weight: 700; margin: 8px 0 0 0;}
-#grid-table th, #grid-table td {white-space: nowrap;}
-/* every grid row on screen (Gradio gives a gallery a fixed, scrolling height) */
-#grid-gallery, #grid-gallery .grid-wrap {height: auto !important; max-height: none !important;
-                                         overflow: visible !important;}
+#grid-table th {white-space: nowrap;}
 /* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
 @media (max-width: 720px) {
   #h3-main {flex-direction: column-reverse !important;}
@@ -157,7 +155,7 @@ def launch_kwargs(backend: Any) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "allowed_paths": [str(backend.output_dir)],
         "theme": gr.themes.Default(primary_hue="indigo", secondary_hue="pink"),
-        "css": CSS,
+        "css": CSS + VIEW_CSS,
         "show_error": True,
         "run_history": False,
         "footer_links": ["api", "gradio", "settings"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -16,23 +17,26 @@ from typing import Any, Iterator, Mapping
 import gradio as gr
 import pandas as pd
 
+from ..backend.equivalence import default_pair
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
 from ..backend.transformer_check import CheckSetting
 from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_strength
-from . import render
+from . import history_words, render
 from .adapter_events import user_error
 from .client_gone import client_gone
+from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
 from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
-from .session import RunningJobs, add_history, job_adapters, session_key
+from .session import RunningJobs, add_history, job_adapters, session_key, settings_to_json
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
-GRID_COLUMNS = ["alpha", "scale", "seed", "vs no-LoRA", "max |Δ|", "seconds", "hash"]
-HISTORY_COLUMNS = ["id", "kind", "hash", "video"]
+GRID_COLUMNS = ["α", "scale", "seed", "PSNR dB", "max |Δ|", "s", "hash", "equal to"]
+HISTORY_COLUMNS = ["#", "result", "hash"]
+DIFFERENCE_COLUMNS = ["setting", "A → B"]
 
 
 def check_setting(alpha: Any, strength: Any, name: str) -> CheckSetting:
@@ -58,29 +62,33 @@ class CheckView:
     """The Equivalence tab after a check."""
 
     verdict: str
-    video_a: str
-    video_b: str
-    video_fallback: str
-    caption_a: str
-    caption_b: str
-    caption_fallback: str
+    view: dict[str, Any]
     heat_ab: str
     heat_fallback: str
     psnr_plot: pd.DataFrame
     spectrogram_ab: str
     spectrogram_fallback: str
-    audio_a: str
-    audio_b: str
     result_json: dict[str, Any]
     session: dict[str, Any]
 
 
 @dataclass(frozen=True)
-class GridView:
-    """The Grid tab while cells arrive: gallery, table, status, the cells' JSON, and the session (KEEP until the
-    grid is done: it is written once)."""
+class CheckPairView:
+    """The check's A and B as the adapter suggests them, and the line that says why."""
 
-    gallery: Any
+    a_alpha: float | None
+    a_scale: float
+    b_alpha: float | None
+    b_scale: float
+    pair_note: str
+
+
+@dataclass(frozen=True)
+class GridView:
+    """The Grid tab while cells arrive: the comparison view (cells under headers), table, status, the cells'
+    JSON, and the session (KEEP until the grid is done: it is written once)."""
+
+    view: dict[str, Any]
     table: pd.DataFrame
     status: str
     cells: list[dict[str, Any]]
@@ -99,10 +107,9 @@ class HistoryView:
 
 @dataclass(frozen=True)
 class CompareView:
-    """Two history entries side by side: their videos, a verdict and the settings that differ."""
+    """Two history entries in the comparison view, a verdict and the settings that differ (in words)."""
 
-    video_a: str
-    video_b: str
+    view: dict[str, Any]
     verdict: str
     differences: pd.DataFrame
 
@@ -137,24 +144,45 @@ class ComparisonEvents:
         if isinstance(result, Stopped):
             return result
         data = result.to_json()
-        audio_a = extract_audio(result.a.video_path, Path(result.a.video_path).with_suffix(".wav"))
-        audio_b = extract_audio(result.b.video_path, Path(result.b.video_path).with_suffix(".wav"))
+        runs = {"a": result.a, "b": result.b, "fallback": result.fallback}
+        videos = {name: run.video_path for name, run in runs.items()}
+        wavs = {name: str(extract_audio(path, Path(path).with_suffix(".wav"))) for name, path in videos.items()}
         plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
         session = form.session
-        for kind, column in (("check B", data["b"]), ("check A", data["a"]),
-                             ("check fallback", data["fallback"])):
-            run = {"check A": result.a, "check B": result.b, "check fallback": result.fallback}[kind]
-            session = add_history(session, {"kind": kind, "label": f"{kind}: {render.setting_text(column)}",
+        for name, kind in (("b", "check B"), ("a", "check A"), ("fallback", "check fallback")):
+            run = runs[name]
+            session = add_history(session, {"kind": kind, "label": f"{kind}: {render.setting_text(data[name])}",
                                             "video": run.video_path, "thumbnail": run.thumbnail_path,
-                                            "hash": run.hash, "settings": result.settings})
-        return CheckView(verdict=render.verdict_html(data), video_a=result.a.video_path, video_b=result.b.video_path,
-                         video_fallback=result.fallback.video_path, caption_a=render.column_caption(data["a"]),
-                         caption_b=render.column_caption(data["b"]),
-                         caption_fallback=render.column_caption(data["fallback"]), heat_ab=result.heatmap_path,
-                         heat_fallback=result.fallback_heatmap_path, psnr_plot=plot,
+                                            "hash": run.hash, "settings": column_settings(result.settings,
+                                                                                          data[name])})
+        return CheckView(verdict=render.verdict_html(data), view=check_value(data, videos, wavs),
+                         heat_ab=result.heatmap_path, heat_fallback=result.fallback_heatmap_path, psnr_plot=plot,
                          spectrogram_ab=result.spectrogram_diff_path,
-                         spectrogram_fallback=result.fallback_spectrogram_diff_path, audio_a=str(audio_a),
-                         audio_b=str(audio_b), result_json=data, session=session)
+                         spectrogram_fallback=result.fallback_spectrogram_diff_path, result_json=data,
+                         session=session)
+
+    @staticmethod
+    def check_pair(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> CheckPairView:
+        """A = (alpha in use, 1) and B = (rank, alpha ÷ rank) for adapter 1 (``backend.equivalence.default_pair``);
+        the person may type any other pair afterwards."""
+        alpha, source = alpha_in_use(info, override, alpha_text)
+        rank = (info or {}).get("rank")
+        a, b = default_pair(alpha, rank)
+        if not info:
+            note = (f"Pick an adapter: A and B then follow its alpha and rank (until then the LightX2V pair, "
+                    f"alpha {a.alpha:g} × {a.strength:g} against {b.alpha:g} × {b.strength:g}).")
+        elif alpha is None or not rank:
+            note = ("This adapter has no single alpha or rank (they differ per module): type A and B, or keep "
+                    f"the LightX2V pair alpha {a.alpha:g} × {a.strength:g} against {b.alpha:g} × {b.strength:g}.")
+        else:
+            product = a.alpha * a.strength
+            stronger = rank / alpha
+            note = (f"**A** = alpha {a.alpha:g} × scale {a.strength:g} (the alpha in use, "
+                    f"{history_words.SHORT_SOURCES.get(source, source)}) and **B** = alpha {b.alpha:g} × scale "
+                    f"{b.strength:g}: alpha × scale is {product:g} in both, so an exact engine makes them "
+                    f"identical bit for bit. The **fallback** runs at alpha = rank = {rank}"
+                    + (f", {stronger:g}× as strong as A." if abs(stronger - 1) > 1e-9 else ", the same as A."))
+        return CheckPairView(a.alpha, a.strength, b.alpha, b.strength, note)
 
     def check_estimate(self, request: RequestForm) -> str:
         """What the check will cost, before it starts: its runs and, once a generation has been timed on this
@@ -236,35 +264,34 @@ class ComparisonEvents:
 
     def grid_view(self, form: JobForm, grid: GridForm, request: gr.Request = None,
                   progress: Any = gr.Progress()) -> Iterator[GridView]:
-        """Generator: the gallery, table and status after each finished cell; the session once, at the end."""
+        """Generator: the view (cells under their headers), table and status after each finished cell; the
+        session once, at the end."""
         try:
-            columns = len(self.plan(grid).strengths)  # rows = alphas, columns = scales
+            plan = self.plan(grid)
         except (H3AppError, ValueError) as error:
             raise user_error(H3AppError(str(error))) from error
-        gallery: list[tuple[str, str]] = []
-        rows: list[list[Any]] = []
-        cells = []
+        run = uuid.uuid4().hex[:12]
+        cells: list[Any] = []
         stopped: list[Stopped] = []
+
+        def shown(status: str, session: Any = KEEP) -> GridView:
+            return GridView(grid_value(cells, plan.alphas, plan.strengths, plan.seeds, run),
+                            pd.DataFrame(grid_rows(cells), columns=GRID_COLUMNS), status, cells_state(cells), session)
+
         for cell in self.grid_cells(form, grid, request, progress, stopped):
-            alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
-            gallery.append((cell.thumbnail_path, f"α {alpha} × {cell.strength:g} · seed {cell.seed} · "
-                                                 f"{render.distance_text(cell.baseline_psnr)}"))
-            rows.append([alpha, cell.strength, cell.seed, render.distance_text(cell.baseline_psnr),
-                         round(cell.baseline_max_abs_diff, 4), round(cell.seconds, 1), cell.hash[:12]])
             cells.append(cell)
-            yield GridView(gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
-                           self._grid_status(cells), cells_state(cells))
+            yield shown(self._grid_status(cells))
         session = form.session
+        adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells else {}
+        request_json = form.request.to_request().to_json() if cells else {}
         for cell in cells:
-            alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
-            label = f"grid α{alpha}×{cell.strength:g} seed {cell.seed}"
-            session = add_history(session, {"kind": "grid", "label": label, "video": cell.video_path,
-                                            "thumbnail": cell.thumbnail_path, "hash": cell.hash,
-                                            "settings": {"alpha": cell.alpha, "strength": cell.strength,
-                                                         "seed": cell.seed}})
-        status = stopped[0].status if stopped else self._grid_status(cells, done=True)
-        yield GridView(gr.update(value=list(gallery), columns=columns), pd.DataFrame(rows, columns=GRID_COLUMNS),
-                       status, cells_state(cells), session)
+            settings = {"request": {**request_json, "seed": cell.seed},
+                        "adapters": [{**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
+            session = add_history(session, {"kind": "grid", "label": f"grid α{history_words.number(cell.alpha)}×"
+                                                                     f"{cell.strength:g} seed {cell.seed}",
+                                            "video": cell.video_path, "thumbnail": cell.thumbnail_path,
+                                            "hash": cell.hash, "settings": settings})
+        yield shown(stopped[0].status if stopped else self._grid_status(cells, done=True), session)
 
     @staticmethod
     def _grid_status(cells: list[Any], done: bool = False) -> str:
@@ -278,86 +305,86 @@ class ComparisonEvents:
     # ----------------------------------------------------------------------------------------------- history
     @staticmethod
     def history_view(session: dict[str, Any] | None) -> HistoryView:
-        """This session's results, newest first; A and B preset to the two newest."""
+        """This session's results, newest first, each labelled with its prompt, seed and adapter settings; A and
+        B preset to the two newest."""
         history = list(reversed((session or {}).get("history", [])))
-        gallery = [(h["thumbnail"], h["id"]) for h in history if h.get("thumbnail")]
-        table = pd.DataFrame([[h["id"], h["kind"], h["hash"][:19], Path(h["video"]).name] for h in history],
+        labels = {h["id"]: f"#{h['number']} {history_words.entry_label(h)}" for h in history}
+        gallery = [(h["thumbnail"], labels[h["id"]]) for h in history if h.get("thumbnail")]
+        table = pd.DataFrame([[h["number"], history_words.entry_label(h), short_hash(h["hash"])] for h in history],
                              columns=HISTORY_COLUMNS)
+        choices = [(labels[h["id"]], h["id"]) for h in history]
         ids = [h["id"] for h in history]
         first = ids[1] if len(ids) > 1 else (ids[0] if ids else None)
-        return HistoryView(gallery, table, gr.update(choices=ids, value=first),
-                           gr.update(choices=ids, value=ids[0] if ids else None))
+        return HistoryView(gallery, table, gr.update(choices=choices, value=first),
+                           gr.update(choices=choices, value=ids[0] if ids else None))
 
     @staticmethod
     def compare(session: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> CompareView:
-        """Two history entries side by side (decodes both mp4s when their hashes differ)."""
+        """Two history entries in the comparison view (decodes both mp4s when their hashes differ), and the
+        settings they differ in, in words."""
         entries = {h["id"]: h for h in (session or {}).get("history", [])}
         if a_id not in entries or b_id not in entries:
             raise gr.Error("pick two results of this session to compare (run something first).", print_exception=False)
         a, b = entries[a_id], entries[b_id]
-        if a["hash"] == b["hash"]:
-            verdict = render.card("ok", f"<div class='h3-big'>IDENTICAL ✔</div>same content hash "
-                                        f"<code>{render.esc(a['hash'][:23])}…</code> (bitwise, on the raw arrays).")
-        else:
-            detail = ""
-            try:
-                va, vb = decode_video(a["video"]), decode_video(b["video"])
-                if va.shape == vb.shape:
-                    from ..backend.metrics import psnr
+        rows = [list(row) for row in history_words.differences(a.get("settings") or {}, b.get("settings") or {})]
+        table = pd.DataFrame(rows or [["(no differences in settings)", ""]], columns=DIFFERENCE_COLUMNS)
+        return CompareView(history_value(a, b), _compare_verdict(a, b), table)
 
-                    value = psnr(va, vb)
-                    detail = (f" PSNR {value:.1f} dB from the mp4s (lossy h264)." if math.isfinite(value)
-                              else " The decoded mp4s are equal, but the raw outputs differ below h264's precision.")
-                else:
-                    detail = f" Different shapes: {va.shape[1:3]} vs {vb.shape[1:3]}, {len(va)} vs {len(vb)} frames."
-            except Exception as error:  # a file cleaned up after an hour, or unreadable: say so, keep the verdict
-                detail = f" (could not decode the mp4s: {type(error).__name__})"
-            verdict = render.card("warn", f"<div class='h3-big'>DIFFERENT</div>hashes "
-                                          f"<code>{render.esc(a['hash'][:19])}</code> vs "
-                                          f"<code>{render.esc(b['hash'][:19])}</code>.{render.esc(detail)}")
-        rows = [[key, plain_value(key, va), plain_value(key, vb)]
-                for key, va, vb in _differences(a.get("settings") or {}, b.get("settings") or {})]
-        table = pd.DataFrame(rows or [["(no differences in settings)", "", ""]], columns=["setting", "A", "B"])
-        return CompareView(a["video"], b["video"], verdict, table)
+
+def _compare_verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    if a["hash"] == b["hash"]:
+        return render.card("ok", f"<div class='h3-big'>IDENTICAL ✔</div>same content hash "
+                                 f"<code>{render.esc(a['hash'][:23])}…</code> (bitwise, on the raw arrays).")
+    detail = ""
+    try:
+        va, vb = decode_video(a["video"]), decode_video(b["video"])
+        if va.shape == vb.shape:
+            from ..backend.metrics import psnr
+
+            value = psnr(va, vb)
+            detail = (f" PSNR {value:.1f} dB from the mp4s (lossy h264)." if math.isfinite(value)
+                      else " The decoded mp4s are equal, but the raw outputs differ below h264's precision.")
+        else:
+            detail = f" Different shapes: {va.shape[1:3]} vs {vb.shape[1:3]}, {len(va)} vs {len(vb)} frames."
+    except Exception as error:  # a file cleaned up after an hour, or unreadable: say so, keep the verdict
+        detail = f" (could not decode the mp4s: {type(error).__name__})"
+    return render.card("warn", f"<div class='h3-big'>DIFFERENT</div>hashes "
+                               f"<code>{render.esc(a['hash'][:19])}</code> vs "
+                               f"<code>{render.esc(b['hash'][:19])}</code>.{render.esc(detail)}")
+
+
+def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> tuple[float | None, str | None]:
+    """(alpha, its source) that adapter 1 runs at: the typed override when ticked and valid, else the file's
+    chain (inspect's ``alpha``/``alpha_source``)."""
+    if override:
+        try:
+            typed = parse_alpha(alpha_text)
+        except H3AppError:
+            typed = None
+        if typed is not None:
+            return typed, "explicit"
+    info = info or {}
+    return info.get("alpha"), info.get("alpha_source")
+
+
+def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> dict[str, Any]:
+    """A check column's settings in the history's shape: the request, and the adapter at the column's alpha and
+    scale (the fallback: alpha = rank)."""
+    adapter = dict(settings.get("adapter") or {})
+    if column.get("label") == "fallback":
+        alpha, source = adapter.get("rank"), "rank_fallback"
+    elif column.get("alpha") is not None:
+        alpha, source = column["alpha"], "explicit"
+    else:
+        alpha, source = adapter.get("stored_alpha"), adapter.get("alpha_source")
+    adapter.update(alpha=column.get("alpha"), strength=column.get("strength"), resolved_alpha=alpha,
+                   resolved_alpha_source=source)
+    return {**settings, "adapters": [adapter]}
 
 
 def cells_state(cells: list[Any]) -> list[dict[str, Any]]:
     """Grid cells as JSON (for the API and for picking a cell's video)."""
     return [cell.to_json() for cell in cells]
-
-
-def _differences(a: Any, b: Any, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        for key in sorted(set(a) | set(b)):
-            if key in ("hash", "result"):
-                continue
-            yield from _differences(a.get(key), b.get(key), f"{prefix}{key}.")
-    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for index, (x, y) in enumerate(zip(a, b)):
-            yield from _differences(x, y, f"{prefix}{index}.")
-    elif a != b:
-        yield prefix.rstrip("."), a, b
-
-
-def plain_value(key: str, value: Any) -> str:
-    """A setting as a person reads it (no Python reprs): an empty alpha is auto, adapters are named by file, lists
-    and objects are spelled out."""
-    if value is None:
-        return "auto" if key.endswith("alpha") else "—"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, Mapping):
-        if "source" in value:
-            alpha = value.get("alpha")
-            return (f"{Path(str(value['source'])).name} (alpha {'auto' if alpha is None else f'{float(alpha):g}'} "
-                    f"× scale {float(value.get('strength', 1.0)):g})")
-        return ", ".join(f"{k} {plain_value(str(k), v)}" for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return "; ".join(plain_value(key, v) for v in value) if value else "none"
-    text = str(value)
-    return text if len(text) <= 60 else text[:57] + "…"
 
 
 def _duration(seconds: float) -> str:

@@ -9,7 +9,7 @@ import gradio as gr
 
 from .adapter_events import AdapterEvents, InspectView
 from .adapter_panel import CHEAP, AdapterSlot, inspect_event, slot_inputs
-from .comparison_events import CheckView, CompareView, ComparisonEvents, HistoryView
+from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
 from .forms import (
     REQUEST_FIELDS,
     CheckForm,
@@ -125,6 +125,17 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     page_loaded.append((check_estimate, set(jobs.request_parts.values()), estimated))
     generated.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
+    # A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)
+    pair_parts = parts(equivalence, field_names(CheckPairView))
+
+    def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any) -> dict[Any, Any]:
+        return write(comparisons.check_pair(info, override, alpha_text), pair_parts)
+
+    pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha]
+    gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
+          list(pair_parts.values()), **CHEAP)
+    page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
+
     checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
         admitted(run_check, backend), jobs.job_inputs(*check_parts.values()),
         [*check_outputs.values(), equivalence.status],
@@ -132,7 +143,7 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     checked.then(show_history, [session], list(history_parts.values()), **CHEAP)
     checked.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
-    grid_outputs = {**parts(grid, ["gallery", "table", "status", "cells"]), "session": session}
+    grid_outputs = {**parts(grid, ["view", "table", "status", "cells"]), "session": session}
 
     def run_grid(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                  ) -> Iterator[dict[Any, Any]]:
@@ -142,17 +153,12 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
         admitted(run_grid, backend), jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
-        show_progress_on=[grid.gallery], **gpu)
+        show_progress_on=[grid.view], **gpu)
     gridded.then(show_history, [session], list(history_parts.values()), **CHEAP)
     gridded.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
     gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], estimate, set(grid_parts.values()),
           [grid.estimate], **CHEAP)
 
-    def play_cell(cells: list[dict[str, Any]], event: gr.SelectData) -> Any:
-        index = event.index if isinstance(event.index, int) else 0
-        return cells[index]["video_path"] if 0 <= index < len(cells) else gr.skip()
-
-    grid.gallery.select(play_cell, [grid.cells], [grid.cell_video], **CHEAP)
     compare_parts = parts(history, field_names(CompareView))
 
     def compare(session_value: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> dict[Any, Any]:

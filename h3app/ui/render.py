@@ -293,7 +293,7 @@ def verdict_html(result: Mapping[str, Any]) -> str:
 
     fallback = (f"The old fallback (alpha = rank, scale 1) differs from A by up to "
                 f"{float(result['fallback_max_abs_diff']):.3g}: effective scale "
-                f"{_scale_text(result['effective_scale_fallback'])} vs {_scale_text(result['effective_scale_a'])}"
+                f"{scale_text(result['effective_scale_fallback'])} vs {scale_text(result['effective_scale_a'])}"
                 f"{_ratio_text(result['effective_scale_fallback'], result['effective_scale_a'])}.")
     if result["identical"]:
         head = "<div class='h3-big h3-verdict' data-testid='verdict'>IDENTICAL ✔ bit for bit</div>"
@@ -303,8 +303,8 @@ def verdict_html(result: Mapping[str, Any]) -> str:
     head = "<div class='h3-big h3-verdict' data-testid='verdict'>DIFFERENT ✖</div>"
     body = (f"{head}A ({esc(setting_text(a))}) <code>{esc(a['hash'][:23])}…</code> vs B ({esc(setting_text(b))}) "
             f"<code>{esc(b['hash'][:23])}…</code>: max |A−B| = {float(result['max_abs_diff']):.3g}. "
-            f"Effective scales {_scale_text(result['effective_scale_a'])} vs "
-            f"{_scale_text(result['effective_scale_b'])}.<br>"
+            f"Effective scales {scale_text(result['effective_scale_a'])} vs "
+            f"{scale_text(result['effective_scale_b'])}.<br>"
             f"{esc(control)}<br>{esc(fallback)}")
     return card("bad", body, testid="verdict-card")
 
@@ -332,7 +332,7 @@ def _ratio_text(fallback: Any, a: Any) -> str:
     return f" — {ratio:.3g}× as strong" if abs(ratio - 1.0) > 1e-9 else ""
 
 
-def _scale_text(value: Any) -> str:
+def scale_text(value: Any) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"rank {k}: {float(v):.4g}" for k, v in value.items())
     return f"{float(value):.6g}"
@@ -344,7 +344,7 @@ def column_caption(column: Mapping[str, Any]) -> str:
     else:
         alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
     return (f"**{column['label']}** — alpha {alpha} × scale {float(column['strength']):g} → effective "
-            f"{_scale_text(column['effective_scale'])}  \n`{column['hash'][:23]}…`")
+            f"{scale_text(column['effective_scale'])}  \n`{column['hash'][:23]}…`")
 
 
 def distance_text(psnr: float) -> str:

@@ -10,6 +10,7 @@ import os
 import sys
 
 from h3app.cli import quiet_libraries
+from h3app.commands.model_options import add_fp8_flags
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
@@ -38,6 +39,7 @@ def serve() -> None:
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
     parser.add_argument("--device", default=os.environ.get("H3APP_DEVICE", "cpu"))
     parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
+    add_fp8_flags(parser)  # --fp8, --fp8-text-encoder (H3APP_FP8, H3APP_FP8_TEXT_ENCODER)
     add_parallel_arguments(parser)
     args = parser.parse_args()
     quiet_libraries()
@@ -52,8 +54,8 @@ def serve() -> None:
     from h3app.ui.app_ui import build_app, launch_kwargs
     from h3app.ui.startup_page import while_starting
 
-    options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
-                          token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
+    options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
+                          fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
     check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader

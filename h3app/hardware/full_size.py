@@ -102,12 +102,12 @@ def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> No
             child.to(torch.float32)
 
 
-def build_text_encoder(options: LoadOptions, layers: int) -> torch.nn.Module:
-    """The full-size conditioner on meta as the loader holds it (``loader.prepare_text_encoder``)."""
+def build_text_encoder(options: LoadOptions, layers: int, config: Any = None) -> torch.nn.Module:
+    """The full-size (or ``config``) conditioner on meta as the loader holds it (``loader.prepare_text_encoder``)."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily():
-        return prepare_text_encoder(build_meta("text_encoder", options), layers, options)
+        return prepare_text_encoder(build_meta("text_encoder", options, config), layers, options)
 
 
 def build_sized(name: str, loc: repo.ModelLocation, options: LoadOptions) -> torch.nn.Module:

@@ -28,7 +28,8 @@ def check_before_download(model: str, options: Any, device: tuple[str, int] | No
         raise H3AppError(f"--device {options.device} but no CUDA GPU is visible: use --device cpu, or check the driver.")
     card = detected(*found)
     rehearsal = RehearsalOptions(resolution="768p", dtype=options.dtype, fuse_qkv=options.fuse_qkv)
-    placement = Placement(offload=options.offload, fp8=bool(getattr(options, "fp8", False)))
+    placement = Placement(offload=options.offload, fp8=bool(getattr(options, "fp8", False)),
+                          fp8_text_encoder=bool(getattr(options, "fp8_text_encoder", False)))
     measured = measure(rehearsal)
     plan = make_plan(rehearsal, placement, measured=measured)
     remember(model, options, plan)

@@ -32,8 +32,8 @@ def main() -> None:
         sys.exit(2)
 
 
-def serve() -> None:
-    use_persistent_storage()
+def build_parser() -> argparse.ArgumentParser:
+    """The app's flags (each defaults from its environment variable)."""
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
@@ -41,7 +41,12 @@ def serve() -> None:
     parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
     add_fp8_flags(parser)  # --fp8, --fp8-text-encoder (H3APP_FP8, H3APP_FP8_TEXT_ENCODER)
     add_parallel_arguments(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def serve() -> None:
+    use_persistent_storage()
+    args = build_parser().parse_args()
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env, hosted_from_env

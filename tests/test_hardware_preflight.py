@@ -14,8 +14,10 @@ from tests.test_hardware_plan import _measured
 
 def _gpu_options(**fields):
     """LoadOptions for a CUDA device this CPU machine does not have (LoadOptions itself refuses it here)."""
+    offload = fields.pop("offload", "none")  # offload needs CUDA: LoadOptions refuses it on this CPU machine
     options = LoadOptions(dtype=torch.bfloat16, **fields)
     object.__setattr__(options, "device", "cuda")
+    object.__setattr__(options, "offload", offload)
     return options
 
 

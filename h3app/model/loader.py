@@ -52,6 +52,9 @@ class LoadOptions:
         check_device(self.device)
         if self.offload not in OFFLOAD_MODES:
             raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {self.offload!r}.")
+        if self.offload != "none" and not str(self.device).startswith("cuda"):
+            raise H3AppError(f"--offload {self.offload} moves weights between host and GPU: it needs --device cuda "
+                             f"(on {self.device} use --offload none).")
 
 
 def check_device(name: str) -> str:

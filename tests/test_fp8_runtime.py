@@ -126,3 +126,22 @@ def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_
                               env={"HF_HUB_OFFLINE": "1"})
     assert refused.returncode == 2
     assert_one_line(refused.stderr, "merged LoRA would round")
+
+
+def test_check_with_fp8_loads_the_fp8_transformer_and_the_pair_stays_identical(capsys, monkeypatch):
+    from h3app.model import loader
+
+    loaded = []
+    original = loader.load_transformer
+
+    def spy(*args, **kwargs):
+        loaded.append(original(*args, **kwargs))
+        return loaded[-1]
+
+    monkeypatch.setattr(loader, "load_transformer", spy)
+    result = run_cli(capsys, "check", "--model", "tiny", "--adapter", "assets/adapters/tiny_turbo_4step.safetensors",
+                     "--a", "1:1.0", "--b", "16:0.0625", "--fp8", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["identical"] is True  # the delta is exact beside an fp8 base
+    linear = next(m for m in loaded[0].transformer_blocks.modules() if isinstance(m, torch.nn.Linear))
+    assert linear.weight.dtype == fp8.STORAGE

@@ -121,11 +121,12 @@ def prepare_text_encoder(text_encoder: torch.nn.Module, layers: int, options: Lo
 
 
 def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float32, fuse_qkv: bool = False,
-                     partition: str = "transformer", revision: str | None = None) -> torch.nn.Module:
+                     partition: str = "transformer", revision: str | None = None,
+                     fp8: bool = False) -> torch.nn.Module:
     """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine)."""
     workflow = "ref2va" if partition == "transformer_ref" else "t2va"
     location = repo.locate(model, workflow=workflow, revision=revision)
-    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision)
+    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision, fp8=fp8)
     return _load_transformer_from(str(location.folder), partition, options)
 
 

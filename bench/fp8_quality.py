@@ -51,18 +51,20 @@ def measure(steps: int = 5) -> list[dict[str, Any]]:
     return rows
 
 
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The rows as the Markdown table docs/hardware.md quotes."""
+    lines = ["| options | LoRA | frames PSNR | audio SNR |", "|---|---|---|---|"]
+    lines += [f"| `{r['options']}` | {r['lora']} | {r['frames_psnr_db']} dB | {r['audio_snr_db']} dB |" for r in rows]
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rows = measure(args.steps)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-        return
-    print("| options | LoRA | frames PSNR | audio SNR |\n|---|---|---|---|")
-    for row in rows:
-        print(f"| `{row['options']}` | {row['lora']} | {row['frames_psnr_db']} dB | {row['audio_snr_db']} dB |")
+    print(json.dumps(rows, indent=1) if args.json else markdown(rows))
 
 
 if __name__ == "__main__":

@@ -145,3 +145,15 @@ def test_check_with_fp8_loads_the_fp8_transformer_and_the_pair_stays_identical(c
     assert json.loads(result.out)["identical"] is True  # the delta is exact beside an fp8 base
     linear = next(m for m in loaded[0].transformer_blocks.modules() if isinstance(m, torch.nn.Linear))
     assert linear.weight.dtype == fp8.STORAGE
+
+
+@pytest.mark.slow
+def test_the_docs_quote_what_fp8_costs_on_the_trained_tiny_model():
+    from pathlib import Path
+
+    from bench.fp8_quality import markdown, measure
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
+    rows = measure()
+    assert all(20.0 < r["frames_psnr_db"] < float("inf") for r in rows)
+    assert markdown(rows) in docs

@@ -10,6 +10,7 @@ import os
 import sys
 
 from h3app.cli import quiet_libraries
+from h3app.commands.model_options import add_fp8_flags
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
@@ -31,15 +32,21 @@ def main() -> None:
         sys.exit(2)
 
 
-def serve() -> None:
-    use_persistent_storage()
+def build_parser() -> argparse.ArgumentParser:
+    """The app's flags (each defaults from its environment variable)."""
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
     parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
     parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
     parser.add_argument("--device", default=os.environ.get("H3APP_DEVICE", "cpu"))
     parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
+    add_fp8_flags(parser)  # --fp8, --fp8-text-encoder (H3APP_FP8, H3APP_FP8_TEXT_ENCODER)
     add_parallel_arguments(parser)
-    args = parser.parse_args()
+    return parser
+
+
+def serve() -> None:
+    use_persistent_storage()
+    args = build_parser().parse_args()
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env, hosted_from_env
@@ -52,8 +59,8 @@ def serve() -> None:
     from h3app.ui.app_ui import build_app, launch_kwargs
     from h3app.ui.startup_page import while_starting
 
-    options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload,
-                          token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
+    options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
+                          fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
     check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader

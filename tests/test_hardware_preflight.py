@@ -14,8 +14,10 @@ from tests.test_hardware_plan import _measured
 
 def _gpu_options(**fields):
     """LoadOptions for a CUDA device this CPU machine does not have (LoadOptions itself refuses it here)."""
+    offload = fields.pop("offload", "none")  # offload needs CUDA: LoadOptions refuses it on this CPU machine
     options = LoadOptions(dtype=torch.bfloat16, **fields)
     object.__setattr__(options, "device", "cuda")
+    object.__setattr__(options, "offload", offload)
     return options
 
 
@@ -33,9 +35,21 @@ def test_too_small_a_gpu_stops_before_downloading_and_names_what_fits(monkeypatc
     monkeypatch.setattr(preflight, "measure", lambda *a, **k: _measured())
     options = _gpu_options()  # offload none: ~140 GiB resident in the fixture
     with pytest.raises(H3AppError) as caught:
-        preflight.check_before_download("MiniMaxAI/MiniMax-H3", options, device=("NVIDIA H100", 80 * GB))
+        preflight.check_before_download("MiniMaxAI/MiniMax-H3", options, device=("NVIDIA H100", 80 * GB),
+                                        host=256 * GB)
     message = str(caught.value)
     assert "\n" not in message and "--offload auto" in message and "nothing was downloaded" in message
     fitting = preflight.check_before_download("MiniMaxAI/MiniMax-H3", _gpu_options(offload="auto"),
-                                              device=("NVIDIA H100", 80 * GB))
+                                              device=("NVIDIA H100", 80 * GB), host=256 * GB)
     assert fitting is not None and fitting.peak_gpu_bytes < 80 * GB
+
+
+def test_a_box_short_of_host_ram_for_offload_stops_before_downloading_and_names_what_fits(monkeypatch):
+    monkeypatch.setattr(preflight, "measure", lambda *a, **k: _measured())
+    with pytest.raises(H3AppError) as caught:  # offload keeps ~130 GB of weights in host RAM; this box has 96 GB
+        preflight.check_before_download("MiniMaxAI/MiniMax-H3", _gpu_options(offload="auto"),
+                                        device=("NVIDIA RTX PRO 6000", 96 * GB), host=96 * GB)
+    message = str(caught.value)
+    assert "\n" not in message and "of host RAM" in message and "nothing was downloaded" in message
+    assert "--offload none --fp8 --fp8-text-encoder" in message  # resident: the host holds one component at a time
+    assert preflight.host_ram() is None or preflight.host_ram() > 0

@@ -59,7 +59,7 @@ def test_t2va_at_544p_packs_the_real_sequence(t2va):
 
 def test_t2va_holds_the_real_weights(t2va):
     assert abs(t2va.components["transformer"] - TRANSFORMER_BYTES) < 0.01 * TRANSFORMER_BYTES
-    assert 60 * GIB < t2va.components["text_encoder"] < 64 * GIB
+    assert 48 * GIB < t2va.components["text_encoder"] < 50 * GIB  # Qwen3-VL-32B cut to 51 layers, no LM head
     assert t2va.components["vae"] > 5 * GIB and t2va.components["audio_vae"] > 0
     assert "transformer_ref" not in t2va.components  # t2va loads its own partition only
     resident = sum(t2va.components.values())

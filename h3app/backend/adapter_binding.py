@@ -22,7 +22,7 @@ from ..errors import H3AppError
 from ..lora.cache import AdapterCache, AdapterKey
 from ..lora.engine import LoRAEngine
 from ..lora.report import MatchReport
-from ..model import repo
+from ..model import fp8, repo
 from ..model.loader import LoadedModel
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
@@ -246,6 +246,8 @@ class AdapterBinder:
         modes = {a.mode for a in adapters}
         if len(modes) > 1:
             raise H3AppError("all adapters of one job must use the same mode (unmerged or merged): pick one.")
+        if "merged" in modes and self.model.options.fp8:
+            raise H3AppError(fp8.MERGED_REFUSAL)
         names = [adapter_slot_name(a) for a in adapters]
         if len(set(names)) != len(names):
             raise H3AppError("the same adapter file is listed twice: combine the two into one with the summed scale.")

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             from ..parallel.lockstep import on_every_rank
 
             transformer = load_transformer(args.model, dtype=options.dtype, fuse_qkv=options.fuse_qkv,
-                                           revision=options.revision)
+                                           revision=options.revision, fp8=options.fp8)
             transformer.to(options.device)
             adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
             result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,

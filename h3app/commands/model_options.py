@@ -25,7 +25,29 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
     parser.add_argument("--offload", default="none", choices=OFFLOAD_MODES,
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")
     parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time (frees the split weights)")
-    parser.add_argument("--int8", action="store_true", help="int8 transformer weights via torchao (LoRA unmerged-only)")
+    add_fp8_flags(parser)
+
+
+# --- fp8 storage (docs/hardware.md): the same flags and variables on app.py, generate, check, grid and plan ---
+FP8_ENV = "H3APP_FP8"
+FP8_TEXT_ENCODER_ENV = "H3APP_FP8_TEXT_ENCODER"
+
+
+def env_flag(name: str) -> bool:
+    """A boolean environment variable: ``1``/``true``/``yes`` (any case) is on, unset or anything else off."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def add_fp8_flags(parser: argparse.ArgumentParser) -> None:
+    """``--fp8`` (transformer weights) and ``--fp8-text-encoder`` (the conditioner's decoder layers) stored
+    ``float8_e4m3fn``, computed in ``--dtype``; defaults from ``H3APP_FP8`` / ``H3APP_FP8_TEXT_ENCODER``."""
+    parser.add_argument("--fp8", action="store_true", default=env_flag(FP8_ENV),
+                        help=f"store the transformer's weights in float8_e4m3fn, compute in --dtype (diffusers' "
+                             f"layerwise casting; LoRA unmerged only; env {FP8_ENV}=1)")
+    parser.add_argument("--fp8-text-encoder", action="store_true", default=env_flag(FP8_TEXT_ENCODER_ENV),
+                        help=f"store the Qwen3-VL conditioner's decoder layers in float8_e4m3fn "
+                             f"(env {FP8_TEXT_ENCODER_ENV}=1)")
+# --- end fp8 ---
 
 
 def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -48,5 +70,6 @@ def load_options(args: argparse.Namespace) -> "LoadOptions":
     """The flags as :class:`LoadOptions` (checked: an unknown dtype or a device this machine lacks is one line)."""
     from ..model.loader import LoadOptions, parse_dtype
 
-    return LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, int8=args.int8,
-                       fuse_qkv=args.fuse_qkv, revision=args.model_revision, token=os.environ.get("HF_TOKEN"))
+    return LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
+                       fp8_text_encoder=args.fp8_text_encoder, fuse_qkv=args.fuse_qkv,
+                       revision=args.model_revision, token=os.environ.get("HF_TOKEN"))

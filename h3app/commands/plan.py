@@ -10,7 +10,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, OFFLOAD_MODES, WORKFLOWS
-from .model_options import add_adapter_flags
+from .model_options import add_adapter_flags, add_fp8_flags
 
 
 RESOLUTION_NAMES = ("544p", "768p")
@@ -27,8 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=5.0, help="seconds of video (5–15)")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
-    p.add_argument("--fp8", action="store_true", help="store transformer weights in float8_e4m3fn "
-                                                      "(diffusers' enable_layerwise_casting; compute in --dtype)")
+    add_fp8_flags(p)
     p.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time")
     add_adapter_flags(p, required=False)
     p.add_argument("--alpha", default=None, help="alpha (number or auto)")
@@ -84,4 +83,5 @@ def plan_options(args: argparse.Namespace):
                                dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
                                alpha=parse_alpha(args.alpha), scale=parse_strength(args.scale),
                                lora_mode=args.lora_mode)
-    return options, Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring)
+    return options, Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring,
+                              fp8_text_encoder=args.fp8_text_encoder)

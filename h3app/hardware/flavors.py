@@ -1,5 +1,14 @@
-"""The GPU hardware a plan is judged against: every GPU flavor of huggingface_hub's ``SpaceHardware`` with its memory,
-plus the two cards people rent elsewhere (``h100`` 80 GB, ``h200`` 141 GB).
+"""The boxes a plan is judged against: every GPU flavor Hugging Face rents, with its GPUs, host RAM and price.
+
+Source: Hugging Face's published hardware tables (hub-docs ``docs/hub/jobs-configuration.md``, the output of
+``hf jobs hardware``, and ``docs/hub/spaces-gpus.md``): GPU memory, vCPUs, host RAM and $/h per flavor, GB = 10⁹
+bytes. ``space_hardware`` is the flavor's ``huggingface_hub.SpaceHardware`` value (None for the Jobs-only ``h200*``
+boxes). Spaces removed the H100 flavors in December 2025; none are listed.
+
+ZeroGPU (hub-docs ``docs/hub/spaces-zerogpu.md``) runs on RTX Pro 6000 Blackwell cards: ``@spaces.GPU`` size
+``large`` (the default) is half a card, 48 GB; ``xlarge`` the whole card, 96 GB, at twice the quota. Hugging Face
+publishes no host RAM and no hourly price for it (it is part of a subscription), so those are None here; h3app
+does not run on ZeroGPU (docs/hardware.md says why), so it is judged but never recommended.
 
 Context parallel (``--ulysses``/``--ring``) splits activations over the GPUs of one box but not weights: each GPU
 holds the whole transformer, so a multi-GPU flavor fits what one of its GPUs fits, with 1/N of the activations.
@@ -17,14 +26,17 @@ GIB = 2**30
 
 @dataclass(frozen=True)
 class Flavor:
-    """One kind of box: ``gpus`` × ``gpu_bytes`` of device memory. ``space`` is its ``SpaceHardware`` value (None
-    for cards Spaces does not rent). ``zero_gpu``: a ZeroGPU slice, granted per decorated call."""
+    """One kind of box: ``gpus`` × ``gpu_bytes`` of device memory, ``host_bytes`` of RAM, ``vcpus``, at
+    ``usd_per_hour`` (None: not sold by the hour). ``zero_gpu``: a ZeroGPU size, granted per decorated call."""
 
     name: str
     gpu: str
     gpus: int
     gpu_bytes: int
-    space: str | None
+    host_bytes: int | None
+    vcpus: int | None
+    usd_per_hour: float | None
+    space_hardware: str | None
     zero_gpu: bool = False
 
     @property
@@ -33,27 +45,45 @@ class Flavor:
         return f"{self.name} ({count}{self.gpu} {self.gpu_bytes / GB:.0f} GB)"
 
 
-# One row per card Spaces rents: GPU, GB per GPU, and its flavors as Spaces names them → GPUs per box.
-SPACE_CARDS: tuple[tuple[str, int, dict[str, int]], ...] = (
-    ("T4", 16, {"t4-small": 1, "t4-medium": 1}),
-    ("A10G", 24, {"a10g-small": 1, "a10g-large": 1, "a10g-largex2": 2, "a10g-largex4": 4}),
-    ("L4", 24, {"l4x1": 1, "l4x4": 4}),
-    ("L40S", 48, {"l40sx1": 1, "l40sx4": 4, "l40sx8": 8}),
-    ("A100", 80, {"a100-large": 1, "a100x4": 4, "a100x8": 8}),
-    ("RTX Pro 6000", 96, {"rtx-pro-6000": 1, "rtx-pro-6000x2": 2, "rtx-pro-6000x4": 4, "rtx-pro-6000x8": 8}),
+# The published table, one row per flavor: name, GPU, GPUs, GB per GPU, vCPUs, host RAM GB, $/h, Spaces flavor?
+_TABLE: tuple[tuple[str, str, int, int, int, int, float, bool], ...] = (
+    ("t4-small", "T4", 1, 16, 4, 15, 0.40, True),
+    ("t4-medium", "T4", 1, 16, 8, 30, 0.60, True),
+    ("a10g-small", "A10G", 1, 24, 4, 15, 1.00, True),
+    ("a10g-large", "A10G", 1, 24, 12, 46, 1.50, True),
+    ("a10g-largex2", "A10G", 2, 24, 24, 92, 3.00, True),
+    ("a10g-largex4", "A10G", 4, 24, 48, 184, 5.00, True),
+    ("l4x1", "L4", 1, 24, 8, 30, 0.80, True),
+    ("l4x4", "L4", 4, 24, 48, 186, 3.80, True),
+    ("l40sx1", "L40S", 1, 48, 8, 62, 1.80, True),
+    ("l40sx4", "L40S", 4, 48, 48, 382, 8.30, True),
+    ("l40sx8", "L40S", 8, 48, 192, 1534, 23.50, True),
+    ("a100-large", "A100", 1, 80, 12, 142, 2.50, True),
+    ("a100x4", "A100", 4, 80, 48, 568, 10.00, True),
+    ("a100x8", "A100", 8, 80, 96, 1136, 20.00, True),
+    ("rtx-pro-6000", "RTX PRO 6000", 1, 96, 23, 256, 2.75, True),
+    ("rtx-pro-6000x2", "RTX PRO 6000", 2, 96, 46, 512, 5.50, True),
+    ("rtx-pro-6000x4", "RTX PRO 6000", 4, 96, 92, 1024, 11.00, True),
+    ("rtx-pro-6000x8", "RTX PRO 6000", 8, 96, 184, 2048, 22.00, True),
+    ("h200", "H200", 1, 141, 23, 256, 5.00, False),
+    ("h200x2", "H200", 2, 141, 46, 512, 10.00, False),
+    ("h200x4", "H200", 4, 141, 92, 1024, 20.00, False),
+    ("h200x8", "H200", 8, 141, 184, 2048, 40.00, False),
 )
-# ZeroGPU: Hugging Face documents 70 GB of VRAM per workload (an H200 slice); the flavor value is historic.
-ZERO_GPU = Flavor("zero-a10g", "ZeroGPU slice", 1, 70 * GB, "zero-a10g", zero_gpu=True)
-# Cards people rent elsewhere: no Spaces value.
-ELSEWHERE = (Flavor("h100", "H100", 1, 80 * GB, None), Flavor("h200", "H200", 1, 141 * GB, None))
+ZERO_GPU_SPACE_HARDWARE = "zero-a10g"  # the one SpaceHardware value of ZeroGPU (the name is historic)
+# ZeroGPU sizes: @spaces.GPU(size=...) → GB of the RTX Pro 6000 Blackwell it grants.
+ZERO_GPU_SIZES = {"large": 48, "xlarge": 96}
 
-# Ordered small to large: "recommended" is the first that fits (least memory per GPU, then fewest GPUs; a tie keeps
-# the order above).
-FLAVORS: tuple[Flavor, ...] = tuple(sorted(
-    (*(Flavor(name, gpu, gpus, gb * GB, name) for gpu, gb, boxes in SPACE_CARDS for name, gpus in boxes.items()),
-     ZERO_GPU, *ELSEWHERE),
-    key=lambda box: (box.gpu_bytes, box.gpus)))
+FLAVORS: tuple[Flavor, ...] = (
+    *(Flavor(name, gpu, gpus, gb * GB, ram * GB, vcpus, price, name if space else None)
+      for name, gpu, gpus, gb, vcpus, ram, price, space in _TABLE),
+    *(Flavor(f"zero-gpu-{size}", "ZeroGPU RTX Pro 6000", 1, gb * GB, None, None, None, ZERO_GPU_SPACE_HARDWARE,
+             zero_gpu=True) for size, gb in ZERO_GPU_SIZES.items()),
+)
 BY_NAME = {flavor.name: flavor for flavor in FLAVORS}
+# Cheapest first, then least memory per GPU: ``recommended`` is the first of these that fits.
+BY_PRICE: tuple[Flavor, ...] = tuple(sorted((f for f in FLAVORS if f.usd_per_hour is not None and not f.zero_gpu),
+                                            key=lambda f: (f.usd_per_hour, f.gpu_bytes, f.gpus)))
 
 
 def flavor(name: str) -> Flavor:
@@ -64,6 +94,6 @@ def flavor(name: str) -> Flavor:
         raise H3AppError(f"unknown hardware {name!r}: use one of {', '.join(BY_NAME)}.") from None
 
 
-def detected(gpu_name: str, total_bytes: int) -> Flavor:
+def detected(gpu_name: str, total_bytes: int, host_bytes: int | None = None) -> Flavor:
     """A flavor for a GPU seen at run time (``torch.cuda.get_device_properties``): its memory as reported."""
-    return Flavor("detected", gpu_name, 1, int(total_bytes), None)
+    return Flavor("detected", gpu_name, 1, int(total_bytes), host_bytes, None, None, None)

@@ -2,7 +2,8 @@
 
 ``--model full`` means these configs: the transformer (``rules.h3_modules.FULL_SIZE_CONFIG``, 33.1 B parameters),
 diffusers' default ``AutoencoderKLMiniMaxH3`` and ``AutoencoderKLMiniMaxH3Audio`` (the released VAEs), and a
-Qwen3-VL-32B conditioner (64 layers, hidden 5120). Tokenizer, processor and schedulers have no size; they come
+Qwen3-VL-32B conditioner (64 layers, hidden 5120), cut as the loader cuts it (``model/conditioner.py``: the 51
+layers the pipeline reads, no LM head) and stored fp8 when the options say so. Tokenizer, processor and schedulers have no size; they come
 from the embedded tiny checkpoint (its token ids are written into the conditioner's config so that vision tokens
 line up). :func:`component_source` plugs into ``LoadedModel.component_source``: the loader then places these
 modules exactly as it places downloaded ones (``.to(device)``, offload), which under fake CUDA allocates fake
@@ -17,7 +18,8 @@ from typing import Any, Mapping
 import torch
 
 from ..model import repo
-from ..model.loader import LoadOptions, _load_components, fuse_qkv
+from ..model import conditioner, fp8
+from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
 from ..rules.h3_modules import FULL_SIZE_CONFIG
 
 FULL = "full"
@@ -100,9 +102,30 @@ def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> No
             child.to(torch.float32)
 
 
+def build_text_encoder(options: LoadOptions, layers: int, config: Any = None) -> torch.nn.Module:
+    """The full-size (or ``config``) conditioner on meta as the loader holds it (``loader.prepare_text_encoder``)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return prepare_text_encoder(build_meta("text_encoder", options, config), layers, options)
+
+
+def build_sized(name: str, loc: repo.ModelLocation, options: LoadOptions) -> torch.nn.Module:
+    """Component ``name`` at full size, prepared as the loader prepares it (conditioner cut; fp8 storage)."""
+    if name == "text_encoder":
+        return build_text_encoder(options, conditioner.layers_read_from(str(loc.folder)))
+    module = build_meta(name, options)
+    if name in TRANSFORMERS and options.fp8:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            fp8.store_transformer(module, options.dtype)
+    return module
+
+
 def component_source(loc: repo.ModelLocation, names: list[str], options: LoadOptions) -> dict[str, Any]:
     """``LoadedModel.component_source`` for the full-size model: sized parts on meta, the rest from ``loc``."""
-    sized = {name: build_meta(name, options) for name in names if name in SIZED}
+    sized = {name: build_sized(name, loc, options) for name in names if name in SIZED}
     rest = [name for name in names if name not in SIZED]
     return {**sized, **(_load_components(loc, rest, options) if rest else {})}
 

@@ -12,13 +12,25 @@ attention, as a GPU runs it. Composed from those numbers:
   phase holds only its component (+ LoRA in the denoising step).
 - ``group``: additionally the transformer streams one block at a time (one computing, one prefetched) beside its
   non-block weights.
-- ``fp8``: transformer weights stored ``float8_e4m3fn`` by diffusers' ``enable_layerwise_casting`` (sizes from
-  that very call on a meta model), each Linear upcast to the compute dtype for its own forward (the largest one
-  is added to the step). LoRA stays exact unmerged; merged LoRA would round into fp8, so fp8 + merged is refused.
+- ``fp8``: transformer weights stored ``float8_e4m3fn`` by diffusers' layerwise casting (``model/fp8.py``; sizes
+  from that very call on a meta model), each Linear upcast to the compute dtype for its own forward (the largest
+  one is added to the step). LoRA stays exact unmerged; merged LoRA would round into fp8, so fp8 + merged is
+  refused. ``fp8_text_encoder``: the same for the conditioner's decoder layers (its largest Linear is added to
+  the text-encoder phase).
 - context parallel over N ranks (``ulysses × ring``): the denoising step's activations split N ways; weights are
   not sharded (each GPU holds the whole transformer).
 
-A flavor fits when the peak stays within its memory less ``RESERVE`` (CUDA context, allocator fragmentation).
+The conditioner is counted as the loader holds it: cut to the layers the pipeline reads (``model/conditioner.py``).
+
+Host RAM (``host_bytes``): the loader reads each component into host RAM in the load dtype before it is cut,
+cast or moved. Without offload it places one component at a time, so the host holds the largest one as loaded
+(the whole conditioner before its cut, or the transformer before its fp8 cast); with offload everything stays
+there, and the transformer (loaded last) arrives in the load dtype beside the others. Add merged mode's pristine
+copies and the request's decoded arrays.
+
+A flavor fits when the GPU peak stays within one GPU's memory less ``RESERVE`` (CUDA context, allocator
+fragmentation) and the host need within its RAM less ``HOST_RESERVE`` (the OS, the Python process and its
+libraries). ZeroGPU publishes no host RAM: its host is not judged (``fits_host`` None).
 """
 
 from __future__ import annotations
@@ -34,11 +46,12 @@ from ..model import repo
 from ..rules.h3_modules import transformer_shapes
 from . import full_size
 from .fake_cuda import PhaseBytes
-from .flavors import FLAVORS, GB, Flavor, flavor
+from .flavors import BY_PRICE, FLAVORS, GB, Flavor, flavor
 from .rehearsal import RESOLUTIONS, Rehearsal, RehearsalOptions, rehearse
 
 OFFLOADS = ("none", "auto", "group")
 RESERVE = 3 * GB
+HOST_RESERVE = 4 * GB
 TINY_CANVAS = (64, 96)  # the embedded tiny checkpoint's largest canvas (6,144 pixels); --resolution is for full
 TRANSFORMERS = ("transformer", "transformer_ref")
 PHASE_COMPONENT = {"text_encoder": "text_encoder", "vae_encode": "vae", "vae_decode": "vae",
@@ -47,15 +60,18 @@ PHASE_COMPONENT = {"text_encoder": "text_encoder", "vae_encode": "vae", "vae_dec
 
 @dataclass(frozen=True)
 class Placement:
-    """How the weights sit on the GPU: offload mode, fp8 transformer storage, context-parallel ranks."""
+    """How the weights sit on the GPU: offload mode, fp8 storage of the transformer and of the conditioner,
+    context-parallel ranks. ``label`` is the command-line flags that load it (app.py, generate, check, grid)."""
 
     offload: str = "none"
     fp8: bool = False
     ranks: int = 1
+    fp8_text_encoder: bool = False
 
     @property
     def label(self) -> str:
-        parts = [f"--offload {self.offload}"] + (["--fp8"] if self.fp8 else [])
+        parts = ([f"--offload {self.offload}"] + (["--fp8"] if self.fp8 else [])
+                 + (["--fp8-text-encoder"] if self.fp8_text_encoder else []))
         return " ".join(parts)
 
 
@@ -70,6 +86,9 @@ class Measured:
     block_bytes: int
     lora_bytes: int
     num_layers: int = 50
+    fp8_text_encoder_bytes: int = 0  # the cut conditioner with fp8 decoder layers
+    largest_text_encoder_linear_bytes: int = 0  # in the compute dtype: one upcast at a time
+    text_encoder_load_bytes: int = 0  # the whole conditioner as read from disk, before its cut
 
 
 @dataclass
@@ -88,6 +107,7 @@ class Plan:
     components: dict[str, int]
     phases: dict[str, dict[str, int]]
     fits: dict[str, bool]
+    flavors: list[dict[str, Any]]
     recommended: dict[str, Any] | None
     targets_bound: int | None
     tokens: dict[str, int]
@@ -98,6 +118,7 @@ class Plan:
         data = asdict(self)
         data["placement"] = asdict(self.placement)
         data["offload"], data["fp8"] = self.placement.offload, self.placement.fp8
+        data["fp8_text_encoder"] = self.placement.fp8_text_encoder
         return data
 
 
@@ -106,13 +127,18 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
     if model == full_size.FULL:
         rehearsal = rehearse(replace(options, offload="none"))
         config = full_size.transformer_config()
+        conditioner_config, folder = None, full_size.location().folder
     elif model == repo.TINY:
+        from transformers import Qwen3VLConfig
+
         from ..model.loader import _load_components
 
         small = replace(options, offload="none", size=options.size or TINY_CANVAS)
-        rehearsal = rehearse(small, component_source=_load_components, pipeline_config=None,
-                             location=repo.locate(repo.TINY, options.workflow))
+        location = repo.locate(repo.TINY, options.workflow)
+        rehearsal = rehearse(small, component_source=_load_components, pipeline_config=None, location=location)
         config = repo.read_transformer_config(repo.TINY, repo.partition_for(options.workflow))
+        conditioner_config = Qwen3VLConfig.from_pretrained(str(location.folder / "text_encoder"))
+        folder = location.folder
     else:
         raise H3AppError(f"plan --model {model!r}: use full (the published MiniMax-H3 sizes) or tiny.")
     partition = repo.partition_for(options.workflow)
@@ -122,34 +148,64 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
     element = torch.empty((), dtype=options.dtype).element_size()
     largest = max(s.out_features * s.in_features for s in shapes.linears.values()) * element
     weights.setdefault(partition, 0)
+    whole, fp8_conditioner, conditioner_linear = _text_encoder_sizes(conditioner_config, folder, options)
     return Measured(rehearsal=rehearsal, weights=weights, fp8_transformer_bytes=fp8_bytes,
                     largest_linear_bytes=largest, block_bytes=block, lora_bytes=rehearsal.lora_bytes,
-                    num_layers=shapes.num_layers)
+                    num_layers=shapes.num_layers, fp8_text_encoder_bytes=fp8_conditioner,
+                    largest_text_encoder_linear_bytes=conditioner_linear, text_encoder_load_bytes=whole)
+
+
+def _text_encoder_sizes(config: Any, folder: Any, options: RehearsalOptions) -> tuple[int, int, int]:
+    """(bytes of the whole conditioner as loaded, bytes of the cut one with fp8 decoder layers, bytes of its
+    largest decoder Linear in the compute dtype), from meta models built as the loader builds them."""
+    from ..model import conditioner
+    from ..model.loader import LoadOptions
+
+    load = LoadOptions(dtype=options.dtype)
+    whole = full_size.build_meta("text_encoder", load, config)
+    whole_bytes = full_size.parameter_bytes(whole)
+    layers = conditioner.layers_read_from(str(folder))
+    linears = [m for m in conditioner.decoder(whole).layers[0].modules() if isinstance(m, torch.nn.Linear)]
+    largest = max(m.weight.numel() for m in linears) * torch.empty((), dtype=options.dtype).element_size()
+    with_fp8 = full_size.build_text_encoder(replace(load, fp8_text_encoder=True), layers, config)
+    return whole_bytes, full_size.parameter_bytes(with_fp8), largest
 
 
 def _transformer_sizes(config: dict[str, Any], options: RehearsalOptions) -> tuple[int, int]:
     """(bytes with diffusers' fp8 layerwise casting, bytes of the largest main block) from a meta model."""
     from ..model.loader import LoadOptions
 
+    from ..model import fp8
+
     model = full_size.build_meta("transformer", LoadOptions(dtype=options.dtype, fuse_qkv=options.fuse_qkv), config)
     block = max(full_size.parameter_bytes(b) for b in model.transformer_blocks)
-    model.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=options.dtype)
+    fp8.store_transformer(model, options.dtype)
     return full_size.parameter_bytes(model), block
+
+
+def placed_weights(measured: Measured, placement: Placement) -> dict[str, int]:
+    """Each component's bytes as ``placement`` stores them (fp8 where it says so)."""
+    weights = dict(measured.weights)
+    if placement.fp8:
+        weights[repo.partition_for(measured.rehearsal.options.workflow)] = measured.fp8_transformer_bytes
+    if placement.fp8_text_encoder and "text_encoder" in weights:
+        weights["text_encoder"] = measured.fp8_text_encoder_bytes
+    return weights
 
 
 def compose(measured: Measured, placement: Placement, lora_mode: str | None) -> tuple[int, dict[str, dict[str, int]]]:
     """Peak device bytes and per-phase ``{resident, transient, peak}`` of ``placement``."""
     rehearsal = measured.rehearsal
     partition = repo.partition_for(rehearsal.options.workflow)
-    weights = dict(measured.weights)
-    if placement.fp8:
-        weights[partition] = measured.fp8_transformer_bytes
+    weights = placed_weights(measured, placement)
     transient = {name: bytes_.transient for name, bytes_ in rehearsal.phases.items()
                  if name not in ("load", "attach", "detach")}
     if "denoise" in transient:
         transient["denoise"] = transient["denoise"] // max(1, placement.ranks)
         if placement.fp8:
             transient["denoise"] += measured.largest_linear_bytes
+    if "text_encoder" in transient and placement.fp8_text_encoder:
+        transient["text_encoder"] += measured.largest_text_encoder_linear_bytes
     attach = rehearsal.phases.get("attach", PhaseBytes())
     lora = measured.lora_bytes if lora_mode else 0
     phases: dict[str, dict[str, int]] = {}
@@ -180,38 +236,67 @@ def _non_block_bytes(measured: Measured, transformer_bytes: int) -> int:
 
 
 def host_bytes(measured: Measured, placement: Placement, lora_mode: str | None) -> int:
-    """Host RAM: offloaded weights live there; merged mode's pristine copies; the decoded request."""
+    """Host RAM at its peak: the weights while loading (see the module docstring), merged mode's pristine copies,
+    the decoded request."""
     rehearsal = measured.rehearsal
-    offloaded = sum(measured.weights.values()) if placement.offload != "none" else max(measured.weights.values())
+    partition = repo.partition_for(rehearsal.options.workflow)
+    placed = placed_weights(measured, placement)
+    as_loaded = {**measured.weights, "text_encoder": max(measured.weights.get("text_encoder", 0),
+                                                         measured.text_encoder_load_bytes)}
+    if placement.offload == "none":
+        loading = max(as_loaded.values())
+    else:
+        loading = max(as_loaded["text_encoder"], sum(placed.values()) - placed[partition] + as_loaded[partition])
     pristine = rehearsal.pristine_host_bytes if lora_mode == "merged" else 0
-    return offloaded + pristine + rehearsal.host_peak - rehearsal.pristine_host_bytes
+    return loading + pristine + rehearsal.host_peak - rehearsal.pristine_host_bytes
 
 
 def fits(peak: int, hardware: Flavor, placement: Placement) -> bool:
+    """The GPU judgement: ``peak`` within one GPU less ``RESERVE``, and enough GPUs for the ranks."""
     if placement.ranks > hardware.gpus:
         return False
     return peak <= hardware.gpu_bytes - RESERVE
 
 
-PREFERENCE = (Placement("none"), Placement("none", fp8=True), Placement("auto"), Placement("auto", fp8=True),
-              Placement("group"), Placement("group", fp8=True))
+def fits_host(host: int, hardware: Flavor) -> bool | None:
+    """The host judgement: ``host`` within the box's RAM less ``HOST_RESERVE``; None where none is published."""
+    if hardware.host_bytes is None:
+        return None
+    return host <= hardware.host_bytes - HOST_RESERVE
+
+
+def judge(peak: int, host: int, hardware: Flavor, placement: Placement) -> dict[str, Any]:
+    """One ``flavors`` row of ``plan --json``: the box's published numbers and both verdicts."""
+    gpu_ok, host_ok = fits(peak, hardware, placement), fits_host(host, hardware)
+    return {"name": hardware.name, "space_hardware": hardware.space_hardware, "gpu": hardware.gpu,
+            "gpus": hardware.gpus, "gpu_bytes": hardware.gpu_bytes, "host_bytes": hardware.host_bytes,
+            "usd_per_hour": hardware.usd_per_hour, "fits_gpu": gpu_ok, "fits_host": host_ok,
+            "fits": gpu_ok and host_ok is not False}
+
+
+# Fastest first: everything resident beats moving weights over PCIe, and fp8's per-layer upcast costs less than
+# offload's copies; the conditioner runs once per request, so its fp8 costs least of all.
+PREFERENCE = tuple(Placement(offload, fp8=fp8, fp8_text_encoder=both)
+                   for offload in OFFLOADS for fp8, both in ((False, False), (True, False), (True, True)))
 
 
 def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict[str, Any] | None:
-    """The smallest flavor with the fastest placement that fits it (None: nothing fits). ZeroGPU is judged in
-    ``fits`` but never recommended: h3app's one worker holds the GPU for its lifetime (docs/hardware.md)."""
-    for hardware in FLAVORS:
-        if hardware.zero_gpu:
-            continue
+    """The cheapest flavor whose GPU and host both fit, with the fastest placement that fits it (None: nothing
+    fits). ``host_bytes`` is the placement's host need, ``host_ram_bytes`` the box's. ZeroGPU is judged in ``fits``
+    but never recommended (docs/hardware.md: why h3app does not run on it)."""
+    for hardware in BY_PRICE:
         for placement in PREFERENCE:
             placement = replace(placement, ranks=ranks)
             if placement.fp8 and lora_mode == "merged":
                 continue
             peak, _ = compose(measured, placement, lora_mode)
-            if fits(peak, hardware, placement):
-                return {"hardware": hardware.name, "space_hardware": hardware.space, "offload": placement.offload,
-                        "fp8": placement.fp8, "peak_gpu_bytes": peak, "gpu_bytes": hardware.gpu_bytes,
-                        "options": placement.label}
+            host = host_bytes(measured, placement, lora_mode)
+            if judge(peak, host, hardware, placement)["fits"]:
+                return {"hardware": hardware.name, "space_hardware": hardware.space_hardware,
+                        "offload": placement.offload, "fp8": placement.fp8,
+                        "fp8_text_encoder": placement.fp8_text_encoder, "peak_gpu_bytes": peak,
+                        "gpu_bytes": hardware.gpu_bytes, "host_bytes": host, "host_ram_bytes": hardware.host_bytes,
+                        "usd_per_hour": hardware.usd_per_hour, "options": placement.label}
     return None
 
 
@@ -230,32 +315,37 @@ def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = f
     judged = (flavor(hardware),) if hardware else FLAVORS
     measured = measured or measure(options, model)
     peak, phases = compose(measured, placement, lora_mode)
+    host = host_bytes(measured, placement, lora_mode)
     rehearsal = measured.rehearsal
-    components = dict(measured.weights)
-    if placement.fp8:
-        components[repo.partition_for(options.workflow)] = measured.fp8_transformer_bytes
+    components = placed_weights(measured, placement)
     if lora_mode:
         components["lora_factors"] = measured.lora_bytes
-    warnings = _warnings(measured, placement, lora_mode, peak)
+    rows = [judge(peak, host, f, placement) for f in judged]
+    warnings = _warnings(measured, placement, lora_mode, peak, host)
     return Plan(
         model=model, workflow=options.workflow, resolution=options.resolution, duration=options.duration,
         dtype=str(options.dtype).replace("torch.", ""), placement=placement, lora_mode=lora_mode,
-        peak_gpu_bytes=peak, host_bytes=host_bytes(measured, placement, lora_mode), components=components,
-        phases=phases, fits={f.name: fits(peak, f, placement) for f in judged},
+        peak_gpu_bytes=peak, host_bytes=host, components=components,
+        phases=phases, fits={row["name"]: row["fits"] for row in rows}, flavors=rows,
         recommended=recommend(measured, lora_mode, placement.ranks),
         targets_bound=rehearsal.targets_bound if options.adapter is not None else None,
         tokens=dict(rehearsal.tokens), warnings=warnings, seconds=round(time.perf_counter() - started, 2))
 
 
-def _warnings(measured: Measured, placement: Placement, lora_mode: str | None, peak: int) -> list[str]:
+def _warnings(measured: Measured, placement: Placement, lora_mode: str | None, peak: int,
+              host: int) -> list[str]:
     warnings = []
     if not any(fits(peak, f, placement) for f in FLAVORS):
         warnings.append(f"{placement.label} needs {peak / GB:.1f} GB on one GPU: no flavor has that much; "
                         f"see `recommended`.")
+    elif not any(judge(peak, host, f, placement)["fits"] for f in FLAVORS):
+        warnings.append(f"{placement.label} fits some GPUs but no box with {host / GB:.1f} GB of host RAM "
+                        f"beside them; see `recommended`.")
     if lora_mode == "merged":
         warnings.append(f"merged mode keeps pristine copies of the bound weights in host RAM "
                         f"({measured.rehearsal.pristine_host_bytes / GB:.1f} GB).")
     if placement.offload != "none":
         warnings.append(f"offload keeps the offloaded weights in host RAM "
-                        f"({sum(measured.weights.values()) / GB:.1f} GB): the box needs that much free.")
+                        f"({sum(placed_weights(measured, placement).values()) / GB:.1f} GB): the box needs that "
+                        f"much free.")
     return warnings

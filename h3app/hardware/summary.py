@@ -14,7 +14,7 @@ from ..rules.units import format_bytes
 if TYPE_CHECKING:
     from .planner import Plan
 
-_PLANS: dict[tuple[str, str, str, bool], "Plan"] = {}
+_PLANS: dict[tuple[str, str, str, bool, bool], "Plan"] = {}
 
 
 def gpu() -> tuple[str, int] | None:
@@ -27,9 +27,9 @@ def gpu() -> tuple[str, int] | None:
     return properties.name, int(properties.total_memory)
 
 
-def _key(model: str, options: Any) -> tuple[str, str, str, bool]:
+def _key(model: str, options: Any) -> tuple[str, str, str, bool, bool]:
     return (str(model), str(getattr(options, "dtype", "")), str(getattr(options, "offload", "none")),
-            bool(getattr(options, "fp8", False)))
+            bool(getattr(options, "fp8", False)), bool(getattr(options, "fp8_text_encoder", False)))
 
 
 def remember(model: str, options: Any, plan: "Plan") -> None:
@@ -55,6 +55,21 @@ def hardware_line(model: str, options: Any, device: tuple[str, int] | None | boo
     return f"GPU: {name} ({format_bytes(total)}) · planned peak {format_bytes(plan.peak_gpu_bytes)} · {verdict}"
 
 
+def margins(peak: int, host: int, gpu_bytes: int, host_ram: int | None) -> str:
+    """``"GPU 72.6 of 80.0 GB (margin 4.4 GB) · host 131.0 of 142.0 GB (margin 7.0 GB)"``: what is left after
+    the planner's reserves (negative: short by that much)."""
+    from .planner import HOST_RESERVE, RESERVE
+
+    gpu = f"GPU {format_bytes(peak)} of {format_bytes(gpu_bytes)} (margin {_signed(gpu_bytes - RESERVE - peak)})"
+    if host_ram is None:
+        return f"{gpu} · host {format_bytes(host)} (host RAM not published)"
+    return f"{gpu} · host {format_bytes(host)} of {format_bytes(host_ram)} (margin {_signed(host_ram - HOST_RESERVE - host)})"
+
+
+def _signed(value: int) -> str:
+    return format_bytes(value) if value >= 0 else f"-{format_bytes(-value)}"
+
+
 def describe_plan(plan: "Plan") -> str:
     """The human summary of ``plan`` printed by ``python -m h3app plan`` without ``--json``."""
     lines = [f"{plan.model} {plan.workflow} {plan.resolution} {plan.duration:g}s, {plan.dtype}, "
@@ -68,11 +83,17 @@ def describe_plan(plan: "Plan") -> str:
         lines.append(f"  phase {name}: peak {format_bytes(phase['peak'])} "
                      f"(resident {format_bytes(phase['resident'])} + transient {format_bytes(phase['transient'])})")
     fitting = [name for name, ok in plan.fits.items() if ok]
-    lines.append("fits: " + (", ".join(fitting) if fitting else "none of the flavors"))
+    lines.append("fits (GPU and host): " + (", ".join(fitting) if fitting else "none of the flavors"))
+    if len(plan.flavors) == 1:
+        row = plan.flavors[0]
+        lines.append(f"{row['name']}: " + margins(plan.peak_gpu_bytes, plan.host_bytes, row["gpu_bytes"],
+                                                   row["host_bytes"]))
     if plan.recommended:
         r = plan.recommended
-        lines.append(f"recommended: {r['hardware']} with {r['options']} (peak {format_bytes(r['peak_gpu_bytes'])})")
+        price = f"${r['usd_per_hour']:.2f}/h, " if r["usd_per_hour"] is not None else ""
+        lines.append(f"recommended: {r['hardware']} ({price}cheapest that fits) with {r['options']}: "
+                     + margins(r["peak_gpu_bytes"], r["host_bytes"], r["gpu_bytes"], r["host_ram_bytes"]))
     else:
-        lines.append("recommended: nothing fits one GPU of any flavor")
+        lines.append("recommended: no flavor fits both GPU and host")
     lines.extend(f"warning: {w}" for w in plan.warnings)
     return "\n".join(lines)

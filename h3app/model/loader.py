@@ -22,7 +22,7 @@ import torch  # noqa: E402
 from ..errors import H3AppError
 from ..rules import values
 from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES, PARTITIONS
-from . import repo
+from . import conditioner, fp8, repo
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
 
 
@@ -33,15 +33,17 @@ class LoadOptions:
 
     ``dtype`` applies to the transformer and text encoder (diffusers keeps its fp32 islands and both VAEs in fp32).
     ``offload``: ``none`` (all on ``device``), ``auto`` (diffusers ``ComponentsManager`` auto CPU offload), ``group``
-    (block-level group offload of the transformer). ``int8`` quantises the transformer weights with torchao (then
-    LoRA is unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees
-    the split weights.
+    (block-level group offload of the transformer). ``fp8`` stores the transformer's weights in ``float8_e4m3fn``
+    and ``fp8_text_encoder`` the conditioner's decoder layers (``model/fp8.py``: compute stays ``dtype``; LoRA is then
+    unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees the
+    split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
     """
 
     dtype: torch.dtype = torch.float32
     device: str = "cpu"
     offload: str = "none"
-    int8: bool = False
+    fp8: bool = False
+    fp8_text_encoder: bool = False
     fuse_qkv: bool = False
     revision: str | None = None
     token: str | None = None
@@ -50,6 +52,9 @@ class LoadOptions:
         check_device(self.device)
         if self.offload not in OFFLOAD_MODES:
             raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {self.offload!r}.")
+        if self.offload != "none" and not str(self.device).startswith("cuda"):
+            raise H3AppError(f"--offload {self.offload} moves weights between host and GPU: it needs --device cuda "
+                             f"(on {self.device} use --offload none).")
 
 
 def check_device(name: str) -> str:
@@ -98,27 +103,30 @@ def fuse_qkv(transformer: torch.nn.Module) -> None:
 def _load_transformer_from(folder: str, partition: str, options: LoadOptions) -> torch.nn.Module:
     from diffusers import MiniMaxH3Transformer3DModel
 
-    kwargs: dict[str, Any] = {"subfolder": partition, "dtype": options.dtype}
-    if options.int8:
-        try:
-            from diffusers import TorchAoConfig
-            from torchao.quantization import Int8WeightOnlyConfig
-        except ImportError as error:
-            raise H3AppError("int8 needs torchao: `pip install torchao`, or run without --int8.") from error
-        kwargs["quantization_config"] = TorchAoConfig(Int8WeightOnlyConfig())
-    transformer = MiniMaxH3Transformer3DModel.from_pretrained(folder, **kwargs)
+    transformer = MiniMaxH3Transformer3DModel.from_pretrained(folder, subfolder=partition, dtype=options.dtype)
     transformer.requires_grad_(False).eval()
     if options.fuse_qkv:
         fuse_qkv(transformer)
+    if options.fp8:
+        fp8.store_transformer(transformer, options.dtype)
     return transformer
 
 
+def prepare_text_encoder(text_encoder: torch.nn.Module, layers: int, options: LoadOptions) -> torch.nn.Module:
+    """The conditioner as every path holds it: cut to ``layers`` decoder layers (no LM head), fp8 if asked."""
+    conditioner.trim(text_encoder, layers)
+    if options.fp8_text_encoder:
+        fp8.store_text_encoder(text_encoder, options.dtype)
+    return text_encoder
+
+
 def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float32, fuse_qkv: bool = False,
-                     partition: str = "transformer", revision: str | None = None) -> torch.nn.Module:
+                     partition: str = "transformer", revision: str | None = None,
+                     fp8: bool = False) -> torch.nn.Module:
     """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine)."""
     workflow = "ref2va" if partition == "transformer_ref" else "t2va"
     location = repo.locate(model, workflow=workflow, revision=revision)
-    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision)
+    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision, fp8=fp8)
     return _load_transformer_from(str(location.folder), partition, options)
 
 
@@ -179,8 +187,14 @@ class LoadedModel:
                 # A Hub model downloads only what the first workflow needed; fetch the other partition now.
                 self.location = repo.locate(self.location.repo_id, workflow=workflow,
                                             revision=self.options.revision, token=self.options.token)
-            self.components.update((self.component_source or _load_components)(self.location, missing, self.options))
-            self._place(missing)
+            source = self.component_source or _load_components
+            if self.options.offload == "none":  # one at a time: host RAM holds one component on its way to the GPU
+                for name in missing:
+                    self.components.update(source(self.location, [name], self.options))
+                    self._place([name])
+            else:
+                self.components.update(source(self.location, missing, self.options))
+                self._place(missing)
 
     def _place(self, names: list[str]) -> None:
         if self.options.offload == "none":
@@ -226,6 +240,8 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
                 raise H3AppError(f"{location.name}: component {name!r} did not load; is the folder complete?")
             if isinstance(component, torch.nn.Module):
                 component.requires_grad_(False).eval()
+            if name == "text_encoder":
+                component = prepare_text_encoder(component, conditioner.layers_read(pipe), options)
             loaded[name] = component
     for partition in PARTITIONS:
         if partition in names:

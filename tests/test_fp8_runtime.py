@@ -1,0 +1,159 @@
+"""fp8 at run time and the placements the plan recommends: every placement's flags load the same way in app.py,
+generate, check and grid; the recommended options run generate on the tiny model (fp8 for real on the CPU);
+merged LoRA is refused with --fp8 in one line and leaves the weights as they were; offload needs CUDA."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+import torch
+
+from h3app.errors import H3AppError
+from h3app.hardware.planner import PREFERENCE, Placement, recommend
+from h3app.model import conditioner, fp8
+from h3app.model.loader import LoadOptions, load_model
+from tests.cli_runner import assert_one_line, run_cli, run_cli_process
+from tests.test_hardware_plan import _measured
+
+PROMPT = "a red ball moving right over a grey floor, low loud hum"
+
+
+def _app_args(argv: list[str]):
+    import app
+
+    return app.build_parser().parse_args(argv)
+
+
+def _command_args(command: str, argv: list[str]):
+    from h3app.cli import build_parser
+
+    return build_parser().parse_args([command, *argv])
+
+
+def _placement(args) -> Placement:
+    return Placement(args.offload, fp8=args.fp8, fp8_text_encoder=args.fp8_text_encoder)
+
+
+@pytest.mark.parametrize("placement", PREFERENCE, ids=lambda p: p.label)
+def test_every_planned_placement_parses_to_itself_in_app_generate_check_and_grid(placement):
+    argv = shlex.split(placement.label)
+    assert _placement(_app_args(argv)) == placement
+    for command, extra in (("generate", ["--prompt", "x", "--out", "x.mp4"]), ("check", ["--adapter", "a"]),
+                           ("grid", ["--adapter", "a", "--prompt", "x", "--alphas", "1", "--out-dir", "d"])):
+        assert _placement(_command_args(command, [*argv, *extra])) == placement, command
+
+
+def test_the_fp8_variables_turn_the_flags_on(monkeypatch):
+    monkeypatch.setenv("H3APP_FP8", "1")
+    monkeypatch.setenv("H3APP_FP8_TEXT_ENCODER", "true")
+    assert _placement(_app_args([])) == Placement("none", fp8=True, fp8_text_encoder=True)
+    monkeypatch.setenv("H3APP_FP8", "0")
+    monkeypatch.delenv("H3APP_FP8_TEXT_ENCODER")
+    assert _placement(_command_args("generate", ["--prompt", "x", "--out", "x.mp4"])) == Placement("none")
+
+
+def test_fp8_stores_transformer_and_conditioner_layers_in_float8_and_computes_in_the_load_dtype():
+    model = load_model("tiny", options=LoadOptions(fp8=True, fp8_text_encoder=True))
+    transformer, text_encoder = model.components["transformer"], model.components["text_encoder"]
+    linears = [m for m in transformer.transformer_blocks.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.dtype == fp8.STORAGE for m in linears)
+    layers = [m for m in conditioner.decoder(text_encoder).layers.modules() if isinstance(m, torch.nn.Linear)]
+    assert layers and all(m.weight.dtype == fp8.STORAGE for m in layers)
+    assert all(p.dtype == torch.float32 for p in text_encoder.model.visual.parameters())  # vision tower untouched
+    assert text_encoder.dtype == torch.float32 and transformer.dtype == torch.float32
+
+
+def test_fp8_output_is_close_to_full_precision_but_not_identical():
+    from h3app.backend.generation import GenerationRequest, run_generation
+    from h3app.backend.metrics import psnr
+
+    request = GenerationRequest(prompt=PROMPT, seed=0, steps=3)
+    full = run_generation(load_model("tiny").pipeline("t2va"), request)
+    low = run_generation(load_model("tiny", options=LoadOptions(fp8=True)).pipeline("t2va"), request)
+    assert full.video.shape == low.video.shape and full.audio.shape == low.audio.shape
+    quality = psnr(full.video, low.video)
+    assert 15.0 < quality < float("inf")  # fp8 changes the output (it ran) and keeps the picture (docs/hardware.md)
+
+
+def test_merged_lora_with_fp8_is_refused_in_one_line_and_the_weights_are_untouched():
+    from h3app.backend.adapter_binding import AdapterBinder
+    from h3app.model.repo import TINY_DIR
+    from h3app.settings import LoRASettings
+    from lora_fixtures import state_hash
+
+    model = load_model("tiny", options=LoadOptions(fp8=True))
+    before = state_hash(model.transformer("t2va"))
+    adapter = str(TINY_DIR.parent / "adapters" / "tiny_turbo_4step.safetensors")
+    with pytest.raises(H3AppError) as caught:
+        AdapterBinder(model).apply([LoRASettings(source=adapter, alpha=1.0, mode="merged")])
+    assert str(caught.value) == fp8.MERGED_REFUSAL and "\n" not in str(caught.value)
+    assert state_hash(model.transformer("t2va")) == before
+
+
+def test_offload_without_cuda_is_one_line_not_a_traceback():
+    with pytest.raises(H3AppError, match="needs --device cuda"):
+        LoadOptions(offload="auto")
+
+
+def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys):
+    """The plan's recommendation for the issue's request (a 312-target rank-128 adapter, unmerged), fed to app.py's
+    and generate's parsers; then generate runs with it on the tiny model. Offload modes need CUDA: they are given as
+    --offload none here, every other flag as recommended."""
+    choice = recommend(_measured(lora=True), "unmerged")
+    argv = shlex.split(choice["options"])
+    app_args = _app_args(argv)
+    assert (app_args.offload, app_args.fp8, app_args.fp8_text_encoder) == \
+        (choice["offload"], choice["fp8"], choice["fp8_text_encoder"])
+    runnable = [*argv[:argv.index("--offload")], "--offload", "none", *argv[argv.index("--offload") + 2:]]
+    out = tmp_path / "recommended.mp4"
+    result = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3", "--out", str(out),
+                     "--json", *runnable)
+    assert result.code == 0, result.err
+    assert out.stat().st_size > 0 and json.loads(result.out)["evaluations"] == 2
+
+
+def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_line(tmp_path, capsys):
+    out = tmp_path / "fp8.mp4"
+    result = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3", "--out", str(out),
+                     "--fp8", "--fp8-text-encoder", "--json")
+    assert result.code == 0, result.err
+    assert out.stat().st_size > 0
+    refused = run_cli_process("generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3",
+                              "--out", str(tmp_path / "m.mp4"), "--fp8", "--mode", "merged",
+                              "--adapter", "assets/adapters/tiny_turbo_4step.safetensors",
+                              env={"HF_HUB_OFFLINE": "1"})
+    assert refused.returncode == 2
+    assert_one_line(refused.stderr, "merged LoRA would round")
+
+
+def test_check_with_fp8_loads_the_fp8_transformer_and_the_pair_stays_identical(capsys, monkeypatch):
+    from h3app.model import loader
+
+    loaded = []
+    original = loader.load_transformer
+
+    def spy(*args, **kwargs):
+        loaded.append(original(*args, **kwargs))
+        return loaded[-1]
+
+    monkeypatch.setattr(loader, "load_transformer", spy)
+    result = run_cli(capsys, "check", "--model", "tiny", "--adapter", "assets/adapters/tiny_turbo_4step.safetensors",
+                     "--a", "1:1.0", "--b", "16:0.0625", "--fp8", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["identical"] is True  # the delta is exact beside an fp8 base
+    linear = next(m for m in loaded[0].transformer_blocks.modules() if isinstance(m, torch.nn.Linear))
+    assert linear.weight.dtype == fp8.STORAGE
+
+
+@pytest.mark.slow
+def test_the_docs_quote_what_fp8_costs_on_the_trained_tiny_model():
+    from pathlib import Path
+
+    from bench.fp8_quality import markdown, measure
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
+    rows = measure()
+    assert all(20.0 < r["frames_psnr_db"] < float("inf") for r in rows)
+    assert markdown(rows) in docs

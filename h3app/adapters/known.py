@@ -15,6 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..model.tiny import TINY_REPO_ID
+from ..rules.alpha_source import AlphaSource
 
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
 LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"
@@ -52,7 +53,7 @@ class KnownAdapter:
         return repo_id.lower() == self.repo_id.lower() and re.search(self.file_pattern, filename) is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "source": "registry"}
+        return {**asdict(self), "source": str(AlphaSource.REGISTRY)}
 
 
 def _lightx2v(file_pattern: str, variant: str, resolution: str, steps: int, shift: float, **more: Any) -> KnownAdapter:
@@ -127,13 +128,21 @@ def repo_from_cache_path(path: str) -> tuple[str, str] | None:
     return f"{found['owner']}/{found['name']}", found["file"].replace("\\", "/")
 
 
-def registry_identity(source: str, weight_name: str | None, file_name: str) -> tuple[str | None, str]:
-    """``(repo_id, filename)`` to look ``source`` up in the registry: from an HF URL (the one URL parser,
-    ``refs.parse_hf_url``), a repo id, or a file in the Hugging Face cache; ``(None, file_name)`` for any other
-    local file."""
+def registry_identity(source: str, weight_name: str | None, file_name: str, *,
+                      repo_id: str | None = None) -> tuple[str | None, str]:
+    """``(repo_id, filename)`` to look ``source`` up in the registry — the one rule for every kind of source, used
+    by inspection, by Load and by every job (so what Inspect shows is what runs):
+
+    - a Hub file (``repo_id`` given: the parsed or fetched reference knows its repo) → that repo and ``file_name``;
+    - an HF URL (the one URL parser, ``refs.parse_hf_url``) or a repo id → its repo and file;
+    - a local file inside the Hugging Face cache → the cached repo and file;
+    - a demo adapter in ``assets/adapters`` (by path, or picked in the UI) → the tiny checkpoint's repo;
+    - any other local file, an upload included → ``(None, file_name)``: no registry entry can name it."""
     from ..errors import H3AppError
     from .refs import is_url, looks_like_repo_id, parse_hf_url
 
+    if repo_id is not None:
+        return repo_id, file_name
     if is_url(source):
         try:
             ref = parse_hf_url(source, None, None)
@@ -145,6 +154,13 @@ def registry_identity(source: str, weight_name: str | None, file_name: str) -> t
     cached = repo_from_cache_path(source)
     if cached is not None:
         return cached
-    if Path(source).parent.resolve() == TINY_DEMO_DIR:
-        return TINY_DEMO_REPO, Path(source).name
+    path = Path(source)
+    if path.is_dir():  # a local folder names its weight file by weight_name (or the one file it holds)
+        path = path / (weight_name or file_name)
+    try:
+        relative = path.resolve().relative_to(TINY_DEMO_DIR)
+    except (OSError, ValueError):
+        relative = None
+    if relative is not None:  # a demo adapter (a file, or a file inside a demo PEFT folder)
+        return TINY_DEMO_REPO, relative.as_posix()
     return None, weight_name or file_name

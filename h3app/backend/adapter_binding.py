@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..adapters import source as sources
+from ..adapters.known import registry_identity
 from ..adapters.normalise import load_adapter
 from ..adapters.types import NormalisedAdapter
 from ..errors import H3AppError
@@ -210,9 +211,13 @@ class AdapterBinder:
                          revision=file.commit or settings.revision, file=file.filename, size=file.size,
                          sha256=file.sha256())
 
+        # The same registry rule as Inspect (for a local file too: a demo adapter is a known one).
+        repo_id, filename = registry_identity(str(file.path), settings.weight_name, file.filename,
+                                              repo_id=file.repo_id)
+
         def read() -> NormalisedAdapter:
             return load_adapter(file.path, shapes=self.shapes(workflow), qkv_layout=settings.qkv_layout,
-                                partition=partition, repo_id=file.repo_id, filename=file.filename,
+                                partition=partition, repo_id=repo_id, filename=filename,
                                 adapter_config_path=file.adapter_config_path)
 
         adapter = self.cache.get_or_load(key, read)

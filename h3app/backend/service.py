@@ -174,9 +174,8 @@ class Backend:
         view = sources.read_header(ref, None, None, self.policy.token(token), **self._local_rule())  # ref has them
         partition = repo.partition_for(workflow)
         shapes = transformer_shapes(repo.read_transformer_config(str(self.model.location.folder), partition))
-        repo_id, filename = ref.repo_id, ref.filename or view.name
-        if repo_id is None:  # a local file may still be a known one (e.g. inside a Hugging Face cache)
-            repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, view.name)
+        repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, ref.filename or view.name,
+                                              repo_id=ref.repo_id)
         return inspect_header(view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout,
                               partition=partition)
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # only for annotations: inspection (and the CLI's inspect) ne
     import torch
 
 from ..rules.alpha_source import AlphaSource
+from .resolved import resolve_adapter
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class AdapterInfo:
     reference_targets: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "format": self.format,
             "suffix_style": self.suffix_style,
             "prefix": self.prefix,
@@ -84,6 +85,9 @@ class AdapterInfo:
             "unmatched_keys": list(self.unmatched_keys),
             "reference_targets": list(self.reference_targets),
         }
+        # What it runs at by default (auto alpha, scale 1): the resolved adapter every surface shows.
+        data["resolved"] = resolve_adapter(data).to_json()
+        return data
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ class GridCell:
     baseline_max_abs_diff: float
     seconds: float
     hide_paths: bool = False  # hosted: answers name files, never server folders
+    adapter: dict[str, Any] | None = None  # the applied adapter's provenance (its ``resolved`` object included)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -164,15 +165,15 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
-                    binder.apply([settings], workflow, token)
+                    applied = binder.apply([settings], workflow, token)[0].provenance(hide_paths)
                     result = generate(seeded)
                     name = f"{stem}-{row}-{column}-{seed}"
                     video = save_result(result, output_dir / f"{name}.mp4",
                                         {"request": seeded.to_json(hide_paths), "alpha": alpha, "strength": strength,
-                                         "hash": result.hash})
+                                         "adapters": [applied], "hash": result.hash})
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
-                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths)
+                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths, applied)
     finally:
         binder.reset(workflow)

@@ -9,9 +9,11 @@ vllm-omni PR #7062.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
+from functools import lru_cache
 from typing import Any
 
 from ..model.tiny import TINY_REPO_ID
@@ -161,6 +163,43 @@ def registry_identity(source: str, weight_name: str | None, file_name: str, *,
         relative = path.resolve().relative_to(TINY_DEMO_DIR)
     except (OSError, ValueError):
         relative = None
+    if relative is None:  # an upload or any other copy of a demo file is that demo adapter
+        relative = demo_copy(path)
     if relative is not None:  # a demo adapter (a file, or a file inside a demo PEFT folder)
-        return TINY_DEMO_REPO, relative.as_posix()
+        return TINY_DEMO_REPO, PurePosixPath(relative).as_posix()
     return None, weight_name or file_name
+
+
+def demo_copy(path: Path) -> str | None:
+    """The demo adapter (its path inside ``assets/adapters``) whose bytes ``path`` holds, else None. Only a file of
+    a demo file's exact size is hashed, so a real adapter costs one ``stat``."""
+    try:
+        stat = path.stat()
+    except (OSError, ValueError):
+        return None
+    candidates = _demo_files().get(stat.st_size)
+    if not candidates or not path.is_file():
+        return None
+    digest = _sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    return candidates.get(digest)
+
+
+@lru_cache(maxsize=1)
+def _demo_files() -> dict[int, dict[str, str]]:
+    """size → {sha256 → path inside assets/adapters} of the shipped demo ``.safetensors`` files."""
+    files: dict[int, dict[str, str]] = {}
+    if TINY_DEMO_DIR.is_dir():
+        for file in sorted(TINY_DEMO_DIR.rglob("*.safetensors")):
+            stat = file.stat()
+            files.setdefault(stat.st_size, {})[_sha256(str(file), stat.st_size, stat.st_mtime_ns)] = (
+                file.relative_to(TINY_DEMO_DIR).as_posix())
+    return files
+
+
+@lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:  # keyed by version: a rewritten file is hashed again
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

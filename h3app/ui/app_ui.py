@@ -110,7 +110,7 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
                     slot_2 = build_adapter_slot(adapter_events, "2")
             with gr.Column(scale=7, min_width=420):
                 gr.HTML("<div class='h3-step'>2 · Request</div>")
-                request = build_request_controls()
+                request = build_request_controls(backend.limits)
                 gr.HTML("<div class='h3-step'>3 · Run and compare</div>")
                 with gr.Tabs():
                     with gr.Tab("Generate", id="generate-tab"):

@@ -97,7 +97,7 @@ class RequestForm:
         height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
         used_seed = int(parse_number(self.seed or 0, "seed")) if seed is None else int(seed)
         return GenerationRequest(
-            prompt=self.prompt or "", seed=used_seed, steps=int(parse_number(self.steps, "steps")),
+            prompt=self.prompt or "", seed=used_seed, steps=parse_number(self.steps, "steps"),  # 2.5 is refused
             duration=parse_number(self.duration, "duration"),
             height=None if height is None else int(height), width=None if width is None else int(width),
             shift=optional_number(self.shift, "shift"), audio_shift=optional_number(self.audio_shift, "audio shift"),

@@ -16,6 +16,7 @@ from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
 from ..rules.choices import WORKFLOWS
+from ..rules.steps import evaluations
 from . import render, snippets
 from .adapter_events import user_error
 from .client_gone import client_gone
@@ -302,12 +303,12 @@ def apply_note(form: SyncForm) -> str:
 def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
     """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
     steps = int(steps)
-    text = (f"**{steps} steps → {steps - 1} transformer evaluations** (steps count sigma points including the "
-            "terminal one).")
+    text = (f"**{steps} steps → {evaluations(steps)} transformer evaluations** (steps count sigma points including "
+            "the terminal one).")
     known = (info or {}).get("known") or {}
     if known.get("steps") and int(known["steps"]) != steps:
         text += (f"  \n⚠ {known.get('title', 'this adapter')} was made for **{int(known['steps'])} steps** "
-                 f"({int(known['steps']) - 1} evaluations): use *Apply preset*.")
+                 f"({evaluations(known['steps'])} evaluations): use *Apply preset*.")
     return text
 
 

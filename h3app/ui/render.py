@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
 from ..rules.alpha_source import AlphaSource
+from ..rules.steps import evaluations
 from ..rules.units import format_bytes
 from .scales import targets_by_group
 
@@ -201,7 +202,7 @@ def known_card(known: Mapping[str, Any] | None) -> str:
         facts.append(chip("alpha = rank (author's statement)"))
     steps_note = ""
     if known.get("steps"):
-        steps_note = (f"<br><small>{int(known['steps'])} steps = {int(known['steps']) - 1} transformer evaluations "
+        steps_note = (f"<br><small>{int(known['steps'])} steps = {evaluations(known['steps'])} transformer evaluations "
                       "(steps count sigma points including the terminal one).</small>")
     notes = f"<div>{esc(known['notes'])}</div>" if known.get("notes") else ""
     return card("info", f"<div class='h3-title'>Known adapter: {esc(known.get('title', ''))}</div>"

@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..rules.frames import RELEASED
 from ..rules.scale import effective_scale
 
 REAL_MODEL = "MiniMaxAI/MiniMax-H3"
@@ -208,7 +209,7 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         if request.get(key) is not None:
             lines.append(f"pipe.{component}.set_shift({float(request[key])!r})")
     call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={int(request.get('steps', 5))}",
-            f"num_frames={int(round(float(request.get('duration', 5.0)) * 24))}",
+            f"num_frames={RELEASED.requested_frames(float(request.get('duration', 5.0)))}",
             f"generator=torch.Generator('cpu').manual_seed({int(request.get('seed', 0))})", "output_type='np'"]
     if request.get("height") is not None:
         call.insert(2, f"height={int(request['height'])}, width={int(request['width'])}")

@@ -208,15 +208,14 @@ def _fallback_warning(modules: Sequence[ModulePlan]) -> str:
     ranks = sorted({m.rank for m in modules})
     targets = sum(len(m.targets) for m in modules)
     top = ranks[-1]
-    this_file = (
-        f" for this file, trained with alpha 8 its rank-{top} modules would be {_fmt(top / 8)}× too strong;"
-        if top > 8 else ""
-    )
+    examples = ", ".join(f"trained at alpha {_fmt(a)}: {_fmt(top / a)}×" for a in (top / 2, 1.0) if 1 <= a < top)
+    this_file = f" (its rank-{top} modules {examples} too strong)" if examples else ""
+    lightx2v = (" LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong."
+                if 128 in ranks else "")
     return (
         f"no alpha in the file, beside it or in the registry for {targets} targets (rank {', '.join(map(str, ranks))}): "
         f"using alpha = rank (scale 1 × strength). If it was trained with a smaller alpha it is rank/alpha times too "
-        f"strong — LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong;{this_file} set "
-        "alpha if the model card gives one."
+        f"strong{this_file}.{lightx2v} Set alpha if the model card gives one."
     )
 
 

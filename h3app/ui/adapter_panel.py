@@ -80,7 +80,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     alpha_html = gr.HTML("", elem_id=f"{prefix}-alpha-card")
     with gr.Column(visible=False) as known_box:  # shown for adapters in the registry of known adapters
         known_html = gr.HTML("", elem_id=f"{prefix}-known-card")
-        preset_button = gr.Button("Apply preset (steps, shifts, scale, trigger)", size="sm",
+        preset_button = gr.Button("Apply preset (steps, shifts, scale, alpha, trigger)", size="sm",
                                   elem_id=f"{prefix}-preset")
     with gr.Accordion("Targets by group · raw inspect JSON", open=False):
         targets = gr.Dataframe(headers=render.TARGET_COLUMNS, interactive=False, wrap=True)
@@ -142,7 +142,8 @@ def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: 
         slot = read(SlotForm, names, values)
         try:
             weights = events.list_weights(slot.source_to_read, slot.revision, values[token], slot.weight)
-            view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow])
+            view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow],
+                                       values.get(ui.info))
         except gr.Error as error:
             return {**cleared_panel(ui, render.refusal(error.message)), ui.weight: gr.skip()}
         return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "",
@@ -155,7 +156,7 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
                       workflow: gr.Radio, token: gr.Textbox) -> None:
     """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
     names = slot_inputs(ui)
-    inspect_inputs = {*names.values(), token, workflow}
+    inspect_inputs = {*names.values(), token, workflow, ui.info}
     inspect_outputs = [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html,
                        ui.profile_box]
     inspect = inspect_event(events, ui, token, workflow)
@@ -173,11 +174,19 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
     uploaded.success(inspect, inspect_inputs, inspect_outputs, **inspected)
 
-    def forget(_: str) -> dict[Any, Any]:
-        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back
-        return {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
+    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
+        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
+        # override belonged to the adapter shown before, so it goes too (and the alpha card says so)
+        shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
+        if override and info:
+            shown[ui.override] = False
+            shown[ui.alpha_html] = render.card("info", f"Override alpha {render.esc(alpha)} was for "
+                                                       f"{render.esc(info.get('name', 'the previous adapter'))}: "
+                                                       f"dropped with it.", testid="override-dropped")
+        return shown
 
-    ui.source.input(forget, [ui.source], list(cleared_panel(ui, "")) + [ui.demo], **CHEAP)
+    ui.source.input(forget, [ui.source, ui.override, ui.alpha, ui.info],
+                    list(cleared_panel(ui, "")) + [ui.demo, ui.override], **CHEAP)
     ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
 
     strength_parts = {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}

@@ -23,7 +23,7 @@ from .forms import (
     read,
     write,
 )
-from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view
+from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view, refusal_status
 from .fair_queue import admitted, gpu_events
 from .generate_tab import RequestControls
 
@@ -98,7 +98,16 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
             return {generate.status: view.status}
         return {**write(view, generate_parts), generate.status: ""}
 
-    generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
+    # The sync is queued: a refusal then reaches the page as one pop-up (a queue-less event's error is an HTTP 500
+    # the page does not show), and the line where the result would appear says why nothing ran.
+    synced = {**CHEAP, "queue": True}
+
+    def refused(values: dict[Any, Any]) -> str:
+        return refusal_status(jobs.sync_form(values))
+
+    generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **synced)
+    generated.failure(refused, jobs.sync_inputs(), [generate.status], **CHEAP)
+    generated = generated.success(
         admitted(run_generate, backend), jobs.job_inputs(slot_1.info, slot_2.info),
         [*generate_parts.values(), generate.status],
         scroll_to_output=False, show_progress_on=[generate.video], **gpu)
@@ -125,7 +134,9 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     page_loaded.append((check_estimate, set(jobs.request_parts.values()), estimated))
     generated.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
 
-    checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
+    checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
+    checked.failure(refused, jobs.sync_inputs(), [equivalence.status], **CHEAP)
+    checked = checked.success(
         admitted(run_check, backend), jobs.job_inputs(*check_parts.values()),
         [*check_outputs.values(), equivalence.status],
         show_progress_on=[equivalence.verdict], **gpu)
@@ -140,7 +151,9 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
                                           progress):
             yield write(view, grid_outputs)
 
-    gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
+    gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
+    gridded.failure(refused, jobs.sync_inputs(), [grid.status], **CHEAP)
+    gridded = gridded.success(
         admitted(run_grid, backend), jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
         show_progress_on=[grid.gallery], **gpu)
     gridded.then(show_history, [session], list(history_parts.values()), **CHEAP)

@@ -163,6 +163,11 @@ def alpha_card(info: Mapping[str, Any], alpha: float | None) -> str:
     return card("ok", f"<div class='h3-big'>alpha per module</div>{esc(text)}", testid="alpha-card")
 
 
+def refused_card(problem: str) -> str:
+    """The alpha card while the alpha box or the scale holds a value that is refused."""
+    return card("bad", f"<div class='h3-big'>✖ not applied</div>{esc(problem)}", testid="alpha-card")
+
+
 def fallback_risk(ranks: Sequence[int]) -> str:
     """How far off "alpha = rank" may be, said for these ranks (LightX2V's case named only where it applies)."""
     top = max(ranks) if ranks else 0

@@ -50,6 +50,7 @@ class AdapterSlot:
     info: gr.State
     basis: gr.State
     uploaded: gr.State
+    refused: gr.State  # the one-line refusal of the source as it stands (None: not refused)
 
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
@@ -115,7 +116,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
                        inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
                        alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
-                       gr.State(None), gr.State(None), gr.State(None))
+                       gr.State(None), gr.State(None), gr.State(None), gr.State(None))
 
 
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
@@ -126,7 +127,7 @@ def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
 def cleared_panel(ui: AdapterSlot, message: str) -> dict[Any, Any]:
     """The slot after a refusal or a source change: ``message`` in the inspect card, every result of the previous
     adapter gone (nothing else is marked: the one line is where the person is looking)."""
-    return {ui.info: None, ui.inspect_html: message, ui.alpha_html: "",
+    return {ui.info: None, ui.refused: None, ui.inspect_html: message, ui.alpha_html: "",
             ui.readout: render.readout_html(None, None, 1.0),
             ui.known_html: "", ui.known_box: gr.update(visible=False), ui.basis: None, ui.report_html: "",
             ui.profile_box: gr.update(visible=False)}
@@ -144,9 +145,10 @@ def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: 
             weights = events.list_weights(slot.source_to_read, slot.revision, values[token], slot.weight)
             view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow],
                                        values.get(ui.info))
-        except gr.Error as error:
-            return {**cleared_panel(ui, render.refusal(error.message)), ui.weight: gr.skip()}
-        return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "",
+        except gr.Error as error:  # the weight box and the line above Generate let go of the previous file too
+            return {**cleared_panel(ui, render.refusal(error.message)), ui.refused: error.message,
+                    ui.weight: gr.update(choices=[], value=None)}
+        return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "", ui.refused: None,
                 ui.profile_box: gr.update(visible=False)}
 
     return inspect
@@ -158,7 +160,7 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     names = slot_inputs(ui)
     inspect_inputs = {*names.values(), token, workflow, ui.info}
     inspect_outputs = [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html,
-                       ui.profile_box]
+                       ui.profile_box, ui.refused]
     inspect = inspect_event(events, ui, token, workflow)
     inspected = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
     gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs,

@@ -121,6 +121,7 @@ class SlotForm:
     strength: Any = 1.0
     qkv_layout: str = "auto"
     uploaded: Mapping[str, str] | None = None
+    refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
 
     @property
     def source_to_read(self) -> str:
@@ -139,6 +140,8 @@ class SlotForm:
         """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
         if not self.source_to_read:
             return None
+        if self.refused:
+            raise H3AppError(self.refused)
         return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
                             strength=parse_strength(self.strength), mode=mode or "unmerged",

@@ -295,6 +295,9 @@ def apply_note(form: SyncForm) -> str:
     for name, slot in sorted(form.slots.items()):
         if not slot.source or not str(slot.source).strip():
             continue
+        if slot.refused:
+            lines.append(f"✖ adapter {name} is refused: {slot.refused}")
+            continue
         try:
             settings = slot.settings(form.mode)
         except H3AppError as error:

@@ -78,6 +78,7 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
         return apply_note(jobs.sync_form(values))
 
     gr.on([trigger for slot in slots for trigger in (slot.source.change, slot.weight.change, slot.revision.change,
+                                                     slot.refused.change,
                                                      slot.override.change, slot.alpha.change, slot.strength.change)]
           + [session.change, mode.change], note, jobs.sync_inputs(), [generate.apply_note], **CHEAP)
 
@@ -92,8 +93,11 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                      ) -> dict[Any, Any]:
-        view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
-                                             request, progress)
+        try:
+            view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
+                                                 request, progress)
+        except gr.Error as error:
+            return refused_job(generate.status, error)
         if isinstance(view, Stopped):
             return {generate.status: view.status}
         return {**write(view, generate_parts), generate.status: ""}
@@ -119,7 +123,11 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                   ) -> dict[Any, Any]:
-        view = comparisons.check_view(jobs.job_form(values), read(CheckForm, check_parts, values), request, progress)
+        try:
+            view = comparisons.check_view(jobs.job_form(values), read(CheckForm, check_parts, values), request,
+                                          progress)
+        except gr.Error as error:
+            return refused_job(equivalence.status, error)
         if isinstance(view, Stopped):
             return {equivalence.status: view.status}
         return {**write(view, check_outputs), equivalence.status: ""}
@@ -147,9 +155,12 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     def run_grid(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                  ) -> Iterator[dict[Any, Any]]:
-        for view in comparisons.grid_view(jobs.job_form(values), read(GridForm, grid_parts, values), request,
-                                          progress):
-            yield write(view, grid_outputs)
+        try:
+            for view in comparisons.grid_view(jobs.job_form(values), read(GridForm, grid_parts, values), request,
+                                              progress):
+                yield write(view, grid_outputs)
+        except gr.Error as error:
+            yield refused_job(grid.status, error)
 
     gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
     gridded.failure(refused, jobs.sync_inputs(), [grid.status], **CHEAP)
@@ -187,6 +198,13 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     return page_loaded
 
 
+def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:
+    """A job the backend refused: its one line where the result would appear and one pop-up — no error badge left
+    on the output (the event ends normally)."""
+    gr.Warning(error.message)
+    return {status: f"✖ {error.message}"}
+
+
 def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterEvents, token: gr.Textbox,
                         request: RequestControls) -> None:
     """Load settings from a .json or an mp4: restore the controls, then inspect each restored slot."""
@@ -213,7 +231,8 @@ def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterE
 
         restored.success(quiet_inspect, {*slot_inputs(slot).values(), token, request.workflow},
                          [*parts(slot, field_names(InspectView)).values(), slot.weight, slot.basis, slot.report_html,
-                          slot.profile_box], api_visibility="private", concurrency_id="inspect", concurrency_limit=4)
+                          slot.profile_box, slot.refused], api_visibility="private", concurrency_id="inspect",
+                         concurrency_limit=4)
 
 
 def _slot_values(components: Mapping[str, Any], slot: SlotForm | None) -> dict[Any, Any]:

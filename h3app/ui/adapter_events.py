@@ -21,7 +21,6 @@ from ..adapters.source import implied_weight
 from ..errors import H3AppError
 from ..lora.profile import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
-from ..rules.values import parse_strength
 from ..settings import LoRASettings
 from . import render
 from .client_gone import client_gone
@@ -236,7 +235,7 @@ class AdapterEvents:
         """Alpha card and effective-scale readout — pure math, run on every slider move."""
         try:
             used = slot.alpha_value()
-            strength = parse_strength(slot.strength)
+            strength = slot.strength_value()
         except H3AppError as error:  # the alpha card turns red too: nothing runs at the value it showed
             return Readout(render.refused_card(str(error)), render.readout_html(info, None, 1.0, problem=str(error)))
         if not info:
@@ -302,7 +301,7 @@ class AdapterEvents:
                                render.placeholder("Load the adapter to measure where it acts and how hard."))
         try:
             used = slot.alpha_value()
-            strength = parse_strength(slot.strength)
+            strength = slot.strength_value()
         except H3AppError:
             return ProfileBars(KEEP, KEEP, KEEP)
         view = profile_view(basis, used, strength)

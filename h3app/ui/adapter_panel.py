@@ -11,11 +11,19 @@ from ..rules.choices import QKV_LAYOUTS
 from . import render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, UploadView
 from .fair_queue import admitted, gpu_events
-from .forms import KEEP, SLOT_FIELDS, SlotForm, field_names, parts, read, write
+from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
-SCALE_RANGE = (-2.0, 4.0)
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
+
+
+class StrengthSlider(gr.Slider):
+    """The Scale slider, whose typed value reaches the app as typed: a value past its ends is refused by
+    ``SlotForm.strength_value`` with a word where the person looks, not clamped (Gradio's own bound check answers a
+    queue-less event with an HTTP 500 the page never shows)."""
+
+    def preprocess(self, payload: float) -> float:
+        return gr.Number.round_to_precision(payload, self.precision)
 
 
 @dataclass
@@ -96,7 +104,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                    info="off = the file's alpha chain")
             alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
                                elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
-        strength = gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
+        strength = StrengthSlider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
                              elem_id=f"{prefix}-scale", buttons=["reset"],
                              info="negative values push the other way (slider LoRAs)")
         if mode is not None:
@@ -179,6 +187,8 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
         # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
         # override belonged to the adapter shown before, so it goes too (and the alpha card says so)
+        if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
+            return {}  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
         shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
         if override and info:
             shown[ui.override] = False

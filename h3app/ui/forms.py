@@ -20,6 +20,8 @@ from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
+SCALE_RANGE = (-2.0, 4.0)  # the Scale slider's range; the API and the CLI take up to ±rules.values.MAX_STRENGTH
+
 Form = TypeVar("Form")
 
 
@@ -131,6 +133,15 @@ class SlotForm:
             return self.uploaded["path"]
         return text
 
+    def strength_value(self) -> float:
+        """The Scale control's value: within the slider's range, else refused with a word (never clamped)."""
+        strength = parse_strength(self.strength)
+        low, high = SCALE_RANGE
+        if not low <= strength <= high:
+            raise H3AppError(f"scale {strength:g} is outside the Scale slider's {low:g} to {high:g}: nothing is "
+                             f"applied at it; type a value in that range (the API and the CLI take larger ones).")
+        return strength
+
     def alpha_value(self) -> float | None:
         """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha
         box is text, so that an empty box reads as empty rather than 0)."""
@@ -144,7 +155,7 @@ class SlotForm:
             raise H3AppError(self.refused)
         return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
-                            strength=parse_strength(self.strength), mode=mode or "unmerged",
+                            strength=self.strength_value(), mode=mode or "unmerged",
                             qkv_layout=self.qkv_layout or "auto")
 
 

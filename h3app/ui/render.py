@@ -160,7 +160,8 @@ def alpha_card(info: Mapping[str, Any], alpha: float | None) -> str:
     if info.get("alpha") is not None and info.get("alpha_source") != AlphaSource.MIXED:
         return card("ok", f"<div class='h3-big'>alpha {float(info['alpha']):g}</div>from "
                           f"{esc(source_label(info['alpha_source']))}", testid="alpha-card")
-    return card("ok", f"<div class='h3-big'>alpha per module</div>{esc(text)}", testid="alpha-card")
+    return card("ok", f"<div class='h3-big'>alpha per module</div>{esc(text.removeprefix('per module: '))}",
+                testid="alpha-card")
 
 
 def refused_card(problem: str) -> str:

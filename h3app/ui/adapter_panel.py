@@ -17,13 +17,13 @@ CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
 
 
-class StrengthSlider(gr.Slider):
-    """The Scale slider, whose typed value reaches the app as typed: a value past its ends is refused by
+def unbounded(slider: gr.Slider) -> gr.Slider:
+    """``slider`` whose typed value reaches the app as typed: a value past its ends is then refused by
     ``SlotForm.strength_value`` with a word where the person looks, not clamped (Gradio's own bound check answers a
-    queue-less event with an HTTP 500 the page never shows)."""
-
-    def preprocess(self, payload: float) -> float:
-        return gr.Number.round_to_precision(payload, self.precision)
+    queue-less event with an HTTP 500 the page never shows). An instance override: a subclass would be taken for a
+    custom component by the page."""
+    slider.preprocess = lambda payload: gr.Number.round_to_precision(payload, slider.precision)
+    return slider
 
 
 @dataclass
@@ -104,9 +104,9 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                    info="off = the file's alpha chain")
             alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
                                elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
-        strength = StrengthSlider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
+        strength = unbounded(gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
                              elem_id=f"{prefix}-scale", buttons=["reset"],
-                             info="negative values push the other way (slider LoRAs)")
+                             info="negative values push the other way (slider LoRAs)"))
         if mode is not None:
             mode.render()
     readout = gr.HTML(render.readout_html(None, None, 1.0), elem_id=f"{prefix}-readout")

@@ -102,8 +102,11 @@ def test_rank_fallback_warns_with_the_scale_of_the_risk() -> None:
     assert info.alpha == 32.0 and info.alpha_source == "rank_fallback"
     (warning,) = [w for w in info.warnings if "no alpha" in w]
     assert "alpha = rank" in warning
+    assert "rank-32 modules trained at alpha 16: 2×, trained at alpha 1: 32× too strong" in warning
+    assert "LightX2V" not in warning  # its rank-128 case is named only for rank-128 files (issue 22, item 9)
+    rank_128 = inspect_header(header_view(diffusers_targets("", slot="default", rank=128)))
+    (warning,) = [w for w in rank_128.warnings if "no alpha" in w]
     assert "LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong" in warning
-    assert "rank-32 modules would be 4× too strong" in warning
 
 
 def test_tier_order_and_conflict_warnings_name_both_values() -> None:

@@ -194,7 +194,9 @@ def test_relative_local_paths_win_over_repo_ids_when_they_exist(tmp_path: Path, 
         ("owner/na me", "not a valid Hub repo id"),
         ("owner/" + "n" * 100, "not a valid Hub repo id"),
         ("justaname", "not a Hub repo id, nor an existing local path"),
-        ("a/b/c", "local path a/b/c does not exist"),
+        ("a/b/c", "a/b/c is neither an existing local path nor a Hub repo id"),
+        ("not/a/repo!!", r"not/a/repo!! is neither an existing local path nor a Hub repo id"),  # not "local path"
+        ("./a/b.safetensors", "local path ./a/b.safetensors does not exist"),
     ],
 )
 def test_malformed_repo_ids_are_refused(repo_id: str, message: str) -> None:

@@ -14,7 +14,8 @@ from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
 from h3app.ui.forms import KEEP
 from h3app.ui.generate_events import apply_preset, load_settings_view, read_settings_file, steps_note, with_trigger
-from h3app.ui.scales import profile_view, relative_updates, scale_groups
+from h3app.adapters.resolved import resolve_adapter
+from h3app.ui.scales import profile_view, relative_updates
 from h3app.ui.session import (
     MAX_HISTORY,
     RunningJobs,
@@ -40,6 +41,10 @@ def mixed_info(alpha_source: str = "rank_fallback", rslora: bool = False) -> dic
 
 
 # ----------------------------------------------------------------------------------------------- effective scale
+def scale_groups(info, alpha, strength):
+    return resolve_adapter(info, alpha, strength).groups
+
+
 def test_scale_groups_per_rank_follow_alpha_times_strength_over_rank():
     groups = scale_groups(mixed_info("metadata"), None, 0.5)
     assert [(g.rank, g.alpha, g.count) for g in groups] == [(2, 4.0, 2), (8, 4.0, 3)]

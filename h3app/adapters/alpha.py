@@ -17,19 +17,19 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import H3AppError
+from ..rules.alpha_source import AlphaSource
 from ..rules.values import parse_alpha, parse_number
 from .formats import MAIN_PARTITION, ModulePlan
 from .known import KnownAdapter
 from .types import HeaderView
 
-EXPLICIT = "explicit"
-MODULE_TENSOR = "module_tensor"
-ADAPTER_CONFIG = "adapter_config"
-METADATA = "metadata"
-REGISTRY = "registry"
-RANK_FALLBACK = "rank_fallback"
-MIXED = "mixed"
-TIERS = (EXPLICIT, MODULE_TENSOR, ADAPTER_CONFIG, METADATA, REGISTRY, RANK_FALLBACK)
+EXPLICIT = AlphaSource.EXPLICIT
+MODULE_TENSOR = AlphaSource.MODULE_TENSOR
+ADAPTER_CONFIG = AlphaSource.ADAPTER_CONFIG
+METADATA = AlphaSource.METADATA
+REGISTRY = AlphaSource.REGISTRY
+RANK_FALLBACK = AlphaSource.RANK_FALLBACK
+MIXED = AlphaSource.MIXED
 
 LORA_ADAPTER_METADATA = "lora_adapter_metadata"
 PEFT_DEFAULT_LORA_ALPHA = 8.0  # peft.LoraConfig's lora_alpha when adapter_config.json gives none
@@ -43,7 +43,7 @@ class AlphaChoice:
     """The alpha of one module and where it came from (one of ``TIERS``)."""
 
     alpha: float
-    source: str
+    source: AlphaSource
     use_rslora: bool = False
 
 
@@ -195,7 +195,7 @@ def resolve_alphas(
     return AlphaResolution(choices=choices, warnings=tuple(dict.fromkeys(warnings)), hints=_hints(view.metadata))
 
 
-def summarise(choices: Mapping[str, AlphaChoice]) -> tuple[float | None, str]:
+def summarise(choices: Mapping[str, AlphaChoice]) -> tuple[float | None, AlphaSource]:
     """``(alpha, alpha_source)`` for AdapterInfo: the common value (None when they differ) and source (or "mixed")."""
     values = {c.alpha for c in choices.values()}
     sources = {c.source for c in choices.values()}
@@ -208,26 +208,19 @@ def _fallback_warning(modules: Sequence[ModulePlan]) -> str:
     ranks = sorted({m.rank for m in modules})
     targets = sum(len(m.targets) for m in modules)
     top = ranks[-1]
-    this_file = (
-        f" for this file, trained with alpha 8 its rank-{top} modules would be {_fmt(top / 8)}× too strong;"
-        if top > 8 else ""
-    )
+    examples = ", ".join(f"trained at alpha {_fmt(a)}: {_fmt(top / a)}×" for a in (top / 2, 1.0) if 1 <= a < top)
+    this_file = f" (its rank-{top} modules {examples} too strong)" if examples else ""
+    lightx2v = (" LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong."
+                if 128 in ranks else "")
     return (
         f"no alpha in the file, beside it or in the registry for {targets} targets (rank {', '.join(map(str, ranks))}): "
         f"using alpha = rank (scale 1 × strength). If it was trained with a smaller alpha it is rank/alpha times too "
-        f"strong — LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong;{this_file} set "
-        "alpha if the model card gives one."
+        f"strong{this_file}.{lightx2v} Set alpha if the model card gives one."
     )
 
 
-def _describe(source: str) -> str:
-    return {
-        EXPLICIT: "the explicit setting",
-        MODULE_TENSOR: "the module's .alpha tensor",
-        ADAPTER_CONFIG: "adapter_config.json",
-        METADATA: "the file's metadata",
-        REGISTRY: "the known-adapter registry",
-    }.get(source, source)
+def _describe(source: AlphaSource) -> str:
+    return AlphaSource.of(source).short
 
 
 def _fmt(value: float) -> str:

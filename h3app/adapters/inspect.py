@@ -18,8 +18,8 @@ from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
 from .header import read_local_header
+from .known import KnownAdapter, find_known, registry_identity
 from .sglang import sglang_facts
-from .known import KnownAdapter, find_known, repo_from_cache_path
 from .types import AdapterInfo, HeaderView
 
 
@@ -111,7 +111,6 @@ def inspect_file(path: str | Path, *, adapter_config_path: str | Path | None = N
     """Inspect a local file (``options`` as :func:`analyse_header`). A file inside the Hugging Face cache is matched
     to the registry by its repo."""
     if options.get("repo_id") is None:
-        cached = repo_from_cache_path(str(path))
-        if cached is not None:
-            options["repo_id"], options["filename"] = cached[0], options.get("filename") or cached[1]
+        options["repo_id"], options["filename"] = registry_identity(str(path), None,
+                                                                    options.get("filename") or Path(path).name)
     return inspect_header(read_local_header(path, adapter_config_path), **options)

@@ -9,11 +9,14 @@ vllm-omni PR #7062.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
+from functools import lru_cache
 from typing import Any
 
+from ..rules.alpha_source import AlphaSource
 from ..rules.choices import TINY_REPO_ID
 
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
@@ -52,7 +55,7 @@ class KnownAdapter:
         return repo_id.lower() == self.repo_id.lower() and re.search(self.file_pattern, filename) is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "source": "registry"}
+        return {**asdict(self), "source": str(AlphaSource.REGISTRY)}
 
 
 def _lightx2v(file_pattern: str, variant: str, resolution: str, steps: int, shift: float, **more: Any) -> KnownAdapter:
@@ -127,13 +130,21 @@ def repo_from_cache_path(path: str) -> tuple[str, str] | None:
     return f"{found['owner']}/{found['name']}", found["file"].replace("\\", "/")
 
 
-def registry_identity(source: str, weight_name: str | None, file_name: str) -> tuple[str | None, str]:
-    """``(repo_id, filename)`` to look ``source`` up in the registry: from an HF URL (the one URL parser,
-    ``refs.parse_hf_url``), a repo id, or a file in the Hugging Face cache; ``(None, file_name)`` for any other
-    local file."""
+def registry_identity(source: str, weight_name: str | None, file_name: str, *,
+                      repo_id: str | None = None) -> tuple[str | None, str]:
+    """``(repo_id, filename)`` to look ``source`` up in the registry — the one rule for every kind of source, used
+    by inspection, by Load and by every job (so what Inspect shows is what runs):
+
+    - a Hub file (``repo_id`` given: the parsed or fetched reference knows its repo) → that repo and ``file_name``;
+    - an HF URL (the one URL parser, ``refs.parse_hf_url``) or a repo id → its repo and file;
+    - a local file inside the Hugging Face cache → the cached repo and file;
+    - a demo adapter in ``assets/adapters`` (by path, or picked in the UI) → the tiny checkpoint's repo;
+    - any other local file, an upload included → ``(None, file_name)``: no registry entry can name it."""
     from ..errors import H3AppError
     from .refs import is_url, looks_like_repo_id, parse_hf_url
 
+    if repo_id is not None:
+        return repo_id, file_name
     if is_url(source):
         try:
             ref = parse_hf_url(source, weight_name or None, None)  # a folder URL needs the name to name a file
@@ -145,6 +156,50 @@ def registry_identity(source: str, weight_name: str | None, file_name: str) -> t
     cached = repo_from_cache_path(source)
     if cached is not None:
         return cached
-    if Path(source).parent.resolve() == TINY_DEMO_DIR:
-        return TINY_DEMO_REPO, Path(source).name
+    path = Path(source)
+    if path.is_dir():  # a local folder names its weight file by weight_name (or the one file it holds)
+        path = path / (weight_name or file_name)
+    try:
+        relative = path.resolve().relative_to(TINY_DEMO_DIR)
+    except (OSError, ValueError):
+        relative = None
+    if relative is None:  # an upload or any other copy of a demo file is that demo adapter
+        relative = demo_copy(path)
+    if relative is not None:  # a demo adapter (a file, or a file inside a demo PEFT folder)
+        return TINY_DEMO_REPO, PurePosixPath(relative).as_posix()
     return None, weight_name or file_name
+
+
+def demo_copy(path: Path) -> str | None:
+    """The demo adapter (its path inside ``assets/adapters``) whose bytes ``path`` holds, else None. Only a file of
+    a demo file's exact size is hashed, so a real adapter costs one ``stat``."""
+    try:
+        stat = path.stat()
+    except (OSError, ValueError):
+        return None
+    candidates = _demo_files().get(stat.st_size)
+    if not candidates or not path.is_file():
+        return None
+    digest = _sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    return candidates.get(digest)
+
+
+@lru_cache(maxsize=1)
+def _demo_files() -> dict[int, dict[str, str]]:
+    """size → {sha256 → path inside assets/adapters} of the shipped demo ``.safetensors`` files."""
+    files: dict[int, dict[str, str]] = {}
+    if TINY_DEMO_DIR.is_dir():
+        for file in sorted(TINY_DEMO_DIR.rglob("*.safetensors")):
+            stat = file.stat()
+            files.setdefault(stat.st_size, {})[_sha256(str(file), stat.st_size, stat.st_mtime_ns)] = (
+                file.relative_to(TINY_DEMO_DIR).as_posix())
+    return files
+
+
+@lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:  # keyed by version: a rewritten file is hashed again
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -25,7 +25,7 @@ from .alpha import AlphaChoice, resolve_alphas
 from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
 from .header import read_local_header
 from .inspect import analyse_header
-from .known import repo_from_cache_path
+from .known import registry_identity
 from .types import ModuleLoRA, NormalisedAdapter
 
 
@@ -43,10 +43,8 @@ def load_adapter(
     """Load ``path`` for the transformer described by ``shapes``; ``H3AppError`` for anything that would not apply
     exactly (misfit shapes, NaN/Inf factors, unknown layouts, …)."""
     path = Path(path)
-    if repo_id is None:
-        cached = repo_from_cache_path(str(path))
-        if cached is not None:
-            repo_id, filename = cached[0], filename or cached[1]
+    if repo_id is None:  # the one registry rule (a file in the Hugging Face cache, a demo adapter, …)
+        repo_id, filename = registry_identity(str(path), None, filename or path.name)
     view = read_local_header(path, adapter_config_path)
     analysis = analyse_header(
         view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,

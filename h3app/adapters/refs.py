@@ -137,6 +137,11 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
         return _local_ref(path, text, weight_name, revision)
     if text.lower().endswith(PICKLE_SUFFIXES):
         raise H3AppError(_pickle_message(text))
+    if local_looking and not _clearly_a_path(text):  # e.g. not/a/repo!!: it may have been meant as either
+        raise H3AppError(
+            f"{text} is neither an existing local path nor a Hub repo id (owner/name in letters, digits, - _ .): "
+            "check it, or give an HF URL (https://huggingface.co/…)."
+        )
     if local_looking:
         raise H3AppError(
             f"local path {text} does not exist: check the path (a Hub repo id is owner/name; an HF URL starts "
@@ -264,13 +269,15 @@ def _pickle_message(name: str) -> str:
     )
 
 
+def _clearly_a_path(text: str) -> bool:
+    """Written as a path (a root, a drive, ./, ~, a backslash or a weight-file suffix), not just slashes."""
+    return (text.startswith(("/", "./", "../", "~", ".\\")) or text in (".", "..") or "\\" in text
+            or re.match(r"^[A-Za-z]:", text) is not None or text.lower().endswith((WEIGHT_SUFFIX, *PICKLE_SUFFIXES)))
+
+
 def _looks_like_local_path(text: str) -> bool:
     """True when ``text`` cannot be a Hub repo id, so a missing file should be reported as a missing file."""
-    return (
-        text.startswith(("/", "./", "../", "~", ".\\")) or text in (".", "..") or "\\" in text
-        or re.match(r"^[A-Za-z]:", text) is not None or text.count("/") > 1
-        or text.lower().endswith((WEIGHT_SUFFIX, *PICKLE_SUFFIXES))
-    )
+    return _clearly_a_path(text) or text.count("/") > 1
 
 
 def parse_hf_url(text: str, weight_name: str | None, revision: str | None) -> SourceRef:

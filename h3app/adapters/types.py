@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # only for annotations: inspection (and the CLI's inspect) never imports torch
     import torch
 
-ALPHA_SOURCES = ("explicit", "module_tensor", "adapter_config", "metadata", "registry", "rank_fallback")
+from ..rules.alpha_source import AlphaSource
+from .resolved import resolve_adapter
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class ModuleLoRA:
     down: torch.Tensor
     up: torch.Tensor
     alpha: float
-    alpha_source: str
+    alpha_source: AlphaSource
     use_rslora: bool = False
     source_keys: tuple[str, ...] = ()
 
@@ -48,9 +49,9 @@ class AdapterInfo:
     rank: int | None
     ranks: Mapping[str, int]
     alpha: float | None
-    alpha_source: str
+    alpha_source: AlphaSource
     alphas: Mapping[str, float]
-    alpha_sources: Mapping[str, str]
+    alpha_sources: Mapping[str, AlphaSource]
     num_targets: int
     targets: tuple[str, ...]
     dtype: str
@@ -64,16 +65,16 @@ class AdapterInfo:
     sglang: Mapping[str, Any] = field(default_factory=dict)  # what sglang's alpha rules read (adapters/sglang.py)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "format": self.format,
             "suffix_style": self.suffix_style,
             "prefix": self.prefix,
             "rank": self.rank,
             "ranks": dict(self.ranks),
             "alpha": self.alpha,
-            "alpha_source": self.alpha_source,
+            "alpha_source": str(self.alpha_source),
             "alphas": dict(self.alphas),
-            "alpha_sources": dict(self.alpha_sources),
+            "alpha_sources": {target: str(source) for target, source in self.alpha_sources.items()},
             "num_targets": self.num_targets,
             "targets": list(self.targets),
             "dtype": self.dtype,
@@ -86,6 +87,9 @@ class AdapterInfo:
             "reference_targets": list(self.reference_targets),
             "sglang": dict(self.sglang),
         }
+        # What it runs at by default (auto alpha, scale 1): the resolved adapter every surface shows.
+        data["resolved"] = resolve_adapter(data).to_json()
+        return data
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from ..adapters import source as sources
+from ..adapters.known import registry_identity
 from ..adapters.normalise import load_adapter
+from ..adapters.resolved import ResolvedAdapter, resolve_adapter
 from ..adapters.types import NormalisedAdapter
 from ..errors import H3AppError
 from ..lora.cache import AdapterCache, AdapterKey
@@ -93,26 +96,22 @@ class LoadedAdapter:
             "format": self.adapter.info.format,
             "rank": self.adapter.info.rank,
             "stored_alpha": self.adapter.info.alpha,
-            "alpha_source": self.adapter.info.alpha_source,
+            "alpha_source": str(self.adapter.info.alpha_source),
             "alpha": self.settings.alpha,
-            "resolved_alpha": self.resolved_alpha(),
-            "resolved_alpha_source": "explicit" if self.settings.alpha is not None else self.adapter.info.alpha_source,
+            "resolved_alpha": self.resolved.resolved_alpha,
+            "resolved_alpha_source": str(self.resolved.alpha_source),
+            "effective_scale": self.resolved.effective_scale,
             "strength": self.settings.strength,
             "group_strengths": dict(self.settings.group_strengths),
             "mode": self.settings.mode,
+            "resolved": self.resolved.to_json(),
         }
 
-
-    def resolved_alpha(self) -> float | dict[str, float]:
-        """The alpha in use: the explicit one, the file's uniform one, or ``{"rank 64": 64.0, …}`` when mixed."""
-        if self.settings.alpha is not None:
-            return self.settings.alpha
-        if self.adapter.info.alpha is not None:
-            return self.adapter.info.alpha
-        by_rank: dict[str, float] = {}
-        for module in self.adapter.modules.values():
-            by_rank.setdefault(f"rank {module.rank}", module.alpha)
-        return by_rank
+    @cached_property
+    def resolved(self) -> ResolvedAdapter:
+        """What this adapter runs at with these settings (``adapters.resolved``): computed once, shown everywhere."""
+        return resolve_adapter(self.adapter.info, self.settings.alpha, self.settings.strength,
+                               self.settings.group_strengths)
 
 
 def trim_hub_cache(max_bytes: int, *, keep_commits: set[str | None] = frozenset(),
@@ -210,9 +209,13 @@ class AdapterBinder:
                          revision=file.commit or settings.revision, file=file.filename, size=file.size,
                          sha256=file.sha256())
 
+        # The same registry rule as Inspect (for a local file too: a demo adapter is a known one).
+        repo_id, filename = registry_identity(str(file.path), settings.weight_name, file.filename,
+                                              repo_id=file.repo_id)
+
         def read() -> NormalisedAdapter:
             return load_adapter(file.path, shapes=self.shapes(workflow), qkv_layout=settings.qkv_layout,
-                                partition=partition, repo_id=file.repo_id, filename=file.filename,
+                                partition=partition, repo_id=repo_id, filename=filename,
                                 adapter_config_path=file.adapter_config_path)
 
         adapter = self.cache.get_or_load(key, read)

@@ -25,10 +25,11 @@ from ..model import repo
 from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
 from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from ..rules import values
+from ..rules.frames import FPS, RELEASED
+from ..rules.steps import MIN_STEPS
 from ..rules.choices import WORKFLOWS
 from . import media
 
-MIN_SECONDS, MAX_SECONDS = 5.0, 15.0  # MiniMax-H3's own range (the pipeline's min/max_duration)
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 
 
@@ -59,15 +60,12 @@ class GenerationRequest:
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen: normalise in place
         fix("seed", values.parse_int(self.seed, "seed", 0, MAX_SEED))
         steps = values.parse_number(self.steps, "steps")
-        if not 2 <= steps <= MAX_STEPS or steps != int(steps):
-            raise H3AppError(f"steps must be a whole number between 2 and {MAX_STEPS} (N steps run N−1 "
+        if not MIN_STEPS <= steps <= MAX_STEPS or steps != int(steps):
+            raise H3AppError(f"steps must be a whole number between {MIN_STEPS} and {MAX_STEPS} (N steps run N−1 "
                              f"evaluations), got {values.short(self.steps)}.")
         fix("steps", int(steps))
-        duration = values.parse_number(self.duration, "duration")
-        if not MIN_SECONDS <= duration <= MAX_SECONDS:
-            raise H3AppError(f"duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got "
-                             f"{values.short(self.duration)}.")
-        fix("duration", duration)
+        # Refused before any model is loaded by the released rule; the loaded pipeline's (Limits) is checked again.
+        fix("duration", RELEASED.check_duration(values.parse_number(self.duration, "duration")))
         if (self.height is None) != (self.width is None):
             raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
         for name in ("height", "width"):
@@ -108,8 +106,8 @@ class GenerationRequest:
 
     @property
     def num_frames(self) -> int:
-        """Frames requested at 24 fps (the pipeline snaps up to the 17n+5 rule)."""
-        return int(round(self.duration * media.FPS))
+        """Frames requested at the released rule's fps (the pipeline snaps up to the 17n+5 rule)."""
+        return RELEASED.requested_frames(self.duration)
 
     def to_json(self, hide_paths: bool = False) -> dict[str, Any]:
         """The request as JSON; ``hide_paths`` (hosted): input files (uploads) by name, never their server folder."""
@@ -190,6 +188,7 @@ class GenerationResult:
     seconds: float
     hash: str
     request: GenerationRequest
+    fps: int = FPS  # the pipeline's frame rate
 
     @property
     def frames(self) -> int:
@@ -306,6 +305,7 @@ def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[
         seconds=seconds,
         hash=media.content_hash(video, audio),
         request=request,
+        fps=int(getattr(pipe, "fps", FPS)),
     )
 
 
@@ -351,5 +351,5 @@ def output_digest(output: Any) -> str:
 def save_result(result: GenerationResult, out: str | Path, settings: dict[str, Any], *,
                 audio_thread: bool = True) -> Path:
     """Mux ``result`` to ``out`` (mp4) with ``settings`` embedded (``audio_thread`` as :func:`media.write_mp4`)."""
-    return media.write_mp4(out, result.video, result.audio, result.sample_rate, settings=settings,
+    return media.write_mp4(out, result.video, result.audio, result.sample_rate, fps=result.fps, settings=settings,
                            audio_thread=audio_thread)

@@ -72,6 +72,7 @@ class GridCell:
     baseline_video_path: str = ""  # the no-LoRA run of this cell's seed, so it can be shown as a cell of its own
     baseline_thumbnail_path: str = ""
     baseline_hash: str = ""
+    adapter: dict[str, Any] | None = None  # the applied adapter's provenance (its ``resolved`` object included)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -172,16 +173,16 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
-                    binder.apply([settings], workflow, token)
+                    applied = binder.apply([settings], workflow, token)[0].provenance(hide_paths)
                     result = generate(seeded)
                     name = f"{stem}-{row}-{column}-{seed}"
                     video = save_result(result, output_dir / f"{name}.mp4",
                                         {"request": seeded.to_json(hide_paths), "alpha": alpha, "strength": strength,
-                                         "hash": result.hash})
+                                         "adapters": [applied], "hash": result.hash})
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
                                    diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths,
-                                   str(base_video), str(base_thumb), base.hash)
+                                   str(base_video), str(base_thumb), base.hash, applied)
     finally:
         binder.reset(workflow)

@@ -1,10 +1,12 @@
 """How much work one request may ask for, derived from the loaded model; each refusal is one line naming the limit.
 
 - **Canvas**: MiniMax-H3 generates on at most ``canvas_max_pixels`` pixels (768 × 1344 for the released
-  checkpoint: its 768p canvas; 544p fits) with sides a multiple of ``canvas_multiple`` (32), for 5–15 s at 24 fps —
-  all read from the pipeline. So pixels × frames is bounded by ``canvas_max_pixels`` × 15 s × 24 fps.
-- **Steps**: 2–200 (N steps run N−1 transformer evaluations); a hosted server allows 2–100, the range other H3
-  front ends offer.
+  checkpoint: its 768p canvas; 544p fits) with sides a multiple of ``canvas_multiple`` (32) — read from the pipeline.
+- **Duration**: the pipeline's frame rule (``rules.frames.FrameRule``, read from the pipeline: fps, the VAE's 17n+5
+  chunks, min/max seconds): 5–14.375 s for H3, the longest clip being 345 frames. So pixels × frames is bounded by
+  ``canvas_max_pixels`` × ``max_frames``.
+- **Steps**: 2–200 (N steps run N−1 transformer evaluations, ``rules.steps``); a hosted server allows 2–100, the
+  range other H3 front ends offer.
 - **Prompt**: at most 1,024 tokens of the model's own tokenizer (H3 prompts are a few hundred; every token is a
   row of the full-attention sequence). Before tokenising, at most 16 characters per allowed token, so a 100 kB
   prompt is refused without being read.
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import H3AppError
+from ..rules.frames import FrameRule
+from ..rules.steps import MIN_STEPS
 
 MAX_STEPS = 200
 HOSTED_MAX_STEPS = 100
@@ -34,16 +38,32 @@ class Limits:
 
     canvas_multiple: int
     max_pixels: int
-    min_seconds: float
-    max_seconds: float
-    fps: int
+    frames: FrameRule
     max_steps: int = MAX_STEPS
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     max_grid_cells: int = MAX_GRID_CELLS
+    min_steps: int = MIN_STEPS
+
+    @property
+    def fps(self) -> int:
+        return self.frames.fps
+
+    @property
+    def min_seconds(self) -> float:
+        """The shortest duration offered and accepted (s)."""
+        return self.frames.shortest_seconds
+
+    @property
+    def max_seconds(self) -> float:
+        """The longest duration the pipeline accepts (s): its longest 17n+5 clip, not its ``max_duration``."""
+        return self.frames.longest_seconds
 
     @property
     def max_frames(self) -> int:
-        return int(self.max_seconds * self.fps)
+        return self.frames.max_frames
+
+    def check_duration(self, duration: float) -> None:
+        self.frames.check_duration(duration)
 
     def check_canvas(self, height: int | None, width: int | None) -> None:
         """Sides a positive multiple of ``canvas_multiple``, area within ``max_pixels`` (None: the model's own)."""
@@ -59,9 +79,9 @@ class Limits:
                              f"smaller canvas.")
 
     def check_steps(self, steps: int) -> None:
-        if not 2 <= steps <= self.max_steps:
-            raise H3AppError(f"steps must be between 2 and {self.max_steps} on this server (N steps run N−1 "
-                             f"evaluations), got {steps}.")
+        if not self.min_steps <= steps <= self.max_steps:
+            raise H3AppError(f"steps must be between {self.min_steps} and {self.max_steps} on this server (N steps "
+                             f"run N−1 evaluations), got {steps}.")
 
     def check_prompt(self, prompt: str, tokenizer: Any) -> int:
         """The prompt's token count, refused above ``max_prompt_tokens`` (too long to tokenise: refused unread)."""
@@ -83,6 +103,7 @@ class Limits:
         """Every cap that a :class:`~h3app.backend.generation.GenerationRequest` can exceed."""
         self.check_canvas(request.height, request.width)
         self.check_steps(request.steps)
+        self.check_duration(request.duration)
         self.check_prompt(request.prompt, tokenizer)
 
     def _largest_16_9(self) -> str:
@@ -92,7 +113,8 @@ class Limits:
 
     def to_json(self) -> dict[str, Any]:
         return {"canvas_multiple": self.canvas_multiple, "max_pixels": self.max_pixels,
-                "seconds": [self.min_seconds, self.max_seconds], "fps": self.fps, "max_steps": self.max_steps,
+                "seconds": [self.min_seconds, self.max_seconds], "fps": self.fps, "max_frames": self.max_frames,
+                "min_steps": self.min_steps, "max_steps": self.max_steps,
                 "max_prompt_tokens": self.max_prompt_tokens, "max_grid_cells": self.max_grid_cells}
 
 
@@ -103,7 +125,10 @@ def _count(value: int) -> str:
 
 def model_limits(pipe: Any, hosted: bool = False) -> Limits:
     """The caps of ``pipe`` (a MiniMax H3 modular pipeline), tighter for a hosted server."""
+    frames = FrameRule(fps=int(pipe.fps), frames_per_chunk=int(pipe.vae_frames_per_chunk),
+                       latents_per_chunk=int(pipe.vae_latents_per_chunk), min_seconds=float(pipe.min_duration),
+                       max_seconds=float(pipe.max_duration))
     return Limits(canvas_multiple=int(pipe.canvas_multiple), max_pixels=int(pipe.config.canvas_max_pixels),
-                  min_seconds=float(pipe.min_duration), max_seconds=float(pipe.max_duration), fps=int(pipe.fps),
+                  frames=frames,
                   max_steps=HOSTED_MAX_STEPS if hosted else MAX_STEPS,
                   max_grid_cells=HOSTED_MAX_GRID_CELLS if hosted else MAX_GRID_CELLS)

@@ -18,7 +18,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-FPS = 24
+from ..rules.frames import FPS
 SETTINGS_TAG = "comment"  # an mp4 metadata key that ffmpeg writes and reads back as a plain string
 AUDIO_BIT_RATE = 128_000
 

@@ -26,6 +26,7 @@ from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
 from ..rules.h3_modules import transformer_shapes
+from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .admission import MAX_PENDING, Admission
@@ -56,7 +57,7 @@ class GenerationOutput:
         r = self.result
         return {"out": shown(self.video_path, self.hide_paths), "thumbnail": shown(self.thumbnail_path, self.hide_paths),
                 "seed": r.request.seed,
-                "steps": r.request.steps, "evaluations": r.evaluations, "frames": r.frames, "fps": 24,
+                "steps": r.request.steps, "evaluations": r.evaluations, "frames": r.frames, "fps": r.fps,
                 "width": r.width, "height": r.height, "sample_rate": r.sample_rate,
                 "audio_channels": int(r.audio.shape[0]), "hash": r.hash,
                 "adapters": self.settings["adapters"], "seconds": round(r.seconds, 3)}
@@ -152,7 +153,7 @@ class Backend:
     def check_cost(self, request: GenerationRequest) -> CheckCost:
         """What :meth:`submit_equivalence` will cost for ``request``: A, B and the fallback as full runs, the
         determinism control as one denoising step; seconds from the last measured generation."""
-        return CheckCost(full_runs=3, control_steps=1, steps_per_run=max(int(request.steps) - 1, 1),
+        return CheckCost(full_runs=3, control_steps=1, steps_per_run=max(evaluations(request.steps), 1),
                          seconds_per_run=self.last_seconds_per_run)
 
     def demo_adapters(self) -> list[str]:
@@ -174,9 +175,8 @@ class Backend:
         view = sources.read_header(ref, None, None, self.policy.token(token), **self._local_rule())  # ref has them
         partition = repo.partition_for(workflow)
         shapes = transformer_shapes(repo.read_transformer_config(str(self.model.location.folder), partition))
-        repo_id, filename = ref.repo_id, ref.filename or view.name
-        if repo_id is None:  # a local file may still be a known one (e.g. inside a Hugging Face cache)
-            repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, view.name)
+        repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, ref.filename or view.name,
+                                              repo_id=ref.repo_id)
         return inspect_header(view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout,
                               partition=partition)
 

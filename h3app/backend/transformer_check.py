@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import H3AppError
+from ..rules.alpha_source import AlphaSource
 
 if TYPE_CHECKING:
     import torch
@@ -138,7 +139,7 @@ def summarise_scales(scales: Mapping[str, float], ranks: Mapping[str, int]) -> f
 
 def with_rank_alpha(adapter: "NormalisedAdapter") -> "NormalisedAdapter":
     """The same adapter as the old loaders saw it: every module at alpha = rank, no rsLoRA (scale = strength)."""
-    modules = {target: dataclasses.replace(m, alpha=float(m.rank), alpha_source="rank_fallback", use_rslora=False)
+    modules = {target: dataclasses.replace(m, alpha=float(m.rank), alpha_source=AlphaSource.RANK_FALLBACK, use_rslora=False)
                for target, m in adapter.modules.items()}
     return dataclasses.replace(adapter, modules=modules)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, WORKFLOWS
+from ..rules.frames import RELEASED
 from .model_options import add_run_flags, load_options
 
 
@@ -21,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
                         "evaluations (default: the known adapter's preset, else 5)")
-    p.add_argument("--duration", type=float, default=5.0, help="seconds, 5 to 15 (frames follow H3's 17n+5 rule)")
+    p.add_argument("--duration", type=float, default=5.0, help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--shift", type=float, default=None, help="video flow shift (default: preset, else 12)")
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     result.pop("thumbnail", None)
     names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
                       f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"
-    emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @24fps, "
+    emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
                             f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes))
     return 0

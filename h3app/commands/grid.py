@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
+from ..rules.frames import RELEASED
 from .model_options import add_run_flags, load_options
 
 
@@ -17,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     p.add_argument("--prompt", required=True)
     p.add_argument("--steps", type=int, default=5, help="num_inference_steps (N steps = N-1 evaluations)")
-    p.add_argument("--duration", type=float, default=5.0, help="seconds, 5 to 15")
+    p.add_argument("--duration", type=float, default=5.0, help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")

@@ -10,6 +10,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, OFFLOAD_MODES, WORKFLOWS
+from ..rules.frames import RELEASED
 from .model_options import add_adapter_flags, add_fp8_flags
 
 
@@ -24,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="full", help="full (the published MiniMax-H3 sizes, no weights) or tiny")
     p.add_argument("--workflow", default="t2va", choices=WORKFLOWS)
     p.add_argument("--resolution", default="544p", choices=RESOLUTION_NAMES)
-    p.add_argument("--duration", type=float, default=5.0, help="seconds of video (5–15)")
+    p.add_argument("--duration", type=float, default=5.0, help=f"seconds of video, {RELEASED.describe()}")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
     add_fp8_flags(p)
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
 def plan_options(args: argparse.Namespace):
     """The rehearsal options and placement of ``args``; ``H3AppError`` (one line) for anything invalid."""
-    from ..backend.generation import MAX_SECONDS, MIN_SECONDS
+    from ..rules.frames import RELEASED
     from ..hardware.planner import Placement
     from ..hardware.rehearsal import RehearsalOptions
     from ..model.loader import parse_dtype
@@ -62,8 +63,7 @@ def plan_options(args: argparse.Namespace):
     if args.model not in ("full", "tiny"):
         raise H3AppError(f"plan --model {args.model!r}: use full (the published MiniMax-H3 sizes, no weights) or "
                          f"tiny; a downloaded copy of MiniMaxAI/MiniMax-H3 has the full sizes.")
-    if not MIN_SECONDS <= args.duration <= MAX_SECONDS:
-        raise H3AppError(f"--duration must be between {MIN_SECONDS:g} and {MAX_SECONDS:g} seconds, got {args.duration:g}.")
+    RELEASED.check_duration(args.duration, "--duration")
     for flag in ("ulysses", "ring"):
         if not 1 <= getattr(args, flag) <= MAX_RANKS:
             raise H3AppError(f"--{flag} must be between 1 and {MAX_RANKS}, got {getattr(args, flag)}.")

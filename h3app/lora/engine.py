@@ -23,6 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
+from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import GROUPS, group_of
 from ..settings import LoRASettings, MODES, check_alpha, check_strength
 from ..rules.scale import scale_divisor
@@ -490,7 +491,7 @@ class LoRAEngine:
         if report.unmatched_keys:
             sample = ", ".join(list(report.unmatched_keys)[:3])
             warnings.append(f"{len(report.unmatched_keys)} adapter keys matched nothing in this model (e.g. {sample}).")
-        fallback = {t: m for t, m in matched.items() if m.alpha_source == "rank_fallback"}
+        fallback = {t: m for t, m in matched.items() if m.alpha_source == AlphaSource.RANK_FALLBACK}
         if settings.alpha is None and fallback and self._measurable(fallback):
             updates = self._norms.update_norms(adapter, fallback, self._norm_device)
             suggestion = suggest_alpha(

@@ -9,6 +9,7 @@ from functools import cached_property
 from typing import Any, Callable
 
 from ..errors import H3AppError
+from ..rules.alpha_source import AlphaSource
 from .profile import StrengthProfile
 
 
@@ -26,7 +27,7 @@ class TargetMatch:
     group: str
     rank: int
     alpha: float
-    alpha_source: str
+    alpha_source: AlphaSource
     use_rslora: bool
     scale: float
 
@@ -37,7 +38,7 @@ class TargetMatch:
             "group": self.group,
             "rank": self.rank,
             "alpha": self.alpha,
-            "alpha_source": self.alpha_source,
+            "alpha_source": str(self.alpha_source),
             "use_rslora": self.use_rslora,
             "scale": self.scale,
         }

@@ -19,9 +19,8 @@ from typing import Iterable, Mapping, NamedTuple
 
 import torch
 
+from ..rules.alpha_source import AlphaSource
 from ..rules.scale import effective_scale
-
-EXPLICIT = "explicit"
 
 
 class ModuleAlpha(NamedTuple):
@@ -83,9 +82,9 @@ class AdapterScale:
         """The alpha ``module`` runs at now: the explicit one, else its stored alpha."""
         return self.alpha if self.alpha is not None else module.alpha
 
-    def alpha_source(self, stored_source: str) -> str:
+    def alpha_source(self, stored_source: AlphaSource) -> AlphaSource:
         """Where the alpha in use comes from: ``explicit``, else the module's own alpha source."""
-        return EXPLICIT if self.alpha is not None else stored_source
+        return AlphaSource.EXPLICIT if self.alpha is not None else AlphaSource.of(stored_source)
 
     def scale(self, group: str, module: ModuleAlpha) -> float:
         """The float64 effective scale of ``module`` (in ``group``) now."""

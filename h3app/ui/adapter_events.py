@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from ..adapters.source import implied_weight
 from ..errors import H3AppError
 from ..lora.profile import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
-from ..rules.values import parse_strength
 from ..settings import LoRASettings
 from . import render
 from .client_gone import client_gone
@@ -40,6 +39,11 @@ def shown_path(path: str) -> str:
     """``path`` relative to the app's working folder when inside it (hosted answers name no server folder)."""
     relative = os.path.relpath(path)
     return path if relative.startswith("..") else relative
+
+
+def adapter_identity(source: str, weight_name: str | None, revision: str | None) -> list[str]:
+    """Which file an info describes (source, weight, revision): an override belongs to one of them."""
+    return [str(source).strip(), weight_name or "", (revision or "").strip()]
 
 
 def user_error(error: H3AppError) -> gr.Error:
@@ -87,6 +91,7 @@ class InspectView:
     targets: Any = KEEP
     info_json: Any = KEEP
     alpha: Any = KEEP
+    override: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -197,15 +202,30 @@ class AdapterEvents:
             raise user_error(error) from error
         data = info.to_json()
         data["name"] = weight_name or Path(str(source).strip()).name
+        data["adapter"] = adapter_identity(source, weight_name, revision)
         return data
 
-    def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = "t2va") -> InspectView:
-        """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point."""
+    def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = "t2va",
+                     previous: dict[str, Any] | None = None) -> InspectView:
+        """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point. An
+        override set for another adapter (``previous``: the info the slot showed) is dropped, and the alpha card
+        says so: an alpha belongs to the file it was chosen for."""
         info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
-        alpha_box = KEEP if slot.override else (f"{info['alpha']:g}" if info.get("alpha") is not None else "")
+        chain = f"{info['alpha']:g}" if info.get("alpha") is not None else ""
+        switched = bool(slot.override and previous and previous.get("adapter") != info["adapter"])
+        dropped = slot.alpha
+        if switched:
+            slot = replace(slot, override=False)
+        alpha_box = KEEP if slot.override else chain
         shown = self.readout(info, slot)
+        alpha_html = shown.alpha_html
+        if switched:
+            alpha_html = render.card("info", f"Override alpha {render.esc(dropped)} "
+                                             f"was for {render.esc(previous.get('name', 'the previous adapter'))}: "
+                                             f"dropped, this adapter runs its own alpha.",
+                                     testid="override-dropped") + alpha_html
         return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),
-                           alpha_html=shown.alpha_html, readout=shown.readout,
+                           alpha_html=alpha_html, readout=shown.readout, override=False if switched else KEEP,
                            known_html=render.known_card(info.get("known")),
                            known_box=gr.update(visible=bool(info.get("known"))),
                            targets=pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS),
@@ -215,10 +235,9 @@ class AdapterEvents:
         """Alpha card and effective-scale readout — pure math, run on every slider move."""
         try:
             used = slot.alpha_value()
-            strength = parse_strength(slot.strength)
-        except H3AppError as error:
-            return Readout(render.alpha_card(info, None) if info else "",
-                           render.readout_html(info, None, 1.0, problem=str(error)))
+            strength = slot.strength_value()
+        except H3AppError as error:  # the alpha card turns red too: nothing runs at the value it showed
+            return Readout(render.refused_card(str(error)), render.readout_html(info, None, 1.0, problem=str(error)))
         if not info:
             return Readout("", render.readout_html(None, used, strength))
         return Readout(render.alpha_card(info, used), render.readout_html(info, used, strength))
@@ -232,8 +251,8 @@ class AdapterEvents:
         handle = self.backend.submit_load(settings, workflow or "t2va", token or None)
 
         def on_step(done: int, total: int) -> None:
-            if progress is not None:
-                progress((done, total), unit="bytes",
+            if progress is not None:  # a fraction: the sizes are written once, in our units (Gradio's own are not)
+                progress(done / total if total else None,
                          desc=f"downloading {format_bytes(done)} of {format_bytes(total)}")
 
         def on_phase(phase: str) -> None:
@@ -282,7 +301,7 @@ class AdapterEvents:
                                render.placeholder("Load the adapter to measure where it acts and how hard."))
         try:
             used = slot.alpha_value()
-            strength = parse_strength(slot.strength)
+            strength = slot.strength_value()
         except H3AppError:
             return ProfileBars(KEEP, KEEP, KEEP)
         view = profile_view(basis, used, strength)

@@ -11,11 +11,19 @@ from ..rules.choices import QKV_LAYOUTS
 from . import render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, UploadView
 from .fair_queue import admitted, gpu_events
-from .forms import KEEP, SLOT_FIELDS, SlotForm, field_names, parts, read, write
+from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
-SCALE_RANGE = (-2.0, 4.0)
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
+
+
+def unbounded(slider: gr.Slider) -> gr.Slider:
+    """``slider`` whose typed value reaches the app as typed: a value past its ends is then refused by
+    ``SlotForm.strength_value`` with a word where the person looks, not clamped (Gradio's own bound check answers a
+    queue-less event with an HTTP 500 the page never shows). An instance override: a subclass would be taken for a
+    custom component by the page."""
+    slider.preprocess = lambda payload: gr.Number.round_to_precision(payload, slider.precision)
+    return slider
 
 
 @dataclass
@@ -50,6 +58,7 @@ class AdapterSlot:
     info: gr.State
     basis: gr.State
     uploaded: gr.State
+    refused: gr.State  # the one-line refusal of the source as it stands (None: not refused)
 
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
@@ -80,7 +89,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     alpha_html = gr.HTML("", elem_id=f"{prefix}-alpha-card")
     with gr.Column(visible=False) as known_box:  # shown for adapters in the registry of known adapters
         known_html = gr.HTML("", elem_id=f"{prefix}-known-card")
-        preset_button = gr.Button("Apply preset (steps, shifts, scale, trigger)", size="sm",
+        preset_button = gr.Button("Apply preset (steps, shifts, scale, alpha, trigger)", size="sm",
                                   elem_id=f"{prefix}-preset")
     with gr.Accordion("Targets by group · raw inspect JSON", open=False):
         targets = gr.Dataframe(headers=render.TARGET_COLUMNS, interactive=False, wrap=True)
@@ -95,9 +104,9 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                    info="off = the file's alpha chain")
             alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
                                elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
-        strength = gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
+        strength = unbounded(gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
                              elem_id=f"{prefix}-scale", buttons=["reset"],
-                             info="negative values push the other way (slider LoRAs)")
+                             info="negative values push the other way (slider LoRAs)"))
         if mode is not None:
             mode.render()
     readout = gr.HTML(render.readout_html(None, None, 1.0), elem_id=f"{prefix}-readout")
@@ -115,7 +124,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
                        inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
                        alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
-                       gr.State(None), gr.State(None), gr.State(None))
+                       gr.State(None), gr.State(None), gr.State(None), gr.State(None))
 
 
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
@@ -126,7 +135,7 @@ def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
 def cleared_panel(ui: AdapterSlot, message: str) -> dict[Any, Any]:
     """The slot after a refusal or a source change: ``message`` in the inspect card, every result of the previous
     adapter gone (nothing else is marked: the one line is where the person is looking)."""
-    return {ui.info: None, ui.inspect_html: message, ui.alpha_html: "",
+    return {ui.info: None, ui.refused: None, ui.inspect_html: message, ui.alpha_html: "",
             ui.readout: render.readout_html(None, None, 1.0),
             ui.known_html: "", ui.known_box: gr.update(visible=False), ui.basis: None, ui.report_html: "",
             ui.profile_box: gr.update(visible=False)}
@@ -142,10 +151,12 @@ def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: 
         slot = read(SlotForm, names, values)
         try:
             weights = events.list_weights(slot.source_to_read, slot.revision, values[token], slot.weight)
-            view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow])
-        except gr.Error as error:
-            return {**cleared_panel(ui, render.refusal(error.message)), ui.weight: gr.skip()}
-        return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "",
+            view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow],
+                                       values.get(ui.info))
+        except gr.Error as error:  # the weight box and the line above Generate let go of the previous file too
+            return {**cleared_panel(ui, render.refusal(error.message)), ui.refused: error.message,
+                    ui.weight: gr.update(choices=[], value=None)}
+        return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "", ui.refused: None,
                 ui.profile_box: gr.update(visible=False)}
 
     return inspect
@@ -155,9 +166,9 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
                       workflow: gr.Radio, token: gr.Textbox) -> None:
     """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
     names = slot_inputs(ui)
-    inspect_inputs = {*names.values(), token, workflow}
+    inspect_inputs = {*names.values(), token, workflow, ui.info}
     inspect_outputs = [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html,
-                       ui.profile_box]
+                       ui.profile_box, ui.refused]
     inspect = inspect_event(events, ui, token, workflow)
     inspected = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
     gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs,
@@ -173,11 +184,21 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
     uploaded.success(inspect, inspect_inputs, inspect_outputs, **inspected)
 
-    def forget(_: str) -> dict[Any, Any]:
-        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back
-        return {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
+    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
+        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
+        # override belonged to the adapter shown before, so it goes too (and the alpha card says so)
+        if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
+            return {}  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
+        shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
+        if override and info:
+            shown[ui.override] = False
+            shown[ui.alpha_html] = render.card("info", f"Override alpha {render.esc(alpha)} was for "
+                                                       f"{render.esc(info.get('name', 'the previous adapter'))}: "
+                                                       f"dropped with it.", testid="override-dropped")
+        return shown
 
-    ui.source.input(forget, [ui.source], list(cleared_panel(ui, "")) + [ui.demo], **CHEAP)
+    ui.source.input(forget, [ui.source, ui.override, ui.alpha, ui.info],
+                    list(cleared_panel(ui, "")) + [ui.demo, ui.override], **CHEAP)
     ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
 
     strength_parts = {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}

@@ -13,7 +13,10 @@ from typing import Any, Iterator
 
 import gradio as gr
 
+from ..backend.limits import HOSTED_MAX_STEPS, MAX_STEPS
 from ..errors import H3AppError
+from ..rules.frames import RELEASED
+from ..rules.steps import MIN_STEPS
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .comparison_events import ComparisonEvents
@@ -24,7 +27,8 @@ from .session import check_slot, job_adapters, parse_adapters_json, settings_fro
 
 
 class ApiEvents:
-    """The functions behind the named endpoints. Their docstrings are what the app's API page shows: plain text."""
+    """The functions behind the named endpoints. Their docstrings are what the app's API page shows: plain text
+    (the ranges are filled in from ``rules.frames`` and ``backend.limits`` below the class)."""
 
     def __init__(self, adapters: AdapterEvents, generate: GenerateEvents, comparisons: ComparisonEvents) -> None:
         self.adapters = adapters
@@ -121,8 +125,8 @@ class ApiEvents:
         Parameters:
             prompt: what the video shows and sounds like
             seed: the random seed (same seed and settings: the same output, bit for bit)
-            steps: sigma points including the terminal one (N steps run N-1 transformer evaluations)
-            duration: seconds (5 to 15)
+            steps: sigma points including the terminal one (N steps run N-1 transformer evaluations), STEPS_RANGE
+            duration: seconds, DURATION_RANGE
             height: pixels (0: the model's default canvas; give width too)
             width: pixels (0: the model's default)
             shift: the video flow shift (0: the model's default)
@@ -159,8 +163,8 @@ class ApiEvents:
         Parameters:
             prompt: the request's prompt
             seed: the random seed
-            steps: sigma points including the terminal one
-            duration: seconds
+            steps: sigma points including the terminal one, STEPS_RANGE
+            duration: seconds, DURATION_RANGE
             height: pixels (0: default)
             width: pixels (0: default)
             alpha_a: A's alpha (a number, or auto)
@@ -191,8 +195,8 @@ class ApiEvents:
 
         Parameters:
             prompt: the request's prompt
-            steps: sigma points including the terminal one
-            duration: seconds
+            steps: sigma points including the terminal one, STEPS_RANGE
+            duration: seconds, DURATION_RANGE
             height: pixels (0: default)
             width: pixels (0: default)
             alphas: comma-separated alphas; auto = the file's own chain
@@ -215,6 +219,16 @@ class ApiEvents:
             yield list(cells)
         if not cells:
             yield []
+
+
+def _fill_ranges(function: Any) -> None:
+    """Put the accepted ranges into an endpoint's docstring (what the API page shows)."""
+    steps = f"{MIN_STEPS} to {MAX_STEPS} ({HOSTED_MAX_STEPS} on a hosted server)"
+    function.__doc__ = function.__doc__.replace("DURATION_RANGE", RELEASED.describe()).replace("STEPS_RANGE", steps)
+
+
+for _endpoint in (ApiEvents.generate, ApiEvents.check_equivalence, ApiEvents.grid):
+    _fill_ranges(_endpoint)
 
 
 def _adapters(session: dict[str, Any] | None, adapters_json: str | None) -> list[LoRASettings]:
@@ -250,7 +264,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("scales", "0.5, 1.0", "scales, comma-separated"), ("seeds", "7", "seeds, comma-separated"))}
         number = {name: gr.Number(value=value, label=label) for name, value, label in (
             ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", 7, "seed"),
-            ("steps", 5, "steps (N steps run N-1 evaluations)"), ("duration", 5.0, "duration in seconds"),
+            ("steps", 5, "steps (N steps run N-1 evaluations)"), ("duration", 5.0, f"duration in seconds, {RELEASED.describe()}"),
             ("height", 0, "height in pixels (0: default)"), ("width", 0, "width in pixels (0: default)"),
             ("shift", 0, "video flow shift (0: default)"), ("audio_shift", 0, "audio flow shift (0: default)"),
             ("scale_a", 1.0, "A: scale"), ("scale_b", 0.0625, "B: scale"))}

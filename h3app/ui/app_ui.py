@@ -108,7 +108,7 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
                     slot_2 = build_adapter_slot(adapter_events, "2")
             with gr.Column(scale=7, min_width=420):
                 gr.HTML("<div class='h3-step'>2 · Request</div>")
-                request = build_request_controls()
+                request = build_request_controls(backend.limits)
                 gr.HTML("<div class='h3-step'>3 · Run and compare</div>")
                 with gr.Tabs():
                     with gr.Tab("Generate", id="generate-tab"):
@@ -140,8 +140,8 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
           **CHEAP)
     slot_1.info.change(trigger_button, [slot_1.info], [request.trigger_button], **CHEAP)
     request.trigger_button.click(with_trigger, [request.prompt, slot_1.info], [request.prompt], **CHEAP)
-    preset_parts = {"strength": slot_1.strength, **parts(request, ["steps", "shift", "audio_shift", "workflow",
-                                                                   "prompt"])}
+    preset_parts = {"strength": slot_1.strength, "override": slot_1.override, "alpha": slot_1.alpha,
+                    **parts(request, ["steps", "shift", "audio_shift", "workflow", "prompt"])}
 
     def preset(info: dict[str, Any] | None, prompt: str | None) -> dict[Any, Any]:
         return write(apply_preset(info, prompt), preset_parts)

@@ -231,22 +231,17 @@ class ComparisonEvents:
         if self.jobs.start(key):
             stopped.append(self.runner.stopped("grid", "cancelled before it started."))
             return
-        finished, runs, last = [0], [0], [0]
+        finished = [0]
         # the backend reports steps from its own thread, where Gradio's progress context is missing: run each report
         # in a copy of this event's context
         context = contextvars.copy_context()
-        total_runs = plan.cells + len(plan.seeds)
 
         def on_step(done: int, total: int) -> None:
-            if done < last[0] or runs[0] == 0:
-                runs[0] += 1
-            last[0] = done
+            # ``done``/``total`` count the whole grid's denoising steps (no-LoRA baselines included)
             if progress is None:
                 return
-            what = ("the no-LoRA baseline" if finished[0] == 0 and runs[0] == 1 else
-                    f"cell {min(finished[0] + 1, plan.cells)} of {plan.cells}")
-            context.copy().run(progress, (done, total), unit="steps",
-                               desc=f"grid run {runs[0]} of up to {total_runs}: {what}, step {done}/{total}")
+            context.copy().run(progress, done / total if total else None,
+                               desc=grid_progress(finished[0], plan.cells, done, total))
 
         try:
             for cell in self.backend.grid(generation, adapters[0], plan, form.token or None, on_step,
@@ -391,3 +386,8 @@ def _duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.1f} min"
+
+
+def grid_progress(cells_done: int, cells: int, steps_done: int, steps: int) -> str:
+    """The grid's progress line: cells finished and denoising steps of the whole grid (baselines included)."""
+    return f"grid: {cells_done} of {cells} cells done · step {steps_done} of {steps} of the whole grid"

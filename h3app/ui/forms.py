@@ -20,6 +20,8 @@ from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
+SCALE_RANGE = (-2.0, 4.0)  # the Scale slider's range; the API and the CLI take up to ±rules.values.MAX_STRENGTH
+
 Form = TypeVar("Form")
 
 
@@ -97,7 +99,7 @@ class RequestForm:
         height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
         used_seed = int(parse_number(self.seed or 0, "seed")) if seed is None else int(seed)
         return GenerationRequest(
-            prompt=self.prompt or "", seed=used_seed, steps=int(parse_number(self.steps, "steps")),
+            prompt=self.prompt or "", seed=used_seed, steps=parse_number(self.steps, "steps"),  # 2.5 is refused
             duration=parse_number(self.duration, "duration"),
             height=None if height is None else int(height), width=None if width is None else int(width),
             shift=optional_number(self.shift, "shift"), audio_shift=optional_number(self.audio_shift, "audio shift"),
@@ -121,6 +123,7 @@ class SlotForm:
     strength: Any = 1.0
     qkv_layout: str = "auto"
     uploaded: Mapping[str, str] | None = None
+    refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
 
     @property
     def source_to_read(self) -> str:
@@ -129,6 +132,15 @@ class SlotForm:
         if self.uploaded and text and text == self.uploaded.get("shown"):
             return self.uploaded["path"]
         return text
+
+    def strength_value(self) -> float:
+        """The Scale control's value: within the slider's range, else refused with a word (never clamped)."""
+        strength = parse_strength(self.strength)
+        low, high = SCALE_RANGE
+        if not low <= strength <= high:
+            raise H3AppError(f"scale {strength:g} is outside the Scale slider's {low:g} to {high:g}: nothing is "
+                             f"applied at it; type a value in that range (the API and the CLI take larger ones).")
+        return strength
 
     def alpha_value(self) -> float | None:
         """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha
@@ -139,9 +151,11 @@ class SlotForm:
         """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
         if not self.source_to_read:
             return None
+        if self.refused:
+            raise H3AppError(self.refused)
         return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
-                            strength=parse_strength(self.strength), mode=mode or "unmerged",
+                            strength=self.strength_value(), mode=mode or "unmerged",
                             qkv_layout=self.qkv_layout or "auto")
 
 

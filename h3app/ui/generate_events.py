@@ -16,6 +16,7 @@ from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
 from ..rules.choices import WORKFLOWS
+from ..rules.steps import evaluations
 from . import render, snippets
 from .adapter_events import user_error
 from .client_gone import client_gone
@@ -276,12 +277,26 @@ def load_settings_view(path: str | None) -> SettingsView:
 APPLY_NOTE_EMPTY = "Generate runs the **base model** (no adapter in the panel)."
 
 
+def refusal_status(form: SyncForm) -> str:
+    """Why a job did not start: each slot whose controls are refused, in one line each."""
+    lines = []
+    for name, slot in sorted(form.slots.items()):
+        try:
+            slot.settings(form.mode)
+        except H3AppError as error:
+            lines.append(f"✖ Not run — adapter {name}: {error}")
+    return "  \n".join(lines) or "✖ Not run: see the message."
+
+
 def apply_note(form: SyncForm) -> str:
     """What the next Generate, Equivalence check or Grid applies: the panel's adapters as they stand — Load is not
     required (a job fetches and binds what the panel shows), but this says so before the run."""
     lines = []
     for name, slot in sorted(form.slots.items()):
         if not slot.source or not str(slot.source).strip():
+            continue
+        if slot.refused:
+            lines.append(f"✖ adapter {name} is refused: {slot.refused}")
             continue
         try:
             settings = slot.settings(form.mode)
@@ -302,12 +317,12 @@ def apply_note(form: SyncForm) -> str:
 def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
     """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
     steps = int(steps)
-    text = (f"**{steps} steps → {steps - 1} transformer evaluations** (steps count sigma points including the "
-            "terminal one).")
+    text = (f"**{steps} steps → {evaluations(steps)} transformer evaluations** (steps count sigma points including "
+            "the terminal one).")
     known = (info or {}).get("known") or {}
     if known.get("steps") and int(known["steps"]) != steps:
         text += (f"  \n⚠ {known.get('title', 'this adapter')} was made for **{int(known['steps'])} steps** "
-                 f"({int(known['steps']) - 1} evaluations): use *Apply preset*.")
+                 f"({evaluations(known['steps'])} evaluations): use *Apply preset*.")
     return text
 
 
@@ -336,6 +351,8 @@ class PresetView:
     audio_shift: Any
     workflow: Any
     prompt: str
+    override: Any = KEEP
+    alpha: Any = KEEP
 
 
 def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetView:
@@ -349,9 +366,15 @@ def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetVi
         return known[key] if known.get(key) is not None else KEEP
 
     workflow = known["workflow"] if known.get("workflow") in WORKFLOWS else KEEP
+    # the alpha its chip shows: auto when the chain already gives it (or the author says alpha = rank), else set
+    chain = (info or {}).get("alpha")
+    if known.get("alpha") is not None and chain != float(known["alpha"]):
+        override, alpha = True, f"{float(known['alpha']):g}"
+    else:
+        override, alpha = False, (f"{float(chain):g}" if chain is not None else "")
     gr.Info(f"preset of {known.get('title', 'the adapter')} applied")
     return PresetView(value("scale"), value("steps"), value("shift"), value("audio_shift"), workflow,
-                      with_trigger(prompt, info))
+                      with_trigger(prompt, info), override, alpha)
 
 
 def workflow_inputs(workflow: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import gradio as gr
 
-from ..backend.generation import MAX_SECONDS, MIN_SECONDS
+from ..backend.limits import Limits
 from . import render
 from ..rules.choices import WORKFLOWS
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
@@ -41,8 +41,17 @@ class RequestControls:
                 self.shift, self.audio_shift, self.first_frame, self.last_frame, self.references]
 
 
-def build_request_controls() -> RequestControls:
-    """Workflow, keyframes/references, prompt, seed, steps, duration, canvas and shifts."""
+UI_MAX_STEPS = 60  # the slider's top (the server allows more through the API and the CLI)
+
+
+def duration_step(limits: Limits) -> float:
+    """The Duration slider's step (s): 3 frames, so that both ends of the accepted range are on its grid."""
+    return 3 / limits.fps
+
+
+def build_request_controls(limits: Limits) -> RequestControls:
+    """Workflow, keyframes/references, prompt, seed, steps, duration, canvas and shifts; every range from the held
+    model's ``limits`` (read from its pipeline), so the controls offer only what the pipeline accepts."""
     with gr.Group(elem_classes=["h3-panel"]):
         workflow = gr.Radio(list(WORKFLOWS), value="t2va", label="Workflow", elem_id="workflow",
                             info="t2va: text → video + audio · fl2va: first/last keyframes · ref2va: references")
@@ -57,13 +66,20 @@ def build_request_controls() -> RequestControls:
         with gr.Row(equal_height=True):
             seed = gr.Number(label="Seed", value=7, precision=0, minimum=0, elem_id="seed")
             randomize = gr.Checkbox(label="Randomise seed (written back)", value=False)
-            steps = gr.Slider(2, 60, value=5, step=1, label="Steps", info=STEPS_HELP, elem_id="steps")
-            duration = gr.Slider(MIN_SECONDS, MAX_SECONDS, value=MIN_SECONDS, step=0.5, label="Duration (s)")
+            steps = gr.Slider(limits.min_steps, min(UI_MAX_STEPS, limits.max_steps), value=5, step=1, label="Steps",
+                              info=STEPS_HELP, elem_id="steps")
+            duration = gr.Slider(limits.min_seconds, limits.max_seconds, value=limits.min_seconds,
+                                 step=duration_step(limits), label="Duration (s)", elem_id="duration",
+                                 info=f"{limits.frames.describe()}")
         note = gr.Markdown(steps_note(5, None), elem_classes=["h3-note"])
         with gr.Accordion("Canvas and flow shifts (0 = model default)", open=False):
             with gr.Row():
-                height = gr.Number(label="Height (px)", value=None, precision=0, minimum=0, elem_id="height")
-                width = gr.Number(label="Width (px)", value=None, precision=0, minimum=0, elem_id="width")
+                canvas = (f"a multiple of {limits.canvas_multiple}; height × width at most {limits.max_pixels:,} "
+                          f"pixels")
+                height = gr.Number(label="Height (px)", value=None, precision=0, minimum=0,
+                                   step=limits.canvas_multiple, info=canvas, elem_id="height")
+                width = gr.Number(label="Width (px)", value=None, precision=0, minimum=0,
+                                  step=limits.canvas_multiple, elem_id="width")
                 shift = gr.Number(label="Video shift", value=None, minimum=0)
                 audio_shift = gr.Number(label="Audio shift", value=None, minimum=0)
     return RequestControls(workflow, first_frame, last_frame, keyframes, references, prompt, trigger_button, seed,

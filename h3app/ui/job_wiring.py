@@ -23,7 +23,7 @@ from .forms import (
     read,
     write,
 )
-from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view
+from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view, refusal_status
 from .fair_queue import admitted, gpu_events
 from .generate_tab import RequestControls
 
@@ -78,6 +78,7 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
         return apply_note(jobs.sync_form(values))
 
     gr.on([trigger for slot in slots for trigger in (slot.source.change, slot.weight.change, slot.revision.change,
+                                                     slot.refused.change,
                                                      slot.override.change, slot.alpha.change, slot.strength.change)]
           + [session.change, mode.change], note, jobs.sync_inputs(), [generate.apply_note], **CHEAP)
 
@@ -92,13 +93,25 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                      ) -> dict[Any, Any]:
-        view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
-                                             request, progress)
+        try:
+            view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
+                                                 request, progress)
+        except gr.Error as error:
+            return refused_job(generate.status, error)
         if isinstance(view, Stopped):
             return {generate.status: view.status}
         return {**write(view, generate_parts), generate.status: ""}
 
-    generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
+    # The sync is queued: a refusal then reaches the page as one pop-up (a queue-less event's error is an HTTP 500
+    # the page does not show), and the line where the result would appear says why nothing ran.
+    synced = {**CHEAP, "queue": True}
+
+    def refused(values: dict[Any, Any]) -> str:
+        return refusal_status(jobs.sync_form(values))
+
+    generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **synced)
+    generated.failure(refused, jobs.sync_inputs(), [generate.status], **CHEAP)
+    generated = generated.success(
         admitted(run_generate, backend), jobs.job_inputs(slot_1.info, slot_2.info),
         [*generate_parts.values(), generate.status],
         scroll_to_output=False, show_progress_on=[generate.video], **gpu)
@@ -110,7 +123,11 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                   ) -> dict[Any, Any]:
-        view = comparisons.check_view(jobs.job_form(values), read(CheckForm, check_parts, values), request, progress)
+        try:
+            view = comparisons.check_view(jobs.job_form(values), read(CheckForm, check_parts, values), request,
+                                          progress)
+        except gr.Error as error:
+            return refused_job(equivalence.status, error)
         if isinstance(view, Stopped):
             return {equivalence.status: view.status}
         return {**write(view, check_outputs), equivalence.status: ""}
@@ -136,7 +153,9 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
           list(pair_parts.values()), **CHEAP)
     page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
 
-    checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
+    checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
+    checked.failure(refused, jobs.sync_inputs(), [equivalence.status], **CHEAP)
+    checked = checked.success(
         admitted(run_check, backend), jobs.job_inputs(*check_parts.values()),
         [*check_outputs.values(), equivalence.status],
         show_progress_on=[equivalence.verdict], **gpu)
@@ -147,11 +166,16 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
 
     def run_grid(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                  ) -> Iterator[dict[Any, Any]]:
-        for view in comparisons.grid_view(jobs.job_form(values), read(GridForm, grid_parts, values), request,
-                                          progress):
-            yield write(view, grid_outputs)
+        try:
+            for view in comparisons.grid_view(jobs.job_form(values), read(GridForm, grid_parts, values), request,
+                                              progress):
+                yield write(view, grid_outputs)
+        except gr.Error as error:
+            yield refused_job(grid.status, error)
 
-    gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **CHEAP).success(
+    gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
+    gridded.failure(refused, jobs.sync_inputs(), [grid.status], **CHEAP)
+    gridded = gridded.success(
         admitted(run_grid, backend), jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
         show_progress_on=[grid.view], **gpu)
     gridded.then(show_history, [session], list(history_parts.values()), **CHEAP)
@@ -180,6 +204,13 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     return page_loaded
 
 
+def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:
+    """A job the backend refused: its one line where the result would appear and one pop-up — no error badge left
+    on the output (the event ends normally)."""
+    gr.Warning(error.message)
+    return {status: f"✖ {error.message}"}
+
+
 def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterEvents, token: gr.Textbox,
                         request: RequestControls) -> None:
     """Load settings from a .json or an mp4: restore the controls, then inspect each restored slot."""
@@ -206,7 +237,8 @@ def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterE
 
         restored.success(quiet_inspect, {*slot_inputs(slot).values(), token, request.workflow},
                          [*parts(slot, field_names(InspectView)).values(), slot.weight, slot.basis, slot.report_html,
-                          slot.profile_box], api_visibility="private", concurrency_id="inspect", concurrency_limit=4)
+                          slot.profile_box, slot.refused], api_visibility="private", concurrency_id="inspect",
+                         concurrency_limit=4)
 
 
 def _slot_values(components: Mapping[str, Any], slot: SlotForm | None) -> dict[Any, Any]:

@@ -13,20 +13,23 @@ import math
 from pathlib import PurePath
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
+from ..rules.alpha_source import AlphaSource
+from ..rules.steps import evaluations
 from ..rules.units import format_bytes
-from .scales import ScaleGroup, relies_on_rank_fallback, scale_groups, targets_by_group
+from .scales import targets_by_group
 
 GROUP_NAMES = {"attention": "attention", "feed_forward": "feed-forward", "adaln": "AdaLN", "refiner": "refiner",
                "input_output": "input/output"}
-SOURCE_NAMES = {
-    "explicit": "your override",
-    "module_tensor": "the file's .alpha tensors",
-    "adapter_config": "adapter_config.json beside the file",
-    "metadata": "the file's header metadata",
-    "registry": "the known-adapter registry",
-    "rank_fallback": "nothing stored — assumed alpha = rank",
-    "mixed": "several sources",
-}
+
+
+def source_label(source: Any) -> str:
+    """What a person reads for an alpha source (``AlphaSource.label``); '?' for a value that names none."""
+    try:
+        return AlphaSource.of(source).label
+    except ValueError:
+        return "?"
+
 MAX_LISTED_KEYS = 12
 HEURISTIC_MARK = "no alpha stored"  # the start of the engine's alpha-size heuristic (lora/profile.suggest_alpha)
 
@@ -131,7 +134,7 @@ def targets_table(info: Mapping[str, Any]) -> list[list[Any]]:
             GROUP_NAMES.get(group, group), len(targets),
             ", ".join(str(r) for r in sorted({ranks.get(t) for t in targets if t in ranks})),
             ", ".join(f"{a:g}" for a in sorted({float(alphas[t]) for t in targets if t in alphas})),
-            ", ".join(sorted({SOURCE_NAMES.get(sources[t], sources[t]) for t in targets if t in sources})),
+            ", ".join(sorted({source_label(sources[t]) for t in targets if t in sources})),
         ])
     return rows
 
@@ -142,34 +145,53 @@ TARGET_COLUMNS = ["group", "targets", "rank", "alpha", "alpha source"]
 def alpha_card(info: Mapping[str, Any], alpha: float | None) -> str:
     """Alpha and where it came from — amber with the factor at stake when it is only the "alpha = rank" guess;
     an override also names what the file would have given."""
-    if relies_on_rank_fallback(info, alpha):
+    resolved = resolve_adapter(info, alpha)
+    if resolved.relies_on_rank_fallback:
         ranks = sorted(set((info.get("ranks") or {}).values()))
-        top = max(ranks) if ranks else 0
         value = f"{float(info['alpha']):g}" if info.get("alpha") is not None else "= rank"
-        risk = (f"If it was trained with alpha 8, this is {top / 8:g}× too strong" if top > 8 else
-                "If it was trained with a smaller alpha, this is rank/alpha times too strong")
         return card("warn", f"<div class='h3-big'>⚠ alpha {esc(value)} — a guess</div>"
                             f"No alpha is stored in the file, beside it or in the registry, so alpha = rank "
-                            f"({esc(', '.join(map(str, ranks)))}) is assumed. {esc(risk)} (LightX2V's rank-128 Turbo "
-                            f"expects 8: at alpha = rank it is 16× too strong). Check the model card and set "
-                            f"<b>Override alpha</b> if it gives one.", testid="alpha-card")
-    value, origin = _chain(info)
+                            f"({esc(', '.join(map(str, ranks)))}) is assumed. {esc(fallback_risk(ranks))} Check the "
+                            f"model card and set <b>Override alpha</b> if it gives one.", testid="alpha-card")
+    text = chain_text(info)
     if alpha is not None:
         return card("ok", f"<div class='h3-big'>alpha {alpha:g}</div>from your override · the file gives "
-                          f"{esc(value)} ({esc(origin)})", testid="alpha-card")
-    return card("ok", f"<div class='h3-big'>alpha {esc(value)}</div>from {esc(origin)}", testid="alpha-card")
+                          f"{esc(text)}", testid="alpha-card")
+    if info.get("alpha") is not None and info.get("alpha_source") != AlphaSource.MIXED:
+        return card("ok", f"<div class='h3-big'>alpha {float(info['alpha']):g}</div>from "
+                          f"{esc(source_label(info['alpha_source']))}", testid="alpha-card")
+    return card("ok", f"<div class='h3-big'>alpha per module</div>{esc(text.removeprefix('per module: '))}",
+                testid="alpha-card")
 
 
-def _chain(info: Mapping[str, Any]) -> tuple[str, str]:
-    """(value, where from) of the alpha chain: one value, or per module with each value's source and count."""
-    if info.get("alpha") is not None and info.get("alpha_source") not in (None, "mixed"):
-        return f"{float(info['alpha']):g}", SOURCE_NAMES.get(info["alpha_source"], info["alpha_source"])
+def refused_card(problem: str) -> str:
+    """The alpha card while the alpha box or the scale holds a value that is refused."""
+    return card("bad", f"<div class='h3-big'>✖ not applied</div>{esc(problem)}", testid="alpha-card")
+
+
+def fallback_risk(ranks: Sequence[int]) -> str:
+    """How far off "alpha = rank" may be, said for these ranks (LightX2V's case named only where it applies)."""
+    top = max(ranks) if ranks else 0
+    if top <= 1:
+        return "Trained with another alpha, the scale is off by rank/alpha."
+    examples = ", ".join(f"alpha {a:g}: {top / a:g}× too strong" for a in (top / 2, 1.0) if 1 <= a < top)
+    text = f"Trained with a smaller alpha, its rank-{top} modules are rank/alpha times too strong ({examples})."
+    if 128 in ranks:
+        text += " LightX2V's rank-128 Turbo expects alpha 8: at alpha = rank it is 16× too strong."
+    return text
+
+
+def chain_text(info: Mapping[str, Any]) -> str:
+    """The alpha chain in words: ``1 (the known-adapter registry)``, or per module ``2 from the file's header
+    metadata (×33) · 16 from …`` with each value's source and count."""
+    if info.get("alpha") is not None and info.get("alpha_source") != AlphaSource.MIXED:
+        return f"{float(info['alpha']):g} ({source_label(info['alpha_source'])})"
     counts: dict[str, int] = {}
     sources = info.get("alpha_sources") or {}
     for target, value in (info.get("alphas") or {}).items():
-        key = f"{float(value):g} from {SOURCE_NAMES.get(sources.get(target), '?')}"
+        key = f"{float(value):g} from {source_label(sources.get(target))}"
         counts[key] = counts.get(key, 0) + 1
-    return "per module", _count_list(counts)
+    return "per module: " + _count_list(counts)
 
 
 def known_card(known: Mapping[str, Any] | None) -> str:
@@ -186,7 +208,7 @@ def known_card(known: Mapping[str, Any] | None) -> str:
         facts.append(chip("alpha = rank (author's statement)"))
     steps_note = ""
     if known.get("steps"):
-        steps_note = (f"<br><small>{int(known['steps'])} steps = {int(known['steps']) - 1} transformer evaluations "
+        steps_note = (f"<br><small>{int(known['steps'])} steps = {evaluations(known['steps'])} transformer evaluations "
                       "(steps count sigma points including the terminal one).</small>")
     notes = f"<div>{esc(known['notes'])}</div>" if known.get("notes") else ""
     return card("info", f"<div class='h3-title'>Known adapter: {esc(known.get('title', ''))}</div>"
@@ -194,39 +216,45 @@ def known_card(known: Mapping[str, Any] | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------ readout
-def readout_html(info: Mapping[str, Any] | None, alpha: float | None, strength: float, problem: str | None = None
-                 ) -> str:
-    """The live effective scale: strength × alpha / rank, per rank when ranks or alphas differ."""
+def readout_html(info: Mapping[str, Any] | None, alpha: float | None, strength: float, problem: str | None = None,
+                 group_strengths: Mapping[str, float] | None = None) -> str:
+    """The live effective scale of the resolved adapter (``adapters.resolved``, the object every job carries):
+    strength × alpha / rank per group, amber with its warning when far from what the adapter's facts imply."""
     if problem:
         return card("bad", f"✖ {esc(problem)}", testid="scale-readout")
     if not info:
         return placeholder("Inspect an adapter to see its effective scale.")
-    groups = scale_groups(info, alpha, strength)
+    return resolved_html(resolve_adapter(info, alpha, strength, group_strengths))
+
+
+def resolved_html(resolved: ResolvedAdapter) -> str:
+    """The readout card of one resolved adapter."""
+    groups = resolved.groups
     if not groups:
         return placeholder("This adapter has no targets for this model.")
-    guess = relies_on_rank_fallback(info, alpha)
-    kind = "warn" if guess else "ok"
+    guess = resolved.relies_on_rank_fallback
+    kind = "warn" if guess or resolved.warnings else "ok"
     scales = sorted({round(g.scale, 12) for g in groups})
     headline = f"{scales[0]:.6g}" if len(scales) == 1 else f"{scales[0]:.4g} … {scales[-1]:.4g}"
     rows = "".join(_readout_row(g) for g in groups)
-    note = ""
-    if strength == 0:
-        note = "<div><b>scale 0: the adapter is switched off.</b></div>"
+    note = "".join(f"<div data-testid='scale-warning'><b>⚠ {esc(w)}</b></div>" for w in resolved.warnings)
+    if resolved.strength == 0:
+        note += "<div><b>scale 0: the adapter is switched off.</b></div>"
     elif guess:
-        note = "<div><b>alpha is a guess (alpha = rank)</b> — see the alpha box above.</div>"
-    formula = "strength × alpha / √rank (rsLoRA)" if info.get("use_rslora") else "strength × alpha / rank"
+        note += "<div><b>alpha is a guess (alpha = rank)</b> — see the alpha box above.</div>"
+    formula = "strength × alpha / √rank (rsLoRA)" if resolved.use_rslora else "strength × alpha / rank"
     return card(kind, f"<div class='h3-label'>effective scale = {formula}</div>"
                       f"<div class='h3-big' data-testid='effective-scale'>{esc(headline)}</div>"
-                      f"<table class='h3-table'><tr><th>rank</th><th>targets</th><th>alpha (source)</th>"
+                      f"<table class='h3-table'><tr><th>group</th><th>rank</th><th>targets</th><th>alpha (source)</th>"
                       f"<th>scale</th></tr>{rows}</table>{note}", testid="scale-readout")
 
 
-def _readout_row(group: ScaleGroup) -> str:
+def _readout_row(group: GroupScale) -> str:
     stronger = ""
-    if group.alpha_source != "rank_fallback" and group.rank_fallback_ratio > 1.0001:
+    if group.alpha_source != AlphaSource.RANK_FALLBACK and group.rank_fallback_ratio > 1.0001:
         stronger = f" <small>(alpha = rank would be {group.rank_fallback_ratio:.3g}× stronger)</small>"
-    return (f"<tr><td>{group.rank}</td><td>{group.count}</td>"
-            f"<td>{group.alpha:g} <small>({esc(SOURCE_NAMES.get(group.alpha_source, group.alpha_source))})</small></td>"
+    return (f"<tr><td>{esc(GROUP_NAMES.get(group.group, group.group))}</td><td>{group.rank}</td><td>{group.count}</td>"
+            f"<td>{group.alpha:g} <small>({esc(source_label(group.alpha_source))})</small></td>"
             f"<td><b>{group.scale:.6g}</b> = {esc(group.formula)}{stronger}</td></tr>")
 
 
@@ -273,13 +301,18 @@ def result_html(output: Mapping[str, Any]) -> str:
     adapters = output.get("adapters") or []
     if not adapters:
         lines.append("no adapter (base model)")
+    warned = False
     for a in adapters:
-        source = a.get("resolved_alpha_source") or a.get("alpha_source")
-        alpha = a.get("resolved_alpha")
+        resolved = a.get("resolved") or {}
+        alpha = resolved.get("alpha")
         alpha_text = "per module" if alpha is None else f"{float(alpha):g}"
+        scale = resolved.get("effective_scale")
         lines.append(f"{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: alpha {alpha_text} "
-                     f"({esc(SOURCE_NAMES.get(source, source))}) × scale {float(a.get('strength', 1.0)):g}")
-    kind = "warn" if any((a.get("resolved_alpha_source") == "rank_fallback") for a in adapters) else "ok"
+                     f"({esc(source_label(resolved.get('alpha_source')))}) × scale {float(a.get('strength', 1.0)):g}"
+                     f" → effective {esc(scale_text(scale))}")
+        lines.extend(f"⚠ {esc(w)}" for w in resolved.get("warnings") or ())
+        warned = warned or bool(resolved.get("warnings")) or resolved.get("alpha_source") == AlphaSource.RANK_FALLBACK
+    kind = "warn" if warned else "ok"
     return card(kind, "<br>".join(lines), testid="result")
 
 
@@ -333,8 +366,10 @@ def _ratio_text(fallback: Any, a: Any) -> str:
 
 
 def scale_text(value: Any) -> str:
+    if value is None:
+        return "—"
     if isinstance(value, Mapping):
-        return ", ".join(f"rank {k}: {float(v):.4g}" for k, v in value.items())
+        return ", ".join(f"{'rank ' + str(k) if str(k).isdigit() else k}: {float(v):.4g}" for k, v in value.items())
     return f"{float(value):.6g}"
 
 

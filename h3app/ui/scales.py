@@ -1,7 +1,7 @@
-"""Live effective-scale readout and strength-profile rescaling: pure arithmetic on what Inspect and Load returned.
+"""Strength-profile rescaling: pure arithmetic on what Load returned (the live effective-scale readout is the
+resolved adapter's, ``h3app.adapters.resolved``).
 
-No model call: the effective scale of a module is :func:`h3app.rules.scale.effective_scale` of the override or the
-module's alpha-chain value, and a module's relative update ``‖scale·B·A‖_F / ‖W‖_F`` is
+No model call: a module's relative update ``‖scale·B·A‖_F / ‖W‖_F`` is
 ``|scale| × ‖B·A‖_F / ‖W‖_F`` — linear in its scale — so the profile measured at Load is redrawn for any
 alpha/strength from the per-target norms it carries.
 """
@@ -14,61 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..lora.profile import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
+from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale, scale_divisor
 
-FALLBACK_SOURCE = "rank_fallback"
-
-
-@dataclass(frozen=True)
-class ScaleGroup:
-    """Targets that share a rank and an alpha: ``scale = alpha × strength / divisor``."""
-
-    rank: int
-    alpha: float
-    alpha_source: str
-    use_rslora: bool
-    strength: float
-    count: int
-
-    @property
-    def scale(self) -> float:
-        return effective_scale(self.alpha, self.strength, self.rank, self.use_rslora)
-
-    @property
-    def formula(self) -> str:
-        divisor = f"√{self.rank}" if self.use_rslora else f"{self.rank}"
-        return f"{self.strength:g} × {self.alpha:g} / {divisor}"
-
-    @property
-    def rank_fallback_ratio(self) -> float:
-        """How many times stronger the old "alpha = rank" convention would be than this alpha (same strength)."""
-        return self.rank / self.alpha
-
-
-def scale_groups(info: Mapping[str, Any], alpha: float | None, strength: float) -> list[ScaleGroup]:
-    """Effective scales of ``info`` (an ``AdapterInfo.to_json()``) at ``alpha`` (None: the chain's value per module)
-    and ``strength``, one row per distinct (rank, alpha, source), ordered by rank."""
-    ranks: Mapping[str, int] = info.get("ranks") or {}
-    alphas: Mapping[str, float] = info.get("alphas") or {}
-    sources: Mapping[str, str] = info.get("alpha_sources") or {}
-    rslora = bool(info.get("use_rslora"))
-    counts: dict[tuple[int, float, str], int] = {}
-    for target, rank in ranks.items():
-        if alpha is not None:
-            key = (int(rank), float(alpha), "explicit")
-        else:
-            key = (int(rank), float(alphas.get(target, rank)), sources.get(target, FALLBACK_SOURCE))
-        counts[key] = counts.get(key, 0) + 1
-    return [ScaleGroup(rank, a, source, rslora, float(strength), count)
-            for (rank, a, source), count in sorted(counts.items())]
-
-
-def relies_on_rank_fallback(info: Mapping[str, Any], alpha: float | None) -> bool:
-    """True when alpha is on auto and some module's alpha is the "alpha = rank" guess (nothing stored anywhere)."""
-    if alpha is not None:
-        return False
-    return any(source == FALLBACK_SOURCE for source in (info.get("alpha_sources") or {}).values())
 
 
 # ------------------------------------------------------------------------------------------------ strength profile
@@ -138,7 +87,7 @@ def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float)
                 for block, values in sorted(blocks.items(), key=lambda kv: _block_order(kv[0]))]
     median = statistics.median(updates.values()) if updates else 0.0
     warning = None
-    fallback = {t: v for t, v in targets.items() if v["chain_source"] == FALLBACK_SOURCE}
+    fallback = {t: v for t, v in targets.items() if v["chain_source"] == AlphaSource.RANK_FALLBACK}
     if alpha is None and fallback:
         suggestion = suggest_alpha(
             {t: v["update_norm"] for t, v in fallback.items()}, {t: v["weight_norm"] for t, v in fallback.items()},

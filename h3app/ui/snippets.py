@@ -16,6 +16,7 @@ from ..adapters.refs import is_url, parse_hf_url
 from ..adapters.sglang import SglangFlags, solve_flags
 from ..errors import H3AppError
 from ..rules.choices import workflow_partition
+from ..rules.frames import RELEASED
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale
 
@@ -211,7 +212,7 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         if request.get(key) is not None:
             lines.append(f"pipe.{component}.set_shift({float(request[key])!r})")
     call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={int(request.get('steps', 5))}",
-            f"num_frames={int(round(float(request.get('duration', 5.0)) * 24))}",
+            f"num_frames={RELEASED.requested_frames(float(request.get('duration', 5.0)))}",
             f"generator=torch.Generator('cpu').manual_seed({int(request.get('seed', 0))})", "output_type='np'"]
     if request.get("height") is not None:
         call.insert(2, f"height={int(request['height'])}, width={int(request['width'])}")

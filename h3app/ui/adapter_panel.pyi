@@ -1,0 +1,265 @@
+"""Layout of one adapter slot (source → Inspect → strength → Load report → strength profile) and its events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+import gradio as gr
+
+from ..rules.choices import QKV_LAYOUTS
+from . import render
+from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, UploadView
+from .fair_queue import admitted, gpu_events
+from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, field_names, parts, read, write
+
+CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
+SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
+
+from gradio.events import Dependency
+
+class StrengthSlider(gr.Slider):
+    """The Scale slider, whose typed value reaches the app as typed: a value past its ends is refused by
+    ``SlotForm.strength_value`` with a word where the person looks, not clamped (Gradio's own bound check answers a
+    queue-less event with an HTTP 500 the page never shows)."""
+
+    def preprocess(self, payload: float) -> float:
+        return gr.Number.round_to_precision(payload, self.precision)
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+@dataclass
+class AdapterSlot:
+    """The components of one adapter slot."""
+
+    slot: str
+    source: gr.Textbox
+    demo: gr.Dropdown
+    weight: gr.Dropdown
+    revision: gr.Textbox
+    upload: gr.UploadButton
+    qkv_layout: gr.Dropdown
+    inspect_button: gr.Button
+    load_button: gr.Button
+    inspect_html: gr.HTML
+    alpha_html: gr.HTML
+    known_html: gr.HTML
+    known_box: gr.Column
+    preset_button: gr.Button
+    targets: gr.Dataframe
+    info_json: gr.JSON
+    override: gr.Checkbox
+    alpha: gr.Textbox
+    strength: gr.Slider
+    readout: gr.HTML
+    report_html: gr.HTML
+    profile_box: gr.Column
+    group_plot: gr.BarPlot
+    block_plot: gr.BarPlot
+    profile_html: gr.HTML
+    info: gr.State
+    basis: gr.State
+    uploaded: gr.State
+    refused: gr.State  # the one-line refusal of the source as it stands (None: not refused)
+
+
+def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
+    """Lay out one slot inside the current Blocks context; ``mode`` (the LoRA mode shared by every adapter of a job)
+    is rendered inside this slot's strength box when given."""
+    prefix = f"slot{slot}"
+    demos = events.demo_choices()
+    with gr.Group(elem_classes=["h3-panel"]):
+        with gr.Row(equal_height=True):
+            source = gr.Textbox(label="Adapter source", scale=3, elem_id=f"{prefix}-source",
+                                placeholder="owner/repo · https://huggingface.co/…/resolve/… · "
+                                            "/path/to/lora.safetensors")
+            demo = gr.Dropdown(choices=demos, value=None, label="…or a demo adapter", scale=2,
+                               elem_id=f"{prefix}-demo", info="small adapters for the tiny model, one per format; "
+                                    "tiny_turbo_4step and tiny_style_warm are trained on it")
+        with gr.Row(equal_height=True):
+            weight = gr.Dropdown(choices=[], value=None, label="Weight file", scale=3, allow_custom_value=True,
+                                 elem_id=f"{prefix}-weight", info="listed from the repo or folder, with sizes")
+            revision = gr.Textbox(label="Revision", placeholder="main", scale=1, elem_id=f"{prefix}-revision",
+                                  info="branch, tag or commit")
+        with gr.Row():
+            inspect_button = gr.Button("Inspect (header only)", variant="primary", elem_id=f"{prefix}-inspect")
+            load_button = gr.Button("Load & check match", variant="secondary", elem_id=f"{prefix}-load")
+            upload = gr.UploadButton("Upload .safetensors", file_types=[".safetensors"], file_count="single",
+                                     variant="secondary", elem_id=f"{prefix}-upload")
+    inspect_html = gr.HTML(render.placeholder("Inspect reads the file's header — format, rank, targets, alpha — "
+                                              "before anything is downloaded."), elem_id=f"{prefix}-inspect-card")
+    alpha_html = gr.HTML("", elem_id=f"{prefix}-alpha-card")
+    with gr.Column(visible=False) as known_box:  # shown for adapters in the registry of known adapters
+        known_html = gr.HTML("", elem_id=f"{prefix}-known-card")
+        preset_button = gr.Button("Apply preset (steps, shifts, scale, alpha, trigger)", size="sm",
+                                  elem_id=f"{prefix}-preset")
+    with gr.Accordion("Targets by group · raw inspect JSON", open=False):
+        targets = gr.Dataframe(headers=render.TARGET_COLUMNS, interactive=False, wrap=True)
+        info_json = gr.JSON(label="inspect --json", open=False)
+        qkv_layout = gr.Dropdown(list(QKV_LAYOUTS), value="auto", label="QKV row layout",
+                                 info="override only for trainers that kept an interleaved fused QKV without a tell")
+
+    gr.Markdown("**Strength**", elem_classes=["h3-subhead"])
+    with gr.Group(elem_classes=["h3-panel"]):
+        with gr.Row(equal_height=True):
+            override = gr.Checkbox(label="Override alpha", value=False, scale=1, elem_id=f"{prefix}-override",
+                                   info="off = the file's alpha chain")
+            alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
+                               elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
+        strength = StrengthSlider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
+                             elem_id=f"{prefix}-scale", buttons=["reset"],
+                             info="negative values push the other way (slider LoRAs)")
+        if mode is not None:
+            mode.render()
+    readout = gr.HTML(render.readout_html(None, None, 1.0), elem_id=f"{prefix}-readout")
+    report_html = gr.HTML("", elem_id=f"{prefix}-report")
+    with gr.Column(visible=False) as profile_box:
+        gr.Markdown("**Strength profile** — where the adapter acts, and how hard (redrawn as alpha and scale "
+                    "change)", elem_classes=["h3-subhead"])
+        group_plot = gr.BarPlot(x="group", y="relative update", title="by group", height=170,
+                                elem_id=f"{prefix}-group-plot",
+                                y_title="median ‖ΔW‖/‖W‖", x_title="", show_label=False)
+        block_plot = gr.BarPlot(x="block", y="relative update", title="by block", height=170,
+                                y_title="median ‖ΔW‖/‖W‖", x_title="", sort=None, show_label=False)
+        profile_html = gr.HTML(render.placeholder("Load the adapter to measure where it acts and how hard."),
+                               elem_id=f"{prefix}-profile-note")
+    return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
+                       inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
+                       alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
+                       gr.State(None), gr.State(None), gr.State(None), gr.State(None))
+
+
+def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
+    """The slot's controls by :class:`SlotForm` field name."""
+    return parts(ui, SLOT_FIELDS)
+
+
+def cleared_panel(ui: AdapterSlot, message: str) -> dict[Any, Any]:
+    """The slot after a refusal or a source change: ``message`` in the inspect card, every result of the previous
+    adapter gone (nothing else is marked: the one line is where the person is looking)."""
+    return {ui.info: None, ui.refused: None, ui.inspect_html: message, ui.alpha_html: "",
+            ui.readout: render.readout_html(None, None, 1.0),
+            ui.known_html: "", ui.known_box: gr.update(visible=False), ui.basis: None, ui.report_html: "",
+            ui.profile_box: gr.update(visible=False)}
+
+
+def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: Any) -> Callable[..., Any]:
+    """Inspect as one queued event: list the weight files, then read the header. A refusal (empty source, a bad
+    path, a Hub repo out of reach) becomes one red line in the inspect card."""
+    names = slot_inputs(ui)
+    shown = parts(ui, field_names(InspectView))
+
+    def inspect(values: dict[Any, Any]) -> dict[Any, Any]:
+        slot = read(SlotForm, names, values)
+        try:
+            weights = events.list_weights(slot.source_to_read, slot.revision, values[token], slot.weight)
+            view = events.inspect_view(replace(slot, weight=weights["value"]), values[token], values[workflow],
+                                       values.get(ui.info))
+        except gr.Error as error:  # the weight box and the line above Generate let go of the previous file too
+            return {**cleared_panel(ui, render.refusal(error.message)), ui.refused: error.message,
+                    ui.weight: gr.update(choices=[], value=None)}
+        return {**write(view, shown), ui.weight: weights, ui.basis: None, ui.report_html: "", ui.refused: None,
+                ui.profile_box: gr.update(visible=False)}
+
+    return inspect
+
+
+def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio,
+                      workflow: gr.Radio, token: gr.Textbox) -> None:
+    """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
+    names = slot_inputs(ui)
+    inspect_inputs = {*names.values(), token, workflow, ui.info}
+    inspect_outputs = [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html,
+                       ui.profile_box, ui.refused]
+    inspect = inspect_event(events, ui, token, workflow)
+    inspected = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
+    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs,
+          **inspected)
+    picked = ui.demo.input(events.pick_demo, [ui.demo, ui.revision, token], [ui.source, ui.weight], **CHEAP)
+    picked.success(inspect, inspect_inputs, inspect_outputs, **inspected)
+    upload_parts = parts(ui, field_names(UploadView))
+
+    def upload(path: str | None, request: gr.Request = None) -> dict[Any, Any]:
+        view = events.upload_view(path, request)
+        return gr.skip() if view is None else write(view, upload_parts)
+
+    uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
+    uploaded.success(inspect, inspect_inputs, inspect_outputs, **inspected)
+
+    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
+        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
+        # override belonged to the adapter shown before, so it goes too (and the alpha card says so)
+        shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
+        if override and info:
+            shown[ui.override] = False
+            shown[ui.alpha_html] = render.card("info", f"Override alpha {render.esc(alpha)} was for "
+                                                       f"{render.esc(info.get('name', 'the previous adapter'))}: "
+                                                       f"dropped with it.", testid="override-dropped")
+        return shown
+
+    ui.source.input(forget, [ui.source, ui.override, ui.alpha, ui.info],
+                    list(cleared_panel(ui, "")) + [ui.demo, ui.override], **CHEAP)
+    ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
+
+    strength_parts = {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}
+    readout_parts = parts(ui, field_names(Readout))
+    profile_parts = parts(ui, field_names(ProfileBars))
+    strength_inputs = {ui.info, ui.basis, *strength_parts.values()}
+
+    def readout(values: dict[Any, Any]) -> dict[Any, Any]:
+        return write(events.readout(values[ui.info], read(SlotForm, strength_parts, values)), readout_parts)
+
+    def redraw(values: dict[Any, Any]) -> dict[Any, Any]:
+        """Readout and profile bars at the current alpha/scale; the axes follow in :func:`axes`."""
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        shown = dict(readout(values))
+        for name, component in profile_parts.items():
+            if getattr(bars, name) is not KEEP:
+                shown[component] = bars_only(getattr(bars, name))
+        return shown
+
+    def axes(values: dict[Any, Any]) -> dict[Any, Any]:
+        """The bars' y axes, set after their data: Gradio's plot redraws with its previous data when the data and
+        the axis change in one update, so the bars would lag one change behind their own axis."""
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        return {plot: axis_only(getattr(bars, name)) for name, plot in (("group_plot", ui.group_plot),
+                                                                        ("block_plot", ui.block_plot))}
+
+    redraw_outputs = [*readout_parts.values(), *profile_parts.values()]
+    # one event for the three controls, newest input last: answers never arrive out of order
+    redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change], redraw, strength_inputs,
+                    redraw_outputs, trigger_mode="always_last", **CHEAP)
+    redrawn.then(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+
+    load_parts = {**parts(ui, [n for n in field_names(LoadView) if n != "session"]), "session": session}
+
+    def load(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()) -> dict[Any, Any]:
+        try:
+            view = events.load_view(values[session], ui.slot, read(SlotForm, names, values), values[mode],
+                                    values[workflow], values[token], request=request, progress=progress)
+        except gr.Error as error:
+            return {ui.report_html: render.refusal(error.message)}
+        shown = write(view, load_parts)
+        return {c: bars_only(v) if isinstance(c, gr.BarPlot) else v for c, v in shown.items()}
+
+    gpu = {**gpu_events(events.backend), "api_visibility": "private"}
+    load_event = ui.load_button.click(admitted(load, events.backend), {session, *names.values(), mode, workflow, token},
+                                      list(load_parts.values()), **gpu)
+    load_event.success(readout, {ui.info, *strength_parts.values()}, list(readout_parts.values()), **CHEAP)
+    load_event.success(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+
+
+def bars_only(update: Any) -> Any:
+    """A bar-plot update without its axis limits (see ``axes`` in :func:`wire_adapter_slot`)."""
+    return {k: v for k, v in update.items() if k != "y_lim"} if isinstance(update, dict) else update
+
+
+def axis_only(update: Any) -> Any:
+    """A bar-plot update with only its axis limits (no change when there are none)."""
+    if isinstance(update, dict) and "y_lim" in update:
+        return gr.update(y_lim=update["y_lim"])
+    return gr.skip()

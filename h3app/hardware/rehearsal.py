@@ -31,7 +31,7 @@ from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
 from .fake_cuda import PhaseBytes, fake_cuda, replay_repeats
-from .header_adapter import adapter_from_header, factor_bytes
+from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
 
 RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
@@ -152,7 +152,8 @@ def rehearse(options: RehearsalOptions, *,
 
 
 def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
-    """Bind the header's adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, fp32 bytes).
+    """Bind the header's adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, the bytes of
+    the factors as the engine keeps them).
     Host RAM for merged mode's pristine copies is the plan's question, so the store is told not to refuse."""
     shapes = transformer_shapes(dict(transformer.config))
     partition = repo.partition_for(options.workflow)
@@ -163,7 +164,7 @@ def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) ->
                             mode=options.lora_mode)
     with counter.phase("attach"):
         report = engine.attach(adapter, settings, ADAPTER_NAME)
-    return engine, len(report.matched), factor_bytes(adapter)
+    return engine, len(report.matched), engine.factor_bytes
 
 
 def _device_of(module: torch.nn.Module) -> str:

@@ -26,6 +26,7 @@ class Flavor:
     gpu_bytes: int
     space: str | None
     zero_gpu: bool = False
+    usd_per_hour: float | None = None  # the published on-demand price of the box (None: not published here)
 
     @property
     def label(self) -> str:
@@ -42,15 +43,22 @@ SPACE_CARDS: tuple[tuple[str, int, dict[str, int]], ...] = (
     ("A100", 80, {"a100-large": 1, "a100x4": 4, "a100x8": 8}),
     ("RTX Pro 6000", 96, {"rtx-pro-6000": 1, "rtx-pro-6000x2": 2, "rtx-pro-6000x4": 4, "rtx-pro-6000x8": 8}),
 )
+# Hugging Face's published hourly prices (Spaces GPU table; h200 from the Jobs table), US dollars per box-hour.
+USD_PER_HOUR = {"t4-small": 0.40, "t4-medium": 0.60, "a10g-small": 1.00, "a10g-large": 1.50, "a10g-largex2": 3.00,
+                "a10g-largex4": 5.00, "l4x1": 0.80, "l4x4": 3.80, "l40sx1": 1.80, "l40sx4": 8.30, "l40sx8": 23.50,
+                "a100-large": 2.50, "a100x4": 10.00, "a100x8": 20.00, "rtx-pro-6000": 2.75, "rtx-pro-6000x2": 5.50,
+                "rtx-pro-6000x4": 11.00, "rtx-pro-6000x8": 22.00, "h200": 5.00}
 # ZeroGPU: Hugging Face documents 70 GB of VRAM per workload (an H200 slice); the flavor value is historic.
 ZERO_GPU = Flavor("zero-a10g", "ZeroGPU slice", 1, 70 * GB, "zero-a10g", zero_gpu=True)
 # Cards people rent elsewhere: no Spaces value.
-ELSEWHERE = (Flavor("h100", "H100", 1, 80 * GB, None), Flavor("h200", "H200", 1, 141 * GB, None))
+ELSEWHERE = (Flavor("h100", "H100", 1, 80 * GB, None),
+             Flavor("h200", "H200", 1, 141 * GB, None, usd_per_hour=USD_PER_HOUR["h200"]))
 
 # Ordered small to large: "recommended" is the first that fits (least memory per GPU, then fewest GPUs; a tie keeps
 # the order above).
 FLAVORS: tuple[Flavor, ...] = tuple(sorted(
-    (*(Flavor(name, gpu, gpus, gb * GB, name) for gpu, gb, boxes in SPACE_CARDS for name, gpus in boxes.items()),
+    (*(Flavor(name, gpu, gpus, gb * GB, name, usd_per_hour=USD_PER_HOUR.get(name))
+       for gpu, gb, boxes in SPACE_CARDS for name, gpus in boxes.items()),
      ZERO_GPU, *ELSEWHERE),
     key=lambda box: (box.gpu_bytes, box.gpus)))
 BY_NAME = {flavor.name: flavor for flavor in FLAVORS}

@@ -26,6 +26,23 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")
     parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time (frees the split weights)")
     parser.add_argument("--int8", action="store_true", help="int8 transformer weights via torchao (LoRA unmerged-only)")
+    add_compile_flag(parser)
+
+
+# --compile: torch.compile on the transformer blocks (h3app/model/compiled.py); the JSON reports dynamo's counts.
+def add_compile_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the transformer blocks (inductor on CUDA, aot_eager on CPU); "
+                             "LoRA setting changes do not recompile")
+
+
+def compile_fields(args: argparse.Namespace) -> dict:
+    """``{"compile": {graphs, recompiles}}`` for a command run with ``--compile``, else nothing."""
+    if not getattr(args, "compile", False):
+        return {}
+    from ..model.compiled import compile_report
+
+    return {"compile": compile_report()}
 
 
 def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -49,4 +66,5 @@ def load_options(args: argparse.Namespace) -> "LoadOptions":
     from ..model.loader import LoadOptions, parse_dtype
 
     return LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, int8=args.int8,
-                       fuse_qkv=args.fuse_qkv, revision=args.model_revision, token=os.environ.get("HF_TOKEN"))
+                       fuse_qkv=args.fuse_qkv, revision=args.model_revision, token=os.environ.get("HF_TOKEN"),
+                       compile=getattr(args, "compile", False))

@@ -35,7 +35,7 @@ class LoadOptions:
     ``offload``: ``none`` (all on ``device``), ``auto`` (diffusers ``ComponentsManager`` auto CPU offload), ``group``
     (block-level group offload of the transformer). ``int8`` quantises the transformer weights with torchao (then
     LoRA is unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees
-    the split weights.
+    the split weights. ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``).
     """
 
     dtype: torch.dtype = torch.float32
@@ -45,6 +45,7 @@ class LoadOptions:
     fuse_qkv: bool = False
     revision: str | None = None
     token: str | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_device(self.device)
@@ -110,6 +111,10 @@ def _load_transformer_from(folder: str, partition: str, options: LoadOptions) ->
     transformer.requires_grad_(False).eval()
     if options.fuse_qkv:
         fuse_qkv(transformer)
+    if options.compile:
+        from .compiled import compile_blocks
+
+        compile_blocks(transformer, options.device)
     return transformer
 
 

@@ -21,6 +21,12 @@ def test_policy_cuda_runs_half_bases_in_their_dtype_and_fp32_stays(base):
     assert delta_dtype(torch.device("cuda", 0), base) == base
 
 
+@pytest.mark.parametrize("base", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_policy_cuda_runs_an_fp8_stored_base_in_bf16(base):
+    assert delta_dtype("cuda", base) == torch.bfloat16
+    assert delta_dtype("cpu", base) == torch.float32
+
+
 @pytest.mark.parametrize("base", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
 def test_policy_cpu_and_meta_keep_fp32(base):
     assert delta_dtype("cpu", base) == torch.float32

@@ -94,6 +94,29 @@ def request_evaluations(rehearsal: Any, steps: int | None = None) -> int:
     return count_evaluations(steps or GenerationRequest.steps, rehearsal.scheduler_shift)
 
 
+def peaks_for_device(name: str) -> Peaks | None:
+    """The peaks of a GPU seen at run time (``torch.cuda.get_device_properties(...).name``), None if unknown."""
+    squashed = name.upper().replace(" ", "")
+    for key, peaks in PEAKS.items():
+        if key.upper().replace(" ", "") in squashed:
+            return peaks
+    return None
+
+
+def step_seconds(measured: Any, placement: Any, peaks: Peaks, lora: str | None) -> float:
+    """One evaluation on ``peaks``: the counted FLOPs (without the delta's unless ``lora`` is ``unmerged``) against
+    the transformer's weight reads (fp8 bytes with ``placement.fp8``) plus the factors' when unmerged; with
+    ``group`` offload at least the transformer's transfer over the host link."""
+    partition = repo.partition_for(measured.rehearsal.options.workflow)
+    transformer = measured.fp8_transformer_bytes if placement.fp8 else measured.weights.get(partition, 0)
+    unmerged = lora == "unmerged"
+    flops = flops_per_evaluation(measured.rehearsal, (BASE, LORA) if unmerged else (BASE,))
+    step = phase_seconds(flops, transformer + (measured.lora_bytes if unmerged else 0), peaks, placement.ranks)
+    if placement.offload == "group":  # the transformer streams in once per evaluation, beside the compute
+        step = max(step, transformer / peaks.host_bytes_per_s)
+    return step
+
+
 def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Iterable[Flavor],
             steps: int | None = None) -> dict[str, dict[str, float | None]]:
     """``{flavor: {step_s, video_s, check_s, usd_per_video, lora_overhead}}`` for every flavor with known peaks
@@ -103,10 +126,7 @@ def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Itera
 
     rehearsal = measured.rehearsal
     partition = repo.partition_for(rehearsal.options.workflow)
-    transformer = measured.fp8_transformer_bytes if placement.fp8 else measured.weights.get(partition, 0)
-    factors = measured.lora_bytes if lora_mode == "unmerged" else 0
     evaluations = request_evaluations(rehearsal, steps)
-    with_lora, without = flops_per_evaluation(rehearsal), flops_per_evaluation(rehearsal, (BASE,))
     others = {name: total(rehearsal.flops, name) for name in PHASES if name in rehearsal.flops}
     moved = sum(measured.weights.values()) if placement.offload == "auto" else \
         sum(size for name, size in measured.weights.items() if name != partition) if placement.offload == "group" else 0
@@ -115,11 +135,8 @@ def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Itera
         peaks = PEAKS.get(hardware.gpu)
         if peaks is None or placement.ranks > hardware.gpus:
             continue
-        step = phase_seconds(with_lora, transformer + factors, peaks, placement.ranks)
-        base = phase_seconds(without, transformer, peaks, placement.ranks)
-        if placement.offload == "group":  # the transformer streams in once per evaluation, beside the compute
-            streamed = transformer / peaks.host_bytes_per_s
-            step, base = max(step, streamed), max(base, streamed)
+        step = step_seconds(measured, placement, peaks, lora_mode)
+        base = step_seconds(measured, placement, peaks, None)
         once = sum(phase_seconds(flops, measured.weights.get(PHASE_COMPONENT.get(name, name), 0), peaks)
                    for name, flops in others.items())
         video = evaluations * step + once + moved / peaks.host_bytes_per_s

@@ -28,13 +28,18 @@ from .scaling import ScaleEntry
 MERGE_CHUNK_BYTES = 64 << 20  # fp32 rows merged at a time: bounds the temporary to 64 MiB per layer
 FORWARD_CHUNK_BYTES = 512 << 20  # unmerged inference: input/delta rows (in the delta's dtype) processed at a time
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def delta_dtype(device: torch.device | str, base_dtype: torch.dtype) -> torch.dtype:
     """The dtype an unmerged delta (its factors, its input and its output) runs in on ``device`` for a base of
-    ``base_dtype``: the base's own half dtype on CUDA (tensor cores, fp32 accumulation), fp32 elsewhere."""
-    if torch.device(device).type == "cuda" and base_dtype in HALF_DTYPES:
-        return base_dtype
+    ``base_dtype``: the base's own half dtype on CUDA (tensor cores, fp32 accumulation), bf16 for an fp8-stored base
+    (layerwise casting computes in bf16), fp32 elsewhere."""
+    if torch.device(device).type == "cuda":
+        if base_dtype in HALF_DTYPES:
+            return base_dtype
+        if base_dtype in FP8_DTYPES:
+            return torch.bfloat16
     return torch.float32
 
 

@@ -1,4 +1,4 @@
-"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N]`.
+"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N] [--compile]`.
 
 Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from --model
 or H3APP_MODEL (default: the embedded tiny checkpoint); hosted mode, adapter size cap and output folder from
@@ -10,7 +10,7 @@ import os
 import sys
 
 from h3app.cli import quiet_libraries
-from h3app.commands.model_options import add_fp8_flags
+from h3app.commands.model_options import add_compile_flag, add_fp8_flags
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
     add_fp8_flags(parser)  # --fp8, --fp8-text-encoder (H3APP_FP8, H3APP_FP8_TEXT_ENCODER)
     add_parallel_arguments(parser)
+    add_compile_flag(parser)
     return parser
 
 
@@ -60,7 +61,8 @@ def serve() -> None:
     from h3app.ui.startup_page import while_starting
 
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
-                          fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"))  # a bad dtype or a missing GPU: refused before any rank starts
+                          fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
+                          compile=args.compile)  # a bad dtype or a missing GPU: refused before any rank starts
     check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader

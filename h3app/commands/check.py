@@ -11,7 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
-from .model_options import add_run_flags, load_options
+from .model_options import add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -60,6 +60,10 @@ def run(args: argparse.Namespace) -> int:
             transformer = load_transformer(args.model, dtype=options.dtype, fuse_qkv=options.fuse_qkv,
                                            revision=options.revision, fp8=options.fp8)
             transformer.to(options.device)
+            if options.compile:
+                from ..model.compiled import compile_blocks
+
+                compile_blocks(transformer, options.device)
             adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
             result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,
                                                                        seed=args.seed, source=args.adapter))
@@ -70,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         if not group.leader:
             return 0
         result["parallel"] = group.spec.label
+    result.update(compile_fields(args))
     verdict = "IDENTICAL" if result["identical"] else f"DIFFERENT (max |diff| {result['max_abs_diff']:.3g})"
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, WORKFLOWS
 from ..rules.frames import RELEASED
-from .model_options import add_run_flags, load_options
+from .model_options import add_run_flags, compile_fields, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -123,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(output.video_path, out)
     Path(output.thumbnail_path).unlink(missing_ok=True)
-    result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow}
+    result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
+              **compile_fields(args)}
     result.pop("thumbnail", None)
     names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
                       f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"

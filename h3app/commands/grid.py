@@ -7,7 +7,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.frames import RELEASED
-from .model_options import add_run_flags, load_options
+from .model_options import add_run_flags, compile_fields, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         backend.close()
         close_ranks(group)
     result = {"adapter": args.adapter, "prompt": args.prompt, "steps": request.steps, "out_dir": str(out),
-              "parallel": group.spec.label if group is not None else "one rank", "cells": cells}
+              "parallel": group.spec.label if group is not None else "one rank", "cells": cells, **compile_fields(args)}
     lines = [f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
              f"{c['video_path']} (PSNR to no LoRA {c['baseline_psnr']} dB)" for c in cells]
     emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]))

@@ -26,6 +26,7 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")
     parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time (frees the split weights)")
     add_fp8_flags(parser)
+    add_compile_flag(parser)
 
 
 # --- fp8 storage (docs/hardware.md): the same flags and variables on app.py, generate, check, grid and plan ---
@@ -47,7 +48,22 @@ def add_fp8_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fp8-text-encoder", action="store_true", default=env_flag(FP8_TEXT_ENCODER_ENV),
                         help=f"store the Qwen3-VL conditioner's decoder layers in float8_e4m3fn "
                              f"(env {FP8_TEXT_ENCODER_ENV}=1)")
-# --- end fp8 ---
+
+
+# --compile: torch.compile on the transformer blocks (h3app/model/compiled.py); the JSON reports dynamo's counts.
+def add_compile_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile the transformer blocks (inductor on CUDA, aot_eager on CPU); "
+                             "LoRA setting changes do not recompile")
+
+
+def compile_fields(args: argparse.Namespace) -> dict:
+    """``{"compile": {graphs, recompiles}}`` for a command run with ``--compile``, else nothing."""
+    if not getattr(args, "compile", False):
+        return {}
+    from ..model.compiled import compile_report
+
+    return {"compile": compile_report()}
 
 
 def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -72,4 +88,5 @@ def load_options(args: argparse.Namespace) -> "LoadOptions":
 
     return LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                        fp8_text_encoder=args.fp8_text_encoder, fuse_qkv=args.fuse_qkv,
-                       revision=args.model_revision, token=os.environ.get("HF_TOKEN"))
+                       revision=args.model_revision, token=os.environ.get("HF_TOKEN"),
+                       compile=getattr(args, "compile", False))

@@ -82,6 +82,12 @@ class ByteCounter:
     _runs: dict[str, PhaseBytes] = field(default_factory=dict)
     _depth: dict[str, int] = field(default_factory=dict)
     _sizes: dict[int, tuple[bool, int]] = field(default_factory=dict)
+    work: Any = None  # a ``work.WorkCounter`` counting FLOPs beside the bytes (replays repeat its counts too)
+
+    @property
+    def open_phases(self) -> tuple[str, ...]:
+        """The phases open now, outermost first."""
+        return tuple(self._open)
 
     def add(self, tensor: FakeTensor) -> None:
         storage = tensor.untyped_storage()
@@ -380,7 +386,8 @@ def replay_repeats(modules: Sequence[torch.nn.Module], counter: ByteCounter) -> 
     fake execution depends on shapes only, so a repeat allocates the same outputs and peaks the same transient
     above what is live. The signature is the module's class, its tensors (parameters, buffers and LoRA factors:
     shape, dtype, device) and its inputs', so identical sibling layers share one recording — the VAE decoder's
-    dozens of identical tiles, the text encoder's decoder layers, the transformer's blocks. Returns the undo."""
+    dozens of identical tiles, the text encoder's decoder layers, the transformer's blocks. A replay also repeats
+    the FLOPs the recording counted (``counter.work``). Returns the undo."""
     recorded: dict[tuple, tuple[int, Any, list[Any]]] = {}
 
     def describe(value: Any) -> Any:
@@ -395,18 +402,22 @@ def replay_repeats(modules: Sequence[torch.nn.Module], counter: ByteCounter) -> 
             key = (type(module).__name__, _tensors_of(module), tuple(describe(a) for a in tree_flatten((args, kwargs))[0]))
             if key not in recorded:
                 start = counter.device_live
+                work = counter.work.snapshot() if counter.work is not None else None
                 counter.begin("replayed")
                 try:
                     out = original(*args, **kwargs)
                 finally:
                     counter.end("replayed")
                 transient = counter.phases.pop("replayed").peak - start
+                work = counter.work.since(work) if counter.work is not None else None
                 leaves, spec = tree_flatten(out)
                 if all(isinstance(x, torch.Tensor) and not x.requires_grad for x in leaves) and leaves:
-                    recorded[key] = (transient, spec, [describe(x) for x in leaves])
+                    recorded[key] = (transient, spec, [describe(x) for x in leaves], work)
                 return out
-            transient, spec, outputs = recorded[key]
+            transient, spec, outputs, work = recorded[key]
             counter.bump(counter.device_live + transient)
+            if work and counter.work is not None:
+                counter.work.repeat(work)
             return tree_unflatten([torch.empty_strided(shape, stride, dtype=dtype, device=device)
                                    for shape, stride, dtype, device in outputs], spec)
 

@@ -113,6 +113,8 @@ class Plan:
     tokens: dict[str, int]
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    flops_per_evaluation: int = 0  # one transformer evaluation, counted on the rehearsal (``work.py``)
+    predicted: dict[str, dict[str, float | None]] = field(default_factory=dict)  # flavor → ``roofline.predict``
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -329,7 +331,16 @@ def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = f
         phases=phases, fits={row["name"]: row["fits"] for row in rows}, flavors=rows,
         recommended=recommend(measured, lora_mode, placement.ranks),
         targets_bound=rehearsal.targets_bound if options.adapter is not None else None,
-        tokens=dict(rehearsal.tokens), warnings=warnings, seconds=round(time.perf_counter() - started, 2))
+        tokens=dict(rehearsal.tokens), warnings=warnings, seconds=round(time.perf_counter() - started, 2),
+        **_speed(measured, placement, lora_mode, judged))
+
+
+def _speed(measured: Measured, placement: Placement, lora_mode: str | None, judged) -> dict[str, Any]:
+    """The plan's speed fields: FLOPs per evaluation and the roofline prediction per judged flavor."""
+    from .roofline import flops_per_evaluation, predict
+
+    return {"flops_per_evaluation": sum(flops_per_evaluation(measured.rehearsal).values()),
+            "predicted": predict(measured, placement, lora_mode, judged)}
 
 
 def _warnings(measured: Measured, placement: Placement, lora_mode: str | None, peak: int,

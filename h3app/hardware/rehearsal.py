@@ -6,6 +6,7 @@ One rehearsal = what a GPU box does for one request: the loader builds and place
 the worker runs ``run_generation`` for one denoising step (2 sigma points) at the canvas — text encoder, keyframe
 or reference encode, transformer, both VAE decodes —. The token counts are those the pipeline itself packs (read from the transformer's inputs).
 With ``equivalence`` the worker runs the backend's equivalence check instead (``rehearsal_check.py``).
+The FLOPs of the request are counted on the same run (``work.py``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
 from .fake_cuda import PhaseBytes, fake_cuda, replay_repeats
-from .header_adapter import adapter_from_header, factor_bytes
+from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
+from .work import Flops, counting
 
 RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
 PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
@@ -83,6 +85,8 @@ class Rehearsal:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     check: CheckRehearsal | None = None  # what the equivalence check ran (``options.equivalence``)
+    flops: Flops = field(default_factory=dict)  # phase → kind (base/lora) → precision → FLOPs (``work.py``)
+    scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
 
 
 def rehearse(options: RehearsalOptions, *,
@@ -123,11 +127,16 @@ def rehearse(options: RehearsalOptions, *,
         undo = _instrument(loaded, options.workflow, counter, tokens)
         worker = Worker(max_queue=1)
 
+        flops: dict[str, Any] = {}
+
         def job(ctx) -> Any:
-            with mode.on_this_thread():
-                if options.equivalence:
-                    return rehearse_check(loaded, options.adapter, request, Path(scratch))
-                return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel)
+            with mode.on_this_thread(), counting(counter) as work:
+                try:
+                    if options.equivalence:
+                        return rehearse_check(loaded, options.adapter, request, Path(scratch))
+                    return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel)
+                finally:
+                    flops.update(work.by_phase())
 
         try:
             result = worker.run(job, label="rehearsal")
@@ -148,11 +157,13 @@ def rehearse(options: RehearsalOptions, *,
             evaluations=check.evaluations if check else result.evaluations,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
-            seconds=time.perf_counter() - started, check=check)
+            seconds=time.perf_counter() - started, check=check, flops=flops,
+            scheduler_shift=float(pipe.scheduler.config.shift))
 
 
 def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
-    """Bind the header's adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, fp32 bytes).
+    """Bind the header's adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, the bytes of
+    the factors as the engine keeps them).
     Host RAM for merged mode's pristine copies is the plan's question, so the store is told not to refuse."""
     shapes = transformer_shapes(dict(transformer.config))
     partition = repo.partition_for(options.workflow)
@@ -163,7 +174,7 @@ def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) ->
                             mode=options.lora_mode)
     with counter.phase("attach"):
         report = engine.attach(adapter, settings, ADAPTER_NAME)
-    return engine, len(report.matched), factor_bytes(adapter)
+    return engine, len(report.matched), engine.factor_bytes
 
 
 def _device_of(module: torch.nn.Module) -> str:

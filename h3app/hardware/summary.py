@@ -96,4 +96,21 @@ def describe_plan(plan: "Plan") -> str:
     else:
         lines.append("recommended: no flavor fits both GPU and host")
     lines.extend(f"warning: {w}" for w in plan.warnings)
+    lines.extend(describe_predictions(plan))
     return "\n".join(lines)
+
+
+def describe_predictions(plan: "Plan") -> list[str]:
+    """The roofline lines of ``plan``: FLOPs per evaluation, then per flavor step, video, check, cost, LoRA
+    overhead (predicted from spec-sheet peaks, docs/hardware.md)."""
+    if not plan.predicted:
+        return []
+    lines = [f"predicted (spec-sheet roofline, not measured): {plan.flops_per_evaluation / 1e12:,.1f} TFLOP "
+             f"per evaluation"]
+    for name, p in plan.predicted.items():
+        check = f", check {p['check_s']:,.0f} s" if p.get("check_s") is not None else ""
+        cost = f", ${p['usd_per_video']:.3f}/video" if p.get("usd_per_video") is not None else ""
+        lora = f", LoRA ×{p['lora_overhead']:.3f}" if plan.lora_mode and p.get("lora_overhead") else ""
+        fits = "" if plan.fits.get(name) else " (does not fit)"
+        lines.append(f"  {name}{fits}: step {p['step_s']:.2f} s, video {p['video_s']:,.0f} s{check}{cost}{lora}")
+    return lines

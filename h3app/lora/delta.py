@@ -31,7 +31,9 @@ def compute_lora_delta(
       ``group_scales[i]`` (shape ``[g]``) and everything by ``scale``.
 
     Scales multiply the rank-space hidden ``x Aᵀ`` (``r`` wide), which is cheaper than scaling the output and the
-    same up to fp rounding. ``scale`` may be a Python float (applied in the tensor's dtype) or a 0-dim tensor.
+    same up to fp rounding. ``scale`` may be a Python float (applied in the tensor's dtype) or a 0-dim tensor. For a
+    half-precision ``x`` a tensor scale is applied in fp32 (the hidden upcast, scaled, rounded once back), so an
+    fp32 scale is never first rounded to bf16.
     """
     if A.ndim != B.ndim or A.ndim not in (2, 3):
         raise ValueError(
@@ -46,24 +48,33 @@ def compute_lora_delta(
     if A.ndim == 2:
         if group_scales is not None:
             raise ValueError("group_scales needs stacked 3D factors; use scale= for a 2D delta")
-        hidden = F.linear(x, A)
-        if scale is not None:
-            hidden = hidden * scale
-        return F.linear(hidden, B)
+        return F.linear(_scaled(F.linear(x, A), scale), B)
 
     groups, rank, in_features = A.shape
     if B.shape[0] != groups:
         raise ValueError(f"group count mismatch: A {tuple(A.shape)} has {groups} groups but B {tuple(B.shape)} has {B.shape[0]}")
     hidden = F.linear(x, A.reshape(groups * rank, in_features)).unflatten(-1, (groups, rank))  # [..., g, r]
     if group_scales is not None:
-        group_scales = torch.as_tensor(group_scales, dtype=hidden.dtype, device=hidden.device)
+        group_scales = torch.as_tensor(group_scales, device=hidden.device)
+        if hidden.dtype in (torch.float32, torch.float64) or not group_scales.dtype.is_floating_point:
+            group_scales = group_scales.to(hidden.dtype)
         if group_scales.shape != (groups,):
             raise ValueError(f"group_scales has shape {tuple(group_scales.shape)} but the stack has {groups} groups")
-        hidden = hidden * group_scales.unsqueeze(-1)
-    if scale is not None:
-        hidden = hidden * scale
+        hidden = _scaled(hidden, group_scales.unsqueeze(-1))
+    hidden = _scaled(hidden, scale)
     delta = torch.einsum("...gr,gor->...go", hidden, B)  # [..., g, out_g]
     return delta.flatten(-2)
+
+
+def _scaled(hidden: torch.Tensor, scale: float | torch.Tensor | None) -> torch.Tensor:
+    """``hidden · scale`` in ``hidden``'s dtype; a tensor scale of another dtype is applied in the wider one and the
+    product rounded once to ``hidden``'s dtype."""
+    if scale is None:
+        return hidden
+    if not isinstance(scale, torch.Tensor) or scale.dtype == hidden.dtype:
+        return hidden * scale
+    wide = torch.promote_types(hidden.dtype, scale.dtype)
+    return (hidden.to(wide) * scale.to(wide)).to(hidden.dtype)
 
 
 def stack_group_factors(

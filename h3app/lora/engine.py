@@ -19,7 +19,6 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 import torch.nn as nn
-from torch._subclasses.fake_tensor import FakeTensor
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
@@ -28,7 +27,7 @@ from ..rules.h3_modules import GROUPS, group_of
 from ..settings import LoRASettings, MODES, check_alpha, check_strength
 from ..rules.scale import scale_divisor
 from .delta import stack_group_factors
-from .layers import LoRAFactors, LoRALinear, is_mergeable
+from .layers import LoRAFactors, LoRALinear, delta_dtype, is_fake, is_mergeable
 from .pristine import PristineStore
 from .profile import NormMemo, StrengthProfile, TargetStrength, block_of, build_profile, suggest_alpha
 from .report import MatchError, MatchReport, ShapeError, TargetMatch
@@ -169,6 +168,17 @@ class LoRAEngine:
         return self._pristine
 
     @property
+    def factor_bytes(self) -> int:
+        """Bytes of every attached adapter's factors as the engine keeps them (on the device, in ``delta_dtype``);
+        a factor shared by several targets counts once."""
+        seen: dict[int, int] = {}
+        for binding in self._bindings.values():
+            for entry in binding.wrapper.lora_entries:
+                for factor in (entry.down, entry.up):
+                    seen[id(factor)] = factor.numel() * factor.element_size()
+        return sum(seen.values())
+
+    @property
     def fused_qkv(self) -> bool:
         return any(slot.groups == 3 for slot in self._slots.values())
 
@@ -293,9 +303,10 @@ class LoRAEngine:
 
     def _build_entries(self, name: str, matched: Mapping[str, ModuleLoRA], state: AdapterScale
                        ) -> dict[str, LoRAFactors]:
-        """One entry per bound module, with fp32 factors on its device: one pass over each factor (a conversion, or
-        none when it already is fp32 and contiguous there; a factor shared by several targets is converted once)."""
-        converted: dict[tuple[int, torch.device], torch.Tensor] = {}
+        """One entry per bound module, with factors on its device in ``delta_dtype`` (fp32; the base's half dtype on
+        CUDA): one pass over each factor (a conversion, or none when it already is in that dtype and contiguous
+        there; a factor shared by several targets is converted once)."""
+        converted: dict[tuple[int, torch.device, torch.dtype], torch.Tensor] = {}
         by_module: dict[str, list[tuple[TargetSlot, ModuleLoRA]]] = {}
         for target, module in matched.items():
             slot = self._slots[target]
@@ -304,41 +315,42 @@ class LoRAEngine:
         entries: dict[str, LoRAFactors] = {}
         for path, members in sorted(by_module.items()):
             device = self._factor_device or self._weight(path).device
+            dtype = delta_dtype(device, self._weight(path).dtype)
 
-            def fp32(tensor: torch.Tensor, device: torch.device = device) -> torch.Tensor:
-                key = (id(tensor), device)
+            def convert(tensor: torch.Tensor, device: torch.device = device, dtype: torch.dtype = dtype) -> torch.Tensor:
+                key = (id(tensor), device, dtype)
                 if key not in converted:
-                    converted[key] = tensor.detach().to(device=device, dtype=torch.float32).contiguous()
+                    converted[key] = tensor.detach().to(device=device, dtype=dtype).contiguous()
                 return converted[key]
 
             first_slot = members[0][0]
             if first_slot.groups == 1:
                 slot, module = members[0]
                 scale = state.entry_for(slot.group, (ModuleAlpha.of(module),), device)
-                entries[path] = LoRAFactors(name, scale, fp32(module.down), fp32(module.up))
+                entries[path] = LoRAFactors(name, scale, convert(module.down), convert(module.up))
                 continue
             by_index: list[ModuleLoRA | None] = [None] * first_slot.groups
             for slot, module in members:
                 by_index[slot.index] = module
-            entries[path] = self._fused_entry(name, state, first_slot, by_index, fp32, device)
+            entries[path] = self._fused_entry(name, state, first_slot, by_index, convert, device, dtype)
         return entries
 
     def _fused_entry(self, name: str, state: AdapterScale, slot: TargetSlot, by_index: list[ModuleLoRA | None],
-                     fp32, device: torch.device) -> LoRAFactors:
+                     convert, device: torch.device, dtype: torch.dtype) -> LoRAFactors:
         covered = [m for m in by_index if m is not None]
         first = covered[0]
         shared_down = all(_same_tensor(m.down, first.down) for m in covered[1:])
         stored = [ModuleAlpha.of(m) if m is not None else None for m in by_index]
         if shared_down and len({s for s in stored if s is not None}) == 1:
             # Native fused source: one A, blocked [B_q; B_k; B_v] (zero rows for an uncovered group): a 2D delta.
-            up = torch.zeros(slot.groups * slot.out_features, first.rank, dtype=torch.float32, device=device)
+            up = torch.zeros(slot.groups * slot.out_features, first.rank, dtype=dtype, device=device)
             for index, module in enumerate(by_index):
                 if module is not None:
                     up[index * slot.out_features:(index + 1) * slot.out_features].copy_(module.up.detach())
-            return LoRAFactors(name, state.entry_for(slot.group, (ModuleAlpha.of(first),), device), fp32(first.down), up)
+            return LoRAFactors(name, state.entry_for(slot.group, (ModuleAlpha.of(first),), device), convert(first.down), up)
         down, up = stack_group_factors(
             [(m.down.detach(), m.up.detach()) if m is not None else None for m in by_index],
-            out_features_per_group=slot.out_features, in_features=slot.in_features, dtype=torch.float32, device=device)
+            out_features_per_group=slot.out_features, in_features=slot.in_features, dtype=dtype, device=device)
         return LoRAFactors(name, state.entry_for(slot.group, tuple(stored), device), down, up)
 
     # ------------------------------------------------------------------------------------------- set / mode
@@ -597,4 +609,4 @@ def _check_groups(group_strengths: Mapping[str, float]) -> None:
 
 def _no_data(tensor: torch.Tensor) -> bool:
     """A tensor with a shape but no values: meta, or a fake tensor (the full-size rehearsal's fake CUDA)."""
-    return tensor.is_meta or isinstance(tensor, FakeTensor)
+    return tensor.is_meta or is_fake(tensor)

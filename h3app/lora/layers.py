@@ -2,8 +2,18 @@
 pristine copy.
 
 A layer does not decide its scale: each ``LoRAFactors`` reads the ``ScaleEntry`` that ``h3app.lora.scaling`` shares
-between all layers of its kind, so a slider change costs no work here. Arithmetic is fp32 (factors kept in fp32,
-input cast once), with one rounding to the base output's (or weight's) dtype.
+between all layers of its kind, so a slider change costs no work here.
+
+Which dtype the unmerged delta runs in is one rule, ``delta_dtype``: on CUDA with a half-precision base (bf16/fp16)
+the factors are stored in the base's dtype and ``x·Aᵀ·Bᵀ`` runs on the tensor cores with fp32 accumulation (an fp32
+GEMM would run on the CUDA cores at about a fifteenth of the speed); everywhere else (the CPU, fp32 bases) factors
+are fp32, the input is cast once and the delta is rounded once into the base output. The effective scale is the
+same fp32 value on both paths (the one float64→fp32 product), applied to the rank-space hidden in fp32, so two
+settings with the same ``alpha × strength`` stay bit-identical on either path. Merging always runs in fp32.
+
+Oracle tolerance of the half path (against a float64 oracle of the same factors): each output element within
+``2⁻⁷ · (|base| + max|delta| of its row) + 2⁻²⁴``: three bf16 roundings (hidden, delta, sum), accumulation in fp32
+(``tests/test_lora_dtype.py`` holds it).
 """
 
 from __future__ import annotations
@@ -16,11 +26,26 @@ from .pristine import PristineStore
 from .scaling import ScaleEntry
 
 MERGE_CHUNK_BYTES = 64 << 20  # fp32 rows merged at a time: bounds the temporary to 64 MiB per layer
-FORWARD_CHUNK_BYTES = 512 << 20  # unmerged inference: fp32 input/delta rows processed at a time
+FORWARD_CHUNK_BYTES = 512 << 20  # unmerged inference: input/delta rows (in the delta's dtype) processed at a time
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def delta_dtype(device: torch.device | str, base_dtype: torch.dtype) -> torch.dtype:
+    """The dtype an unmerged delta (its factors, its input and its output) runs in on ``device`` for a base of
+    ``base_dtype``: the base's own half dtype on CUDA (tensor cores, fp32 accumulation), bf16 for an fp8-stored base
+    (layerwise casting computes in bf16), fp32 elsewhere."""
+    if torch.device(device).type == "cuda":
+        if base_dtype in HALF_DTYPES:
+            return base_dtype
+        if base_dtype in FP8_DTYPES:
+            return torch.bfloat16
+    return torch.float32
 
 
 class LoRAFactors:
-    """One adapter's factors on one Linear, in fp32 on the weight's device.
+    """One adapter's factors on one Linear, on the weight's device in ``delta_dtype`` (fp32, or the base's half
+    dtype on CUDA).
 
     2D: ``down [r, in]``, ``up [out, r]`` (a regular Linear, or a fused ``to_qkv`` whose q/k/v share ``A``: ``up`` is
     the blocked ``[B_q; B_k; B_v]``, zero rows where a group is not covered). 3D: ``down [g, r_max, in]``,
@@ -44,17 +69,25 @@ class LoRAFactors:
         """Float64 effective scale per group (one value for 2D), as the adapter's settings are now."""
         return self.scale.values
 
-    def delta(self, x32: torch.Tensor) -> torch.Tensor:
-        """``[..., out]`` fp32 delta for fp32 input ``x32 [..., in]``."""
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the delta's input, factors and output are in (``delta_dtype``)."""
+        return self.down.dtype
+
+    def delta(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., out]`` delta for input ``x [..., in]`` already in ``self.dtype``."""
         if self.stacked:
-            return compute_lora_delta(x32, self.down, self.up, group_scales=self.scale.applied)
-        return compute_lora_delta(x32, self.down, self.up, scale=self.scale.applied)
+            return compute_lora_delta(x, self.down, self.up, group_scales=self.scale.applied)
+        return compute_lora_delta(x, self.down, self.up, scale=self.scale.applied)
+
+    def _fp32(self, factor: torch.Tensor) -> torch.Tensor:
+        return factor if factor.dtype == torch.float32 else factor.to(torch.float32)
 
     def add_to_weight(self, weight32: torch.Tensor, start: int, stop: int) -> None:
         """``weight32`` holds fp32 rows ``[start, stop)`` of the layer; add ``scale · B @ A`` for those rows."""
         values = self.scale_values()
         if not self.stacked:
-            weight32.addmm_(self.up[start:stop], self.down, alpha=values[0])
+            weight32.addmm_(self._fp32(self.up[start:stop]), self._fp32(self.down), alpha=values[0])
             return
         out_per_group = self.up.shape[1]
         for index, rank in enumerate(self.group_ranks):
@@ -65,17 +98,18 @@ class LoRAFactors:
             if lo >= hi:
                 continue
             weight32[lo - start:hi - start].addmm_(
-                self.up[index, lo - group_start:hi - group_start, :rank], self.down[index, :rank], alpha=values[index]
-            )
+                self._fp32(self.up[index, lo - group_start:hi - group_start, :rank]),
+                self._fp32(self.down[index, :rank]), alpha=values[index])
 
     @property
     def nbytes(self) -> int:
         return self.down.numel() * self.down.element_size() + self.up.numel() * self.up.element_size()
 
 
-def forward_rows_per_chunk(width: int) -> int:
-    """Sequence rows per unmerged-forward chunk for fp32 rows of ``width`` features (shape-only, deterministic)."""
-    return max(1, FORWARD_CHUNK_BYTES // max(1, width * 4))
+def forward_rows_per_chunk(width: int, element_size: int = 4) -> int:
+    """Sequence rows per unmerged-forward chunk for rows of ``width`` features of ``element_size`` bytes
+    (shape-only, deterministic)."""
+    return max(1, FORWARD_CHUNK_BYTES // max(1, width * element_size))
 
 
 def rows_per_chunk(in_features: int) -> int:
@@ -86,8 +120,8 @@ def rows_per_chunk(in_features: int) -> int:
 class LoRALinear(nn.Module):
     """An ``nn.Linear`` plus LoRA deltas, unmerged: ``base(x) + Σ_adapters scale · (x Aᵀ) Bᵀ``.
 
-    The delta is computed in fp32 (input cast once, factors kept in fp32) and added to the base output with one
-    rounding to the base output's dtype. The factors are plain attributes, not parameters or buffers, so the
+    The delta runs in its factors' dtype (``delta_dtype``: fp32 with the input cast once, or the base's half dtype
+    on CUDA) and is added to the base output in place. The factors are plain attributes, not parameters or buffers, so the
     wrapper's ``state_dict`` and diffusers' ``get_parameter_dtype`` see only the base Linear.
     """
 
@@ -126,24 +160,25 @@ class LoRALinear(nn.Module):
         entries = self.lora_entries
         if not entries:
             return out
+        dtype = entries[0].dtype
         if torch.is_grad_enabled():
-            x32 = x.to(torch.float32)
-            delta = entries[0].delta(x32)
+            xd = x.to(dtype)
+            delta = entries[0].delta(xd)
             for entry in entries[1:]:
-                delta = delta + entry.delta(x32)
+                delta = delta + entry.delta(xd)
             return torch.add(out, delta).to(out.dtype)
-        # Inference: add the fp32 delta into the base output in place (one rounding to out's dtype), by row chunks
-        # so that neither the fp32 copy of x nor the fp32 delta is ever materialised for the whole sequence.
+        # Inference: add the delta into the base output in place (one rounding to out's dtype), by row chunks so
+        # that neither a cast copy of x nor the delta is ever materialised for the whole sequence.
         if not out.is_contiguous():
             out = out.contiguous()
         flat_x = x.reshape(-1, x.shape[-1])
         flat_out = out.view(-1, out.shape[-1])
-        step = forward_rows_per_chunk(max(x.shape[-1], out.shape[-1]))
+        step = forward_rows_per_chunk(max(x.shape[-1], out.shape[-1]), dtype.itemsize)
         for start in range(0, flat_x.shape[0], step):
-            x32 = flat_x[start:start + step].to(torch.float32)
-            delta = entries[0].delta(x32)
+            xd = flat_x[start:start + step].to(dtype)
+            delta = entries[0].delta(xd)
             for entry in entries[1:]:
-                delta.add_(entry.delta(x32))
+                delta.add_(entry.delta(xd))
             flat_out[start:start + step].add_(delta)
         return out
 
@@ -171,8 +206,13 @@ def is_mergeable(weight: torch.Tensor) -> str | None:
     """None when merged mode can rewrite ``weight``; else why not (quantised, meta)."""
     if weight.is_meta:
         return "the transformer is on the meta device (no weights to merge into)"
-    if type(weight.data) is not torch.Tensor and type(weight.data).__name__ != "FakeTensor":  # fake CUDA: plain
+    if type(weight.data) is not torch.Tensor and not is_fake(weight.data):  # fake CUDA stands in for a plain tensor
         return f"its weights are {type(weight.data).__name__} (quantised); quantised bases are unmerged-only"
     if not weight.dtype.is_floating_point:
         return f"its weights are {weight.dtype} (quantised); quantised bases are unmerged-only"
     return None
+
+
+def is_fake(tensor: torch.Tensor) -> bool:
+    """A fake tensor (the fake-CUDA rehearsal): it carries the ``fake_mode`` that made it."""
+    return getattr(tensor, "fake_mode", None) is not None

@@ -41,8 +41,9 @@ class ScaleEntry:
 
     ``members``: one ``ModuleAlpha`` per row group (one for a 2D layer, three for a stacked q/k/v), None for a group
     the adapter does not cover. ``values``: float64 effective scale per group (0.0 for an uncovered one);
-    ``applied``: what the arithmetic multiplies by — a Python float for 2D (torch applies it in fp32), an fp32
-    tensor of per-group scales on the factors' device for stacks. ``ranks``: per group, 0 where uncovered.
+    ``applied``: what the arithmetic multiplies by — the values rounded once to fp32, in one fp32 tensor on the
+    factors' device (0-dim for 2D, ``[g]`` for stacks), refilled in place: a compiled graph reads it as an input,
+    so a settings change never recompiles. ``ranks``: per group, 0 where uncovered.
     """
 
     __slots__ = ("members", "ranks", "values", "applied")
@@ -51,7 +52,7 @@ class ScaleEntry:
         self.members = members
         self.ranks = tuple(m.rank if m is not None else 0 for m in members)
         self.values: tuple[float, ...] = ()
-        self.applied: float | torch.Tensor = 0.0
+        self.applied: torch.Tensor | None = None
 
     @property
     def stacked(self) -> bool:
@@ -105,5 +106,8 @@ class AdapterScale:
         group, members, device = key
         values = tuple(self.scale(group, m) if m is not None else 0.0 for m in members)
         entry.values = values
-        entry.applied = (torch.tensor(values, dtype=torch.float64).to(device=device, dtype=torch.float32)
-                         if entry.stacked else values[0])
+        exact = torch.tensor(values if entry.stacked else values[0], dtype=torch.float64)
+        if entry.applied is None:
+            entry.applied = exact.to(device=device, dtype=torch.float32)
+        else:
+            entry.applied.copy_(exact)  # the same float64→fp32 rounding as ``.to``, into the tensor graphs read

@@ -37,6 +37,7 @@ class LoadOptions:
     and ``fp8_text_encoder`` the conditioner's decoder layers (``model/fp8.py``: compute stays ``dtype``; LoRA is then
     unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees the
     split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
+    ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``).
     """
 
     dtype: torch.dtype = torch.float32
@@ -47,6 +48,7 @@ class LoadOptions:
     fuse_qkv: bool = False
     revision: str | None = None
     token: str | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_device(self.device)
@@ -109,6 +111,10 @@ def _load_transformer_from(folder: str, partition: str, options: LoadOptions) ->
         fuse_qkv(transformer)
     if options.fp8:
         fp8.store_transformer(transformer, options.dtype)
+    if options.compile:
+        from .compiled import compile_blocks
+
+        compile_blocks(transformer, options.device)
     return transformer
 
 

@@ -1,0 +1,149 @@
+"""How long a request takes on each flavor, before renting it: the rehearsal's counted work against spec-sheet peaks.
+
+A roofline: each phase takes ``max(Σ FLOPs_p / peak_p, bytes / memory bandwidth) / EFFICIENCY`` — the FLOPs per
+precision ``p`` counted on the fake-CUDA rehearsal (``work.py``), the bytes its weights take to read once, the
+peaks of ``PEAKS`` (dense, no sparsity; vendor datasheets named in docs/hardware.md) and ONE efficiency factor for
+everything. Offload adds host-link transfers: ``auto`` moves every component to the GPU once per request,
+``group`` streams the transformer once per evaluation beside the compute (a step takes at least that transfer).
+Context parallel divides an evaluation's FLOPs by its ranks; the weights are read in full on every GPU.
+
+Per flavor (``predict``): ``step_s`` (one transformer evaluation), ``video_s`` (the request's evaluations, the
+conditioner, the encodes and decodes, the transfers), ``check_s`` (the equivalence check: its full generations
+plus the control step; unmerged LoRA only), ``usd_per_video`` (``video_s`` at the flavor's hourly price) and
+``lora_overhead`` (``step_s`` over the same step without the LoRA delta's FLOPs and factor reads).
+These are predictions: ``bench/gpu.py`` prints them beside what a GPU measures.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from ..model import repo
+from .flavors import Flavor
+from .work import BASE, LORA, TF32, total
+
+EFFICIENCY = 0.6  # fraction of every spec-sheet peak a real kernel reaches (large GEMMs ~0.6–0.75; a guess until measured)
+PHASES = ("text_encoder", "vae_encode", "audio_vae_encode", "vae_decode", "audio_vae_decode")  # once per request
+DENOISE = "denoise"
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """Spec-sheet peaks of one GPU: dense TFLOPS per precision, memory bandwidth (TB/s) and host link (GB/s, one
+    direction). ``fp8`` is None where the card has no fp8 tensor cores."""
+
+    gpu: str
+    bf16: float
+    fp8: float | None
+    tf32: float
+    fp32: float
+    memory_tbps: float
+    host_gbps: float
+
+    def flops_per_s(self, precision: str) -> float:
+        """Peak FLOP/s of ``precision`` (a ``work.precision`` name)."""
+        tflops = {"bfloat16": self.bf16, "float16": self.bf16, TF32: self.tf32, "float32": self.fp32,
+                  "float64": self.fp32 / 2}.get(precision)
+        if tflops is None and precision.startswith("float8"):
+            tflops = self.fp8 or self.bf16
+        return (tflops if tflops is not None else self.fp32) * 1e12
+
+    @property
+    def memory_bytes_per_s(self) -> float:
+        return self.memory_tbps * 1e12
+
+    @property
+    def host_bytes_per_s(self) -> float:
+        return self.host_gbps * 1e9
+
+
+PCIE4, PCIE5 = 32.0, 64.0  # GB/s one direction of an x16 link
+# Keyed by ``Flavor.gpu``. RTX PRO 6000: FP32 and bandwidth from its datasheet; the tensor rates are its 4 PFLOPS
+# (FP4, sparse) halved per precision step.
+PEAKS: dict[str, Peaks] = {peaks.gpu: peaks for peaks in (
+    Peaks("A100", bf16=312, fp8=None, tf32=156, fp32=19.5, memory_tbps=2.039, host_gbps=PCIE4),
+    Peaks("L40S", bf16=362.05, fp8=733, tf32=183, fp32=91.6, memory_tbps=0.864, host_gbps=PCIE4),
+    Peaks("RTX PRO 6000", bf16=500, fp8=1000, tf32=250, fp32=125, memory_tbps=1.792, host_gbps=PCIE5),
+    Peaks("H100", bf16=989.4, fp8=1978.9, tf32=494.7, fp32=66.9, memory_tbps=3.35, host_gbps=PCIE5),
+    Peaks("H200", bf16=989.4, fp8=1978.9, tf32=494.7, fp32=66.9, memory_tbps=4.8, host_gbps=PCIE5),
+)}
+
+
+def usd_per_hour(hardware: Flavor) -> float | None:
+    """The flavor's published price per box-hour (None where none is published)."""
+    return hardware.usd_per_hour
+
+
+def phase_seconds(flops: dict[str, int], bytes_read: int, peaks: Peaks, ranks: int = 1) -> float:
+    """Roofline seconds of one phase: FLOPs by precision (split over ``ranks``) against reading ``bytes_read``."""
+    compute = sum(count / peaks.flops_per_s(prec) for prec, count in flops.items()) / max(1, ranks)
+    return max(compute, bytes_read / peaks.memory_bytes_per_s) / EFFICIENCY
+
+
+def flops_per_evaluation(rehearsal: Any, kinds: tuple[str, ...] = (BASE, LORA)) -> dict[str, int]:
+    """One transformer evaluation's FLOPs by precision (the rehearsal's denoising FLOPs over its evaluations)."""
+    evaluations = max(1, rehearsal.evaluations)
+    return {prec: count // evaluations for prec, count in total(rehearsal.flops, DENOISE, kinds).items()}
+
+
+def request_evaluations(rehearsal: Any, steps: int | None = None) -> int:
+    """Transformer evaluations of a request of ``steps`` (default: the request's default) at the pipeline's shift."""
+    from ..backend.generation import GenerationRequest, count_evaluations
+
+    return count_evaluations(steps or GenerationRequest.steps, rehearsal.scheduler_shift)
+
+
+def peaks_for_device(name: str) -> Peaks | None:
+    """The peaks of a GPU seen at run time (``torch.cuda.get_device_properties(...).name``), None if unknown."""
+    squashed = name.upper().replace(" ", "")
+    for key, peaks in PEAKS.items():
+        if key.upper().replace(" ", "") in squashed:
+            return peaks
+    return None
+
+
+def step_seconds(measured: Any, placement: Any, peaks: Peaks, lora: str | None) -> float:
+    """One evaluation on ``peaks``: the counted FLOPs (without the delta's unless ``lora`` is ``unmerged``) against
+    the transformer's weight reads (fp8 bytes with ``placement.fp8``) plus the factors' when unmerged; with
+    ``group`` offload at least the transformer's transfer over the host link."""
+    partition = repo.partition_for(measured.rehearsal.options.workflow)
+    transformer = measured.fp8_transformer_bytes if placement.fp8 else measured.weights.get(partition, 0)
+    unmerged = lora == "unmerged"
+    flops = flops_per_evaluation(measured.rehearsal, (BASE, LORA) if unmerged else (BASE,))
+    step = phase_seconds(flops, transformer + (measured.lora_bytes if unmerged else 0), peaks, placement.ranks)
+    if placement.offload == "group":  # the transformer streams in once per evaluation, beside the compute
+        step = max(step, transformer / peaks.host_bytes_per_s)
+    return step
+
+
+def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Iterable[Flavor],
+            steps: int | None = None) -> dict[str, dict[str, float | None]]:
+    """``{flavor: {step_s, video_s, check_s, usd_per_video, lora_overhead}}`` for every flavor with known peaks
+    whose GPUs hold ``placement``'s ranks (``measured``: the planner's ``Measured``)."""
+    from ..backend.equivalence import CONTROL_STEPS, FULL_RUNS
+    from .planner import PHASE_COMPONENT
+
+    rehearsal = measured.rehearsal
+    partition = repo.partition_for(rehearsal.options.workflow)
+    evaluations = request_evaluations(rehearsal, steps)
+    others = {name: total(rehearsal.flops, name) for name in PHASES if name in rehearsal.flops}
+    moved = sum(measured.weights.values()) if placement.offload == "auto" else \
+        sum(size for name, size in measured.weights.items() if name != partition) if placement.offload == "group" else 0
+    out: dict[str, dict[str, float | None]] = {}
+    for hardware in flavors:
+        peaks = PEAKS.get(hardware.gpu)
+        if peaks is None or placement.ranks > hardware.gpus:
+            continue
+        step = step_seconds(measured, placement, peaks, lora_mode)
+        base = step_seconds(measured, placement, peaks, None)
+        once = sum(phase_seconds(flops, measured.weights.get(PHASE_COMPONENT.get(name, name), 0), peaks)
+                   for name, flops in others.items())
+        video = evaluations * step + once + moved / peaks.host_bytes_per_s
+        price = usd_per_hour(hardware)
+        out[hardware.name] = {
+            "step_s": round(step, 4), "video_s": round(video, 2),
+            "check_s": round(len(FULL_RUNS) * video + CONTROL_STEPS * step, 2) if lora_mode == "unmerged" else None,
+            "usd_per_video": round(video / 3600 * price, 4) if price is not None else None,
+            "lora_overhead": round(step / base, 4) if base > 0 else None}
+    return out

@@ -1,0 +1,161 @@
+"""Speed before renting: FLOPs counted on fake CUDA (work.py), the roofline per flavor (roofline.py) and the plan's
+``flops_per_evaluation`` / ``predicted`` fields, each checked against arithmetic of the test's own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from h3app.hardware import roofline
+from h3app.hardware.fake_cuda import PhaseBytes, fake_cuda, replay_repeats
+from h3app.hardware.flavors import BY_NAME
+from h3app.hardware.header_adapter import lightx2v_header
+from h3app.hardware.planner import Measured, Placement, make_plan, measure
+from h3app.hardware.rehearsal import Rehearsal, RehearsalOptions
+from h3app.hardware.summary import describe_plan
+from h3app.hardware.work import BASE, LORA, counting
+from h3app.lora.layers import LoRAFactors, LoRALinear
+from h3app.lora.scaling import AdapterScale, ModuleAlpha
+from h3app.model import repo
+from h3app.rules.h3_modules import transformer_shapes
+
+# H200 SXM datasheet, dense: bf16 989.4 TFLOPS, fp32 66.9 TFLOPS, HBM 4.8 TB/s; PCIe 5 x16 64 GB/s one way.
+H200_BF16, H200_FP32, H200_HBM, H200_HOST, EFF = 989.4e12, 66.9e12, 4.8e12, 64e9, 0.6
+
+
+def _lora_linear(rows_in: int, rows_out: int, rank: int, device: str, dtype: torch.dtype) -> LoRALinear:
+    linear = torch.nn.Linear(rows_in, rows_out, bias=False, device=device, dtype=dtype).requires_grad_(False)
+    state = AdapterScale((), 1.0, 1.0, {})
+    entry = state.entry_for("attention", (ModuleAlpha(1.0, rank),), torch.device(device))
+    layer = LoRALinear(linear)
+    layer.add_entry(LoRAFactors("a", entry, torch.zeros(rank, rows_in, device=device, dtype=dtype),
+                                torch.zeros(rows_out, rank, device=device, dtype=dtype)))
+    return layer
+
+
+def test_a_lora_linear_counts_base_and_delta_flops_by_precision():
+    rows, n_in, n_out, rank = 300, 64, 48, 8
+    with fake_cuda() as mode:
+        layer = _lora_linear(n_in, n_out, rank, "cuda", torch.bfloat16)
+        with mode.counter.phase("denoise"), counting(mode.counter) as work, torch.no_grad():
+            layer(torch.zeros(rows, n_in, device="cuda", dtype=torch.bfloat16))
+    flops = work.by_phase()
+    assert flops == {"denoise": {BASE: {"bfloat16": 2 * rows * n_in * n_out},
+                                 LORA: {"bfloat16": 2 * rows * rank * (n_in + n_out)}}}
+
+
+def test_replayed_layers_repeat_their_counted_flops():
+    rows, width = 40, 32
+    with fake_cuda() as mode:
+        layers = torch.nn.ModuleList(torch.nn.Linear(width, width, device="cuda") for _ in range(3))
+        undo = replay_repeats(list(layers), mode.counter)
+        with mode.counter.phase("denoise"), counting(mode.counter) as work, torch.no_grad():
+            x = torch.zeros(rows, width, device="cuda")
+            for layer in layers:
+                x = layer(x)
+        undo()
+    assert work.by_phase()["denoise"][BASE]["float32"] == 3 * 2 * rows * width * width
+
+
+def _synthetic(flops, evaluations=2, lora_bytes=0):
+    weights = {"transformer": 60 * 10**9, "text_encoder": 60 * 10**9, "vae": 10**9, "audio_vae": 10**8}
+    rehearsal = Rehearsal(options=RehearsalOptions(), components=weights, host_components={}, lora_bytes=lora_bytes,
+                          pristine_host_bytes=0, phases={"denoise": PhaseBytes(0, 1)}, device_peak=1, host_peak=1,
+                          tokens={}, targets_bound=1, evaluations=evaluations, video_shape=(), audio_shape=(),
+                          flops=flops, scheduler_shift=3.0)
+    return Measured(rehearsal=rehearsal, weights=weights, fp8_transformer_bytes=30 * 10**9, largest_linear_bytes=1,
+                    block_bytes=10**9, lora_bytes=lora_bytes)
+
+
+FLOPS = {"denoise": {BASE: {"bfloat16": 2 * 10**15}, LORA: {"float32": 2 * 10**13}},
+         "text_encoder": {BASE: {"bfloat16": 10**13}},
+         "vae_decode": {BASE: {"float32": 10**14}}}
+
+
+@pytest.mark.parametrize("offload", ["none", "auto", "group"])
+def test_the_roofline_is_the_stated_arithmetic(offload):
+    measured = _synthetic(FLOPS, evaluations=2, lora_bytes=10**9)
+    out = roofline.predict(measured, Placement(offload), "unmerged", [BY_NAME["h200"]], steps=5)["h200"]
+    step = max(10**15 / H200_BF16 + 10**13 / H200_FP32, (60 * 10**9 + 10**9) / H200_HBM) / EFF
+    base = max(10**15 / H200_BF16, 60 * 10**9 / H200_HBM) / EFF
+    if offload == "group":
+        step, base = max(step, 60 * 10**9 / H200_HOST), max(base, 60 * 10**9 / H200_HOST)
+    once = max(10**13 / H200_BF16, 60 * 10**9 / H200_HBM) / EFF + max(10**14 / H200_FP32, 10**9 / H200_HBM) / EFF
+    moved = {"none": 0, "auto": 121.1 * 10**9, "group": 61.1 * 10**9}[offload]
+    evaluations = roofline.request_evaluations(measured.rehearsal, 5)
+    assert evaluations == 4  # 5 sigma points at shift 3: 4 evaluations
+    video = evaluations * step + once + moved / H200_HOST
+    assert out["step_s"] == pytest.approx(step, abs=1e-4)
+    assert out["video_s"] == pytest.approx(video, abs=0.01)
+    assert out["check_s"] == pytest.approx(3 * video + step, abs=0.02)
+    assert out["usd_per_video"] == pytest.approx(video / 3600 * 5.00, abs=1e-4)
+    assert out["lora_overhead"] == pytest.approx(step / base, abs=1e-4)
+
+
+def test_flavors_without_peaks_or_enough_gpus_get_no_prediction_and_merged_no_check():
+    measured = _synthetic(FLOPS)
+    flavors = [BY_NAME["t4-small"], BY_NAME["h200"], BY_NAME["a100x4"]]
+    assert set(roofline.predict(measured, Placement("none", ranks=4), None, flavors)) == {"a100x4"}
+    merged = roofline.predict(measured, Placement(), "merged", flavors)
+    assert merged["h200"]["check_s"] is None and merged["h200"]["step_s"] > 0
+    unpriced = dataclasses.replace(BY_NAME["h200"], name="h200-unpriced", usd_per_hour=None)
+    assert roofline.predict(measured, Placement(), "unmerged", [unpriced])["h200-unpriced"]["usd_per_video"] is None
+
+
+def test_every_priced_flavor_reads_its_row():
+    assert roofline.usd_per_hour(BY_NAME["a100-large"]) == 2.50
+    assert roofline.usd_per_hour(BY_NAME["l40sx1"]) == 1.80
+    assert roofline.usd_per_hour(BY_NAME["rtx-pro-6000"]) == 2.75
+    assert roofline.usd_per_hour(BY_NAME["h200"]) == 5.00
+
+
+# ------------------------------------------------------------------------------------- the tiny checkpoint
+def _tiny_options(rank: int) -> RehearsalOptions:
+    config = repo.read_transformer_config(repo.TINY)
+    header = lightx2v_header(transformer_shapes(config), rank=rank, dtype=torch.bfloat16, alpha=2.0)
+    return RehearsalOptions(adapter=header)
+
+
+@pytest.fixture(scope="module")
+def tiny_rank4():
+    return measure(_tiny_options(4), repo.TINY)
+
+
+def test_tiny_lora_flops_are_linear_in_rank_and_base_flops_do_not_move(tiny_rank4):
+    rank8 = measure(_tiny_options(8), repo.TINY)
+    four, eight = tiny_rank4.rehearsal.flops["denoise"], rank8.rehearsal.flops["denoise"]
+    assert four[BASE] == eight[BASE]
+    assert set(four[LORA]) == {"bfloat16"}  # fake CUDA, bf16 base: the delta runs in bf16
+    assert eight[LORA]["bfloat16"] == 2 * four[LORA]["bfloat16"] > 0
+
+
+def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(tiny_rank4):
+    plan = make_plan(_tiny_options(4), Placement(), model=repo.TINY, hardware="h200", measured=tiny_rank4)
+    data = plan.to_json()
+    rehearsal = tiny_rank4.rehearsal
+    per_eval = {p: n // rehearsal.evaluations for kind in (BASE, LORA)
+                for p, n in rehearsal.flops["denoise"][kind].items()}
+    assert data["flops_per_evaluation"] == sum(
+        n // rehearsal.evaluations for kind in (BASE, LORA) for n in rehearsal.flops["denoise"][kind].values())
+    assert set(data["predicted"]) == {"h200"}
+    out = data["predicted"]["h200"]
+    compute = sum(n / (H200_BF16 if p == "bfloat16" else H200_FP32) for p, n in per_eval.items())
+    reads = tiny_rank4.weights["transformer"] + tiny_rank4.lora_bytes
+    assert out["step_s"] == pytest.approx(max(compute, reads / H200_HBM) / EFF, abs=1e-4)
+    assert set(out) == {"step_s", "video_s", "check_s", "usd_per_video", "lora_overhead"}
+    assert out["video_s"] >= out["step_s"] and out["check_s"] >= 3 * out["video_s"] - 0.01
+    assert "predicted (spec-sheet roofline, not measured)" in describe_plan(plan)
+    assert "h200" in describe_plan(plan).split("predicted")[1]
+
+
+def test_the_fp32_delta_costs_more_than_the_bf16_one_on_the_same_plan(monkeypatch, tiny_rank4):
+    import h3app.lora.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "delta_dtype", lambda device, base: torch.float32)
+    before = measure(_tiny_options(4), repo.TINY)
+    assert set(before.rehearsal.flops["denoise"][LORA]) == {"float32"}
+    lora_fp32 = roofline.predict(before, Placement(), "unmerged", [BY_NAME["h200"]])["h200"]["lora_overhead"]
+    lora_bf16 = roofline.predict(tiny_rank4, Placement(), "unmerged", [BY_NAME["h200"]])["h200"]["lora_overhead"]
+    assert lora_fp32 >= lora_bf16 >= 1.0

@@ -77,7 +77,7 @@ def _measure(rank: int, params: dict[str, Any]) -> list[Row]:
     from h3app.settings import LoRASettings
 
     from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout
-    from .gpu import ADAPTER, RANK, RESOLUTIONS, build_full_size, time_cuda
+    from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, time_cuda
     from .models import packed_input, sequence_rows
 
     device = torch.device("cuda", rank)

@@ -144,7 +144,7 @@ def run_speed(args: Any, device: Any) -> str:
     from h3app.settings import LoRASettings
 
     from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout
-    from .gpu import RANK, RESOLUTIONS, build_full_size, time_cuda
+    from .gpu_common import RANK, RESOLUTIONS, build_full_size, time_cuda
     from .models import packed_input, sequence_rows
 
     shapes = transformer_shapes(FULL_SIZE_CONFIG)

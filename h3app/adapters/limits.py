@@ -14,6 +14,7 @@ frequencies and configs). Both are checked on the raw header bytes, before any J
 from __future__ import annotations
 
 from ..errors import H3AppError
+from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 from ..rules.values import parse_number
 
@@ -22,9 +23,8 @@ HOSTED_DEFAULT_ADAPTER_MB = 2_000  # a hosted server's cap when H3APP_MAX_ADAPTE
 
 FULL_TARGETS = len(transformer_shapes(FULL_SIZE_CONFIG))
 TENSORS_PER_TARGET = 3  # lora_A, lora_B, alpha
-PARTITIONS = 2  # transformer and transformer_ref
 TENSOR_MARGIN = 8
-MAX_TENSORS = PARTITIONS * FULL_TARGETS * TENSORS_PER_TARGET * TENSOR_MARGIN
+MAX_TENSORS = len(PARTITIONS) * FULL_TARGETS * TENSORS_PER_TARGET * TENSOR_MARGIN
 ENTRY_BYTES = 512
 METADATA_BYTES = 8 * MB
 MAX_HEADER_BYTES = MAX_TENSORS * ENTRY_BYTES + METADATA_BYTES

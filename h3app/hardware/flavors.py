@@ -38,7 +38,6 @@ class Flavor:
     usd_per_hour: float | None
     space_hardware: str | None
     zero_gpu: bool = False
-    usd_per_hour: float | None = None  # the published on-demand price of the box (None: not published here)
 
     @property
     def label(self) -> str:

@@ -20,11 +20,11 @@ import torch
 from ..model import repo
 from ..model import conditioner, fp8
 from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
+from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG
 
 FULL = "full"
-TRANSFORMERS = ("transformer", "transformer_ref")
-SIZED = (*TRANSFORMERS, "vae", "audio_vae", "text_encoder")
+SIZED = (*PARTITIONS, "vae", "audio_vae", "text_encoder")
 
 # The released pipeline's canvas settings (the embedded index holds the tiny checkpoint's small ones).
 CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344,
@@ -70,7 +70,7 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.device("meta"):  # real meta modules, also when called under fake CUDA
-        if name in TRANSFORMERS:
+        if name in PARTITIONS:
             from diffusers import MiniMaxH3Transformer3DModel
 
             module = MiniMaxH3Transformer3DModel(**dict(config or transformer_config()))
@@ -115,7 +115,7 @@ def build_sized(name: str, loc: repo.ModelLocation, options: LoadOptions) -> tor
     if name == "text_encoder":
         return build_text_encoder(options, conditioner.layers_read_from(str(loc.folder)))
     module = build_meta(name, options)
-    if name in TRANSFORMERS and options.fp8:
+    if name in PARTITIONS and options.fp8:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         with unset_fake_temporarily():

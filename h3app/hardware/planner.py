@@ -43,19 +43,16 @@ import torch
 
 from ..errors import H3AppError
 from ..model import repo
+from ..rules.choices import OFFLOAD_MODES, PARTITIONS
 from ..rules.h3_modules import transformer_shapes
 from . import full_size
 from .fake_cuda import PhaseBytes
 from .flavors import BY_PRICE, FLAVORS, GB, Flavor, flavor
-from .rehearsal import RESOLUTIONS, Rehearsal, RehearsalOptions, rehearse
+from .rehearsal import PHASE_COMPONENT, RESOLUTIONS, Rehearsal, RehearsalOptions, rehearse
 
-OFFLOADS = ("none", "auto", "group")
 RESERVE = 3 * GB
 HOST_RESERVE = 4 * GB
 TINY_CANVAS = (64, 96)  # the embedded tiny checkpoint's largest canvas (6,144 pixels); --resolution is for full
-TRANSFORMERS = ("transformer", "transformer_ref")
-PHASE_COMPONENT = {"text_encoder": "text_encoder", "vae_encode": "vae", "vae_decode": "vae",
-                   "audio_vae_encode": "audio_vae", "audio_vae_decode": "audio_vae"}
 
 
 @dataclass(frozen=True)
@@ -279,7 +276,7 @@ def judge(peak: int, host: int, hardware: Flavor, placement: Placement) -> dict[
 # Fastest first: everything resident beats moving weights over PCIe, and fp8's per-layer upcast costs less than
 # offload's copies; the conditioner runs once per request, so its fp8 costs least of all.
 PREFERENCE = tuple(Placement(offload, fp8=fp8, fp8_text_encoder=both)
-                   for offload in OFFLOADS for fp8, both in ((False, False), (True, False), (True, True)))
+                   for offload in OFFLOAD_MODES for fp8, both in ((False, False), (True, False), (True, True)))
 
 
 def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict[str, Any] | None:
@@ -308,8 +305,8 @@ def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = f
     started = time.perf_counter()
     if options.resolution not in RESOLUTIONS:
         raise H3AppError(f"resolution must be one of {', '.join(RESOLUTIONS)}, got {options.resolution!r}.")
-    if placement.offload not in OFFLOADS:
-        raise H3AppError(f"offload must be one of {', '.join(OFFLOADS)}, got {placement.offload!r}.")
+    if placement.offload not in OFFLOAD_MODES:
+        raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {placement.offload!r}.")
     lora_mode = options.lora_mode if options.adapter is not None else None
     if placement.fp8 and lora_mode == "merged":
         raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "

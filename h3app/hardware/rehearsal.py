@@ -36,6 +36,10 @@ from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
 from .work import Flops, counting
 
+# The component whose weights each phase of a request reads (the denoising steps read the transformer).
+PHASE_COMPONENT = {"text_encoder": "text_encoder", "vae_encode": "vae", "vae_decode": "vae",
+                   "audio_vae_encode": "audio_vae", "audio_vae_decode": "audio_vae"}
+
 RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 1344)}
 PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
 ADAPTER_NAME = "rehearsal"

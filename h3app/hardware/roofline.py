@@ -122,7 +122,7 @@ def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Itera
     """``{flavor: {step_s, video_s, check_s, usd_per_video, lora_overhead}}`` for every flavor with known peaks
     whose GPUs hold ``placement``'s ranks (``measured``: the planner's ``Measured``)."""
     from ..backend.equivalence import CONTROL_STEPS, FULL_RUNS
-    from .planner import PHASE_COMPONENT
+    from .rehearsal import PHASE_COMPONENT
 
     rehearsal = measured.rehearsal
     partition = repo.partition_for(rehearsal.options.workflow)

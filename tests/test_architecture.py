@@ -23,7 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "lora": {"adapters", "errors", "lru", "rules", "settings"},
     "parallel": {"backend", "errors", "rules", "model", "settings"},
     "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},
-    "ui": {"adapters", "backend", "errors", "lora", "rules", "settings"},
+    "ui": {"adapters", "backend", "errors", "rules", "settings"},
     "hardware": {"adapters", "backend", "errors", "lora", "model", "rules", "settings"},
 }
 

@@ -19,7 +19,7 @@ from gradio.utils import get_upload_folder
 from ..adapters import source as sources
 from ..adapters.source import implied_weight
 from ..errors import H3AppError
-from ..lora.profile import FAR_ABOVE_FACTOR
+from ..rules.strength import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
 from ..settings import LoRASettings
 from . import render

@@ -31,7 +31,7 @@ def source_label(source: Any) -> str:
         return "?"
 
 MAX_LISTED_KEYS = 12
-HEURISTIC_MARK = "no alpha stored"  # the start of the engine's alpha-size heuristic (lora/profile.suggest_alpha)
+HEURISTIC_MARK = "no alpha stored"  # the start of the engine's alpha-size heuristic (rules/strength.suggest_alpha)
 
 
 def esc(value: Any) -> str:

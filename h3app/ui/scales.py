@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..lora.profile import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
+from ..rules.strength import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale, scale_divisor
@@ -73,7 +73,7 @@ class ProfileView:
 
 def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float) -> ProfileView:
     """The profile at ``alpha``/``strength``; the warning follows the engine's rule (alpha not stored anywhere,
-    on auto, median far above the usual range) through :func:`h3app.lora.profile.suggest_alpha`."""
+    on auto, median far above the usual range) through :func:`h3app.rules.strength.suggest_alpha`."""
     updates = relative_updates(basis, alpha, strength)
     targets = basis["targets"]
     groups: dict[str, list[float]] = {}

@@ -29,6 +29,11 @@ class AlphaSource(StrEnum):
         """The label inside a sentence about one value (``1 from the file's metadata``)."""
         return _SHORT[self]
 
+    @property
+    def word(self) -> str:
+        """The few words a history label has room for (``16 (rank fallback)``)."""
+        return _WORDS[self]
+
     @classmethod
     def of(cls, value: object) -> "AlphaSource":
         """The member named by ``value`` (a member or its contract string); ``rank_fallback`` for None."""
@@ -55,4 +60,13 @@ _SHORT = {
     AlphaSource.REGISTRY: "the known-adapter registry",
     AlphaSource.RANK_FALLBACK: "the alpha = rank fallback",
     AlphaSource.MIXED: "several sources",
+}
+_WORDS = {
+    AlphaSource.EXPLICIT: "typed",
+    AlphaSource.MODULE_TENSOR: ".alpha tensors",
+    AlphaSource.ADAPTER_CONFIG: "adapter_config.json",
+    AlphaSource.METADATA: "header metadata",
+    AlphaSource.REGISTRY: "registry",
+    AlphaSource.RANK_FALLBACK: "rank fallback",
+    AlphaSource.MIXED: "mixed sources",
 }

@@ -22,6 +22,7 @@ from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
 from ..backend.transformer_check import CheckSetting
 from ..errors import H3AppError
+from ..rules.alpha_source import AlphaSource
 from ..rules.values import parse_alpha, parse_strength
 from . import history_words, render
 from .adapter_events import user_error
@@ -178,7 +179,7 @@ class ComparisonEvents:
             product = a.alpha * a.strength
             stronger = rank / alpha
             note = (f"**A** = alpha {a.alpha:g} × scale {a.strength:g} (the alpha in use, "
-                    f"{history_words.SHORT_SOURCES.get(source, source)}) and **B** = alpha {b.alpha:g} × scale "
+                    f"{AlphaSource.of(source).word}) and **B** = alpha {b.alpha:g} × scale "
                     f"{b.strength:g}: alpha × scale is {product:g} in both, so an exact engine makes them "
                     f"identical bit for bit. The **fallback** runs at alpha = rank = {rank}"
                     + (f", {stronger:g}× as strong as A." if abs(stronger - 1) > 1e-9 else ", the same as A."))
@@ -357,7 +358,7 @@ def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any
         except H3AppError:
             typed = None
         if typed is not None:
-            return typed, "explicit"
+            return typed, AlphaSource.EXPLICIT
     info = info or {}
     return info.get("alpha"), info.get("alpha_source")
 
@@ -367,9 +368,9 @@ def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> d
     scale (the fallback: alpha = rank)."""
     adapter = dict(settings.get("adapter") or {})
     if column.get("label") == "fallback":
-        alpha, source = adapter.get("rank"), "rank_fallback"
+        alpha, source = adapter.get("rank"), AlphaSource.RANK_FALLBACK
     elif column.get("alpha") is not None:
-        alpha, source = column["alpha"], "explicit"
+        alpha, source = column["alpha"], AlphaSource.EXPLICIT
     else:
         alpha, source = adapter.get("stored_alpha"), adapter.get("alpha_source")
     adapter.update(alpha=column.get("alpha"), strength=column.get("strength"), resolved_alpha=alpha,

@@ -10,17 +10,9 @@ from __future__ import annotations
 from pathlib import PurePath
 from typing import Any, Mapping
 
+from ..rules.alpha_source import AlphaSource
+
 PROMPT_CHARS = 40  # of the prompt in a label; the differences show it whole
-# Where an alpha came from, in the few words a label has room for (keys: the alpha chain's source names).
-SHORT_SOURCES = {
-    "explicit": "typed",
-    "module_tensor": ".alpha tensors",
-    "adapter_config": "adapter_config.json",
-    "metadata": "header metadata",
-    "registry": "registry",
-    "rank_fallback": "rank fallback",
-    "mixed": "mixed sources",
-}
 REQUEST_WORDS = (("prompt", "prompt"), ("seed", "seed"), ("steps", "steps"), ("duration", "duration (s)"),
                  ("workflow", "workflow"), ("shift", "shift"), ("audio_shift", "audio shift"))
 
@@ -39,13 +31,13 @@ def alpha_words(adapter: Mapping[str, Any]) -> str:
     """The alpha an adapter ran at and where it came from: ``16 (rank fallback)``, ``1 (registry)``, ``8 (typed)``;
     per-rank alphas as ``rank 64: 64, rank 128: 8``."""
     alpha = adapter.get("resolved_alpha", adapter.get("alpha"))
-    source = adapter.get("resolved_alpha_source") or ("explicit" if adapter.get("alpha") is not None
+    source = adapter.get("resolved_alpha_source") or (AlphaSource.EXPLICIT if adapter.get("alpha") is not None
                                                       else adapter.get("alpha_source"))
     if isinstance(alpha, Mapping):
         value = ", ".join(f"{key}: {number(v)}" for key, v in alpha.items())
     else:
         value = number(alpha)
-    return f"{value} ({SHORT_SOURCES.get(source, source)})" if source else value
+    return f"{value} ({AlphaSource.of(source).word})" if source else value
 
 
 def adapter_words(adapter: Mapping[str, Any]) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from ..adapters.refs import is_url, parse_hf_url
 from ..adapters.sglang import SglangFlags, solve_flags
 from ..errors import H3AppError
+from ..rules.alpha_source import AlphaSource
 from ..rules.choices import workflow_partition
 from ..rules.frames import RELEASED
 from ..rules.h3_modules import group_of
@@ -155,7 +156,7 @@ def _sglang_flags(adapter: Mapping[str, Any], info: Mapping[str, Any] | None) ->
         if not rank:
             return SglangFlags(None, None, reason="No sglang command can be checked for this run: its adapter's "
                                                   "ranks are not recorded; inspect the adapter first.")
-        stored = adapter.get("stored_alpha") if adapter.get("alpha_source") == "module_tensor" else None
+        stored = adapter.get("stored_alpha") if adapter.get("alpha_source") == AlphaSource.MODULE_TENSOR else None
         facts = {"modules": {"*": {"rank": rank, "tensor_alpha": stored, "pattern_alpha": None, "qkv_group": None}}}
         ranks = {"*": rank}
     explicit = adapter.get("alpha")

@@ -28,6 +28,7 @@ from .generate_events import (
     with_trigger,
     workflow_inputs,
 )
+from .endpoint_guard import guard_events
 from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
 from .forms import parts, write
@@ -132,6 +133,7 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
         for fn, inputs, outputs in on_load:
             demo.load(fn, inputs, outputs, **CHEAP)
         demo.unload(generate_events.runner.abandon)
+    guard_events(demo, backend)
     demo.queue(max_size=queue_size(backend), default_concurrency_limit=1)
     return demo
 

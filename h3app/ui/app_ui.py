@@ -154,10 +154,11 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
 
 
 def launch_kwargs(backend: Any) -> dict[str, Any]:
-    """What ``launch`` needs: outputs served from the backend's folder, theme and CSS, uploads capped in hosted
-    mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage)."""
+    """What ``launch`` needs: outputs served from the backend's folder (never its uploads), theme and CSS, uploads
+    capped in hosted mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage)."""
     kwargs: dict[str, Any] = {
         "allowed_paths": [str(backend.output_dir)],
+        "blocked_paths": [str(backend.uploads_dir)],  # inside the output folder, but only results are served
         "theme": gr.themes.Default(primary_hue="indigo", secondary_hue="pink"),
         "css": CSS,
         "show_error": True,

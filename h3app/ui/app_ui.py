@@ -33,6 +33,7 @@ from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
 from .forms import parts, write
 from .job_wiring import wire_jobs
+from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
 
 TITLE = "H3 LoRA Lab"
@@ -135,6 +136,7 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
         demo.unload(generate_events.runner.abandon)
     guard_events(demo, backend)
     demo.queue(max_size=queue_size(backend), default_concurrency_limit=1)
+    install_queue_hooks(demo, backend)
     return demo
 
 

@@ -200,7 +200,7 @@ def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) 
             with pytest.raises(gr.Error, match="per visitor") as caught:
                 events.upload(str(upload))
             assert "\n" not in caught.value.message
-            upload.unlink()
+            assert not upload.exists()  # a refused upload is deleted at once, not kept for the hourly clean-up
     for path in kept:
         path.unlink()
 

@@ -183,3 +183,31 @@ def test_an_upload_is_not_served_as_a_file(hosted: Any) -> None:
         assert answer.status_code in (403, 404) and b"lora_unet" not in answer.content, answer.status_code
     finally:
         kept.unlink()
+
+
+def test_gradio_s_upload_cache_counts_toward_the_server_s_upload_total(hosted: Any) -> None:
+    """Files uploaded to Gradio but never handed to the app (no visitor to charge them to) still fill the server's
+    total: the next upload is refused in one line, and deleted at once."""
+    import gradio as gr
+    from gradio.utils import get_upload_folder
+
+    from h3app.ui.adapter_events import AdapterEvents
+
+    backend, _, _ = hosted
+    events = AdapterEvents(backend)
+    cache = Path(get_upload_folder())
+    stray = cache / "h3-never-handled" / "stray.safetensors"
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    with stray.open("wb") as handle:  # sparse: the quota counts sizes, the disk holds nothing
+        handle.truncate(events.uploads.total)
+    small = cache / "h3-small-upload" / "small.safetensors"
+    small.parent.mkdir(parents=True, exist_ok=True)
+    small.write_bytes((DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors").read_bytes())
+    try:
+        with pytest.raises(gr.Error, match="uploads folder is full") as caught:
+            events.upload(str(small))
+        assert "\n" not in caught.value.message
+        assert not small.exists()
+    finally:
+        stray.unlink()
+        small.unlink(missing_ok=True)

@@ -1,8 +1,10 @@
 """Disk quotas on a hosted app's upload copies: per visitor and in total, each refusal one line naming the limit.
 
 An upload is kept once: the app moves Gradio's cached copy into its own uploads folder (each upload in its own
-random folder, deleted after an hour with the results) instead of copying it. A visitor's uploads are counted while
-their files still exist; the total is what the uploads folder holds now.
+random folder, deleted after an hour with the results) instead of copying it; a refused upload's cached copy is
+deleted at once (``discard``). A visitor's uploads are counted while their files still exist; the total is what the
+uploads folder holds now plus what Gradio's upload cache holds (files uploaded but never handed to the app, which
+no visitor can be charged for, still count against the server's total).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import os
 import threading
 from collections import defaultdict
 from pathlib import Path
+
+from gradio.utils import get_upload_folder
 
 from ..errors import H3AppError
 from ..rules.units import format_bytes
@@ -37,7 +41,7 @@ class UploadQuota:
             raise H3AppError(f"your uploads would take {format_bytes(mine + size)}, over this server's quota of "
                              f"{format_bytes(self.per_visitor)} per visitor: uploads are deleted after an hour, or "
                              f"use a Hub repo instead.")
-        used = folder_bytes(self.folder)
+        used = folder_bytes(self.folder) + folder_bytes(Path(get_upload_folder()))
         if used + size > self.total:
             raise H3AppError(f"the server's uploads folder is full ({format_bytes(used)} of "
                              f"{format_bytes(self.total)}): try again later, or use a Hub repo instead.")
@@ -45,6 +49,19 @@ class UploadQuota:
     def record(self, visitor: str, path: Path) -> None:
         with self._lock:
             self._files[visitor].append(path)
+
+
+def discard(upload: Path) -> None:
+    """Delete a refused upload's copy in Gradio's upload cache (and its folder, when empty) at once; a file given
+    from anywhere else is left alone."""
+    cache = os.path.realpath(get_upload_folder())
+    real = os.path.realpath(upload)
+    if not real.startswith(cache + os.sep):
+        return
+    Path(real).unlink(missing_ok=True)
+    parent = os.path.dirname(real)
+    if parent != cache and not os.listdir(parent):
+        os.rmdir(parent)
 
 
 def folder_bytes(folder: Path) -> int:

@@ -185,9 +185,9 @@ def test_an_upload_is_not_served_as_a_file(hosted: Any) -> None:
         kept.unlink()
 
 
-def test_gradio_s_upload_cache_counts_toward_the_server_s_upload_total(hosted: Any) -> None:
-    """Files uploaded to Gradio but never handed to the app (no visitor to charge them to) still fill the server's
-    total: the next upload is refused in one line, and deleted at once."""
+def test_gradio_s_upload_cache_is_capped(hosted: Any) -> None:
+    """Files uploaded to Gradio but never handed to the app (no visitor to charge them to) count against the cache's
+    own cap: past it, the next upload is refused in one line, and deleted at once."""
     import gradio as gr
     from gradio.utils import get_upload_folder
 
@@ -198,13 +198,16 @@ def test_gradio_s_upload_cache_counts_toward_the_server_s_upload_total(hosted: A
     cache = Path(get_upload_folder())
     stray = cache / "h3-never-handled" / "stray.safetensors"
     stray.parent.mkdir(parents=True, exist_ok=True)
+    from h3app.ui.upload_quota import folder_bytes
+
+    events.uploads.cache_cap = folder_bytes(cache) + 2**20  # this server's cap: 1 MiB over what the cache holds now
     with stray.open("wb") as handle:  # sparse: the quota counts sizes, the disk holds nothing
-        handle.truncate(events.uploads.total)
+        handle.truncate(2**20 + 1)
     small = cache / "h3-small-upload" / "small.safetensors"
     small.parent.mkdir(parents=True, exist_ok=True)
     small.write_bytes((DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors").read_bytes())
     try:
-        with pytest.raises(gr.Error, match="uploads folder is full") as caught:
+        with pytest.raises(gr.Error, match="upload cache is full") as caught:
             events.upload(str(small))
         assert "\n" not in caught.value.message
         assert not small.exists()

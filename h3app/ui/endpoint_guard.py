@@ -15,13 +15,16 @@ import functools
 import inspect
 import os
 import re
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 import gradio as gr
 
 from ..backend.limits import MAX_PROMPT_CHARS
 from ..errors import H3AppError, for_visitor
 from ..rules.values import MAX_FIELD_CHARS, check_length
+from .cheap_limit import InFlight, refusal
+from .fair_queue import visitor_keys
 
 ADAPTERS_JSON_CHARS = 8 * MAX_FIELD_CHARS  # two adapters' source, weight name and revision, with room for keys
 FIELD_CHARS = {"prompt": MAX_PROMPT_CHARS, "adapters_json": ADAPTERS_JSON_CHARS}
@@ -119,29 +122,49 @@ def visitor_error(error: BaseException, redactor: Redactor | None, where: str) -
     return gr.Error(redactor.text(str(for_visitor(error, where))), print_exception=False)
 
 
-def guarded(fn: Callable[..., Any], redactor: Redactor | None, redacted: Callable[[Any], Any], where: str
-            ) -> Callable[..., Any]:
+def guarded(fn: Callable[..., Any], redactor: Redactor | None, redacted: Callable[[Any], Any], where: str,
+            in_flight: InFlight | None = None) -> Callable[..., Any]:
     """``fn`` with its inputs bounded, its errors (hosted: ``redactor`` given) as a visitor may see them and its
-    answer passed through ``redacted``; a generator stays a generator."""
+    answer passed through ``redacted``; with ``in_flight`` (an off-queue event in hosted mode) also at most a few
+    running per visitor. A generator stays a generator."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def stream(*args: Any, **kwargs: Any) -> Any:
             check_inputs(fn, args, kwargs)
-            try:
-                for item in fn(*args, **kwargs):
-                    yield redacted(item)
-            except Exception as error:
-                raise visitor_error(error, redactor, where) from None
+            with _held(in_flight):
+                try:
+                    for item in fn(*args, **kwargs):
+                        yield redacted(item)
+                except Exception as error:
+                    raise visitor_error(error, redactor, where) from None
         return stream
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
         check_inputs(fn, args, kwargs)
-        try:
-            return redacted(fn(*args, **kwargs))
-        except Exception as error:
-            raise visitor_error(error, redactor, where) from None
+        with _held(in_flight):
+            try:
+                return redacted(fn(*args, **kwargs))
+            except Exception as error:
+                raise visitor_error(error, redactor, where) from None
     return call
+
+
+@contextmanager
+def _held(in_flight: InFlight | None) -> Iterator[None]:
+    """One of the calling visitor's off-queue requests, or a one-line refusal when it has too many running."""
+    if in_flight is None:
+        yield
+        return
+    from gradio.context import LocalContext
+
+    keys = visitor_keys(LocalContext.request.get(None))
+    if not in_flight.acquire(keys):
+        raise gr.Error(refusal(in_flight.limit), print_exception=False)
+    try:
+        yield
+    finally:
+        in_flight.release(keys)
 
 
 def _answer_redactor(outputs: Iterable[Any], redactor: Redactor | None) -> Callable[[Any], Any]:
@@ -163,11 +186,13 @@ def _answer_redactor(outputs: Iterable[Any], redactor: Redactor | None) -> Calla
 def guard_events(demo: gr.Blocks, backend: Any) -> None:
     """Wrap every event function of ``demo`` (built for ``backend``) in :func:`guarded`; hosted mode also redacts."""
     redactor = Redactor(backend) if backend.hosted else None
+    off_queue = InFlight() if backend.hosted else None
     for block_fn in demo.fns.values():
         if getattr(block_fn.fn, "__h3_guarded__", False) or block_fn.fn is None:
             continue
         where = f"event {block_fn.api_name or getattr(block_fn.fn, '__name__', 'event')}"
-        wrapped = guarded(block_fn.fn, redactor, _answer_redactor(block_fn.outputs, redactor), where)
+        wrapped = guarded(block_fn.fn, redactor, _answer_redactor(block_fn.outputs, redactor), where,
+                          off_queue if block_fn.queue is False else None)
         wrapped.__h3_guarded__ = True  # type: ignore[attr-defined]
         block_fn.fn = wrapped
 

@@ -22,9 +22,9 @@ import time
 import weakref
 from typing import Any
 
+from .cheap_limit import CHEAP_PER_VISITOR, refusal
 from .fair_queue import GPU_CONCURRENCY_ID, visitor_keys
 
-CHEAP_PER_VISITOR = 3  # cheap events (inspect, listings, compare) one visitor may have waiting or running
 ABANDON_SECONDS = 5.0  # a join whose event stream is not open by then counts as abandoned
 
 
@@ -78,9 +78,7 @@ def install_queue_hooks(demo: Any, backend: Any) -> None:
                 if not cheap[key]:
                     del cheap[key]
             if any(len(cheap.get(key, ())) >= CHEAP_PER_VISITOR for key in keys):
-                return await _refuse(queue, body, fn, request, username, (
-                    f"you already have {CHEAP_PER_VISITOR} requests waiting or running (at most "
-                    f"{CHEAP_PER_VISITOR} per visitor): wait for their answers, then try again."))
+                return await _refuse(queue, body, fn, request, username, refusal())
         success, event_id, state = await push(body=body, request=request, username=username)
         if success and isinstance(event_id, str):
             event = queue.event_ids_to_events.get(event_id)
@@ -120,4 +118,4 @@ async def _refuse(queue: Any, body: Any, fn: Any, request: Any, username: str | 
     return True, event._id, "success"
 
 
-__all__ = ["ABANDON_SECONDS", "CHEAP_PER_VISITOR", "WatchedMessages", "install_queue_hooks", "never_listened"]
+__all__ = ["ABANDON_SECONDS", "WatchedMessages", "install_queue_hooks", "never_listened"]

@@ -118,6 +118,40 @@ def test_a_gated_adapter_attached_for_one_visitor_is_not_usable_by_the_next_with
         hosted.generate(REQUEST, [settings])  # visitor B, same settings, no token
 
 
+def test_gated_stays_gated_on_an_offline_server(fake_hub: FakeHub, repo_folder: Path, hosted: Backend,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline (``HF_HUB_OFFLINE=1``) nobody can ask the Hub: a cached gated file is served only to the token that
+    opened it online; a public one checked online to anyone; one never checked to nobody."""
+    from tests.hub_server import set_offline
+
+    fake_hub.add_repo("owner/gated-offline", repo_folder, gated_token=VISITOR_TOKEN)
+    fake_hub.add_repo("owner/public-offline", repo_folder)
+    fake_hub.add_repo("owner/never-checked", repo_folder)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    gated, public, unchecked = (LoRASettings(source=url(fake_hub, f"owner/{name}"), alpha=8.0)
+                                for name in ("gated-offline", "public-offline", "never-checked"))
+    assert hosted.load(gated, token=VISITOR_TOKEN).report.matched  # online: visitor A, with the token
+    assert hosted.load(public).report.matched  # online: anyone
+    local = Backend(loaded=hosted.binder.model, output_dir=hosted.output_dir / "local")
+    try:
+        local.load(unchecked)  # in the cache, but never checked by the hosted server
+    finally:
+        local.binder.reset()
+        local.close()
+    hosted.binder.reset()
+    set_offline(monkeypatch, True)
+    with pytest.raises(H3AppError, match="offline .* cannot ask the Hub who may read it") as caught:
+        hosted.load(gated)  # visitor B, no token
+    assert "\n" not in str(caught.value)
+    with pytest.raises(H3AppError, match="offline"):
+        hosted.load(gated, token=VISITOR_TOKEN + "x")
+    with pytest.raises(H3AppError, match="offline"):
+        hosted.load(unchecked)
+    assert hosted.load(gated, token=VISITOR_TOKEN).report.matched
+    assert hosted.load(public).report.matched
+    hosted.binder.reset()
+
+
 def test_local_refusals_reveal_nothing_about_the_servers_files(hosted: Backend, tmp_path: Path) -> None:
     secret = tmp_path / "secret.safetensors"
     save_file(good_tensors(), str(secret))

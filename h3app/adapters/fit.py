@@ -17,6 +17,27 @@ from ..rules.h3_modules import ADALN, FULL_SIZE_CONFIG, TransformerShapes, group
 from .formats import ModulePlan
 
 _SHOWN = 3
+RANK_FLOOR = 512  # the rank limit is in + out, never below this (published H3 LoRAs use ranks 4-256)
+
+
+def rank_limit(out_features: int, in_features: int) -> int:
+    """The largest rank accepted for an ``[out, in]`` layer: ``in + out`` (no LoRA needs more: rank ``min(in, out)``
+    already spans every update; a hostile file would make later steps cost ``O(rank²)``), at least ``RANK_FLOOR``
+    so that small models accept the ranks published adapters use."""
+    return max(out_features + in_features, RANK_FLOOR)
+
+
+def check_ranks(modules: Sequence[ModulePlan], name: str) -> None:
+    """Refuse, from the header's shapes alone (before any tensor is read), a module whose rank is over
+    :func:`rank_limit` of its target."""
+    for module in modules:
+        for target, (out_features, in_features) in zip(module.targets, module.target_shapes):
+            limit = rank_limit(out_features, in_features)
+            if module.rank > limit:
+                raise H3AppError(
+                    f"adapter {name!r}: {target} has rank {module.rank:,}, above the limit {limit} for its "
+                    f"[{out_features}, {in_features}] layer (in + out, at least {RANK_FLOOR}): the file is "
+                    f"malformed; nothing was applied — use a LoRA with a sane rank.")
 
 
 @dataclass(frozen=True)

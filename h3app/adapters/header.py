@@ -209,6 +209,12 @@ def parse_header(
         header = json.loads(text, object_pairs_hook=no_duplicates)
     except json.JSONDecodeError as error:
         raise H3AppError(f"{name} is not a safetensors file: its header is not valid JSON ({error.msg}); re-download it.") from None
+    except RecursionError:
+        raise H3AppError(f"{name} is not a valid safetensors file: its header JSON is nested too deeply (a "
+                         "safetensors header is one flat object of tensors); re-download it.") from None
+    except ValueError:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise H3AppError(f"{name} is not a valid safetensors file: its header holds a number with too many digits; "
+                         "re-download it.") from None
     if not isinstance(header, dict):
         raise H3AppError(f"{name} is not a safetensors file: its header is not a JSON object; re-download it.")
 

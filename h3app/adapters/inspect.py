@@ -15,7 +15,7 @@ from typing import Any
 from ..rules.h3_modules import TransformerShapes
 from . import memo
 from .alpha import AlphaResolution, resolve_alphas, summarise
-from .fit import check_fit, full_size_warnings
+from .fit import check_fit, check_ranks, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
 from .header import read_local_header
 from .known import KnownAdapter, find_known, registry_identity
@@ -61,6 +61,7 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
     plan = plan_adapter(view, qkv_layout=qkv_layout, partition=partition)
     all_modules = plan.modules + plan.reference_modules
     warnings = list(plan.warnings)
+    check_ranks(all_modules, view.name)  # from the header: a refused file's tensors are never read
     if shapes is not None:
         check_fit(all_modules, shapes, view.name)
     else:

@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 from ..errors import H3AppError
 from ..rules.units import format_bytes
-from ..rules.values import short
+from ..rules.values import MAX_NAME_PART_CHARS, check_length, short
 from .header import PICKLE_SUFFIXES
 
 WEIGHT_SUFFIX = ".safetensors"
@@ -112,7 +112,7 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
     """
     if not isinstance(source, (str, os.PathLike)):
         raise H3AppError(f"SOURCE must be text, got {type(source).__name__}: give a Hub repo id, an HF URL or a path.")
-    text = os.fspath(source).strip()
+    text = check_length(os.fspath(source), "SOURCE").strip()  # first: every later step is at least linear in it
     if any(ord(char) < 32 or ord(char) == 127 for char in text):
         raise H3AppError("SOURCE contains control characters: give a Hub repo id (owner/name), an HF URL or a path.")
     if not text:
@@ -188,7 +188,7 @@ def check_revision(revision: str) -> str:
     """A branch, tag, ``refs/pr/N`` or commit sha; refuses what git would (``..``, ``//``, spaces, ``@{`` …)."""
     if not isinstance(revision, str):
         raise H3AppError(f"revision must be text, got {type(revision).__name__}: use e.g. main or a commit sha.")
-    revision = revision.strip()
+    revision = check_length(revision, "revision").strip()
     if (
         len(revision) > 255 or not _REVISION.match(revision) or ".." in revision or "//" in revision
         or revision.endswith(("/", ".", ".lock"))
@@ -204,7 +204,7 @@ def check_weight_name(weight_name: str) -> str:
     """A ``.safetensors`` path inside a repo or folder: forward slashes, relative, no ``..``, not a pickle."""
     if not isinstance(weight_name, str):
         raise H3AppError(f"weight name must be text, got {type(weight_name).__name__}: e.g. model.safetensors.")
-    name = weight_name.strip()
+    name = check_length(weight_name, "weight name").strip()
     if not name:
         raise H3AppError("weight name is empty: give the .safetensors file's path inside the repo or folder.")
     if _CONTROL.search(name):
@@ -222,6 +222,9 @@ def check_weight_name(weight_name: str) -> str:
             "e.g. model.safetensors (or give a local file as SOURCE)."
         )
     parts = name.split("/")
+    if any(len(part) > MAX_NAME_PART_CHARS for part in parts):
+        raise H3AppError(f"weight name {short(name)} has a file or folder name longer than {MAX_NAME_PART_CHARS} "
+                         "characters (the most a file system allows): check the name.")
     if ".." in parts:
         raise H3AppError(
             f"weight name {name!r} contains '..': give a path inside the repo or folder, e.g. loras/model.safetensors."
@@ -238,11 +241,12 @@ def check_weight_name(weight_name: str) -> str:
 
 
 def is_allowed_local_path(path: LocalPath, allowed_local_dirs: Sequence[LocalPath]) -> bool:
-    """Whether ``path``, symlinks resolved, is one of ``allowed_local_dirs`` or inside one."""
-    real = Path(os.path.realpath(path))
+    """Whether ``path``, symlinks resolved, is one of ``allowed_local_dirs`` or inside one: one ``realpath`` of a
+    bounded path and a prefix test per folder, linear in the path's length (``Path.parents`` would be quadratic)."""
+    real = os.path.realpath(check_length(os.fspath(path), "the local path"))
     for folder in allowed_local_dirs:
-        base = Path(os.path.realpath(folder))
-        if real == base or base in real.parents:
+        base = os.path.realpath(folder)
+        if real == base or real.startswith(base.rstrip(os.sep) + os.sep):
             return True
     return False
 
@@ -442,7 +446,7 @@ def implied_weight(source: LocalPath, weight_name: str | None, *,
     """
     if not is_given(weight_name):
         return None
-    text = os.fspath(source).strip()
+    text = check_length(os.fspath(source), "SOURCE").strip()
     if not text or is_url(text):
         return weight_name
     path = Path(os.path.abspath(Path(text).expanduser()))

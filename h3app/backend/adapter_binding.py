@@ -29,6 +29,7 @@ from ..model import fp8, repo
 from ..model.loader import LoadedModel
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
+from .access_ledger import AccessLedger
 
 DEFAULT_CACHE_BYTES = 8 * 1024**3
 
@@ -171,6 +172,7 @@ class AdapterBinder:
         self._engines: dict[str, LoRAEngine] = {}
         self._files: dict[str, LoadedAdapter] = {}
         self._lock = threading.RLock()
+        self.access = AccessLedger()  # hosted: who was shown allowed online, for offline answers
 
     def engine(self, workflow: str = "t2va") -> LoRAEngine:
         partition = repo.partition_for(workflow)
@@ -228,9 +230,18 @@ class AdapterBinder:
         return identity == loaded.file.identity and _config_version(loaded.file) == loaded.config_version
 
     def _check_access(self, file: sources.AdapterFile, token: str | None) -> None:
-        """Hosted mode: this job's token must open the file, even when the cache (or the engine) already holds it."""
-        if self.policy.hosted and file.repo_id is not None:
-            sources.check_access(file.repo_id, file.filename, file.revision, self.policy.token(token))
+        """Hosted mode: this job's token must open the file, even when the cache (or the engine) already holds it;
+        offline, an earlier online check must have shown it may (``access_ledger.py``)."""
+        if not self.policy.hosted or file.repo_id is None:
+            return
+        from huggingface_hub import constants
+
+        sent = self.policy.token(token)
+        if constants.HF_HUB_OFFLINE:
+            self.access.check_offline(file.repo_id, file.filename, file.commit, sent)
+            return
+        sources.check_access(file.repo_id, file.filename, file.revision, sent)
+        self.access.record(file.repo_id, file.filename, file.commit, sent)
 
     def dry_run(self, loaded: LoadedAdapter, workflow: str = "t2va") -> MatchReport:
         """The match report against the held transformer, without binding anything."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from contextvars import ContextVar
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -18,6 +19,7 @@ from ..errors import H3AppError
 
 MAX_PENDING = 8  # one worker: the 8th job waits for 7 (≈ 7 min at 544p on one GPU); 8 threads of Gradio's 40
 PER_VISITOR = 2  # one running and one waiting: a visitor can queue their next request, not a batch
+OWNER: ContextVar[str | None] = ContextVar("h3app_job_owner", default=None)  # whose jobs the worker queues now
 
 
 class Refused(H3AppError):

@@ -196,7 +196,7 @@ class Backend:
                     ctx.set_phase("binding")
 
             loaded: LoadedAdapter = self.binder.apply([settings], workflow, token, progress=downloaded)[0]
-            return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(),
+            return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(self.hosted),
                               report=self.binder.report(settings, workflow))
 
         return self._submit(job, f"load {settings.source}", "submit_load", (settings, workflow, token), workflow)

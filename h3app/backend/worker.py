@@ -1,4 +1,8 @@
-"""One worker thread owns the GPU: a bounded FIFO of jobs, per-step progress, cancel between steps.
+"""One worker thread owns the GPU: a bounded line of jobs, per-step progress, cancel between steps.
+
+The line is round-robin across owners (a hosted app's visitors, ``admission.OWNER``, set by the UI's fair queue
+while it holds a visitor's GPU event): the next job is the oldest one of the owner served longest ago, so a visitor
+who queued first never makes a later visitor wait for all of theirs. Jobs without an owner share one.
 
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
 so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
@@ -8,13 +12,13 @@ calls ``on_failure`` (which resets the adapters to the bitwise base) and serves 
 from __future__ import annotations
 
 import itertools
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import H3AppError
+from .admission import OWNER
 
 DEFAULT_QUEUE_SIZE = 16
 CLIENT_GONE = "cancelled (the client went away)"
@@ -76,6 +80,7 @@ class JobHandle:
     _result: Any = None
     _error: BaseException | None = None
     submitted_at: float = field(default_factory=time.monotonic)
+    owner: str | None = None
 
     @property
     def progress(self) -> Progress:
@@ -132,39 +137,71 @@ class JobHandle:
 
 
 class Worker:
-    """Runs submitted jobs one at a time, in order, on its own thread."""
+    """Runs submitted jobs one at a time, round-robin across owners (see the module docstring), on its own thread."""
 
     def __init__(self, max_queue: int = DEFAULT_QUEUE_SIZE,
                  on_failure: Callable[[BaseException], None] | None = None) -> None:
-        self._queue: queue.Queue[JobHandle | None] = queue.Queue(maxsize=max_queue)
+        self._max_queue = max_queue
         self._ids = itertools.count(1)
         self._on_failure = on_failure
-        self._pending: list[JobHandle] = []
-        self._pending_lock = threading.Lock()
+        self._pending: list[JobHandle] = []  # in submission order
+        self._pending_lock = threading.Condition()
+        self._served: dict[str | None, int] = {}  # owner → the turn it was last served
+        self._turns = itertools.count()
+        self._closing = False
         self.current: JobHandle | None = None
         self._thread = threading.Thread(target=self._loop, name="h3app-worker", daemon=True)
         self._thread.start()
 
     @property
     def max_queue(self) -> int:
-        return self._queue.maxsize
+        return self._max_queue
 
-    def submit(self, run: Callable[[JobContext], Any], label: str = "job") -> JobHandle:
-        """Queue ``run``; raises :class:`QueueFull` with a clear message when the queue is at its bound."""
-        handle = JobHandle(id=next(self._ids), label=label, run=run)
+    def submit(self, run: Callable[[JobContext], Any], label: str = "job", owner: str | None = None) -> JobHandle:
+        """Queue ``run`` for ``owner`` (default: ``admission.OWNER`` of the calling context); raises
+        :class:`QueueFull` with a clear message when the queue is at its bound."""
+        handle = JobHandle(id=next(self._ids), label=label, run=run, owner=owner or OWNER.get())
         with self._pending_lock:
-            try:
-                self._queue.put_nowait(handle)
-            except queue.Full:
-                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting): try again in a minute.") from None
+            if len(self._pending) >= self._max_queue:
+                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting): try again in a minute.")
             self._pending.append(handle)
-            handle._progress.position = len(self._pending)
+            self._renumber()
+            self._pending_lock.notify_all()
         return handle
 
     def queued(self) -> list[JobHandle]:
-        """The jobs waiting to start, in order (a snapshot)."""
+        """The jobs waiting to start, in the order they will start (a snapshot)."""
         with self._pending_lock:
-            return list(self._pending)
+            return self._order()
+
+    def _order(self) -> list[JobHandle]:
+        """The pending jobs in serving order: each time, the oldest job of the owner served longest ago."""
+        served, pending, order = dict(self._served), list(self._pending), []
+        for step in range(len(pending)):
+            job = min(pending, key=lambda h: served.get(h.owner, -1))  # min keeps the first (oldest) of equals
+            pending.remove(job)
+            served[job.owner] = 1 << 62 | step  # after every real turn, in this simulated order
+            order.append(job)
+        return order
+
+    def _renumber(self) -> None:
+        for position, waiting in enumerate(self._order(), start=1):
+            if waiting._progress.position != position:
+                waiting._progress.position = position
+                waiting._notify()
+
+    def _next(self) -> JobHandle | None:
+        """Wait for a job and take it off the line (None: the worker is closing)."""
+        with self._pending_lock:
+            while not self._pending and not self._closing:
+                self._pending_lock.wait()
+            if not self._pending:
+                return None
+            handle = self._order()[0]
+            self._pending.remove(handle)
+            self._served[handle.owner] = next(self._turns)
+            self._renumber()
+            return handle
 
     def run(self, run: Callable[[JobContext], Any], label: str = "job", timeout: float | None = None) -> Any:
         """Submit and wait."""
@@ -172,14 +209,9 @@ class Worker:
 
     def _loop(self) -> None:
         while True:
-            handle = self._queue.get()
+            handle = self._next()
             if handle is None:
                 return
-            with self._pending_lock:
-                self._pending.remove(handle)
-                for position, waiting in enumerate(self._pending, start=1):
-                    waiting._progress.position = position
-                    waiting._notify()
             if handle._cancel.is_set():  # never started: nothing to clean up, the adapters stay as they are
                 handle._finish(error=Cancelled(why=handle._cancel_reason))
                 continue
@@ -200,5 +232,8 @@ class Worker:
                 self.current = None
 
     def close(self, timeout: float = 5.0) -> None:
-        self._queue.put(None)
+        """Stop once the jobs waiting have run (their submitters wait for them)."""
+        with self._pending_lock:
+            self._closing = True
+            self._pending_lock.notify_all()
         self._thread.join(timeout)

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 import torch.nn as nn
 
+from ..adapters.fit import RANK_FLOOR, rank_limit
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
@@ -34,7 +35,6 @@ from .report import MatchError, MatchReport, ShapeError, TargetMatch
 from .scaling import AdapterScale, ModuleAlpha
 
 QKV_NAMES = ("to_q", "to_k", "to_v")
-RANK_FLOOR = 512  # the rank limit is in + out, never below this (published H3 LoRAs use ranks 4-256)
 
 
 class _Unchanged:
@@ -571,7 +571,7 @@ def _check_ranks(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[st
     models accept the ranks published adapters use."""
     for target, module in matched.items():
         slot = slots[target]
-        limit = max(slot.in_features + slot.out_features, RANK_FLOOR)
+        limit = rank_limit(slot.out_features, slot.in_features)
         if module.rank > limit:
             raise H3AppError(
                 f"adapter {name!r}: {target} has rank {module.rank}, above the limit {limit} for its "

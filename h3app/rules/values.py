@@ -14,6 +14,7 @@ from ..errors import H3AppError
 MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
 MAX_STRENGTH = 100.0
 MAX_FIELD_CHARS = 4096  # a source, weight name, revision or path: PATH_MAX on Linux
+MAX_NAME_PART_CHARS = 255  # one file or folder name: NAME_MAX on Linux
 AUTO_WORDS = ("", "auto", "none", "null")
 
 

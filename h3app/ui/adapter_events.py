@@ -28,7 +28,7 @@ from .forms import KEEP, SlotForm, SyncForm
 from .scales import profile_basis, profile_view
 from .fair_queue import visitor_keys
 from .session import RunningJobs, session_key, with_adapter
-from .upload_quota import upload_quota
+from .upload_quota import discard, upload_quota
 
 UPLOAD_PREFIX = "upload-"
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
@@ -150,6 +150,25 @@ class AdapterEvents:
         if not file_path:
             return gr.skip(), gr.skip()
         upload = Path(file_path)
+        try:
+            size, visitor = self._admit_upload(upload, request)
+        except gr.Error:
+            discard(upload)  # a refused upload leaves nothing behind
+            raise
+        folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
+        folder.mkdir(parents=True)
+        target = folder / Path(upload.name).name
+        if Path(get_upload_folder()).resolve() in upload.resolve().parents:
+            shutil.move(upload, target)  # Gradio's cached copy becomes the app's: one copy on disk, not two
+        else:
+            shutil.copyfile(upload, target)
+        if self.uploads is not None:
+            self.uploads.record(visitor, target)
+        return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
+                                      value=target.name)
+
+    def _admit_upload(self, upload: Path, request: gr.Request | None) -> tuple[int, str]:
+        """(size, visitor) of an upload the server takes; else one ``gr.Error`` line (suffix, size, quota)."""
         if upload.suffix.lower() != sources.WEIGHT_SUFFIX:
             raise gr.Error(f"{upload.name} is not a .safetensors file: only .safetensors adapters can be uploaded "
                            "(pickles can run code).", print_exception=False)
@@ -164,17 +183,7 @@ class AdapterEvents:
                 self.uploads.reserve(visitor, size)
             except H3AppError as error:
                 raise user_error(error) from error
-        folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
-        folder.mkdir(parents=True)
-        target = folder / Path(upload.name).name
-        if Path(get_upload_folder()).resolve() in upload.resolve().parents:
-            shutil.move(upload, target)  # Gradio's cached copy becomes the app's: one copy on disk, not two
-        else:
-            shutil.copyfile(upload, target)
-        if self.uploads is not None:
-            self.uploads.record(visitor, target)
-        return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
-                                      value=target.name)
+        return size, visitor
 
     def upload_view(self, file_path: str | None, request: gr.Request = None) -> UploadView | None:
         """:meth:`upload`, shown without the uploads folder: ``upload: name.safetensors`` in the source box (None:

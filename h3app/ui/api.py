@@ -9,6 +9,7 @@ or — for clients without a session — the adapters given explicitly as JSON (
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator
 
 import gradio as gr
@@ -20,6 +21,7 @@ from ..rules.steps import MIN_STEPS
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .comparison_events import ComparisonEvents
+from .endpoint_guard import public_report
 from .fair_queue import admitted, gpu_events
 from .forms import CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import GenerateEvents, Stopped
@@ -79,8 +81,9 @@ class ApiEvents:
         except H3AppError as error:
             raise user_error(error) from error
         session, result = self.adapters.load(session, slot_name, settings, "t2va", token, request, progress)
+        name = result.provenance.get("weight_name") or Path(settings.source).name
         return session, {"slot": slot_name, "settings": session["adapters"][slot_name],
-                         "report": result.report.to_json(), "provenance": result.provenance,
+                         "report": public_report(result.report.to_json(), name), "provenance": result.provenance,
                          "summary": result.report.summary()}
 
     def set_lora(self, session: dict[str, Any] | None, slot: float, alpha: str, scale: float, mode: str,

@@ -29,10 +29,12 @@ from .generate_events import (
     with_trigger,
     workflow_inputs,
 )
+from .endpoint_guard import guard_events
 from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
 from .forms import parts, write
 from .job_wiring import wire_jobs
+from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
 
 TITLE = "H3 LoRA Lab"
@@ -130,7 +132,9 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
         for fn, inputs, outputs in on_load:
             demo.load(fn, inputs, outputs, **CHEAP)
         demo.unload(generate_events.runner.abandon)
+    guard_events(demo, backend)
     demo.queue(max_size=queue_size(backend), default_concurrency_limit=1)
+    install_queue_hooks(demo, backend)
     return demo
 
 
@@ -150,10 +154,11 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
 
 
 def launch_kwargs(backend: Any) -> dict[str, Any]:
-    """What ``launch`` needs: outputs served from the backend's folder, theme and CSS, uploads capped in hosted
-    mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage)."""
+    """What ``launch`` needs: outputs served from the backend's folder (never its uploads), theme and CSS, uploads
+    capped in hosted mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage)."""
     kwargs: dict[str, Any] = {
         "allowed_paths": [str(backend.output_dir)],
+        "blocked_paths": [str(backend.uploads_dir)],  # inside the output folder, but only results are served
         "theme": gr.themes.Default(primary_hue="indigo", secondary_hue="pink"),
         "css": CSS + VIEW_CSS,
         "show_error": True,

@@ -7,7 +7,8 @@ What Gradio 6 offers, read in its source and checked on a live server: a queued 
 ``GET /queue/data`` event stream; when that drops (a closed tab, an API client that gives up), or on ``/cancel``,
 Gradio marks the session's running events not ``alive`` but does not stop them: a plain function runs to its end, a
 generator stops at its next ``yield``. So the check reads the event's ``alive`` flag, found through Gradio's event
-context (tests/test_public_space_abuse.py replays it over HTTP).
+context (tests/test_public_space_abuse.py replays it over HTTP); ``queue_hooks.py`` makes a ``/cancel`` clear that
+flag too, and counts a join whose event stream never opened as gone.
 """
 
 from __future__ import annotations
@@ -25,4 +26,6 @@ def client_gone() -> Callable[[], bool] | None:
     event = queue.event_ids_to_events.get(event_id) if queue is not None and event_id else None
     if event is None:
         return None
-    return lambda: not getattr(event, "alive", True)
+    from .queue_hooks import never_listened
+
+    return lambda: not getattr(event, "alive", True) or never_listened(queue, event)

@@ -26,17 +26,19 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from ..backend.admission import MAX_PENDING, Refused
+from ..backend.admission import MAX_PENDING, OWNER, Refused
 from .session import session_key
 
 REFUSAL_SLOTS = 4
+GPU_CONCURRENCY_ID = "gpu"
+UNKNOWN_ADDRESS = "unknown"  # every visitor whose address is not known shares one share
 HOSTED_QUEUE_SIZE = 64  # Gradio's queue: cheap events waiting for their own slots (GPU events do not wait there)
 
 
 def gpu_events(backend: Any) -> dict[str, Any]:
     """Event keyword arguments of a GPU event on ``backend``'s app."""
     limit = backend.admission.max_pending + REFUSAL_SLOTS if backend.hosted else 1
-    return {"concurrency_id": "gpu", "concurrency_limit": limit}
+    return {"concurrency_id": GPU_CONCURRENCY_ID, "concurrency_limit": limit}
 
 
 def queue_size(backend: Any) -> int:
@@ -45,14 +47,15 @@ def queue_size(backend: Any) -> int:
 
 
 def client_address(request: Any) -> str | None:
-    """The visitor's address (see the module docstring); None for a loopback peer without a proxy header."""
-    if os.environ.get("SPACE_ID"):
-        headers = getattr(request, "headers", None) or {}
-        forwarded = [p.strip() for p in str(headers.get("x-forwarded-for", "") or "").split(",") if p.strip()]
-        if forwarded:
-            return forwarded[-1][:64]
+    """The visitor's address (see the module docstring); None for a loopback peer, and for an address uvicorn took
+    from ``X-Forwarded-For`` when no proxy was configured (``FORWARDED_ALLOW_IPS`` unset: uvicorn then trusts any
+    loopback peer's header, so a local client could choose its address)."""
+    headers = getattr(request, "headers", None) or {}
+    forwarded = [p.strip() for p in str(headers.get("x-forwarded-for", "") or "").split(",") if p.strip()]
+    if os.environ.get("SPACE_ID") and forwarded:
+        return forwarded[-1][:64]
     host = getattr(getattr(request, "client", None), "host", None)
-    if not host:
+    if not host or ("FORWARDED_ALLOW_IPS" not in os.environ and host in map(_host_of, forwarded)):
         return None
     try:
         return None if ipaddress.ip_address(host).is_loopback else host
@@ -60,11 +63,17 @@ def client_address(request: Any) -> str | None:
         return None if host in ("localhost", "testclient") else host[:64]
 
 
+def _host_of(entry: str) -> str:
+    """``203.0.113.5``, ``203.0.113.5:80``, ``[2001:db8::1]:80`` → the host part."""
+    if entry.startswith("["):
+        return entry[1:].split("]")[0]
+    return entry.rsplit(":", 1)[0] if entry.count(":") == 1 else entry
+
+
 def visitor_keys(request: Any) -> list[str]:
-    """The keys one visitor's jobs are counted under: its session, and its address when known."""
-    keys = [f"session {session_key(request)}"]
-    address = client_address(request)
-    return keys + [f"address {address}"] if address else keys
+    """The keys one visitor's jobs are counted under: its session and its address — visitors whose address is not
+    known all under one address key, so that new session hashes never buy new shares."""
+    return [f"session {session_key(request)}", f"address {client_address(request) or UNKNOWN_ADDRESS}"]
 
 
 def admitted(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
@@ -80,6 +89,7 @@ def admitted(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
             backend.admission.acquire(keys)
         except Refused as error:
             raise gr.Error(str(error), print_exception=False) from None
+        OWNER.set(keys[-1])  # the worker serves visitors (their share: the address key) round-robin
         return keys
 
     if inspect.isgeneratorfunction(fn):

@@ -1,8 +1,11 @@
 """Disk quotas on a hosted app's upload copies: per visitor and in total, each refusal one line naming the limit.
 
 An upload is kept once: the app moves Gradio's cached copy into its own uploads folder (each upload in its own
-random folder, deleted after an hour with the results) instead of copying it. A visitor's uploads are counted while
-their files still exist; the total is what the uploads folder holds now.
+random folder, deleted after an hour with the results) instead of copying it; a refused upload's cached copy is
+deleted at once (``discard``). A visitor's uploads are counted while their files still exist; the total is what the
+uploads folder holds now. Gradio's upload cache has its own cap (``UPLOAD_CACHE_GB``, or ``H3APP_MAX_UPLOAD_CACHE_GB``):
+files uploaded but never handed to the app cannot be charged to a visitor, so while the cache holds more than that,
+new uploads are refused until Gradio's hourly clean-up (``delete_cache``) removes them.
 """
 
 from __future__ import annotations
@@ -12,18 +15,23 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
+from gradio.utils import get_upload_folder
+
 from ..errors import H3AppError
 from ..rules.units import format_bytes
 
 ADAPTERS_PER_VISITOR = 2  # the two adapter slots, each up to the adapter size cap
 TOTAL_VISITORS = 8  # the total quota: this many visitors' full quotas (H3APP_MAX_UPLOADS_GB overrides)
+UPLOAD_CACHE_GB = 32.0  # Gradio's upload cache: the total quota at the default 2 GiB adapter cap
 
 
 class UploadQuota:
     """Bytes of upload copies per visitor and in ``folder`` (thread-safe)."""
 
-    def __init__(self, folder: str | Path, per_visitor: int, total: int) -> None:
+    def __init__(self, folder: str | Path, per_visitor: int, total: int, cache_cap: int | None = None) -> None:
         self.folder, self.per_visitor, self.total = Path(folder), per_visitor, total
+        self.cache_cap = cache_cap if cache_cap is not None else int(float(
+            os.environ.get("H3APP_MAX_UPLOAD_CACHE_GB") or UPLOAD_CACHE_GB) * 1024**3)
         self._lock = threading.Lock()
         self._files: dict[str, list[Path]] = defaultdict(list)
 
@@ -37,6 +45,10 @@ class UploadQuota:
             raise H3AppError(f"your uploads would take {format_bytes(mine + size)}, over this server's quota of "
                              f"{format_bytes(self.per_visitor)} per visitor: uploads are deleted after an hour, or "
                              f"use a Hub repo instead.")
+        cached = folder_bytes(Path(get_upload_folder()))
+        if cached > self.cache_cap:
+            raise H3AppError(f"the server's upload cache is full ({format_bytes(cached)} of "
+                             f"{format_bytes(self.cache_cap)}): try again in an hour, or use a Hub repo instead.")
         used = folder_bytes(self.folder)
         if used + size > self.total:
             raise H3AppError(f"the server's uploads folder is full ({format_bytes(used)} of "
@@ -45,6 +57,19 @@ class UploadQuota:
     def record(self, visitor: str, path: Path) -> None:
         with self._lock:
             self._files[visitor].append(path)
+
+
+def discard(upload: Path) -> None:
+    """Delete a refused upload's copy in Gradio's upload cache (and its folder, when empty) at once; a file given
+    from anywhere else is left alone."""
+    cache = os.path.realpath(get_upload_folder())
+    real = os.path.realpath(upload)
+    if not real.startswith(cache + os.sep):
+        return
+    Path(real).unlink(missing_ok=True)
+    parent = os.path.dirname(real)
+    if parent != cache and not os.listdir(parent):
+        os.rmdir(parent)
 
 
 def folder_bytes(folder: Path) -> int:

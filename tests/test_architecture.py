@@ -165,3 +165,20 @@ def test_no_module_imports_itself_through_others(tree: str) -> None:
     graph = module_imports(H3APP.parent / tree)
     assert len(graph) > 5, f"the scan found almost no modules in {tree}/"
     assert import_circles(graph) == []
+
+
+def test_workflow_names_are_written_once() -> None:
+    """``"t2va"``, ``"fl2va"`` and ``"ref2va"`` are string literals only in ``rules/choices.py``; every other module
+    imports the constants (a typo in a literal would silently pick no workflow)."""
+    import io
+    import tokenize
+
+    names = {'"t2va"', "'t2va'", '"fl2va"', "'fl2va'", '"ref2va"', "'ref2va'"}
+    found = []
+    for path in sorted(H3APP.rglob("*.py")):
+        if path.relative_to(H3APP).as_posix() == "rules/choices.py":
+            continue
+        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+            if token.type == tokenize.STRING and token.string in names:
+                found.append(f"{path.relative_to(H3APP.parent)}:{token.start[0]}")
+    assert found == []

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..rules.alpha_source import AlphaSource
-from ..rules.choices import TINY_REPO_ID
+from ..rules.choices import FL2VA, REF2VA, TINY_REPO_ID
 
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
 LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"
@@ -69,10 +69,10 @@ ALPHA_IN_FILE = "Alpha is read from the file's metadata."
 
 # First match wins: specific files before the catch-all of their repo.
 KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
-    _lightx2v(r"fl2v.*4step_v0\.1", "FL2V 4-step v0.1", "544p", 5, 12.0, workflow="fl2va", **LIGHTX2V_V0_1,
+    _lightx2v(r"fl2v.*4step_v0\.1", "FL2V 4-step v0.1", "544p", 5, 12.0, workflow=FL2VA, **LIGHTX2V_V0_1,
               notes="No alpha in the file; the reference script uses lora_alpha 8 (at alpha = rank it is 16× too "
                     "strong)."),
-    _lightx2v(r"ref2v.*4step_v0\.1", "Ref2V 4-step v0.1", "544p", 5, 12.0, workflow="ref2va", **LIGHTX2V_V0_1,
+    _lightx2v(r"ref2v.*4step_v0\.1", "Ref2V 4-step v0.1", "544p", 5, 12.0, workflow=REF2VA, **LIGHTX2V_V0_1,
               notes="Declares alpha 8 in its metadata; the registry value only fills in for copies without it."),
     _lightx2v(r"4step_v0\.1", "4-step v0.1", "544p", 5, 12.0, **LIGHTX2V_V0_1),
     _lightx2v(r"8step.*768p", "8-step", "768p", 9, 6.0, notes=ALPHA_IN_FILE),

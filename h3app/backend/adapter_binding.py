@@ -27,6 +27,7 @@ from ..lora.engine import LoRAEngine
 from ..lora.report import MatchReport
 from ..model import fp8, repo
 from ..model.loader import LoadedModel
+from ..rules.choices import T2VA
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from .access_ledger import AccessLedger
@@ -174,7 +175,7 @@ class AdapterBinder:
         self._lock = threading.RLock()
         self.access = AccessLedger()  # hosted: who was shown allowed online, for offline answers
 
-    def engine(self, workflow: str = "t2va") -> LoRAEngine:
+    def engine(self, workflow: str = T2VA) -> LoRAEngine:
         partition = repo.partition_for(workflow)
         with self._lock:
             if partition not in self._engines:
@@ -182,10 +183,10 @@ class AdapterBinder:
                 self._engines[partition] = LoRAEngine(self.model.transformer(workflow), device=device)
             return self._engines[partition]
 
-    def shapes(self, workflow: str = "t2va"):
+    def shapes(self, workflow: str = T2VA):
         return transformer_shapes(dict(self.model.transformer(workflow).config))
 
-    def load(self, settings: LoRASettings, workflow: str = "t2va", token: str | None = None,
+    def load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None,
              progress: Callable[[int, int | None], None] | None = None) -> LoadedAdapter:
         """Fetch (only that file + json sidecars) and normalise ``settings``' adapter for ``workflow``'s
         partition, through the byte-budgeted cache."""
@@ -243,11 +244,11 @@ class AdapterBinder:
         sources.check_access(file.repo_id, file.filename, file.revision, sent)
         self.access.record(file.repo_id, file.filename, file.commit, sent)
 
-    def dry_run(self, loaded: LoadedAdapter, workflow: str = "t2va") -> MatchReport:
+    def dry_run(self, loaded: LoadedAdapter, workflow: str = T2VA) -> MatchReport:
         """The match report against the held transformer, without binding anything."""
         return self.engine(workflow).match(loaded.adapter, loaded.settings, name=adapter_slot_name(loaded.settings))
 
-    def apply(self, adapters: Sequence[LoRASettings], workflow: str = "t2va", token: str | None = None,
+    def apply(self, adapters: Sequence[LoRASettings], workflow: str = T2VA, token: str | None = None,
               progress: Callable[[int, int | None], None] | None = None) -> list[LoadedAdapter]:
         """Make ``workflow``'s transformer carry exactly ``adapters`` (in any order; each with its own alpha,
         strength, group strengths). Returns their provenance. On any error every adapter is detached (bitwise
@@ -315,7 +316,7 @@ class AdapterBinder:
             self._files = {n: f for n, f in self._files.items()
                            if any(n in e.active() for e in self._engines.values())}
 
-    def report(self, settings: LoRASettings, workflow: str = "t2va") -> MatchReport:
+    def report(self, settings: LoRASettings, workflow: str = T2VA) -> MatchReport:
         """The match report (with strength profile) of an attached adapter at its current settings."""
         return self.engine(workflow).report(adapter_slot_name(settings))
 

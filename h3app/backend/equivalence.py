@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..rules.choices import REF2VA
 from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
 from ..model.loader import LoadOptions
 from ..settings import LoRASettings
@@ -253,7 +254,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
 def first_output_digest(pipe: Any, request: GenerationRequest) -> Iterator[list[str]]:
     """Inside the block, the digest of the transformer's first output (see :func:`output_digest`) is put in the
     yielded list: the reference the determinism control compares its one step against."""
-    transformer = pipe.transformer_ref if request.workflow == "ref2va" else pipe.transformer
+    transformer = pipe.transformer_ref if request.workflow == REF2VA else pipe.transformer
     digests: list[str] = []
 
     def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:

@@ -27,7 +27,7 @@ from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from ..rules import values
 from ..rules.frames import FPS, RELEASED
 from ..rules.steps import MIN_STEPS
-from ..rules.choices import WORKFLOWS
+from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from . import media
 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
@@ -45,7 +45,7 @@ class GenerationRequest:
     width: int | None = None
     shift: float | None = None
     audio_shift: float | None = None
-    workflow: str = "t2va"
+    workflow: str = T2VA
     first_frame: str | None = None
     last_frame: str | None = None
     references: tuple[str, ...] = ()
@@ -90,13 +90,13 @@ class GenerationRequest:
         fix("references", tuple(os.fspath(r) for r in references))
         repo.check_workflow(self.workflow)
         keyframes = [f for f in (self.first_frame, self.last_frame) if f]
-        if self.workflow == "fl2va" and not keyframes:
+        if self.workflow == FL2VA and not keyframes:
             raise H3AppError("fl2va needs a first and/or last keyframe image: give --first-frame and/or --last-frame.")
-        if self.workflow != "fl2va" and keyframes:
+        if self.workflow != FL2VA and keyframes:
             raise H3AppError(f"keyframes are for the fl2va workflow, not {self.workflow}: add --workflow fl2va.")
-        if self.workflow == "ref2va" and not self.references:
+        if self.workflow == REF2VA and not self.references:
             raise H3AppError("ref2va needs at least one reference (image, video or audio): give --reference FILE.")
-        if self.workflow != "ref2va" and self.references:
+        if self.workflow != REF2VA and self.references:
             raise H3AppError(f"references are for the ref2va workflow, not {self.workflow}: add --workflow ref2va.")
         for path in (*keyframes, *self.references):
             if not Path(path).is_file():
@@ -229,7 +229,7 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
     if request.height is not None:
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
     inputs.update(workflow_inputs(request, int(pipe.audio_vae.config.sampling_rate)))
-    transformer = pipe.transformer_ref if request.workflow == "ref2va" else pipe.transformer
+    transformer = pipe.transformer_ref if request.workflow == REF2VA else pipe.transformer
     pipe.scheduler.set_shift(video_shift)
     pipe.audio_scheduler.set_shift(audio_shift)
     try:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..adapters.known import KnownAdapter
+from ..rules.choices import T2VA
 
 PRESET_FIELDS = ("steps", "shift", "audio_shift", "workflow")
-FALLBACK_DEFAULTS: Mapping[str, Any] = {"steps": 5, "shift": None, "audio_shift": None, "workflow": "t2va"}
+FALLBACK_DEFAULTS: Mapping[str, Any] = {"steps": 5, "shift": None, "audio_shift": None, "workflow": T2VA}
 
 
 @dataclass(frozen=True)

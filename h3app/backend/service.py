@@ -25,6 +25,7 @@ from ..errors import for_visitor
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
+from ..rules.choices import T2VA
 from ..rules.h3_modules import transformer_shapes
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
@@ -108,7 +109,7 @@ class Backend:
                  max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
                  max_download_cache_bytes: int | None = None, baseline_bytes: int = BASELINE_BYTES,
                  loaded: LoadedModel | None = None, parallel: Any = None) -> None:
-        self.model: LoadedModel = loaded if loaded is not None else load_model(model, "t2va", options)
+        self.model: LoadedModel = loaded if loaded is not None else load_model(model, T2VA, options)
         self.hosted = hosted
         self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
         self.uploads_dir = self.output_dir / "uploads"
@@ -143,7 +144,7 @@ class Backend:
     def limits(self) -> Limits:
         """The caps of the held model (tighter when hosted): canvas, steps, prompt tokens, grid cells."""
         if self._limits is None:
-            self._limits = model_limits(self.model.pipeline("t2va"), hosted=self.hosted)
+            self._limits = model_limits(self.model.pipeline(T2VA), hosted=self.hosted)
         return self._limits
 
     def check_request(self, request: GenerationRequest) -> None:
@@ -168,7 +169,7 @@ class Backend:
         return sources.list_weight_files(source, revision, self.policy.token(token), **self._local_rule())
 
     def inspect(self, source: str, weight_name: str | None = None, revision: str | None = None,
-                token: str | None = None, workflow: str = "t2va", qkv_layout: str = "auto") -> AdapterInfo:
+                token: str | None = None, workflow: str = T2VA, qkv_layout: str = "auto") -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the held model's shapes; no weights downloaded."""
         self.policy.check_source(source)
         ref = sources.parse_source(source, weight_name, revision, **self._local_rule())
@@ -184,7 +185,7 @@ class Backend:
         return {"allowed_local_dirs": list(self.policy.allowed_local_dirs)} if self.hosted else {}
 
     # ----------------------------------------------------------------------------------------- worker jobs
-    def submit_load(self, settings: LoRASettings, workflow: str = "t2va", token: str | None = None) -> JobHandle:
+    def submit_load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> JobHandle:
         """Fetch (only that file), normalise and bind ``settings``' adapter; the job's result is a LoadResult."""
 
         def job(ctx: JobContext) -> LoadResult:
@@ -324,7 +325,7 @@ class Backend:
                  token: str | None = None, on_step: Callable[[int, int], None] | None = None) -> GenerationOutput:
         return self.run(self.submit_generate(request, adapters, token), on_step)
 
-    def load(self, settings: LoRASettings, workflow: str = "t2va", token: str | None = None) -> LoadResult:
+    def load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> LoadResult:
         return self.run(self.submit_load(settings, workflow, token))
 
     def check_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,

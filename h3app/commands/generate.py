@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import LORA_MODES, WORKFLOWS
+from ..rules.choices import LORA_MODES, T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
 from .model_options import add_run_flags, compile_fields, load_options
 
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         known = None
         for adapter in adapters:  # header only: which adapter is known, before anything is downloaded
             info = backend.inspect(adapter.source, adapter.weight_name, adapter.revision, token,
-                                   workflow=args.workflow or "t2va")
+                                   workflow=args.workflow or T2VA)
             if info.known is not None:
                 from ..adapters.known import KnownAdapter
 

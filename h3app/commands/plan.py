@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
-from ..rules.choices import LORA_MODES, OFFLOAD_MODES, WORKFLOWS
+from ..rules.choices import LORA_MODES, OFFLOAD_MODES, T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
 from .model_options import add_adapter_flags, add_fp8_flags
 
@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("plan", help="predict GPU and host memory for a request and the hardware it fits")
     p.add_argument("--model", default="full", help="full (the published MiniMax-H3 sizes, no weights) or tiny")
-    p.add_argument("--workflow", default="t2va", choices=WORKFLOWS)
+    p.add_argument("--workflow", default=T2VA, choices=WORKFLOWS)
     p.add_argument("--resolution", default="544p", choices=RESOLUTION_NAMES)
     p.add_argument("--duration", type=float, default=5.0, help=f"seconds of video, {RELEASED.describe()}")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")

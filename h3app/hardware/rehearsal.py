@@ -28,6 +28,7 @@ from ..lora.layers import PristineStore
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.step_cache import StepCache
+from ..rules.choices import FL2VA, T2VA
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
@@ -50,7 +51,7 @@ ENCODERS = ("text_encoder",)
 class RehearsalOptions:
     """One request on one configuration. ``adapter`` is a safetensors header (None: no LoRA)."""
 
-    workflow: str = "t2va"
+    workflow: str = T2VA
     resolution: str = "544p"
     duration: float = 5.0
     dtype: torch.dtype = torch.bfloat16
@@ -189,13 +190,13 @@ def _device_of(module: torch.nn.Module) -> str:
 
 def _workflow_files(workflow: str, folder: Path, height: int, width: int) -> dict[str, Any]:
     """Keyframe (fl2va) or reference image (ref2va) files at the canvas size."""
-    if workflow == "t2va":
+    if workflow == T2VA:
         return {}
     from PIL import Image
 
     path = folder / "keyframe.png"
     Image.new("RGB", (width, height), (90, 120, 160)).save(path)
-    return {"first_frame": str(path)} if workflow == "fl2va" else {"references": (str(path),)}
+    return {"first_frame": str(path)} if workflow == FL2VA else {"references": (str(path),)}
 
 
 def _repeated_layers(module: torch.nn.Module) -> list[torch.nn.Module]:

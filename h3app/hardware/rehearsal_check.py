@@ -27,6 +27,7 @@ from ..backend.generation import GenerationRequest
 from ..backend.transformer_check import CheckSetting
 from ..model import repo
 from ..model.loader import LoadedModel
+from ..rules.choices import T2VA
 from ..settings import LoRASettings
 from .header_adapter import adapter_from_header, factor_bytes
 
@@ -71,7 +72,7 @@ class HeaderBinder(AdapterBinder):
         self._record.write_text(json.dumps({"name": header.name, "file_bytes": header.file_bytes,
                                             "tensors": {k: [d, list(s)] for k, (d, s) in header.tensors.items()}}))
 
-    def load(self, settings: LoRASettings, workflow: str = "t2va", token: str | None = None,
+    def load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None,
              progress: Callable[[int, int | None], None] | None = None) -> LoadedAdapter:
         adapter = adapter_from_header(self._header, self.shapes(workflow), partition=repo.partition_for(workflow),
                                       qkv_layout=settings.qkv_layout)

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 from ..errors import H3AppError
 from ..rules import values
-from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES, PARTITIONS
+from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES, PARTITIONS, REF2VA, T2VA
 from . import conditioner, fp8, repo
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
 
@@ -130,7 +130,7 @@ def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float
                      partition: str = "transformer", revision: str | None = None,
                      fp8: bool = False) -> torch.nn.Module:
     """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine)."""
-    workflow = "ref2va" if partition == "transformer_ref" else "t2va"
+    workflow = REF2VA if partition == "transformer_ref" else T2VA
     location = repo.locate(model, workflow=workflow, revision=revision)
     options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision, fp8=fp8)
     return _load_transformer_from(str(location.folder), partition, options)
@@ -161,12 +161,12 @@ class LoadedModel:
     def name(self) -> str:
         return self.location.name
 
-    def transformer(self, workflow: str = "t2va") -> torch.nn.Module:
+    def transformer(self, workflow: str = T2VA) -> torch.nn.Module:
         """The transformer partition that ``workflow`` runs on (loaded on first use)."""
         self._ensure(workflow)
         return self.components[repo.partition_for(workflow)]
 
-    def pipeline(self, workflow: str = "t2va"):
+    def pipeline(self, workflow: str = T2VA):
         """A ``MiniMaxH3ModularPipeline`` pruned to ``workflow``, sharing this model's components."""
         repo.check_workflow(workflow)
         self._ensure(workflow)
@@ -255,7 +255,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
     return loaded
 
 
-def load_model(model: str = repo.TINY, workflow: str = "t2va", options: LoadOptions | None = None) -> LoadedModel:
+def load_model(model: str = repo.TINY, workflow: str = T2VA, options: LoadOptions | None = None) -> LoadedModel:
     """Resolve ``model`` and load what ``workflow`` needs."""
     options = options or LoadOptions()
     location = repo.locate(model, workflow=workflow, revision=options.revision, token=options.token)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import H3AppError
-from ..rules.choices import PARTITIONS, REAL_REPO_ID, WORKFLOWS, workflow_partition
+from ..rules.choices import PARTITIONS, REAL_REPO_ID, T2VA, WORKFLOWS, workflow_partition
 
 TINY = "tiny"
 TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"
@@ -157,7 +157,7 @@ class DownloadProgress:
     so each file in flight shows up to one chunk late).
     """
 
-    def __init__(self, repo_id: str, workflow: str = "t2va", revision: str | None = None,
+    def __init__(self, repo_id: str, workflow: str = T2VA, revision: str | None = None,
                  token: str | None = None) -> None:
         from huggingface_hub import constants, snapshot_download
         from huggingface_hub.file_download import repo_folder_name
@@ -181,7 +181,7 @@ class DownloadProgress:
         return min(self.total, finished + partial)
 
 
-def pending_download(model: str, workflow: str = "t2va", revision: str | None = None,
+def pending_download(model: str, workflow: str = T2VA, revision: str | None = None,
                      token: str | None = None) -> DownloadProgress | None:
     """The download ``model`` still needs before it can load, or None: offline, a local folder, everything cached,
     or the Hub refusing the dry run (the download itself then gives the one-line answer)."""
@@ -197,7 +197,7 @@ def pending_download(model: str, workflow: str = "t2va", revision: str | None = 
     return download if download.missing else None
 
 
-def locate(model: str, workflow: str = "t2va", revision: str | None = None, token: str | None = None,
+def locate(model: str, workflow: str = T2VA, revision: str | None = None, token: str | None = None,
            with_text_encoder: bool = True) -> ModelLocation:
     """Resolve ``model`` (``tiny`` | local folder | Hub repo id) to a checked local folder for ``workflow``."""
     needed = components_for(workflow, with_text_encoder)

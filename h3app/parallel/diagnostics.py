@@ -6,6 +6,7 @@ import hashlib
 from typing import Any
 
 import torch
+from ..rules.choices import T2VA
 
 
 def state_digest(module: Any) -> str:
@@ -18,7 +19,7 @@ def state_digest(module: Any) -> str:
     return digest.hexdigest()
 
 
-def weights_digests(backend: Any, workflow: str = "t2va") -> list[str]:
+def weights_digests(backend: Any, workflow: str = T2VA) -> list[str]:
     """One job on every rank: each rank's :func:`state_digest` of ``workflow``'s transformer, in rank order."""
 
     def job(ctx: Any) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from torch.distributed import DistError
 
+from ..rules.choices import T2VA
 from .context_parallel import parallelize
 from .group import PeerFailed, RankGroup
 from .timeouts import RankLost
@@ -26,7 +27,7 @@ class JobCall:
 
     method: str
     args: tuple
-    workflow: str = "t2va"
+    workflow: str = T2VA
 
 
 def lockstep_job(group: RankGroup, backend: Any, call: JobCall, job: Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -3,11 +3,12 @@
 # The embedded tiny checkpoint's repo id (assets/tiny-h3): its index names it, and it names the demo adapters.
 TINY_REPO_ID = "h3app/tiny-h3"
 REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"  # the full-size model on the Hub
-WORKFLOWS = ("t2va", "fl2va", "ref2va")
+T2VA, FL2VA, REF2VA = "t2va", "fl2va", "ref2va"  # text / first-last frame / reference → video + audio
+WORKFLOWS = (T2VA, FL2VA, REF2VA)
 MAIN_PARTITION = "transformer"  # the transformer t2va and fl2va run
 REFERENCE_PARTITION = "transformer_ref"  # the one ref2va runs
 PARTITIONS = (MAIN_PARTITION, REFERENCE_PARTITION)
-REFERENCE_WORKFLOW = "ref2va"
+REFERENCE_WORKFLOW = REF2VA
 
 
 def workflow_partition(workflow: str) -> str:

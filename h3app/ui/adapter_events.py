@@ -19,6 +19,7 @@ from gradio.utils import get_upload_folder
 from ..adapters import source as sources
 from ..adapters.source import implied_weight
 from ..errors import H3AppError
+from ..rules.choices import T2VA
 from ..rules.strength import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
 from ..settings import LoRASettings
@@ -196,7 +197,7 @@ class AdapterEvents:
 
     # ---------------------------------------------------------------------------------------------- inspect
     def inspect(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
-                workflow: str = "t2va", qkv_layout: str = "auto") -> dict[str, Any]:
+                workflow: str = T2VA, qkv_layout: str = "auto") -> dict[str, Any]:
         """``AdapterInfo.to_json()`` from the header only (remote: HTTP ranges); nothing is downloaded."""
         if not source or not str(source).strip():
             raise gr.Error("the adapter source is empty: paste a Hub repo id, an HF URL or a local path, or pick a "
@@ -206,7 +207,7 @@ class AdapterEvents:
             hosted_dirs = list(self.backend.policy.allowed_local_dirs) if self.backend.hosted else None
             name = implied_weight(source, weight_name, allowed_local_dirs=hosted_dirs)  # never looks outside them
             info = self.backend.inspect(source, name, (revision or "").strip() or None, token or None,
-                                        workflow=workflow or "t2va", qkv_layout=qkv_layout or "auto")
+                                        workflow=workflow or T2VA, qkv_layout=qkv_layout or "auto")
         except H3AppError as error:
             raise user_error(error) from error
         data = info.to_json()
@@ -214,7 +215,7 @@ class AdapterEvents:
         data["adapter"] = adapter_identity(source, weight_name, revision)
         return data
 
-    def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = "t2va",
+    def inspect_view(self, slot: SlotForm, token: str | None = None, workflow: str = T2VA,
                      previous: dict[str, Any] | None = None) -> InspectView:
         """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point. An
         override set for another adapter (``previous``: the info the slot showed) is dropped, and the alpha card
@@ -252,12 +253,12 @@ class AdapterEvents:
         return Readout(render.alpha_card(info, used), render.readout_html(info, used, strength))
 
     # ------------------------------------------------------------------------------------------------- load
-    def load(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings, workflow: str = "t2va",
+    def load(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings, workflow: str = T2VA,
              token: str | None = None, request: gr.Request | None = None, progress: Any = None
              ) -> tuple[dict[str, Any], Any]:
         """Fetch only the pinned file, normalise and bind it as a worker job; the session's ``slot`` now holds
         ``settings``. Returns (session, LoadResult). Zero matches raise; a partial match warns."""
-        handle = self.backend.submit_load(settings, workflow or "t2va", token or None)
+        handle = self.backend.submit_load(settings, workflow or T2VA, token or None)
 
         def on_step(done: int, total: int) -> None:
             if progress is not None:  # a fraction: the sizes are written once, in our units (Gradio's own are not)
@@ -279,7 +280,7 @@ class AdapterEvents:
         return with_adapter(session, slot, settings), result
 
     def load_view(self, session: dict[str, Any] | None, slot_name: str, slot: SlotForm, mode: str,
-                  workflow: str = "t2va", token: str | None = None, request: gr.Request | None = None,
+                  workflow: str = T2VA, token: str | None = None, request: gr.Request | None = None,
                   progress: Any = None) -> LoadView:
         """Load and render: the session with ``slot_name`` set, the match report and the strength profile."""
         try:

@@ -16,6 +16,7 @@ import gradio as gr
 
 from ..backend.limits import HOSTED_MAX_STEPS, MAX_STEPS
 from ..errors import H3AppError
+from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
 from ..rules.steps import MIN_STEPS
 from ..settings import LoRASettings
@@ -80,7 +81,7 @@ class ApiEvents:
                                            "alpha": alpha, "strength": scale, "mode": mode or "unmerged"})
         except H3AppError as error:
             raise user_error(error) from error
-        session, result = self.adapters.load(session, slot_name, settings, "t2va", token, request, progress)
+        session, result = self.adapters.load(session, slot_name, settings, T2VA, token, request, progress)
         name = result.provenance.get("weight_name") or Path(settings.source).name
         return session, {"slot": slot_name, "settings": session["adapters"][slot_name],
                          "report": public_report(result.report.to_json(), name), "provenance": result.provenance,
@@ -260,7 +261,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("token", "", "Hugging Face token (empty: none)"), ("alpha", "auto", "alpha: a number, or auto"),
             ("mode", "unmerged", "LoRA mode: unmerged or merged"),
             ("prompt", "a red fox running through snow, wind howling", "prompt"),
-            ("workflow", "t2va", "workflow: t2va, fl2va or ref2va"),
+            ("workflow", T2VA, "workflow: t2va, fl2va or ref2va"),
             ("adapters_json", "", "adapters as JSON (empty: this session's)"),
             ("alpha_a", "8", "A: alpha (a number, or auto)"), ("alpha_b", "128", "B: alpha (a number, or auto)"),
             ("alphas", "8, auto", "alphas, comma-separated (auto allowed)"),

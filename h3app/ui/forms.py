@@ -17,6 +17,7 @@ import gradio as gr
 from ..backend.equivalence import DEFAULT_A, DEFAULT_B
 from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
+from ..rules.choices import FL2VA, REF2VA, T2VA
 from ..rules.values import parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
@@ -71,7 +72,7 @@ def optional_number(value: Any, what: str) -> float | None:
 class RequestForm:
     """The request controls shared by Generate, Equivalence and Grid."""
 
-    workflow: str = "t2va"
+    workflow: str = T2VA
     prompt: str = ""
     seed: Any = 0
     randomize: bool = False
@@ -88,13 +89,13 @@ class RequestForm:
     def to_request(self, seed: int | None = None, *, lenient: bool = True) -> GenerationRequest:
         """A GenerationRequest (``seed`` replaces the form's). ``lenient``: inputs of another workflow are
         ignored (they stay in the form when the user switches workflow) instead of refused."""
-        workflow = self.workflow or "t2va"
+        workflow = self.workflow or T2VA
         first, last = self.first_frame, self.last_frame
         refs = tuple(str(getattr(r, "name", r)) for r in (self.references or ()) if r)
         if lenient:
-            if workflow != "fl2va":
+            if workflow != FL2VA:
                 first = last = None
-            if workflow != "ref2va":
+            if workflow != REF2VA:
                 refs = ()
         height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
         used_seed = int(parse_number(self.seed or 0, "seed")) if seed is None else int(seed)

@@ -15,7 +15,7 @@ import gradio as gr
 from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
-from ..rules.choices import WORKFLOWS
+from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.steps import evaluations
 from . import render, snippets
 from .adapter_events import user_error
@@ -221,7 +221,7 @@ def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
     request = data["request"]
     adapters = list(data.get("adapters") or ([data["adapter"]] if data.get("adapter") else []))
     controls: dict[str, Any] = {
-        "workflow": request.get("workflow", "t2va"), "prompt": request.get("prompt", ""),
+        "workflow": request.get("workflow", T2VA), "prompt": request.get("prompt", ""),
         "seed": request.get("seed", 0), "steps": request.get("steps", 5), "duration": request.get("duration", 5.0),
         "height": request.get("height"), "width": request.get("width"), "shift": request.get("shift"),
         "audio_shift": request.get("audio_shift"),
@@ -379,4 +379,4 @@ def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetVi
 
 def workflow_inputs(workflow: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Show keyframe uploads for fl2va and reference uploads for ref2va."""
-    return gr.update(visible=workflow == "fl2va"), gr.update(visible=workflow == "ref2va")
+    return gr.update(visible=workflow == FL2VA), gr.update(visible=workflow == REF2VA)

@@ -9,7 +9,7 @@ import gradio as gr
 
 from ..backend.limits import Limits
 from . import render
-from ..rules.choices import WORKFLOWS
+from ..rules.choices import T2VA, WORKFLOWS
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
@@ -53,7 +53,7 @@ def build_request_controls(limits: Limits) -> RequestControls:
     """Workflow, keyframes/references, prompt, seed, steps, duration, canvas and shifts; every range from the held
     model's ``limits`` (read from its pipeline), so the controls offer only what the pipeline accepts."""
     with gr.Group(elem_classes=["h3-panel"]):
-        workflow = gr.Radio(list(WORKFLOWS), value="t2va", label="Workflow", elem_id="workflow",
+        workflow = gr.Radio(list(WORKFLOWS), value=T2VA, label="Workflow", elem_id="workflow",
                             info="t2va: text → video + audio · fl2va: first/last keyframes · ref2va: references")
         with gr.Row(visible=False) as keyframes:
             first_frame = gr.Image(label="First keyframe", type="filepath", height=140, sources=["upload"])

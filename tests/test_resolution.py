@@ -23,7 +23,6 @@ from h3app.adapters.resolved import resolve_adapter
 from h3app.adapters.inspect import inspect_file
 from h3app.backend.adapter_binding import adapter_slot_name
 from h3app.backend.generation import GenerationRequest
-from h3app.errors import H3AppError
 from h3app.rules.h3_modules import group_of
 from h3app.settings import LoRASettings
 from h3app.ui.adapter_events import AdapterEvents
@@ -32,9 +31,6 @@ from h3app.ui.session import add_history
 
 DEMOS = sorted(p for p in TINY_DEMO_DIR.iterdir() if p.suffix == ".safetensors" or p.is_dir())
 FILE_KINDS = ("local", "demo_pick", "hub", "resolve_url", "upload")
-# The hook for a folder URL + weight name (issue 22 item 13, fixed on its own branch): drop the mark once merged.
-FOLDER_URL_PENDING = pytest.mark.xfail(raises=H3AppError, strict=False,
-                                       reason="folder URL + weight name (issue 22 item 13) is fixed on its own branch")
 FAST = {"steps": 2, "height": 16, "width": 16}
 
 
@@ -49,7 +45,7 @@ def matrix() -> list[Any]:
     cases = []
     for demo in DEMOS:
         cases += [pytest.param(demo, k, id=f"{demo.name}-{k}") for k in FILE_KINDS if demo.is_file() or k != "upload"]
-        cases.append(pytest.param(demo, "folder_url", id=f"{demo.name}-folder_url", marks=FOLDER_URL_PENDING))
+        cases.append(pytest.param(demo, "folder_url", id=f"{demo.name}-folder_url"))
     return cases
 
 

@@ -140,6 +140,90 @@ def deterministic() -> Iterator[None]:
         torch.use_deterministic_algorithms(was)
 
 
+class _CheckRuns:
+    """The check's denoising runs, in order, on one pipeline: progress counted over the whole check, and each
+    column's mp4 encoded on a second thread while the next run denoises."""
+
+    def __init__(self, pipe: Any, request: GenerationRequest, engine: Any, ranks: dict[str, int], *, total: int,
+                 settings: dict[str, Any], output_dir: Path, stem: str,
+                 on_step: Callable[[int, int], None] | None, should_cancel: Callable[[], bool] | None,
+                 on_phase: Callable[[str], None] | None) -> None:
+        self.pipe, self.request, self.engine, self.ranks, self.total = pipe, request, engine, ranks, total
+        self.settings, self.output_dir, self.stem = settings, output_dir, stem
+        self.on_step, self.should_cancel, self.on_phase = on_step, should_cancel, on_phase
+        self.results: dict[str, GenerationResult] = {}
+        self.scales: dict[str, Any] = {}
+        self.columns: dict[str, Future] = {}
+        self.offset = 0  # denoising steps of the check done before the current run
+        self.encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3app-encode")
+
+    def phase(self, label: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(f"{label} ({PHASES.index(label) + 1}/{len(PHASES)})")
+
+    def _steps(self, done: int, _: int) -> None:
+        if self.on_step is not None:
+            self.on_step(self.offset + done, self.total)
+
+    def run(self, label: str) -> GenerationResult:
+        """Denoise one full run with the adapter as now attached; its scales are summarised first."""
+        self.phase(label)
+        self.scales[label] = summarise_scales(self.engine.effective_scales(CHECK_NAME), self.ranks)
+        try:
+            result = run_generation(self.pipe, self.request, on_step=self._steps, should_cancel=self.should_cancel)
+        except Cancelled as stop:
+            raise Cancelled(self.offset + (stop.done or 0), self.total) from None
+        self.results[label] = result
+        self.offset += result.evaluations
+        return result
+
+    def control(self, reference: str) -> bool:
+        """The control: A's first denoising step again; True when its digest equals ``reference``."""
+        self.phase("control")
+        if self.should_cancel is not None and self.should_cancel():
+            raise Cancelled(self.offset, self.total)
+        identical = first_step_digest(self.pipe, self.request) == reference
+        self.offset += CONTROL_STEPS
+        return identical
+
+    def encode(self, label: str, alpha: float | None, strength: float, same_as: str | None = None,
+               last: bool = False) -> None:
+        """Start writing ``label``'s mp4 and thumbnail on the encoder thread."""
+        self.columns[label] = self.encoder.submit(self._column, label, alpha, strength, same_as, last)
+
+    def _column(self, label: str, alpha: float | None, strength: float, same_as: str | None,
+                last: bool) -> Column:
+        result = self.results[label]
+        metadata = {**self.settings, "column": label, "alpha": alpha, "strength": strength, "hash": result.hash}
+        path = self.output_dir / f"{self.stem}-{label}.mp4"
+        earlier = self.columns[same_as].result() if same_as is not None else None
+        if earlier is not None and earlier.hash == result.hash:  # bit-identical: copy the streams, no re-encode
+            video = remux_with_settings(earlier.video_path, path, metadata)
+            thumb = Path(earlier.thumbnail_path)
+        else:
+            # Beside the next run the encode keeps to one core; the last column has no run beside it.
+            video = save_result(result, path, metadata, audio_thread=last)
+            thumb = write_thumbnail(self.output_dir / f"{self.stem}-{label}.png", result.video)
+        return Column(label, alpha, strength, str(video), str(thumb), result.hash, self.scales[label])
+
+    def finished(self) -> dict[str, Column]:
+        """Wait for every column's media."""
+        return {label: future.result() for label, future in self.columns.items()}
+
+    def close(self) -> None:
+        self.encoder.shutdown(wait=True, cancel_futures=True)
+
+
+def _difference_images(ra: GenerationResult, rb: GenerationResult, rf: GenerationResult, output_dir: Path,
+                       stem: str) -> dict[str, str]:
+    """The A-vs-B and A-vs-fallback heatmaps and spectrogram differences, saved as PNGs; paths by name."""
+    return {name: str(metrics.save_image(metrics.colorize(picture), output_dir / f"{stem}-{name}.png"))
+            for name, picture in (("heat-ab", metrics.video_difference_map(ra.video, rb.video)),
+                                  ("heat-afallback", metrics.video_difference_map(ra.video, rf.video)),
+                                  ("spec-ab", metrics.spectrogram_difference(ra.audio, rb.audio)),
+                                  ("spec-afallback", metrics.spectrogram_difference(ra.audio, rf.audio)))}
+
+
 def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettings, *, a: CheckSetting = DEFAULT_A,
                     b: CheckSetting = DEFAULT_B, output_dir: Path, token: str | None = None,
                     on_step: Callable[[int, int], None] | None = None,
@@ -161,84 +245,38 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     engine = binder.engine(workflow)
     ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
     shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
-    per_run = count_evaluations(request.steps, shift)
-    total = len(FULL_RUNS) * per_run + CONTROL_STEPS
+    total = len(FULL_RUNS) * count_evaluations(request.steps, shift) + CONTROL_STEPS
     settings = {"request": request.to_json(hide_paths), "adapter": loaded.provenance(hide_paths),
                 "a": a.label, "b": b.label, "model": binder.model.name, "model_commit": binder.model.location.commit}
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:12]
-    runs: dict[str, GenerationResult] = {}
-    scales: dict[str, Any] = {}
-    columns: dict[str, Future] = {}
-    offset = [0]
-    encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="h3app-encode")
-
-    def column(label: str, alpha: float | None, strength: float, same_as: str | None = None,
-               last: bool = False) -> Column:
-        result = runs[label]
-        metadata = {**settings, "column": label, "alpha": alpha, "strength": strength, "hash": result.hash}
-        path = output_dir / f"{stem}-{label}.mp4"
-        earlier = columns[same_as].result() if same_as is not None else None
-        if earlier is not None and earlier.hash == result.hash:  # bit-identical: copy the streams, no re-encode
-            video = remux_with_settings(earlier.video_path, path, metadata)
-            thumb = Path(earlier.thumbnail_path)
-        else:
-            # Beside the next run the encode keeps to one core; the last column has no run beside it.
-            video = save_result(result, path, metadata, audio_thread=last)
-            thumb = write_thumbnail(output_dir / f"{stem}-{label}.png", result.video)
-        return Column(label, alpha, strength, str(video), str(thumb), result.hash, scales[label])
-
-    def phase(label: str) -> None:
-        if on_phase is not None:
-            on_phase(f"{label} ({PHASES.index(label) + 1}/{len(PHASES)})")
-
-    def steps(done: int, _: int) -> None:
-        if on_step is not None:
-            on_step(offset[0] + done, total)
-
-    def run(label: str) -> None:
-        phase(label)
-        scales[label] = summarise_scales(engine.effective_scales(CHECK_NAME), ranks)
-        try:
-            runs[label] = run_generation(pipe, request, on_step=steps, should_cancel=should_cancel)
-        except Cancelled as stop:
-            raise Cancelled(offset[0] + (stop.done or 0), total) from None
-        offset[0] += runs[label].evaluations
-
+    runs = _CheckRuns(pipe, request, engine, ranks, total=total, settings=settings, output_dir=output_dir, stem=stem,
+                      on_step=on_step, should_cancel=should_cancel, on_phase=on_phase)
     try:
         with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
             # The fallback first: its mp4 is encoded while A denoises, and A, the control and B then run back to
             # back with only the slider change (set_lora) between A and B; B's mp4, last, is normally a remux.
             engine.attach(with_rank_alpha(loaded.adapter),
                           dataclasses.replace(adapter, alpha=None, strength=1.0, mode="unmerged"), CHECK_NAME)
-            run("fallback")
-            columns["fallback"] = encoder.submit(column, "fallback", None, 1.0)
+            rf = runs.run("fallback")
+            runs.encode("fallback", None, 1.0)
             engine.detach()
             engine.attach(loaded.adapter, dataclasses.replace(adapter, alpha=a.alpha, strength=a.strength,
                                                               mode="unmerged"), CHECK_NAME)
             with first_output_digest(pipe, request) as first_a:
-                run("A")
-            columns["A"] = encoder.submit(column, "A", a.alpha, a.strength)
-            phase("control")
-            if should_cancel is not None and should_cancel():
-                raise Cancelled(offset[0], total)
-            control_identical = first_step_digest(pipe, request) == first_a[0]
-            offset[0] += CONTROL_STEPS
+                ra = runs.run("A")
+            runs.encode("A", a.alpha, a.strength)
+            control_identical = runs.control(first_a[0])
             engine.set_lora(CHECK_NAME, alpha=b.alpha, strength=b.strength)
-            run("B")
-            columns["B"] = encoder.submit(column, "B", b.alpha, b.strength, "A", last=True)
-        ra, rb, rf = runs["A"], runs["B"], runs["fallback"]
+            rb = runs.run("B")
+            runs.encode("B", b.alpha, b.strength, same_as="A", last=True)
         # Drawn here while the encoder finishes the last mp4 (this thread would only wait for it).
-        paths = {name: str(metrics.save_image(metrics.colorize(picture), output_dir / f"{stem}-{name}.png"))
-                 for name, picture in (("heat-ab", metrics.video_difference_map(ra.video, rb.video)),
-                                       ("heat-afallback", metrics.video_difference_map(ra.video, rf.video)),
-                                       ("spec-ab", metrics.spectrogram_difference(ra.audio, rb.audio)),
-                                       ("spec-afallback", metrics.spectrogram_difference(ra.audio, rf.audio)))}
+        paths = _difference_images(ra, rb, rf, output_dir, stem)
         a_vs_b = metrics.compare(ra.video, ra.audio, rb.video, rb.audio)
         a_vs_fallback = metrics.compare(ra.video, ra.audio, rf.video, rf.audio)
-        done = {label: future.result() for label, future in columns.items()}
+        done = runs.finished()
     finally:
-        encoder.shutdown(wait=True, cancel_futures=True)
+        runs.close()
         binder.reset(workflow)
     return EquivalenceResult(
         identical=ra.hash == rb.hash, control_identical=control_identical,

@@ -30,7 +30,7 @@ from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
 from ..model.loader import LoadOptions
 from ..settings import LoRASettings
 from . import metrics
-from .generation import (GenerationRequest, GenerationResult, count_evaluations, first_step_digest, output_digest,
+from .generation import (GenerationRequest, GenerationResult, first_step_digest, output_digest, request_evaluations,
                          run_generation, save_result)
 from .worker import Cancelled
 from .media import remux_with_settings, write_thumbnail
@@ -244,8 +244,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     loaded = binder.load(adapter, workflow, token)
     engine = binder.engine(workflow)
     ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
-    shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
-    total = len(FULL_RUNS) * count_evaluations(request.steps, shift) + CONTROL_STEPS
+    total = len(FULL_RUNS) * request_evaluations(pipe, request) + CONTROL_STEPS
     settings = {"request": request.to_json(hide_paths), "adapter": loaded.provenance(hide_paths),
                 "a": a.label, "b": b.label, "model": binder.model.name, "model_commit": binder.model.location.commit}
     output_dir.mkdir(parents=True, exist_ok=True)

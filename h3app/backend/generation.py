@@ -203,6 +203,16 @@ class GenerationResult:
         return int(self.video.shape[2])
 
 
+def request_shift(pipe: Any, request: GenerationRequest) -> float:
+    """The video shift ``request`` runs at: its own, or the pipeline scheduler's default."""
+    return request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
+
+
+def request_evaluations(pipe: Any, request: GenerationRequest) -> int:
+    """Transformer evaluations of one generation of ``request`` on ``pipe``."""
+    return count_evaluations(request.steps, request_shift(pipe, request))
+
+
 def count_evaluations(steps: int, shift: float) -> int:
     """Transformer evaluations for ``steps`` sigma points at ``shift`` (N−1 unless the shift collapses sigmas)."""
     from diffusers import MiniMaxH3Scheduler
@@ -217,7 +227,7 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
     """The pipeline inputs of ``request``, the transformer it runs and its evaluation count, with the request's
     shifts set on the schedulers for the duration (restored afterwards, also on errors)."""
     model_limits(pipe).check_request(request, getattr(pipe, "tokenizer", None))
-    video_shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
+    video_shift = request_shift(pipe, request)
     audio_shift = request.audio_shift if request.audio_shift is not None else float(pipe.audio_scheduler.config.shift)
     inputs: dict[str, Any] = {
         "num_inference_steps": int(request.steps),

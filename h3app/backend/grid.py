@@ -16,7 +16,7 @@ from ..errors import H3AppError
 from ..rules import values
 from ..settings import LoRASettings
 from . import metrics
-from .generation import MAX_SEED, GenerationRequest, GenerationResult, count_evaluations, run_generation, save_result
+from .generation import MAX_SEED, GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
 from .media import write_thumbnail
 from .worker import Cancelled
 
@@ -139,8 +139,7 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
     pipe = binder.model.pipeline(workflow)
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:8]
-    shift = request.shift if request.shift is not None else float(pipe.scheduler.config.shift)
-    per_run = count_evaluations(request.steps, shift)
+    per_run = request_evaluations(pipe, request)
     keys = {seed: repr(sorted(dataclasses.replace(request, seed=seed).to_json().items())) for seed in plan.seeds}
     missing = sum(1 for key in keys.values() if baselines.get(key) is None)
     total = per_run * (plan.cells + missing)

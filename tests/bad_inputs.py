@@ -465,7 +465,7 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("folder_with_only_pickles", "a folder holding only a .bin", pickles_only, "source",
         r"no \.safetensors file")
     add("repo_id_three_parts", "repo id a/b/c (neither a repo nor a local path)", "h3app-owner/name/extra", "source",
-        r"does not exist|not a Hub repo id")
+        r"does not exist|(not|nor) a Hub repo id")
     add("repo_id_no_owner", "repo id without an owner", "just-a-name", "source", r"not a Hub repo id")
     add("repo_id_double_dash", "repo id with '--'", "owner/bad--name", "source", r"not a valid Hub repo id")
     add("repo_id_space", "repo id with a space", "owner/bad name", "source", r"not a valid Hub repo id")

@@ -139,11 +139,11 @@ def test_hosted_app_caps_gradio_uploads_at_the_same_limit(clean_model, tmp_path:
 
 @pytest.fixture
 def big_repo(tmp_path: Path) -> Path:
-    """A Hub repo whose adapter is ~1.8 MB, and a small one in a subfolder with a 2 MB "adapter_config.json"."""
+    """A Hub repo whose adapter is ~0.9 MB (rank 512, the most its layer accepts), and a small one in a subfolder with a 2 MB "adapter_config.json"."""
     folder = tmp_path / "repo"
     sub = folder / "sub"
     sub.mkdir(parents=True)
-    big = native_factors({"blocks.0.adaln_proj.linear": (432, 16)}, rank=1024)
+    big = native_factors({"blocks.0.adaln_proj.linear": (432, 16)}, rank=512)
     save_file({k: v.contiguous() for k, v in big.items()}, str(folder / "lora.safetensors"))
     save_file({k: v.contiguous() for k, v in native_factors({"blocks.0.attn.out_proj": (24, 32)}).items()},
               str(sub / "lora.safetensors"))

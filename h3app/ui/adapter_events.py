@@ -35,6 +35,9 @@ UPLOAD_PREFIX = "upload-"
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
 
+# An inspect info key: the override a switch of adapters dropped ({"alpha", "name"}), shown on the alpha card.
+DROPPED_OVERRIDE = "override_dropped"
+
 
 def shown_path(path: str) -> str:
     """``path`` relative to the app's working folder when inside it (hosted answers name no server folder)."""
@@ -223,17 +226,14 @@ class AdapterEvents:
         info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
         chain = f"{info['alpha']:g}" if info.get("alpha") is not None else ""
         switched = bool(slot.override and previous and previous.get("adapter") != info["adapter"])
-        dropped = slot.alpha
         if switched:
+            # the note rides with this inspect's info, so every later redraw of the alpha card keeps it
+            info = {**info, DROPPED_OVERRIDE: {"alpha": str(slot.alpha),
+                                                "name": previous.get("name", "the previous adapter")}}
             slot = replace(slot, override=False)
         alpha_box = KEEP if slot.override else chain
         shown = self.readout(info, slot)
         alpha_html = shown.alpha_html
-        if switched:
-            alpha_html = render.card("info", f"Override alpha {render.esc(dropped)} "
-                                             f"was for {render.esc(previous.get('name', 'the previous adapter'))}: "
-                                             f"dropped, this adapter runs its own alpha.",
-                                     testid="override-dropped") + alpha_html
         return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),
                            alpha_html=alpha_html, readout=shown.readout, override=False if switched else KEEP,
                            known_html=render.known_card(info.get("known")),
@@ -250,7 +250,13 @@ class AdapterEvents:
             return Readout(render.refused_card(str(error)), render.readout_html(info, None, 1.0, problem=str(error)))
         if not info:
             return Readout("", render.readout_html(None, used, strength))
-        return Readout(render.alpha_card(info, used), render.readout_html(info, used, strength))
+        card = render.alpha_card(info, used)
+        dropped = info.get(DROPPED_OVERRIDE)
+        if dropped and not slot.override:
+            card = render.card("info", f"Override alpha {render.esc(dropped['alpha'])} was for "
+                                       f"{render.esc(dropped['name'])}: dropped, this adapter runs its own alpha.",
+                               testid="override-dropped") + card
+        return Readout(card, render.readout_html(info, used, strength))
 
     # ------------------------------------------------------------------------------------------------- load
     def load(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings, workflow: str = T2VA,

@@ -14,33 +14,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from app_fixtures import chromium, running_app
 from playwright.sync_api import expect
-
-from h3app.backend.service import Backend
+from test_ui_browser import app, browser  # noqa: F401  (the app on 127.0.0.1 and Debian's chromium, shared)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TURBO = "tiny_turbo_4step.safetensors"
 JOB_TIMEOUT_MS = 360_000
 SYNC_SECONDS = 0.1
-
-
-@pytest.fixture(scope="module")
-def app(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    try:
-        with running_app(backend) as url:
-            yield url, backend
-    finally:
-        backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
-        backend.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
 
 
 def open_app(browser, url: str, width: int):

@@ -61,8 +61,8 @@ def inspect(visitor: Any, source: str, weight_name: str = "") -> Any:
 
 def test_long_paths_are_refused_first_and_another_visitor_is_not_kept_waiting(hosted: Any) -> None:
     """Four 200 kB paths and one 1 MB path from one visitor (once: 19 s of waiting for the next visitor's /inspect,
-    and 5½ minutes of CPU for the 1 MB one) are refused in one line each, and a second visitor's /inspect answers
-    while they run."""
+    and 5½ minutes of CPU for the 1 MB one) are refused in one line each (by length, or past the visitor's few
+    cheap requests in flight), and a second visitor's /inspect answers while they run."""
     backend, url, _ = hosted
     flooder, second = client(url), client(url)
     long_paths = ["/x/" + "a/" * 100_000] * 4 + ["/x/" + "a/" * 500_000]
@@ -71,14 +71,14 @@ def test_long_paths_are_refused_first_and_another_visitor_is_not_kept_waiting(ho
     demo = sorted(p.name for p in DEMO_ADAPTERS_DIR.glob("*.safetensors"))[0]
     assert inspect(second, str(DEMO_ADAPTERS_DIR / demo))["rank"] > 0
     assert time.monotonic() - started < 5.0  # was 19 s behind the four 200 kB paths
+    messages = []
     for job in jobs:
         with pytest.raises(Exception) as caught:
             job.result(timeout=60)
-        message = str(caught.value)
-        # each is refused in one line: for its length, or (when more than the visitor's few are still in flight on a
-        # loaded machine) by the per-visitor limit on cheap requests; neither does the costly work
-        refused = "characters long, more than the 4,096 allowed" in message or "at most 3 per visitor" in message
-        assert refused and len(message) < 300, message[:300]
+        messages.append(str(caught.value))
+        assert len(messages[-1]) < 300, messages[-1][:300]
+    too_long = [m for m in messages if "characters long, more than the 4,096 allowed" in m]
+    assert too_long and all(m in too_long or "requests waiting or running" in m for m in messages), messages
 
 
 def test_the_allowed_folder_check_is_one_realpath_and_a_prefix_test(monkeypatch: pytest.MonkeyPatch) -> None:

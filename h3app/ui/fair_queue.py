@@ -11,8 +11,9 @@ A visitor is its Gradio session, and in hosted mode also its client address: one
 still gets ``PER_VISITOR`` jobs. On a Space (``SPACE_ID`` set) the address is the last ``X-Forwarded-For`` entry (the
 one Hugging Face's proxy appended; a client can only add entries before it). Elsewhere it is the peer as the server
 (uvicorn) reports it, which follows ``X-Forwarded-For`` only from the proxies in ``FORWARDED_ALLOW_IPS`` (default:
-loopback, i.e. a reverse proxy on the same machine): a client that connects directly cannot forge its address. A
-loopback peer without that header (a local run, the tests) is identified by its session alone. Local mode keeps one
+loopback): a client that connects directly cannot forge its address, and unless ``FORWARDED_ALLOW_IPS`` is set an
+address taken from that header counts as unknown. Every visitor whose address is unknown (a loopback peer) shares
+one address key, so new session hashes buy no new share. Local mode keeps one
 GPU slot and Gradio's queue bounded by the backend's (no visitors to tell apart).
 """
 

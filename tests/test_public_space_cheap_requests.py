@@ -59,12 +59,16 @@ def inspect(visitor: Any, source: str, weight_name: str = "") -> Any:
     return visitor.predict(source=source, weight_name=weight_name, revision="", token="", api_name="/inspect")
 
 
-def test_long_paths_are_refused_first_and_another_visitor_is_not_kept_waiting(hosted: Any) -> None:
+def test_long_paths_are_refused_first_and_another_visitor_is_not_kept_waiting(
+        hosted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four 200 kB paths and one 1 MB path from one visitor (once: 19 s of waiting for the next visitor's /inspect,
     and 5½ minutes of CPU for the 1 MB one) are refused in one line each (by length, or past the visitor's few
     cheap requests in flight), and a second visitor's /inspect answers while they run."""
     backend, url, _ = hosted
-    flooder, second = client(url), client(url)
+    # two visitors, told apart by a trusted proxy's header (on bare loopback all visitors share one share)
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "127.0.0.1,::1")
+    flooder = client(url, **{"X-Forwarded-For": "203.0.113.30"})
+    second = client(url, **{"X-Forwarded-For": "203.0.113.40"})
     long_paths = ["/x/" + "a/" * 100_000] * 4 + ["/x/" + "a/" * 500_000]
     jobs = [flooder.submit(source=p, weight_name="", revision="", token="", api_name="/inspect") for p in long_paths]
     started = time.monotonic()

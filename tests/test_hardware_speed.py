@@ -151,9 +151,9 @@ def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(t
 
 
 def test_the_fp32_delta_costs_more_than_the_bf16_one_on_the_same_plan(monkeypatch, tiny_rank4):
-    import h3app.lora.engine as engine_module
+    import h3app.lora.entries as entries_module
 
-    monkeypatch.setattr(engine_module, "delta_dtype", lambda device, base: torch.float32)
+    monkeypatch.setattr(entries_module, "delta_dtype", lambda device, base: torch.float32)
     before = measure(_tiny_options(4), repo.TINY)
     assert set(before.rehearsal.flops["denoise"][LORA]) == {"float32"}
     lora_fp32 = roofline.predict(before, Placement(), "unmerged", [BY_NAME["h200"]])["h200"]["lora_overhead"]

@@ -6,7 +6,7 @@ import torch
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine, LoRALinear
-from h3app.lora import engine as engine_module
+from h3app.lora import entries as entries_module
 from h3app.lora.layers import LoRAFactors, delta_dtype
 from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.settings import LoRASettings
@@ -76,7 +76,7 @@ def test_half_path_applies_the_fp32_scale_not_a_bf16_rounded_one():
 
 def _force_half(monkeypatch):
     """The CUDA branch of ``delta_dtype`` on the CPU: half bases keep their dtype."""
-    monkeypatch.setattr(engine_module, "delta_dtype", lambda device, base: base if base in HALF else torch.float32)
+    monkeypatch.setattr(entries_module, "delta_dtype", lambda device, base: base if base in HALF else torch.float32)
 
 
 @pytest.mark.parametrize("mode", ["unmerged", "merged"])

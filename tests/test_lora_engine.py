@@ -131,7 +131,7 @@ def test_detach_restores_base_bitwise_and_original_modules(tiny_setup, mode):
     assert state_hash(model) == base_state
     assert module_types(model) == base_types
     assert same_bits(forward(model, inputs), base_out)
-    assert len(engine._pristine) == 0  # no pristine copy left behind
+    assert len(engine.pristine) == 0  # no pristine copy left behind
 
 
 def test_shape_error_refuses_everything_and_names_the_target(tiny_setup):
@@ -173,7 +173,7 @@ def test_report_lists_matches_unmatched_keys_and_uncovered_targets(tiny_setup):
     matched = {m.target: m for m in report.matched}
     assert set(matched) == {"transformer_blocks.0.attn.to_q", "proj_out"}
     assert matched["proj_out"].rank == 2 and matched["proj_out"].alpha == 8.0
-    assert matched["proj_out"].scale == 8.0 * 0.5 / 2 and matched["proj_out"].group == "input_output"
+    assert matched["proj_out"].effective_scale == 8.0 * 0.5 / 2 and matched["proj_out"].group == "input_output"
     assert matched["transformer_blocks.0.attn.to_q"].alpha_source == "metadata"
     assert report.absent_targets == ("transformer_blocks.9.attn.to_q",)
     assert report.unmatched_keys == ("foo.lora_A.weight", "transformer_blocks.9.attn.to_q.lora_A.weight",
@@ -207,7 +207,7 @@ def test_exception_mid_bind_leaves_base_intact(tiny_setup, monkeypatch):
         engine.attach(_adapter(shapes, 4, alpha=4.0), _settings(), "a")
     assert calls["n"] == 7
     assert state_hash(model) == before and module_types(model) == types
-    assert engine.active() == {} and engine._bindings == {}
+    assert engine.active() == {} and engine._layers.paths == ()
     assert same_bits(forward(model, inputs), base_out)
     monkeypatch.setattr(LoRALinear, "add_entry", original)
     engine.attach(_adapter(shapes, 4, alpha=4.0), _settings(), "a")  # the engine still works afterwards
@@ -229,7 +229,7 @@ def test_exception_mid_merge_leaves_weights_bitwise_as_before(tiny_setup, monkey
     assert same_bits(forward(model, inputs), out_before)
     assert set(engine.active()) == ({"first"} if with_other_adapter else set())
     if not with_other_adapter:
-        assert len(engine._pristine) == 0
+        assert len(engine.pristine) == 0
     # a failed merged set_lora rolls back too
     if with_other_adapter:
         fail_merge_at(monkeypatch, 5, _Boom("injected"))

@@ -55,7 +55,7 @@ def test_full_size_adapters_match_every_target(fused, kind, count):
         out_features, in_features = FULL_SHAPES[match.target]
         module = adapter.modules[match.target]
         assert tuple(module.down.shape) == (match.rank, in_features) and tuple(module.up.shape) == (out_features, match.rank)
-        assert match.scale == 1.0  # alpha = rank fallback, strength 1
+        assert match.effective_scale == 1.0  # alpha = rank fallback, strength 1
     qkv = engine._adapters[kind].entries
     if fused:
         entry = qkv["transformer_blocks.49.attn.to_qkv"]

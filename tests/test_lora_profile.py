@@ -122,7 +122,7 @@ def test_update_norm_uses_no_gram_matrix_at_a_rank_of_min_in_out_or_more(rank, o
 
 def test_a_rank_above_in_plus_out_is_refused_at_attach_and_nothing_changes():
     from h3app.errors import H3AppError
-    from h3app.lora.engine import RANK_FLOOR
+    from h3app.adapters.fit import RANK_FLOOR
     from lora_fixtures import state_hash
 
     model = build_tiny()

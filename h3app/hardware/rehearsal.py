@@ -123,7 +123,7 @@ def rehearse(options: RehearsalOptions, *,
             raise H3AppError("the equivalence rehearsal needs an adapter: give its safetensors header as adapter=.")
         if options.adapter is not None and not options.equivalence:
             engine, bound, lora_bytes = _attach(transformer, options, counter)
-        pristine = engine._pristine.ram_bytes if engine is not None else 0  # noqa: SLF001 - the count we plan for
+        pristine = engine.pristine.ram_bytes if engine is not None else 0  # the count we plan for
 
         request = GenerationRequest(prompt=PROMPT, steps=2, duration=options.duration, height=height, width=width,
                                     workflow=options.workflow, **_workflow_files(options.workflow, Path(scratch),

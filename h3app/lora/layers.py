@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from .delegate import read_through
 from .delta import compute_lora_delta
 from .pristine import PristineStore
 from .scaling import ScaleEntry
@@ -80,14 +81,11 @@ class LoRAFactors:
             return compute_lora_delta(x, self.down, self.up, group_scales=self.scale.applied)
         return compute_lora_delta(x, self.down, self.up, scale=self.scale.applied)
 
-    def _fp32(self, factor: torch.Tensor) -> torch.Tensor:
-        return factor if factor.dtype == torch.float32 else factor.to(torch.float32)
-
     def add_to_weight(self, weight32: torch.Tensor, start: int, stop: int) -> None:
         """``weight32`` holds fp32 rows ``[start, stop)`` of the layer; add ``scale · B @ A`` for those rows."""
         values = self.scale_values()
         if not self.stacked:
-            weight32.addmm_(self._fp32(self.up[start:stop]), self._fp32(self.down), alpha=values[0])
+            weight32.addmm_(self.up[start:stop].float(), self.down.float(), alpha=values[0])
             return
         out_per_group = self.up.shape[1]
         for index, rank in enumerate(self.group_ranks):
@@ -98,8 +96,8 @@ class LoRAFactors:
             if lo >= hi:
                 continue
             weight32[lo - start:hi - start].addmm_(
-                self._fp32(self.up[index, lo - group_start:hi - group_start, :rank]),
-                self._fp32(self.down[index, :rank]), alpha=values[index])
+                self.up[index, lo - group_start:hi - group_start, :rank].float(),
+                self.down[index, :rank].float(), alpha=values[index])
 
     @property
     def nbytes(self) -> int:
@@ -113,7 +111,8 @@ def forward_rows_per_chunk(width: int, element_size: int = 4) -> int:
 
 
 def rows_per_chunk(in_features: int) -> int:
-    """Rows merged at a time (depends on the shape only, so every merge of a layer runs the same arithmetic)."""
+    """Rows of ``in_features`` fp32 values in one ``MERGE_CHUNK_BYTES`` block: merges and norms go by such blocks
+    (the count depends on the shape only, so every merge of a layer runs the same arithmetic)."""
     return max(1, MERGE_CHUNK_BYTES // max(1, in_features * 4))
 
 
@@ -130,21 +129,10 @@ class LoRALinear(nn.Module):
         self.base = base
         self.lora_entries: list[LoRAFactors] = []
 
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.base.weight
-
-    @property
-    def bias(self) -> torch.Tensor | None:
-        return self.base.bias
-
-    @property
-    def in_features(self) -> int:
-        return self.base.in_features
-
-    @property
-    def out_features(self) -> int:
-        return self.base.out_features
+    weight = read_through("base", "weight")
+    bias = read_through("base", "bias")
+    in_features = read_through("base", "in_features")
+    out_features = read_through("base", "out_features")
 
     def extra_repr(self) -> str:
         return f"adapters={[entry.adapter for entry in self.lora_entries]}"
@@ -169,8 +157,7 @@ class LoRALinear(nn.Module):
             return torch.add(out, delta).to(out.dtype)
         # Inference: add the delta into the base output in place (one rounding to out's dtype), by row chunks so
         # that neither a cast copy of x nor the delta is ever materialised for the whole sequence.
-        if not out.is_contiguous():
-            out = out.contiguous()
+        out = out.contiguous()
         flat_x = x.reshape(-1, x.shape[-1])
         flat_out = out.view(-1, out.shape[-1])
         step = forward_rows_per_chunk(max(x.shape[-1], out.shape[-1]), dtype.itemsize)
@@ -203,16 +190,15 @@ class LoRALinear(nn.Module):
 
 
 def is_mergeable(weight: torch.Tensor) -> str | None:
-    """None when merged mode can rewrite ``weight``; else why not (quantised, meta)."""
+    """None when merged mode can rewrite ``weight``; else why not (quantised, meta).
+
+    Quantised here means values held in inner tensors of another layout — a traceable tensor subclass (it
+    implements ``__tensor_flatten__``: torchao's quantised tensors) — or in an integer dtype. A plain tensor, and a
+    shape-only stand-in for one (a fake tensor), can be rewritten."""
     if weight.is_meta:
         return "the transformer is on the meta device (no weights to merge into)"
-    if type(weight.data) is not torch.Tensor and not is_fake(weight.data):  # fake CUDA stands in for a plain tensor
+    if hasattr(type(weight.data), "__tensor_flatten__"):
         return f"its weights are {type(weight.data).__name__} (quantised); quantised bases are unmerged-only"
     if not weight.dtype.is_floating_point:
         return f"its weights are {weight.dtype} (quantised); quantised bases are unmerged-only"
     return None
-
-
-def is_fake(tensor: torch.Tensor) -> bool:
-    """A fake tensor (the fake-CUDA rehearsal): it carries the ``fake_mode`` that made it."""
-    return getattr(tensor, "fake_mode", None) is not None

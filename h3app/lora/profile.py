@@ -25,6 +25,7 @@ from ..rules.strength import (  # noqa: F401 — the profile's torch-free half, 
     FAR_ABOVE_FACTOR, USUAL_RELATIVE_UPDATE, AlphaSuggestion, StrengthProfile, StrengthSummary, TargetStrength,
     block_of, build_profile, suggest_alpha,
 )
+from .layers import rows_per_chunk
 
 
 def update_norm(down: torch.Tensor, up: torch.Tensor) -> float:
@@ -48,16 +49,16 @@ def _gram_squared(A: torch.Tensor, B: torch.Tensor) -> float:
 
 
 def _product_squared(A: torch.Tensor, B: torch.Tensor) -> float:
-    rows = max(1, (64 << 20) // max(1, A.shape[1] * 4))
+    rows = rows_per_chunk(A.shape[1])
     return sum(float((B[start:start + rows] @ A).pow(2).sum(dtype=torch.float64)) for start in range(0, B.shape[0], rows))
 
 
 def weight_norm(weight: torch.Tensor) -> float:
     """``‖W‖_F`` in float64 (accumulated in fp32 row blocks to bound memory for bf16 weights)."""
     total = 0.0
-    rows_per_chunk = max(1, (64 << 20) // max(1, weight.shape[-1] * 4))
-    for start in range(0, weight.shape[0], rows_per_chunk):
-        chunk = weight[start:start + rows_per_chunk].to(torch.float32)
+    rows = rows_per_chunk(weight.shape[-1])
+    for start in range(0, weight.shape[0], rows):
+        chunk = weight[start:start + rows].to(torch.float32)
         total += float(chunk.pow(2).sum(dtype=torch.float64))
     return math.sqrt(total)
 

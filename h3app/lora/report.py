@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
+from .delegate import read_through
 from .profile import StrengthProfile
 
 
@@ -19,7 +20,8 @@ class TargetMatch:
 
     ``module`` is the module it binds to: the target itself, or ``….attn.to_qkv`` in fused-QKV mode.
     ``alpha``/``alpha_source`` are the values in use (``explicit`` when the settings give an alpha);
-    ``scale`` = alpha × strength × group strength / rank (/ √rank for rsLoRA), float64.
+    ``effective_scale`` = alpha × strength × group strength / rank (/ √rank for rsLoRA), float64 (JSON key
+    ``scale``).
     """
 
     target: str
@@ -29,19 +31,11 @@ class TargetMatch:
     alpha: float
     alpha_source: AlphaSource
     use_rslora: bool
-    scale: float
+    effective_scale: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "module": self.module,
-            "group": self.group,
-            "rank": self.rank,
-            "alpha": self.alpha,
-            "alpha_source": str(self.alpha_source),
-            "use_rslora": self.use_rslora,
-            "scale": self.scale,
-        }
+        return {**_as_is(self, "target", "module", "group", "rank", "alpha"), "alpha_source": str(self.alpha_source),
+                "use_rslora": self.use_rslora, "scale": self.effective_scale}
 
 
 @dataclass(frozen=True)
@@ -62,13 +56,30 @@ class ShapeError:
 
 
 @dataclass(frozen=True)
-class MatchReport:
-    """The result of matching one adapter against one transformer.
+class Coverage:
+    """How an adapter's targets meet a model's, whatever the settings.
 
     ``unmatched_keys``: adapter keys that matched nothing — the normaliser's ``unmatched_keys`` plus the source keys
     of targets this model does not have (``absent_targets``). ``uncovered_targets``: LoRA-able targets of the model
-    the adapter leaves alone. ``profile`` is measured on first access (by ``measure``), None on the meta device (no
-    weights to measure) or for a report of nothing bound.
+    the adapter leaves alone. ``shape_errors``: targets whose factors do not fit (an attached adapter has none).
+    """
+
+    unmatched_keys: tuple[str, ...]
+    absent_targets: tuple[str, ...]
+    uncovered_targets: tuple[str, ...]
+    shape_errors: tuple[ShapeError, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"unmatched_keys": list(self.unmatched_keys), "absent_targets": list(self.absent_targets),
+                "uncovered_targets": list(self.uncovered_targets),
+                "shape_errors": [e.describe() for e in self.shape_errors]}
+
+
+@dataclass(frozen=True)
+class MatchReport:
+    """The result of matching one adapter against one transformer: the matched targets at the current settings and
+    the ``coverage`` (its fields read as the report's own). ``profile`` is measured on first access (by
+    ``measure``), None on the meta device (no weights to measure) or for a report of nothing bound.
     """
 
     name: str
@@ -76,12 +87,14 @@ class MatchReport:
     mode: str
     fused_qkv: bool
     matched: tuple[TargetMatch, ...]
-    unmatched_keys: tuple[str, ...]
-    absent_targets: tuple[str, ...]
-    uncovered_targets: tuple[str, ...]
-    shape_errors: tuple[ShapeError, ...]
+    coverage: Coverage
     warnings: tuple[str, ...] = field(default_factory=tuple)
     measure: Callable[[], StrengthProfile | None] | None = field(default=None, repr=False, compare=False)
+
+    unmatched_keys = read_through("coverage", "unmatched_keys")
+    absent_targets = read_through("coverage", "absent_targets")
+    uncovered_targets = read_through("coverage", "uncovered_targets")
+    shape_errors = read_through("coverage", "shape_errors")
 
     @cached_property
     def profile(self) -> StrengthProfile | None:
@@ -103,19 +116,18 @@ class MatchReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "identity": self.identity,
-            "mode": self.mode,
-            "fused_qkv": self.fused_qkv,
+            **_as_is(self, "name", "identity", "mode", "fused_qkv"),
             "num_matched": len(self.matched),
             "matched": [m.to_json() for m in self.matched],
-            "unmatched_keys": list(self.unmatched_keys),
-            "absent_targets": list(self.absent_targets),
-            "uncovered_targets": list(self.uncovered_targets),
-            "shape_errors": [e.describe() for e in self.shape_errors],
+            **self.coverage.to_json(),
             "profile": self.profile.to_json() if self.profile is not None else None,
             "warnings": list(self.warnings),
         }
+
+
+def _as_is(value: Any, *names: str) -> dict[str, Any]:
+    """The attributes ``names`` of ``value`` as JSON entries, in that order (each already a JSON value)."""
+    return {name: getattr(value, name) for name in names}
 
 
 class MatchError(H3AppError):

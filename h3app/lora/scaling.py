@@ -46,8 +46,6 @@ class ScaleEntry:
     so a settings change never recompiles. ``ranks``: per group, 0 where uncovered.
     """
 
-    __slots__ = ("members", "ranks", "values", "applied")
-
     def __init__(self, members: tuple[ModuleAlpha | None, ...]) -> None:
         self.members = members
         self.ranks = tuple(m.rank if m is not None else 0 for m in members)

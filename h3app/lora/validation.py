@@ -1,0 +1,93 @@
+"""The engine's checks, run before anything is touched: factor shapes, ranks, group names, the refusal of an adapter
+that does not fit, and new settings for ``set_lora``. Each raises (or reports) and changes nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+from ..adapters.fit import RANK_FLOOR, rank_limit
+from ..adapters.types import ModuleLoRA
+from ..errors import H3AppError
+from ..rules.h3_modules import GROUPS
+from ..settings import LoRASettings, check_alpha, check_strength
+from .report import MatchError, MatchReport
+from .targets import TargetSlot
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Any = _Unchanged()
+
+
+def shape_problem(module: ModuleLoRA, slot: TargetSlot) -> str | None:
+    """Why ``module``'s factors (``A [r, in]``, ``B [out, r]``) and alpha do not fit ``slot``; None when they do."""
+    down, up = module.down, module.up
+    if down.ndim != 2 or up.ndim != 2:
+        return f"factors must be 2D, got A with {down.ndim} dims and B with {up.ndim} dims"
+    if not (down.dtype.is_floating_point and up.dtype.is_floating_point):
+        return f"factors must be floating point, got {down.dtype} and {up.dtype}"
+    if down.shape[0] < 1:
+        return "rank is 0"
+    if down.shape[0] != up.shape[1]:
+        return f"rank mismatch: A has rank {down.shape[0]} but B has rank {up.shape[1]}"
+    if down.shape[1] != slot.in_features:
+        return f"A has in_features {down.shape[1]}, the model's layer has {slot.in_features}"
+    if up.shape[0] != slot.out_features:
+        return f"B has out_features {up.shape[0]}, the model's layer has {slot.out_features}"
+    alpha = module.alpha
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        return f"alpha {alpha!r} is not a finite number > 0"
+    return None
+
+
+def refuse_unfit(name: str, report: MatchReport) -> None:
+    """Raise ``MatchError`` (carrying ``report``) when any target has a shape error or nothing matched."""
+    errors = report.shape_errors
+    if errors:
+        first = "; ".join(e.describe() for e in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise MatchError(
+            f"adapter {name!r} does not fit this model: {len(errors)} shape errors: {first}{more}; "
+            f"nothing was applied — is it for another model (e.g. a pruned H3)?", report)
+    if not report.matched:
+        sample = ", ".join(list(report.unmatched_keys)[:3]) or "none"
+        raise MatchError(
+            f"adapter {name!r} matched no layer of this model ({len(report.unmatched_keys)} keys unmatched, "
+            f"e.g. {sample}): check that it is an H3 LoRA for this partition.", report)
+
+
+def check_ranks(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[str, TargetSlot]) -> None:
+    """Refuse a rank above ``in + out`` (no LoRA needs one: rank ``min(in, out)`` already spans every update; a
+    hostile file would make later steps cost ``O(rank²)``). Ranks up to ``RANK_FLOOR`` always pass, so that small
+    models accept the ranks published adapters use."""
+    for target, module in matched.items():
+        slot = slots[target]
+        limit = rank_limit(slot.out_features, slot.in_features)
+        if module.rank > limit:
+            raise H3AppError(
+                f"adapter {name!r}: {target} has rank {module.rank}, above the limit {limit} for its "
+                f"[{slot.out_features}, {slot.in_features}] layer (in + out, at least {RANK_FLOOR}): the file is "
+                f"malformed; nothing was applied — use a LoRA with a sane rank.")
+
+
+def check_groups(group_strengths: Mapping[str, float]) -> None:
+    unknown = [group for group in group_strengths if group not in GROUPS]
+    if unknown:
+        raise H3AppError(f"unknown group {unknown[0]!r} in group strengths: use {', '.join(GROUPS)}.")
+
+
+def changed_settings(old: LoRASettings, alpha: Any, strength: Any, group_strengths: Any) -> LoRASettings:
+    """``old`` with each argument that is not ``UNCHANGED`` checked and put in its place (``alpha=None``: each
+    module's stored alpha)."""
+    new_alpha = old.alpha if alpha is UNCHANGED else check_alpha(alpha)
+    new_strength = old.strength if strength is UNCHANGED else check_strength(strength)
+    new_groups = dict(old.group_strengths) if group_strengths is UNCHANGED else dict(group_strengths)
+    check_groups(new_groups)
+    for group, value in new_groups.items():
+        check_strength(value, what=f"strength of group {group!r}")
+    return dataclasses.replace(old, alpha=new_alpha, strength=new_strength, group_strengths=new_groups)

@@ -54,8 +54,15 @@ class BoundLayers:
     def paths(self) -> tuple[str, ...]:
         return tuple(self._bindings)
 
-    def wrappers(self) -> Iterable[LoRALinear]:
-        return (binding.wrapper for binding in self._bindings.values())
+    @property
+    def factor_bytes(self) -> int:
+        """Bytes of the factors of every bound entry; a factor shared by several entries counts once."""
+        seen: dict[int, int] = {}
+        for binding in self._bindings.values():
+            for entry in binding.wrapper.lora_entries:
+                for factor in (entry.down, entry.up):
+                    seen[id(factor)] = factor.nbytes
+        return sum(seen.values())
 
     def binding(self, path: str) -> Binding:
         """The binding of ``path``, made (with a new wrapper) on first use."""

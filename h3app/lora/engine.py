@@ -22,6 +22,7 @@ from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
 from ..settings import LoRASettings, MODES
 from .bound import BoundLayers
+from .delegate import read_through
 from .entries import build_entries
 from .layers import LoRAFactors
 from .matching import MatchPlan, adapter_scale, plan_match, target_match
@@ -31,6 +32,7 @@ from .report import Coverage, MatchReport
 from .scaling import AdapterScale, ModuleAlpha
 from .targets import TargetSlot, discover_targets
 from .validation import UNCHANGED, changed_settings, check_groups, check_ranks, refuse_unfit
+
 
 @dataclass
 class _Attached:
@@ -68,25 +70,12 @@ class LoRAEngine:
         self._meter = StrengthMeter(self._slots, self._layers, self._device_of)
 
     # ----------------------------------------------------------------------------------------------- queries
-    @property
-    def mode(self) -> str:
-        return self._layers.mode
-
-    @property
-    def pristine(self) -> PristineStore:
-        """Merged mode's base copies (set ``pristine.device_budget`` to bound the accelerator memory they take)."""
-        return self._layers.pristine
-
-    @property
-    def factor_bytes(self) -> int:
-        """Bytes of every attached adapter's factors as the engine keeps them (on the device, in ``delta_dtype``);
-        a factor shared by several targets counts once."""
-        seen: dict[int, int] = {}
-        for wrapper in self._layers.wrappers():
-            for entry in wrapper.lora_entries:
-                for factor in (entry.down, entry.up):
-                    seen[id(factor)] = factor.nbytes
-        return sum(seen.values())
+    mode = read_through("_layers", "mode", "``unmerged`` or ``merged``, for every attached adapter.")
+    pristine = read_through("_layers", "pristine", "Merged mode's base copies (set ``pristine.device_budget`` to "
+                            "bound the accelerator memory they take).")
+    factor_bytes = read_through("_layers", "factor_bytes", "Bytes of every attached adapter's factors as the engine "
+                                "keeps them (on the device, in ``delta_dtype``); a factor shared by several targets "
+                                "counts once.")
 
     @property
     def fused_qkv(self) -> bool:
@@ -231,14 +220,8 @@ class LoRAEngine:
                   report: MatchReport) -> tuple[str, ...]:
         """Keys that matched nothing; and, when no alpha is stored or given, an alpha far off the usual range (the
         only part of attach that measures norms, and only those of the rank-fallback targets)."""
-        warnings: list[str] = []
-        if report.unmatched_keys:
-            sample = ", ".join(list(report.unmatched_keys)[:3])
-            warnings.append(f"{len(report.unmatched_keys)} adapter keys matched nothing in this model (e.g. {sample}).")
         fallback = self._meter.fallback_warning(adapter, matched) if settings.alpha is None else None
-        if fallback is not None:
-            warnings.append(fallback)
-        return tuple(warnings)
+        return tuple(w for w in (report.coverage.unmatched_warning(), fallback) if w is not None)
 
     def _build_report(self, name: str, attached: _Attached) -> MatchReport:
         """The report at the current settings; its profile is measured on first access."""

@@ -69,6 +69,13 @@ class Coverage:
     uncovered_targets: tuple[str, ...]
     shape_errors: tuple[ShapeError, ...] = ()
 
+    def unmatched_warning(self) -> str | None:
+        """The warning that adapter keys matched nothing (a sample of three), or None."""
+        if not self.unmatched_keys:
+            return None
+        sample = ", ".join(list(self.unmatched_keys)[:3])
+        return f"{len(self.unmatched_keys)} adapter keys matched nothing in this model (e.g. {sample})."
+
     def to_json(self) -> dict[str, Any]:
         return {"unmatched_keys": list(self.unmatched_keys), "absent_targets": list(self.absent_targets),
                 "uncovered_targets": list(self.uncovered_targets),

@@ -182,6 +182,10 @@ def test_report_lists_matches_unmatched_keys_and_uncovered_targets(tiny_setup):
     assert any("3 adapter keys matched nothing" in w for w in report.warnings)
     as_json = report.to_json()
     assert as_json["num_matched"] == 2 and as_json["profile"]["overall"]["count"] == 2
+    proj_out = next(m for m in as_json["matched"] if m["target"] == "proj_out")
+    assert proj_out["scale"] == 8.0 * 0.5 / 2 and "effective_scale" not in proj_out  # the JSON key stays "scale"
+    assert list(as_json) == ["name", "identity", "mode", "fused_qkv", "num_matched", "matched", "unmatched_keys",
+                             "absent_targets", "uncovered_targets", "shape_errors", "profile", "warnings"]
 
 
 class _Boom(RuntimeError):

@@ -85,6 +85,42 @@ def test_quantised_or_meta_weights_are_unmerged_only():
     assert is_mergeable(torch.zeros(2, 2, dtype=torch.bfloat16)) is None
 
 
+class _Int8Weight(torch.Tensor):
+    """A quantised weight as torchao makes one: a traceable wrapper subclass holding int8 values and a scale."""
+
+    @staticmethod
+    def __new__(cls, qdata, scale):
+        return torch.Tensor._make_wrapper_subclass(cls, qdata.shape, dtype=torch.bfloat16, device=qdata.device)
+
+    def __init__(self, qdata, scale):
+        self.qdata, self.scale = qdata, scale
+
+    def __tensor_flatten__(self):
+        return ["qdata", "scale"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
+        return _Int8Weight(inner["qdata"], inner["scale"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.detach.default:  # ``.data``
+            return _Int8Weight(args[0].qdata, args[0].scale)
+        raise NotImplementedError(str(func))
+
+
+def test_a_tensor_subclass_of_another_layout_is_quantised_and_a_fake_tensor_is_not():
+    from h3app.hardware.fake_cuda import fake_cuda
+    from h3app.lora.measure import has_values
+
+    quantised = _Int8Weight(torch.zeros(4, 4, dtype=torch.int8), torch.ones(4))
+    assert "_Int8Weight (quantised)" in is_mergeable(quantised) and has_values(quantised)
+    with fake_cuda():
+        fake = torch.nn.Linear(4, 4).to("cuda").weight
+        assert is_mergeable(fake) is None and not has_values(fake)
+    assert not has_values(torch.empty(2, 2, device="meta")) and has_values(torch.zeros(2, 2))
+
+
 def test_device_placement_gives_bitwise_the_ram_results_and_rolls_back(setup, monkeypatch):
     adapter, inputs = setup
     outputs, states = [], []

@@ -101,7 +101,7 @@ class LoRAFactors:
 
     @property
     def nbytes(self) -> int:
-        return self.down.numel() * self.down.element_size() + self.up.numel() * self.up.element_size()
+        return self.down.nbytes + self.up.nbytes
 
 
 def forward_rows_per_chunk(width: int, element_size: int = 4) -> int:

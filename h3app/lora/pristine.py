@@ -105,11 +105,11 @@ class PristineStore:
 
     @property
     def ram_bytes(self) -> int:
-        return sum(_nbytes(t) for t in self._ram.values())
+        return sum(t.nbytes for t in self._ram.values())
 
     @property
     def device_bytes(self) -> int:
-        return sum(_nbytes(t) for t in self._device.values())
+        return sum(t.nbytes for t in self._device.values())
 
     @property
     def disk_keys(self) -> tuple[str, ...]:
@@ -264,7 +264,3 @@ class PristineStore:
         elif key in self._disk:
             path, _ = self._disk.pop(key)
             path.unlink(missing_ok=True)
-
-
-def _nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()

@@ -213,11 +213,12 @@ def planned_step_bytes(resolution: str, fuse_qkv: bool) -> int:
     from h3app.hardware.header_adapter import lightx2v_header
     from h3app.hardware.planner import measure
     from h3app.hardware.rehearsal import RehearsalOptions
+    from h3app.rules.choices import MAIN_PARTITION
     from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 
     header = lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=RANK, alpha=8.0)
     measured = measure(RehearsalOptions(resolution=resolution, adapter=header, fuse_qkv=fuse_qkv))
-    return measured.weights["transformer"] + measured.lora_bytes + measured.rehearsal.phases["denoise"].transient
+    return measured.weights[MAIN_PARTITION] + measured.lora_bytes + measured.rehearsal.phases["denoise"].transient
 
 
 def equivalence_row(model: Any, path: Path, shapes: Any) -> tuple[str, str, float, str]:

@@ -26,6 +26,7 @@ from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
 from ..lora.layers import PristineStore
 from ..model import repo
+from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.step_cache import StepCache
 from ..rules.choices import FL2VA, T2VA
@@ -199,17 +200,6 @@ def _workflow_files(workflow: str, folder: Path, height: int, width: int) -> dic
     return {"first_frame": str(path)} if workflow == FL2VA else {"references": (str(path),)}
 
 
-def _repeated_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The members of every ``ModuleList`` of ``module`` whose members are all one (non-leaf) class: decoder layers,
-    transformer blocks."""
-    layers: list[torch.nn.Module] = []
-    for sub in module.modules():
-        if isinstance(sub, torch.nn.ModuleList) and len(sub) > 1 and len({type(m) for m in sub}) == 1 \
-                and any(True for _ in sub[0].children()):
-            layers.extend(sub)
-    return layers
-
-
 def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, int]) -> Callable[[], None]:
     """Phase marks around each component's work, and the transformer's packed row counts; returns the undo."""
     handles: list[Any] = []
@@ -250,7 +240,7 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
     # Identical layers are run once per signature and replayed (fake_cuda.replay_repeats): same bytes, far fewer ops.
     repeated = [transformer, *[loaded.components[name] for name in ENCODERS if name in loaded.components]]
     vae = loaded.components.get("vae")
-    undo_replay = replay_repeats([layer for component in repeated for layer in _repeated_layers(component)]
+    undo_replay = replay_repeats([layer for component in repeated for layer in blocks_of(component, at_least=2)]
                                  + ([vae.decoder] if vae is not None else []), counter)
 
     def undo() -> None:

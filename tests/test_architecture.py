@@ -242,3 +242,24 @@ def test_the_frame_rate_is_written_once() -> None:
         if path != H3APP / "rules/frames.py":
             found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in literal_fps(ast.parse(path.read_text()))]
     assert found == []
+
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_is_longer_than_450_lines() -> None:
+    long = {str(path.relative_to(H3APP.parent)): lines for path in sorted(H3APP.rglob("*.py"))
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    """Functions and methods, nested ones included, from ``def`` to their last line."""
+    long = {}
+    for path in sorted(H3APP.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                long[f"{path.relative_to(H3APP.parent)}:{node.lineno} {node.name}"] = lines
+    assert long == {}

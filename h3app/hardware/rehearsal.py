@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from ..adapters.types import HeaderView
-from ..backend.generation import GenerationRequest, run_generation
+from ..backend.generation import GenerationRequest, request_shift, run_generation
 from ..backend.worker import Worker
 from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
@@ -30,6 +30,7 @@ from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.step_cache import StepCache
 from ..rules.choices import FL2VA, T2VA
+from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
@@ -54,7 +55,7 @@ class RehearsalOptions:
 
     workflow: str = T2VA
     resolution: str = "544p"
-    duration: float = 5.0
+    duration: float = RELEASED.shortest_seconds
     dtype: torch.dtype = torch.bfloat16
     offload: str = "none"
     fuse_qkv: bool = False
@@ -164,7 +165,7 @@ def rehearse(options: RehearsalOptions, *,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
             seconds=time.perf_counter() - started, check=check, flops=flops,
-            scheduler_shift=float(pipe.scheduler.config.shift))
+            scheduler_shift=request_shift(pipe, request))
 
 
 def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from h3app.rules.frames import RELEASED
 
-from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, cuda_device, time_cuda, time_host  # noqa: F401
+from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, cuda_device, time_cuda, time_host
 
 DEFAULT_FRAMES = RELEASED.frames(RELEASED.shortest_seconds)  # 5 s: 124 frames
 NO_CUDA_MESSAGE = ("bench/gpu.py needs a CUDA GPU (H100/H200 class, >= 80 GB) and found none; "

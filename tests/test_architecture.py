@@ -182,7 +182,8 @@ def vocabularies() -> dict[str, tuple[str, set[str]]]:
     return {
         "workflow": ("rules/choices.py", set(WORKFLOWS)),
         "partition": ("rules/choices.py", set(PARTITIONS)),
-        "block linear": ("rules/h3_modules.py", {*BLOCK_LINEARS, *QKV, *(n.removeprefix("attn.") for n in BLOCK_LINEARS)}),
+        "block linear": ("rules/h3_modules.py",  # as diffusers names them, and as PEFT's target_modules do
+                         {*BLOCK_LINEARS, *QKV, *(name.removeprefix("attn.") for name in BLOCK_LINEARS)}),
         "alpha source": ("rules/alpha_source.py", {str(source) for source in AlphaSource}),
     }
 
@@ -231,7 +232,8 @@ def test_each_vocabulary_is_written_once(vocabulary: str) -> None:
     for path in sources():
         if path == H3APP / home:
             continue
-        found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in spelled_out(ast.parse(path.read_text()), words)]
+        lines = spelled_out(ast.parse(path.read_text()), words)
+        found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in lines]
     assert found == []
 
 

@@ -22,6 +22,7 @@ def _outputs(fields: dict[str, Any], steps: int, lora: bool) -> tuple[Any, Any]:
     """(video [F, H, W, 3] in [0, 1], audio [2, S]) of one generation on the tiny model loaded with ``fields``."""
     from h3app.backend.generation import GenerationRequest, run_generation
     from h3app.model.loader import LoadOptions, load_model
+    from h3app.rules.choices import T2VA
 
     model = load_model("tiny", options=LoadOptions(**fields))
     if lora:
@@ -32,7 +33,7 @@ def _outputs(fields: dict[str, Any], steps: int, lora: bool) -> tuple[Any, Any]:
 
         AdapterBinder(model).apply([LoRASettings(source=str(TINY_DIR.parent / "adapters" / TURBO_FILE),
                                                  alpha=TURBO_ALPHA)])
-    result = run_generation(model.pipeline("t2va"), GenerationRequest(prompt=PROMPT, seed=0, steps=steps))
+    result = run_generation(model.pipeline(T2VA), GenerationRequest(prompt=PROMPT, seed=0, steps=steps))
     return result.video, result.audio
 
 

@@ -30,12 +30,15 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, cuda_device, time_cuda, time_host  # noqa: F401
+from h3app.rules.frames import RELEASED
 
-DEFAULT_FRAMES = 124
+from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, cuda_device, time_cuda, time_host
+
+DEFAULT_FRAMES = RELEASED.frames(RELEASED.shortest_seconds)  # 5 s: 124 frames
 NO_CUDA_MESSAGE = ("bench/gpu.py needs a CUDA GPU (H100/H200 class, >= 80 GB) and found none; "
                    "run `python -m bench` for the CPU benchmarks instead.")
 
@@ -76,22 +79,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, str]]:
+Row = tuple[str, str, float, str]
+
+
+@dataclass
+class FullSizeBench:
+    """The full-size transformer on the GPU, h3app's engine on it and the rank-128 LightX2V-layout file."""
+
+    model: Any
+    engine: Any
+    path: Path
+    shapes: Any
+    settings: Any
+    device: Any
+
+    def attach(self) -> None:
+        from h3app.adapters.normalise import load_adapter
+
+        self.engine.attach(load_adapter(self.path, shapes=self.shapes), self.settings, ADAPTER)
+
+    def reattach(self) -> None:
+        self.engine.detach(ADAPTER)
+        self.attach()
+
+    def forward(self, batch: dict) -> Callable[[], Any]:
+        import torch
+
+        def call() -> Any:
+            with torch.no_grad():
+                return self.model(**batch)
+        return call
+
+
+def run(args: argparse.Namespace, device: Any) -> list[Row]:
     """The measurements as ``(what, resolution, seconds, note)`` rows."""
+    bench, rows = build_bench(args, device)
+    layers, attach = attach_rows(bench, args.repeats)
+    rows += attach
+    inputs = step_inputs(args, device)
+    for name, (seq, batch) in inputs.items():
+        rows += step_rows(bench, name, seq, batch, args)
+        bench.attach()
+    bench.engine.detach(ADAPTER)  # the check binds its own adapter on a bare transformer
+    rows.append(equivalence_row(bench.model, bench.path, bench.shapes))
+    bench.attach()
+    if not args.no_merged:
+        rows += merged_rows(bench, layers, inputs, args.repeats)
+    bench.engine.detach()
+    return rows
+
+
+def build_bench(args: argparse.Namespace, device: Any) -> tuple[FullSizeBench, list[Row]]:
+    """The adapter file (cached), the full-size transformer built on ``device`` and the build's row."""
     import torch
 
-    from h3app.adapters.normalise import load_adapter
-    from h3app.errors import H3AppError
     from h3app.lora.engine import LoRAEngine
     from h3app.model.loader import fuse_qkv
     from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
     from h3app.settings import LoRASettings
 
     from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout
-    from .models import packed_input, sequence_rows
-    from .p4_forward import theoretical_ratio
 
-    rows: list[tuple[str, str, float, str]] = []
     path, _ = cached_adapter_file(args.cache_dir or default_cache_dir(), "lightx2v-full",
                                   lightx2v_layout(FULL_SIZE_CONFIG, RANK, torch.bfloat16), {"alpha": "8"})
     print(f"building the full-size transformer on {device} (bf16) …", file=sys.stderr, flush=True)
@@ -99,30 +147,35 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
     model = build_full_size(device)
     if args.fuse_qkv:
         fuse_qkv(model)
-    rows.append(("build full-size transformer on the GPU", "", time.perf_counter() - started,
-                 f"{sum(p.numel() for p in model.parameters()) / 1e9:.1f} B parameters"))
-    engine = LoRAEngine(model)
-    shapes = transformer_shapes(FULL_SIZE_CONFIG)
-    settings = LoRASettings(source=str(path), alpha=8.0)
+    row = ("build full-size transformer on the GPU", "", time.perf_counter() - started,
+           f"{sum(p.numel() for p in model.parameters()) / 1e9:.1f} B parameters")
+    bench = FullSizeBench(model, LoRAEngine(model), path, transformer_shapes(FULL_SIZE_CONFIG),
+                          LoRASettings(source=str(path), alpha=8.0), device)
+    return bench, [row]
 
-    def attach() -> None:
-        engine.attach(load_adapter(path, shapes=shapes), settings, ADAPTER)
 
-    def reattach() -> None:
-        engine.detach(ADAPTER)
-        attach()
-
-    attach()
-    layers = len(engine.report(ADAPTER).matched)
-    rows.append(("attach (read + normalise + bind), unmerged", "", time_host(reattach, args.repeats),
-                 f"{path.name}: {layers} targets"))
+def attach_rows(bench: FullSizeBench, repeats: int) -> tuple[int, list[Row]]:
+    """Attach (read + normalise + bind) and an unmerged alpha change, timed; the targets bound and the rows. Leaves
+    the adapter attached at alpha 8."""
+    bench.attach()
+    layers = len(bench.engine.report(ADAPTER).matched)
+    rows = [("attach (read + normalise + bind), unmerged", "", time_host(bench.reattach, repeats),
+             f"{bench.path.name}: {layers} targets")]
     alpha = [8.0]
 
     def flip_alpha() -> None:
         alpha[0] = 16.0 if alpha[0] == 8.0 else 8.0
-        engine.set_lora(ADAPTER, alpha=alpha[0])
+        bench.engine.set_lora(ADAPTER, alpha=alpha[0])
 
-    rows.append(("alpha change, unmerged (set_lora)", "", time_host(flip_alpha, args.repeats), "O(1)"))
+    rows.append(("alpha change, unmerged (set_lora)", "", time_host(flip_alpha, repeats), "O(1)"))
+    return layers, rows
+
+
+def step_inputs(args: argparse.Namespace, device: Any) -> dict[str, tuple[dict[str, int], dict]]:
+    """Resolution → (its packed sequence's row counts, the transformer's inputs on ``device``)."""
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
+
+    from .models import packed_input, sequence_rows
 
     inputs = {}
     for name in args.resolutions:
@@ -131,66 +184,74 @@ def run(args: argparse.Namespace, device: Any) -> list[tuple[str, str, float, st
         inputs[name] = (seq, packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"],
                                                                         seq["grid_w"]),
                                           audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device))
+    return inputs
 
-    def forward(batch: dict) -> Callable[[], Any]:
-        def call() -> Any:
-            with torch.no_grad():
-                return model(**batch)
-        return call
 
-    for name, (seq, batch) in inputs.items():
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats(device)
-        forward(batch)()
-        torch.cuda.synchronize()
-        measured = torch.cuda.max_memory_allocated(device)
-        predicted = planned_step_bytes(name, args.fuse_qkv)
-        rows.append(("peak GPU memory, one unmerged step (measured)", name, float("nan"),
-                     f"{measured / 2**30:.1f} GiB; plan {predicted / 2**30:.1f} GiB "
-                     f"({measured / predicted:.2f}× the plan)"))
-        tokens = seq["video"] + seq["audio"] + seq["text"]
-        theory = theoretical_ratio(FULL_SIZE_CONFIG, tokens, seq["text"])
-        print(f"{name}: {tokens} tokens …", file=sys.stderr, flush=True)
-        unmerged = time_cuda(forward(batch), args.repeats)
-        engine.detach(ADAPTER)
-        base = time_cuda(forward(batch), args.repeats)
-        rows.append(("one denoising step, no LoRA", name, base, f"{tokens:,} tokens"))
-        rows.append(("one denoising step, unmerged rank 128", name, unmerged,
-                     f"{unmerged / base:.3f}× base (theory {theory:.3f}×, goal ≤ 1.1×)"))
-        if args.peft:
-            from .peers import diffusers_attach, diffusers_detach, quiet_diffusers
+def step_rows(bench: FullSizeBench, name: str, seq: dict[str, int], batch: dict, args: argparse.Namespace
+              ) -> list[Row]:
+    """One resolution: the measured peak against the plan, a step unmerged, without LoRA and (``--peft``) with PEFT.
+    Leaves the adapter detached."""
+    import torch
 
-            quiet_diffusers()
-            diffusers_attach(model, path)
-            peft = time_cuda(forward(batch), args.repeats)
-            diffusers_detach(model)
-            rows.append(("one denoising step, PEFT unmerged rank 128", name, peft,
-                         f"ours / PEFT = {unmerged / peft:.3f}× (goal ≤ 1×)"))
-        attach()
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
-    engine.detach(ADAPTER)  # the check binds its own adapter on a bare transformer
-    rows.append(equivalence_row(model, path, shapes))
-    attach()
-    if not args.no_merged:
-        rows += placement_rows(engine, layers, lambda change: time_host(change, args.repeats))
-        try:
-            started = time.perf_counter()
-            engine.set_mode("merged")
-            torch.cuda.synchronize()
-            rows.append(("switch to merged (pristine copies + merge)", "", time.perf_counter() - started,
-                         f"copies of the weights of {layers} targets, placed by the store's auto rule"))
-            for name, (seq, batch) in inputs.items():
-                rows.append(("one denoising step, merged", name, time_cuda(forward(batch), args.repeats),
-                             "no per-forward overhead expected"))
-            engine.set_mode("unmerged")
-        except H3AppError as error:
-            rows.append(("merged mode", "", float("nan"), f"skipped: {error}"))
-    engine.detach()
+    from .p4_forward import theoretical_ratio
+
+    forward = bench.forward(batch)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats(bench.device)
+    forward()
+    torch.cuda.synchronize()
+    measured = torch.cuda.max_memory_allocated(bench.device)
+    predicted = planned_step_bytes(name, args.fuse_qkv)
+    rows = [("peak GPU memory, one unmerged step (measured)", name, float("nan"),
+             f"{measured / 2**30:.1f} GiB; plan {predicted / 2**30:.1f} GiB ({measured / predicted:.2f}× the plan)")]
+    tokens = seq["video"] + seq["audio"] + seq["text"]
+    theory = theoretical_ratio(FULL_SIZE_CONFIG, tokens, seq["text"])
+    print(f"{name}: {tokens} tokens …", file=sys.stderr, flush=True)
+    unmerged = time_cuda(forward, args.repeats)
+    bench.engine.detach(ADAPTER)
+    base = time_cuda(forward, args.repeats)
+    rows.append(("one denoising step, no LoRA", name, base, f"{tokens:,} tokens"))
+    rows.append(("one denoising step, unmerged rank 128", name, unmerged,
+                 f"{unmerged / base:.3f}× base (theory {theory:.3f}×, goal ≤ 1.1×)"))
+    if args.peft:
+        from .peers import diffusers_attach, diffusers_detach, quiet_diffusers
+
+        quiet_diffusers()
+        diffusers_attach(bench.model, bench.path)
+        peft = time_cuda(forward, args.repeats)
+        diffusers_detach(bench.model)
+        rows.append(("one denoising step, PEFT unmerged rank 128", name, peft,
+                     f"ours / PEFT = {unmerged / peft:.3f}× (goal ≤ 1×)"))
     return rows
 
 
-def placement_rows(engine: Any, layers: int, timer: Callable[[Callable[[], Any]], float]
-                   ) -> list[tuple[str, str, float, str]]:
+def merged_rows(bench: FullSizeBench, layers: int, inputs: dict[str, tuple[dict[str, int], dict]], repeats: int
+                ) -> list[Row]:
+    """Merged mode: alpha re-apply per pristine placement, the switch, a step per resolution; or why it was
+    skipped. Leaves the engine unmerged."""
+    import torch
+
+    from h3app.errors import H3AppError
+
+    rows = placement_rows(bench.engine, layers, lambda change: time_host(change, repeats))
+    try:
+        started = time.perf_counter()
+        bench.engine.set_mode("merged")
+        torch.cuda.synchronize()
+        rows.append(("switch to merged (pristine copies + merge)", "", time.perf_counter() - started,
+                     f"copies of the weights of {layers} targets, placed by the store's auto rule"))
+        for name, (_, batch) in inputs.items():
+            rows.append(("one denoising step, merged", name, time_cuda(bench.forward(batch), repeats),
+                         "no per-forward overhead expected"))
+        bench.engine.set_mode("unmerged")
+    except H3AppError as error:
+        rows.append(("merged mode", "", float("nan"), f"skipped: {error}"))
+    return rows
+
+
+def placement_rows(engine: Any, layers: int, timer: Callable[[Callable[[], Any]], float]) -> list[Row]:
     """Merged mode's alpha re-apply with the pristine copies on the device, then in pinned host RAM
     (``bench.p5_merge.time_placements``): one row each, or the refusal (e.g. no room for the copies on the GPU).
     Leaves ``engine`` unmerged at alpha 8."""
@@ -213,14 +274,15 @@ def planned_step_bytes(resolution: str, fuse_qkv: bool) -> int:
     from h3app.hardware.header_adapter import lightx2v_header
     from h3app.hardware.planner import measure
     from h3app.hardware.rehearsal import RehearsalOptions
+    from h3app.rules.choices import MAIN_PARTITION
     from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 
     header = lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=RANK, alpha=8.0)
     measured = measure(RehearsalOptions(resolution=resolution, adapter=header, fuse_qkv=fuse_qkv))
-    return measured.weights["transformer"] + measured.lora_bytes + measured.rehearsal.phases["denoise"].transient
+    return measured.weights[MAIN_PARTITION] + measured.lora_bytes + measured.rehearsal.phases["denoise"].transient
 
 
-def equivalence_row(model: Any, path: Path, shapes: Any) -> tuple[str, str, float, str]:
+def equivalence_row(model: Any, path: Path, shapes: Any) -> Row:
     """h3app's transformer-mode check on the full-size model: alpha 8 / strength 1 vs alpha 128 / strength 0.0625
     must be bit-identical in bf16 on CUDA (deterministic algorithms, native attention)."""
     from h3app.adapters.normalise import load_adapter

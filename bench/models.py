@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from h3app.rules.frames import RELEASED
+
 # The medium model of P2/P5 (issue 8): hidden 1024, 8 blocks + 2 refiner blocks, 8 heads × 128, ffn 2816.
 MEDIUM_CONFIG: dict[str, Any] = {
     "num_attention_heads": 8, "attention_head_dim": 128, "hidden_size": 1024, "num_layers": 8,
@@ -157,9 +159,10 @@ def sequence_rows(height: int, width: int, frames: int, text_rows: int = 256) ->
     """The packed sequence of a real H3 request: video ``(5n + 2) × H/32 × W/32`` rows for ``17n + 5`` frames (16×
     spatial VAE compression × the 2×2 patch, 4× temporal), stereo audio at 40 latents/s per channel (32 kHz, hop
     800), plus ``text_rows`` text rows. 960×544×124 frames → 18,870 video + 414 audio rows."""
-    n = max(0, math.ceil((frames - 5) / 17))
+    rule = RELEASED
+    n = max(0, math.ceil((frames - rule.latents_per_chunk) / rule.frames_per_chunk))
     latent_frames = 5 * n + 2
-    seconds = (17 * n + 5) / 24.0
+    seconds = (rule.frames_per_chunk * n + rule.latents_per_chunk) / rule.fps
     audio_steps = math.ceil(seconds * 40.0)
     return {"latent_frames": latent_frames, "grid_h": height // 32, "grid_w": width // 32,
             "video": latent_frames * (height // 32) * (width // 32), "audio_steps": audio_steps,

@@ -22,6 +22,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from h3app.rules.choices import T2VA
+
 from .context import BenchContext
 from .table import Goal, Row
 from .timing import Timing, Variant, compare
@@ -39,7 +41,7 @@ def best_of(ours: Timing, peer: Timing) -> str:
     return f"best-of-{len(ours.runs)} ratio {ours.best / peer.best:.2f}×"
 
 
-def bare_pipeline(loaded, workflow: str = "t2va"):
+def bare_pipeline(loaded, workflow: str = T2VA):
     """diffusers' modular pipeline for ``workflow`` on ``loaded``'s components, without h3app's prompt cache."""
     from diffusers import ModularPipeline
 

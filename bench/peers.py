@@ -37,8 +37,10 @@ def diffusers_state_dict(path: Path) -> tuple[dict[str, Any], dict[str, Any] | N
 
 def diffusers_attach(transformer: Any, path: Path, adapter_name: str = PEER_ADAPTER) -> None:
     """``lora_state_dict`` + ``load_lora_adapter``: what ``pipe.load_lora_weights`` does for the transformer."""
+    from h3app.rules.choices import MAIN_PARTITION
+
     state_dict, metadata = diffusers_state_dict(path)
-    transformer.load_lora_adapter(state_dict, prefix="transformer", metadata=metadata, adapter_name=adapter_name)
+    transformer.load_lora_adapter(state_dict, prefix=MAIN_PARTITION, metadata=metadata, adapter_name=adapter_name)
 
 
 def diffusers_detach(transformer: Any) -> None:

@@ -167,18 +167,102 @@ def test_no_module_imports_itself_through_others(tree: str) -> None:
     assert import_circles(graph) == []
 
 
-def test_workflow_names_are_written_once() -> None:
-    """``"t2va"``, ``"fl2va"`` and ``"ref2va"`` are string literals only in ``rules/choices.py``; every other module
-    imports the constants (a typo in a literal would silently pick no workflow)."""
-    import io
-    import tokenize
+def sources() -> list[Path]:
+    """Every Python file of the product and its bench: ``h3app/``, ``bench/`` and ``app.py``."""
+    top = H3APP.parent
+    return [*sorted(H3APP.rglob("*.py")), *sorted((top / "bench").rglob("*.py")), top / "app.py"]
 
-    names = {'"t2va"', "'t2va'", '"fl2va"', "'fl2va'", '"ref2va"', "'ref2va'"}
+
+def vocabularies() -> dict[str, tuple[str, set[str]]]:
+    """Vocabulary → (its home, relative to ``h3app/``; the strings only that home may spell out)."""
+    from h3app.rules.alpha_source import AlphaSource
+    from h3app.rules.choices import PARTITIONS, WORKFLOWS
+    from h3app.rules.h3_modules import BLOCK_LINEARS, QKV
+
+    return {
+        "workflow": ("rules/choices.py", set(WORKFLOWS)),
+        "partition": ("rules/choices.py", set(PARTITIONS)),
+        "block linear": ("rules/h3_modules.py",  # as diffusers names them, and as PEFT's target_modules do
+                         {*BLOCK_LINEARS, *QKV, *(name.removeprefix("attn.") for name in BLOCK_LINEARS)}),
+        "alpha source": ("rules/alpha_source.py", {str(source) for source in AlphaSource}),
+    }
+
+
+def spelled_out(tree: ast.AST, words: set[str]) -> list[int]:
+    """Lines of ``tree`` where a string constant (f-strings' inner ones included) is one of ``words``."""
+    return sorted(node.lineno for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in words)
+
+
+def literal_fps(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that give a frame rate as a number: ``fps = 24``, ``FPS: int = 24``, ``fps=24`` in a call,
+    ``{"fps": 24}``."""
+    def number(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Constant) and type(value.value) in (int, float)
+
+    def fps(target: ast.AST) -> bool:
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else ""
+        return name.lower() == "fps"
+
     found = []
-    for path in sorted(H3APP.rglob("*.py")):
-        if path.relative_to(H3APP).as_posix() == "rules/choices.py":
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and number(node.value) and any(fps(t) for t in node.targets) \
+                or isinstance(node, ast.AnnAssign) and number(node.value) and fps(node.target) \
+                or isinstance(node, ast.keyword) and node.arg and node.arg.lower() == "fps" and number(node.value):
+            found.append(node.lineno)
+        elif isinstance(node, ast.Dict):
+            found += [key.lineno for key, value in zip(node.keys, node.values)
+                      if isinstance(key, ast.Constant) and key.value == "fps" and number(value)]
+    return sorted(found)
+
+
+def test_the_vocabulary_scans_find_what_they_look_for() -> None:
+    tree = ast.parse('run("t2va", fps=24)\nf"{x.get(\'w\', \'transformer_ref\')}"\nFPS = 24\nrow = {"fps": 25.0}\n')
+    assert spelled_out(tree, {"t2va", "transformer_ref"}) == [1, 2]
+    assert literal_fps(tree) == [1, 3, 4]
+
+
+@pytest.mark.parametrize("vocabulary", ["workflow", "partition", "block linear", "alpha source"])
+def test_each_vocabulary_is_written_once(vocabulary: str) -> None:
+    """Workflow names, partition names, the block Linears' names and the alpha sources are string constants only in
+    their home in ``h3app/rules``; every other module (bench included) imports them: a typo in a copy would silently
+    match nothing."""
+    home, words = vocabularies()[vocabulary]
+    found = []
+    for path in sources():
+        if path == H3APP / home:
             continue
-        for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
-            if token.type == tokenize.STRING and token.string in names:
-                found.append(f"{path.relative_to(H3APP.parent)}:{token.start[0]}")
+        lines = spelled_out(ast.parse(path.read_text()), words)
+        found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in lines]
     assert found == []
+
+
+def test_the_frame_rate_is_written_once() -> None:
+    """A frame rate is a number only in ``rules/frames.py`` (``FPS``); everything else reads it from there."""
+    found = []
+    for path in sources():
+        if path != H3APP / "rules/frames.py":
+            found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in literal_fps(ast.parse(path.read_text()))]
+    assert found == []
+
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_module_is_longer_than_450_lines() -> None:
+    """In ``h3app/``, ``bench/`` and ``app.py``."""
+    long = {str(path.relative_to(H3APP.parent)): lines for path in sources()
+            if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    """Functions and methods, nested ones included, from ``def`` to their last line."""
+    long = {}
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
+                long[f"{path.relative_to(H3APP.parent)}:{node.lineno} {node.name}"] = lines
+    assert long == {}

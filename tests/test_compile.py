@@ -14,12 +14,17 @@ import torch
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
-from h3app.model.compiled import blocks_of, compile_backend, compile_blocks, compile_report, is_compiled
+from h3app.model.compiled import blocks_of, compile_backend, compile_blocks, compile_report
 from h3app.settings import LoRASettings
 from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 TURBO = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")
+
+
+def is_compiled(block: torch.nn.Module) -> bool:
+    """Whether ``block`` runs through ``torch.compile`` (``nn.Module.compile`` sets its compiled call)."""
+    return getattr(block, "_compiled_call_impl", None) is not None
 
 
 def test_backend_is_inductor_on_cuda_and_aot_eager_elsewhere():

@@ -11,8 +11,9 @@ import os
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 import pytest
@@ -27,17 +28,25 @@ ROOT = Path(__file__).resolve().parents[1]
 GENERATE = dict(prompt="a red fox", seed=1, steps=2, duration=5.0, adapters_json="[]", api_name="/generate")
 
 
+@contextmanager
+def hosted_app(tiny_model: Any, tmp_path_factory: pytest.TempPathFactory, folder: Path,
+               max_remote_bytes: int) -> Iterator[tuple[Backend, str, Path]]:
+    """``(backend, url, folder)``: the hosted app on loopback, allowed the demo adapters and ``folder``."""
+    backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("hosted_out"),
+                      allowed_local_dirs=(DEMO_ADAPTERS_DIR, folder), max_remote_bytes=max_remote_bytes)
+    with running_app(backend) as url:
+        yield backend, url, folder
+    backend.binder.reset()
+    backend.close()
+
+
 @pytest.fixture(scope="module")
 def hosted(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """The hosted app on loopback; its allowed folders are the demo adapters and one holding a header bomb."""
     bombs = tmp_path_factory.mktemp("bombs")
     scalar_bomb(bombs / "bomb.safetensors", MAX_TENSORS + 1)  # the 1.2 M-alpha shape, just past the count cap
-    backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("hosted_out"),
-                      allowed_local_dirs=(DEMO_ADAPTERS_DIR, bombs), max_remote_bytes=64 * 1024**2)
-    with running_app(backend) as url:
-        yield backend, url, bombs
-    backend.binder.reset()
-    backend.close()
+    with hosted_app(tiny_model, tmp_path_factory, bombs, 64 * 1024**2) as app:
+        yield app
 
 
 def client(url: str, **headers: str) -> Any:

@@ -13,10 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
-from app_fixtures import running_app
 
-from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
-from tests.test_public_space_abuse import ROOT, assert_clean, client, refusal
+from h3app.backend.service import DEMO_ADAPTERS_DIR
+from tests.test_public_space_abuse import ROOT, assert_clean, client, hosted_app, refusal
 
 
 def write_header(path: Path, raw: bytes, data: bytes = b"") -> Path:
@@ -47,12 +46,8 @@ def hosted(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> Any:
     write_header(files / "digits.safetensors",
                  b'{"a":{"dtype":"F32","shape":[' + b"1" * 100_000 + b'],"data_offsets":[0,4]}}', bytes(4))
     rank_bomb(files / "rank_bomb.safetensors", 100_000)
-    backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("hosted_out"),
-                      allowed_local_dirs=(DEMO_ADAPTERS_DIR, files), max_remote_bytes=256 * 1024**2)
-    with running_app(backend) as url:
-        yield backend, url, files
-    backend.binder.reset()
-    backend.close()
+    with hosted_app(tiny_model, tmp_path_factory, files, 256 * 1024**2) as app:
+        yield app
 
 
 def inspect(visitor: Any, source: str, weight_name: str = "") -> Any:

@@ -48,6 +48,13 @@ def pick_turbo(page) -> None:
     expect(page.locator("#slot1-inspect-card")).to_contain_text("targets")
 
 
+def pick_turbo_at_two_steps(page) -> None:
+    """The Turbo demo in slot 1, and 2 steps (one evaluation: the quickest run)."""
+    pick_turbo(page)
+    page.locator("#steps input[type=number]").fill("2")
+    page.locator("#steps input[type=number]").press("Enter")
+
+
 def number_value(page, selector: str) -> float:
     return float(page.locator(f"{selector} input[type=number]").input_value())
 
@@ -82,9 +89,7 @@ def run_check(page) -> None:
 
 
 def check_flow(page, tmp_path: Path, suffix: str) -> None:
-    pick_turbo(page)
-    page.locator("#steps input[type=number]").fill("2")
-    page.locator("#steps input[type=number]").press("Enter")
+    pick_turbo_at_two_steps(page)
     page.get_by_role("tab", name="Equivalence").click()
     # the defaults come from the adapter: trained at alpha 1, rank 16
     expect(page.locator("#check-pair-note")).to_contain_text("alpha 1 × scale 1")
@@ -137,9 +142,7 @@ def test_equivalence_defaults_and_play_all_in_step(browser, app, tmp_path):
 def test_grid_headers_baseline_marks_and_two_clicks(browser, app, tmp_path):
     page = open_app(browser, app[0], 1400)
     try:
-        pick_turbo(page)
-        page.locator("#steps input[type=number]").fill("2")
-        page.locator("#steps input[type=number]").press("Enter")
+        pick_turbo_at_two_steps(page)
         page.get_by_role("tab", name="Grid").click()
         page.locator("#grid-run").click()
         expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=JOB_TIMEOUT_MS)
@@ -181,9 +184,7 @@ def choose(page, selector: str, text: str) -> None:
 def test_history_labels_and_differences_in_words(browser, app, tmp_path):
     page = open_app(browser, app[0], 1400)
     try:
-        pick_turbo(page)
-        page.locator("#steps input[type=number]").fill("2")
-        page.locator("#steps input[type=number]").press("Enter")
+        pick_turbo_at_two_steps(page)
         run_check(page)
         page.get_by_role("tab", name="History").click()
         table = page.locator("#history-table")

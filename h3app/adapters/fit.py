@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import H3AppError
-from ..rules.h3_modules import ADALN, FULL_SIZE_CONFIG, TransformerShapes, group_of, transformer_shapes
+from ..rules.h3_modules import ADALN, FULL_SIZE_CONFIG, QKV, TransformerShapes, group_of, transformer_shapes
 from .formats import ModulePlan
 
 _SHOWN = 3
@@ -100,7 +100,7 @@ def _full_size_shapes() -> TransformerShapes:
 
 
 def _diagnosis(modules: Sequence[ModulePlan], found: Sequence[Misfit], shapes: TransformerShapes) -> str:
-    hidden = {m.target_shapes[0][1] for m in modules if m.targets[0].endswith(("attn.to_q", "attn.to_k", "attn.to_v"))}
+    hidden = {m.target_shapes[0][1] for m in modules if m.targets[0].endswith(tuple(f"attn.{q}" for q in QKV))}
     if shapes.is_full_size and found and all(group_of(m.target) == ADALN and m.model is not None for m in found):
         return " — it looks like a LoRA for a pruned H3 checkpoint (its AdaLN projections are sized differently); use the pruned model or a LoRA for the full one"
     if hidden and hidden != {shapes.hidden_size}:

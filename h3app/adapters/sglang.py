@@ -28,10 +28,10 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..rules.h3_modules import QKV
 from .formats import ModulePlan
 from .types import HeaderView
 
-QKV_SECTIONS = ("to_q", "to_k", "to_v")  # fused by sglang into qkv_proj (main and refiner blocks)
 PLAIN_METADATA_ALPHAS = ("lora_alpha", "network_alpha", "alpha")
 METADATA_KEY = "lora_adapter_metadata"
 _SLOT = re.compile(r"\.lora_[AB]\.[^.]+\.weight$")
@@ -54,7 +54,8 @@ def sglang_facts(view: HeaderView, modules: Sequence[ModulePlan]) -> dict[str, A
         pattern = next((value for key, value in patterns.items() if _matches(str(key), base)), None)
         tensor = view.scalars.get(module.alpha_key) if module.alpha_key else None
         section = base.rsplit(".", 1)
-        qkv_group = section[0] if len(module.targets) == 1 and section[-1] in QKV_SECTIONS else None
+        # sglang fuses q, k and v into qkv_proj (main and refiner blocks)
+        qkv_group = section[0] if len(module.targets) == 1 and section[-1] in QKV else None
         for target in module.targets:
             facts[target] = {"rank": module.rank, "tensor_alpha": tensor, "pattern_alpha": pattern,
                              "qkv_group": qkv_group}

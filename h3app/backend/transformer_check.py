@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
+from ..rules.choices import TRANSFORMER_CHECK
 
 if TYPE_CHECKING:
     import torch
@@ -199,7 +200,7 @@ def run_transformer_check(transformer: "torch.nn.Module", adapter: "NormalisedAd
         "control_identical": bytes_a == bytes_control,
         "effective_scale_a": summarise_scales(scales_a, ranks),
         "effective_scale_b": summarise_scales(scales_b, ranks),
-        "mode": "transformer",
+        "mode": TRANSFORMER_CHECK,
         "seconds": round(time.perf_counter() - started, 3),
         "a": a.label,
         "b": b.label,

@@ -11,6 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
+from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from .model_options import add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
@@ -28,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_flags(p)
     p.add_argument("--a", default="8:1.0", help="setting A as ALPHA:SCALE (ALPHA may be auto); default 8:1.0")
     p.add_argument("--b", default="128:0.0625", help="setting B as ALPHA:SCALE; default 128:0.0625")
-    p.add_argument("--mode", default="transformer", choices=("transformer", "full"),
+    p.add_argument("--mode", default=TRANSFORMER_CHECK, choices=CHECK_MODES,
                    help="transformer: one forward on a seeded packed input; full: the whole pipeline (backend)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--prompt", default=None, help="full mode only")
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     try:
-        if args.mode == "full":
+        if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
 
             result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b), os.environ.get("HF_TOKEN"))

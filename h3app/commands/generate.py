@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
                         "evaluations (default: the known adapter's preset, else 5)")
-    p.add_argument("--duration", type=float, default=5.0, help=f"seconds, {RELEASED.describe()}")
+    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
+                   help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--shift", type=float, default=None, help="video flow shift (default: preset, else 12)")

@@ -18,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", default="0", help="comma-separated seeds")
     p.add_argument("--prompt", required=True)
     p.add_argument("--steps", type=int, default=5, help="num_inference_steps (N steps = N-1 evaluations)")
-    p.add_argument("--duration", type=float, default=5.0, help=f"seconds, {RELEASED.describe()}")
+    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
+                   help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
     p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..rules.choices import PARTITIONS, QKV_LAYOUTS
+from ..rules.choices import MAIN_PARTITION, PARTITIONS, QKV_LAYOUTS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--revision", default=None, help="Hub branch, tag or commit")
     p.add_argument("--qkv-layout", default="auto", choices=QKV_LAYOUTS,
                    help="row order of fused QKV factors: auto (interleaved for DiffSynth), blocked or interleaved")
-    p.add_argument("--partition", default="transformer", choices=PARTITIONS,
+    p.add_argument("--partition", default=MAIN_PARTITION, choices=PARTITIONS,
                    help="transformer (t2va, fl2va) or transformer_ref (ref2va)")
 
 

@@ -25,7 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="full", help="full (the published MiniMax-H3 sizes, no weights) or tiny")
     p.add_argument("--workflow", default=T2VA, choices=WORKFLOWS)
     p.add_argument("--resolution", default="544p", choices=RESOLUTION_NAMES)
-    p.add_argument("--duration", type=float, default=5.0, help=f"seconds of video, {RELEASED.describe()}")
+    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
+                   help=f"seconds of video, {RELEASED.describe()}")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
     add_fp8_flags(p)

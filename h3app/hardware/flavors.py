@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from ..errors import H3AppError
 
 GB = 10**9
-GIB = 2**30
 
 
 @dataclass(frozen=True)

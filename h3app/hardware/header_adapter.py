@@ -17,6 +17,7 @@ from ..adapters.header import make_header_view
 from ..adapters.inspect import analyse_header
 from ..adapters.normalise import split_factors
 from ..adapters.types import HeaderView, ModuleLoRA, NormalisedAdapter
+from ..rules.choices import MAIN_PARTITION
 from ..rules.h3_modules import TransformerShapes, is_block_linear
 
 _DTYPE_NAMES = {torch.bfloat16: "BF16", torch.float16: "F16", torch.float32: "F32"}
@@ -42,7 +43,7 @@ def lightx2v_header(shapes: TransformerShapes, rank: int = 128, dtype: torch.dty
     return make_header_view(tensors, metadata, {}, None, offset, name)
 
 
-def adapter_from_header(view: HeaderView, shapes: TransformerShapes, *, partition: str = "transformer",
+def adapter_from_header(view: HeaderView, shapes: TransformerShapes, *, partition: str = MAIN_PARTITION,
                         qkv_layout: str = "auto", explicit_alpha: float | None = None) -> NormalisedAdapter:
     """``view`` normalised by h3app's own code (plan, shape check, alpha chain, q/k/v split, SwiGLU swap), each
     factor an uninitialised CPU tensor of the header's shape and dtype (fake under fake CUDA when large)."""

@@ -43,7 +43,7 @@ import torch
 
 from ..errors import H3AppError
 from ..model import repo
-from ..rules.choices import OFFLOAD_MODES, PARTITIONS
+from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS
 from ..rules.h3_modules import transformer_shapes
 from . import full_size
 from .fake_cuda import PhaseBytes
@@ -176,7 +176,7 @@ def _transformer_sizes(config: dict[str, Any], options: RehearsalOptions) -> tup
 
     from ..model import fp8
 
-    model = full_size.build_meta("transformer", LoadOptions(dtype=options.dtype, fuse_qkv=options.fuse_qkv), config)
+    model = full_size.build_meta(MAIN_PARTITION, LoadOptions(dtype=options.dtype, fuse_qkv=options.fuse_qkv), config)
     block = max(full_size.parameter_bytes(b) for b in model.transformer_blocks)
     fp8.store_transformer(model, options.dtype)
     return full_size.parameter_bytes(model), block

@@ -20,15 +20,17 @@ from typing import Any, Callable
 import torch
 
 from ..adapters.types import HeaderView
-from ..backend.generation import GenerationRequest, run_generation
+from ..backend.generation import GenerationRequest, request_shift, run_generation
 from ..backend.worker import Worker
 from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
 from ..lora.layers import PristineStore
 from ..model import repo
+from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.step_cache import StepCache
 from ..rules.choices import FL2VA, T2VA
+from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
@@ -53,7 +55,7 @@ class RehearsalOptions:
 
     workflow: str = T2VA
     resolution: str = "544p"
-    duration: float = 5.0
+    duration: float = RELEASED.shortest_seconds
     dtype: torch.dtype = torch.bfloat16
     offload: str = "none"
     fuse_qkv: bool = False
@@ -163,7 +165,7 @@ def rehearse(options: RehearsalOptions, *,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
             seconds=time.perf_counter() - started, check=check, flops=flops,
-            scheduler_shift=float(pipe.scheduler.config.shift))
+            scheduler_shift=request_shift(pipe, request))
 
 
 def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
@@ -197,17 +199,6 @@ def _workflow_files(workflow: str, folder: Path, height: int, width: int) -> dic
     path = folder / "keyframe.png"
     Image.new("RGB", (width, height), (90, 120, 160)).save(path)
     return {"first_frame": str(path)} if workflow == FL2VA else {"references": (str(path),)}
-
-
-def _repeated_layers(module: torch.nn.Module) -> list[torch.nn.Module]:
-    """The members of every ``ModuleList`` of ``module`` whose members are all one (non-leaf) class: decoder layers,
-    transformer blocks."""
-    layers: list[torch.nn.Module] = []
-    for sub in module.modules():
-        if isinstance(sub, torch.nn.ModuleList) and len(sub) > 1 and len({type(m) for m in sub}) == 1 \
-                and any(True for _ in sub[0].children()):
-            layers.extend(sub)
-    return layers
 
 
 def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, int]) -> Callable[[], None]:
@@ -250,7 +241,7 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
     # Identical layers are run once per signature and replayed (fake_cuda.replay_repeats): same bytes, far fewer ops.
     repeated = [transformer, *[loaded.components[name] for name in ENCODERS if name in loaded.components]]
     vae = loaded.components.get("vae")
-    undo_replay = replay_repeats([layer for component in repeated for layer in _repeated_layers(component)]
+    undo_replay = replay_repeats([layer for component in repeated for layer in blocks_of(component, at_least=2)]
                                  + ([vae.decoder] if vae is not None else []), counter)
 
     def undo() -> None:

@@ -10,11 +10,7 @@ compiling buys nothing and a C++ toolchain may be missing).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
-
-BLOCK_LISTS = ("transformer_blocks", "single_transformer_blocks", "token_refiner", "refiner_blocks")
 
 
 def compile_backend(device: str | torch.device) -> str:
@@ -22,11 +18,12 @@ def compile_backend(device: str | torch.device) -> str:
     return "inductor" if torch.device(device).type == "cuda" else "aot_eager"
 
 
-def blocks_of(transformer: torch.nn.Module) -> list[torch.nn.Module]:
-    """The members of every ``ModuleList`` of the transformer whose members are all one class (its blocks)."""
+def blocks_of(module: torch.nn.Module, at_least: int = 1) -> list[torch.nn.Module]:
+    """The members of every ``ModuleList`` of ``module`` with ``at_least`` members, all of one (non-leaf) class:
+    transformer blocks, decoder layers."""
     found: list[torch.nn.Module] = []
-    for sub in transformer.modules():
-        if isinstance(sub, torch.nn.ModuleList) and len(sub) > 0 and len({type(m) for m in sub}) == 1 \
+    for sub in module.modules():
+        if isinstance(sub, torch.nn.ModuleList) and len(sub) >= max(at_least, 1) and len({type(m) for m in sub}) == 1 \
                 and any(True for _ in sub[0].children()):
             found.extend(sub)
     return found
@@ -48,8 +45,3 @@ def compile_report() -> dict[str, int]:
 
     return {"graphs": int(counters["stats"]["unique_graphs"]),
             "recompiles": int(sum(len(reasons) for reasons in guard_failures.values()))}
-
-
-def is_compiled(module: Any) -> bool:
-    """Whether ``module`` (a block) runs through ``torch.compile``."""
-    return getattr(module, "_compiled_call_impl", None) is not None

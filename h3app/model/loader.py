@@ -21,7 +21,8 @@ import torch  # noqa: E402
 
 from ..errors import H3AppError
 from ..rules import values
-from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES, PARTITIONS, REF2VA, T2VA
+from ..rules.choices import DTYPE_NAMES, MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
+from ..rules.h3_modules import QKV
 from . import conditioner, fp8, repo
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
 
@@ -97,7 +98,7 @@ def fuse_qkv(transformer: torch.nn.Module) -> None:
     transformer.fuse_qkv_projections()
     for module in transformer.modules():
         if getattr(module, "fused_projections", False) and hasattr(module, "to_qkv"):
-            for name in ("to_q", "to_k", "to_v"):
+            for name in QKV:
                 if hasattr(module, name):
                     delattr(module, name)
 
@@ -127,10 +128,10 @@ def prepare_text_encoder(text_encoder: torch.nn.Module, layers: int, options: Lo
 
 
 def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float32, fuse_qkv: bool = False,
-                     partition: str = "transformer", revision: str | None = None,
+                     partition: str = MAIN_PARTITION, revision: str | None = None,
                      fp8: bool = False) -> torch.nn.Module:
     """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine)."""
-    workflow = REF2VA if partition == "transformer_ref" else T2VA
+    workflow = REF2VA if partition == REFERENCE_PARTITION else T2VA
     location = repo.locate(model, workflow=workflow, revision=revision)
     options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision, fp8=fp8)
     return _load_transformer_from(str(location.folder), partition, options)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import H3AppError
-from ..rules.choices import PARTITIONS, REAL_REPO_ID, T2VA, WORKFLOWS, workflow_partition
+from ..rules.choices import (MAIN_PARTITION, PARTITIONS, REAL_REPO_ID, REFERENCE_PARTITION, T2VA, WORKFLOWS,
+                             workflow_partition)
 
 TINY = "tiny"
 TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"
@@ -32,8 +33,8 @@ SHARED_COMPONENTS = (
     "audio_vae",
 )
 EXPECTED_CLASSES = {
-    "transformer": "MiniMaxH3Transformer3DModel",
-    "transformer_ref": "MiniMaxH3Transformer3DModel",
+    MAIN_PARTITION: "MiniMaxH3Transformer3DModel",
+    REFERENCE_PARTITION: "MiniMaxH3Transformer3DModel",
     "vae": "AutoencoderKLMiniMaxH3",
     "audio_vae": "AutoencoderKLMiniMaxH3Audio",
     "scheduler": "MiniMaxH3Scheduler",
@@ -220,7 +221,7 @@ def locate(model: str, workflow: str = T2VA, revision: str | None = None, token:
     return location
 
 
-def read_transformer_config(model: str, partition: str = "transformer", revision: str | None = None,
+def read_transformer_config(model: str, partition: str = MAIN_PARTITION, revision: str | None = None,
                             token: str | None = None) -> dict[str, Any]:
     """The transformer's ``config.json`` (no weights read). For Hub repos only that file is fetched."""
     if partition not in PARTITIONS:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..rules.choices import TINY_REPO_ID  # noqa: F401 — also the name callers of this module use
+from ..rules.choices import MAIN_PARTITION, REFERENCE_PARTITION, TINY_REPO_ID
 
 SEED = 20261129
 
@@ -214,8 +214,8 @@ def build_components() -> dict[str, Any]:
     text_encoder = _build_text_encoder(tokenizer)
     processor = _build_processor(tokenizer)
     return {
-        "transformer": transformer.eval(),
-        "transformer_ref": transformer_ref.eval(),
+        MAIN_PARTITION: transformer.eval(),
+        REFERENCE_PARTITION: transformer_ref.eval(),
         "vae": vae.eval(),
         "audio_vae": audio_vae.eval(),
         "scheduler": MiniMaxH3Scheduler(shift=12.0),

@@ -16,6 +16,9 @@ def workflow_partition(workflow: str) -> str:
     return REFERENCE_PARTITION if workflow == REFERENCE_WORKFLOW else MAIN_PARTITION
 
 
+# check --mode: one transformer forward on a seeded input (a check mode, not a partition), or the whole pipeline
+TRANSFORMER_CHECK, FULL_CHECK = "transformer", "full"
+CHECK_MODES = (TRANSFORMER_CHECK, FULL_CHECK)
 LORA_MODES = ("unmerged", "merged")
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")

@@ -35,10 +35,8 @@ FULL_SIZE_CONFIG: dict[str, Any] = {
     "rope_freq_dim": 16,
 }
 
-BLOCK_ATTENTION = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0")
-BLOCK_FEED_FORWARD = ("ff.net.0.proj", "ff.net.2")
 # The six Linears of every main and refiner block, relative to the block: what LightX2V's Turbo adapters target.
-BLOCK_LINEARS = BLOCK_ATTENTION + BLOCK_FEED_FORWARD
+BLOCK_LINEARS = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2")
 QKV = ("to_q", "to_k", "to_v")
 
 

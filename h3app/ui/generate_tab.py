@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import gradio as gr
 
@@ -34,11 +33,6 @@ class RequestControls:
     width: gr.Number
     shift: gr.Number
     audio_shift: gr.Number
-
-    def request_inputs(self) -> list[Any]:
-        """In the order the event functions take them (``build_request`` without the seed-randomise flag)."""
-        return [self.workflow, self.prompt, self.seed, self.steps, self.duration, self.height, self.width,
-                self.shift, self.audio_shift, self.first_frame, self.last_frame, self.references]
 
 
 UI_MAX_STEPS = 60  # the slider's top (the server allows more through the API and the CLI)

@@ -373,15 +373,6 @@ def scale_text(value: Any) -> str:
     return f"{float(value):.6g}"
 
 
-def column_caption(column: Mapping[str, Any]) -> str:
-    if column["label"] == "fallback":
-        alpha = "= rank"
-    else:
-        alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
-    return (f"**{column['label']}** — alpha {alpha} × scale {float(column['strength']):g} → effective "
-            f"{scale_text(column['effective_scale'])}  \n`{column['hash'][:23]}…`")
-
-
 def distance_text(psnr: float) -> str:
     """A grid cell's distance to the no-LoRA baseline, flagged when it did not move at all."""
     if not math.isfinite(psnr):

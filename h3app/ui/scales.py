@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ..rules.strength import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha
+from ..rules.strength import USUAL_RELATIVE_UPDATE, suggest_alpha
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale, scale_divisor
@@ -121,8 +121,3 @@ def targets_by_group(targets: list[str]) -> dict[str, list[str]]:
     for target in targets:
         grouped.setdefault(group_of(target), []).append(target)
     return grouped
-
-
-def blocks_of(targets: list[str]) -> list[str]:
-    """The distinct blocks the targets live in, in model order."""
-    return sorted({block_of(t) for t in targets}, key=_block_order)

@@ -42,7 +42,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     """``python -m h3app generate …`` reproducing ``settings`` (revision pinned to the commit when known)."""
     request = settings.get("request", {})
     parts = ["python -m h3app generate", f"--model {_q(settings.get('model', TINY))}",
-             f"--workflow {_q(request.get('workflow', 't2va'))}", f"--prompt {_q(request.get('prompt', ''))}",
+             f"--workflow {_q(request.get('workflow', T2VA))}", f"--prompt {_q(request.get('prompt', ''))}",
              f"--seed {int(request.get('seed', 0))}", f"--steps {int(request.get('steps', 5))}",
              f"--duration {_num(request.get('duration', 5.0))}"]
     if request.get("height") is not None:
@@ -197,7 +197,7 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         "import torch",
         "from diffusers import ModularPipeline",
         "",
-        f"pipe = ModularPipeline.from_pretrained({model_path!r}, workflow={request.get('workflow', 't2va')!r})",
+        f"pipe = ModularPipeline.from_pretrained({model_path!r}, workflow={request.get('workflow', T2VA)!r})",
         "pipe.load_components(dtype=torch.bfloat16)",
         'pipe.to("cuda")',
     ]

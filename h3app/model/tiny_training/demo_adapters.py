@@ -118,8 +118,9 @@ def _diffusers_files(shapes: TransformerShapes, generator: torch.Generator) -> d
 
     def peft_rslora(path: Path) -> Path:
         written = _write(path, _lora_tensors(turbo, 4, generator, prefix="base_model.model."))
-        config = {"peft_type": "LORA", "r": 4, "lora_alpha": 4, "use_rslora": True, "alpha_pattern": {"ff.net.2": 2},
-                  "rank_pattern": {}, "target_modules": ["to_q", "to_k", "to_v", "to_out.0", "ff.net.0.proj", "ff.net.2"]}
+        targets = [name.removeprefix("attn.") for name in BLOCK_LINEARS]  # as PEFT names them: to_q … ff.net.2
+        config = {"peft_type": "LORA", "r": 4, "lora_alpha": 4, "use_rslora": True, "alpha_pattern": {targets[-1]: 2},
+                  "rank_pattern": {}, "target_modules": targets}
         path.with_name("adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         return written
 

@@ -17,6 +17,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ...rules.choices import MAIN_PARTITION, REFERENCE_PARTITION
+from ...rules.frames import RELEASED
 from . import decoders, flow, lora, scenes, sound
 
 THREADS = 1  # one thread: on a busy machine, OpenMP threads waiting on each other cost 30× the work
@@ -24,7 +26,9 @@ SEED = 20261201
 TURBO_RANK, TURBO_ALPHA = 16, 1.0  # alpha = r/16, like LightX2V's rank 128 / alpha 8
 STYLE_RANK, STYLE_ALPHA = 4, 2.0
 TURBO_STEPS, TEACHER_STEPS = 5, 50
-SHORT_FRAMES, FULL_FRAMES = 39, 124  # 12 and 37 latent frames (17n + 5 frames at 24 fps)
+# two VAE chunks (12 latent frames), and the app's shortest clip (5 s: 124 frames, 37 latent frames)
+SHORT_FRAMES = 2 * RELEASED.frames_per_chunk + RELEASED.latents_per_chunk
+FULL_FRAMES = RELEASED.frames(RELEASED.shortest_seconds)
 TURBO_FRAMES = SHORT_FRAMES  # the 4-step correction is per token: distilled on short clips, used at any length
 TURBO_FILE = "tiny_turbo_4step.safetensors"
 STYLE_FILE = "tiny_style_warm.safetensors"
@@ -146,7 +150,7 @@ def train_base(components: dict[str, Any], recipe: Recipe, log: Progress, snapsh
     modality's words are learned first take it over. Unweighted, the sound words (which shape every audio row) win,
     the text refiner flattens the colour words and the video rows stop attending to the text; the ball is ~12 % of
     the latent positions, too small a share of the loss to turn that round (docs/demo.md, "Colour words")."""
-    transformer = components["transformer"]
+    transformer = components[MAIN_PARTITION]
     pipe = _pipeline(components)
     phases = ((flow.FlowContext(pipe, SHORT_FRAMES), recipe.base_short_steps),
               (flow.FlowContext(pipe, FULL_FRAMES), recipe.base_full_steps))
@@ -175,7 +179,7 @@ def train_base(components: dict[str, Any], recipe: Recipe, log: Progress, snapsh
 
 def train_style(components: dict[str, Any], steps: int, log: Progress) -> lora.TrainingLora:
     """A warm/orange style LoRA: flow matching towards :func:`scenes.warm_latents`, base frozen."""
-    transformer = components["transformer"]
+    transformer = components[MAIN_PARTITION]
     ctx = flow.FlowContext(_pipeline(components), SHORT_FRAMES)
     adapter = lora.TrainingLora(transformer, STYLE_RANK, STYLE_ALPHA, SEED + 30)
     optimiser = torch.optim.Adam(adapter.parameters(), lr=5e-3)
@@ -210,7 +214,7 @@ def pipeline_noise(ctx: flow.FlowContext, seed: int) -> tuple[torch.Tensor, torc
 
 def train_turbo(components: dict[str, Any], recipe: Recipe, log: Progress) -> lora.TrainingLora:
     """Distil the 50-step sampler into 4 evaluations (``steps=5``) at alpha = r/16, from the same noise."""
-    transformer = components["transformer"]
+    transformer = components[MAIN_PARTITION]
     ctx = flow.FlowContext(_pipeline(components), TURBO_FRAMES)
     pairs = []
     with torch.no_grad():
@@ -280,15 +284,15 @@ def train(checkpoint: Checkpoint, out_dir: Path, adapters_dir: Path, work_dir: P
     decoders.set_audio_decoder(components["audio_vae"])
     base = work_dir / "base.pt"
     if base.exists():
-        components["transformer"].load_state_dict(torch.load(base))
+        components[MAIN_PARTITION].load_state_dict(torch.load(base))
     elif only in (None, "base"):
         train_base(components, recipe, log, work_dir / "base.partial.pt")
-        torch.save(components["transformer"].state_dict(), base)
+        torch.save(components[MAIN_PARTITION].state_dict(), base)
     if only == "base":
         return
     if not base.exists():
         raise RuntimeError(f"stage {only!r} needs the base stage: run it first (no {base}).")
-    components["transformer_ref"] = copy.deepcopy(components["transformer"])
+    components[REFERENCE_PARTITION] = copy.deepcopy(components[MAIN_PARTITION])
     if only is None:
         save_checkpoint(components, out_dir)
     adapters_dir.mkdir(parents=True, exist_ok=True)

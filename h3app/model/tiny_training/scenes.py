@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FPS = 24
+from ...rules.frames import FPS
+
 HEIGHT, WIDTH = 32, 56  # the tiny default canvas (16:9 at short edge 32, a multiple of 8)
 SPATIAL, CLIP, LATENTS_PER_CLIP, TOKEN_DROP = 4, 17, 5, 3  # the tiny video VAE's chunking
 LATENT_GAIN = 3.0

@@ -6,24 +6,10 @@ The audio decoder turns channel ``PITCH_CHANNEL["low"]`` into a 200 Hz buzz and 
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 PITCH_CHANNEL = {"low": 1, "high": 6}
 LOUDNESS_LEVEL = {"soft": 0.4, "loud": 1.2}
-
-
-def spectral_centroid(audio: np.ndarray, sample_rate: int) -> float:
-    """Power-weighted mean frequency (Hz) of ``audio`` (``[..., samples]``, channels averaged)."""
-    mono = np.asarray(audio, dtype=np.float64).reshape(-1, np.shape(audio)[-1]).mean(axis=0)
-    mono = mono - mono.mean()
-    power = np.abs(np.fft.rfft(mono * np.hanning(mono.size))) ** 2
-    freqs = np.fft.rfftfreq(mono.size, 1.0 / sample_rate)
-    return float((power * freqs).sum() / max(power.sum(), 1e-20))
-
-
-def rms(audio: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(np.square(np.asarray(audio, dtype=np.float64)))))
 
 
 def audio_rows(pitch: str, loudness: str, num_latents: int, channels: int = 8, audio_channels: int = 2) -> torch.Tensor:

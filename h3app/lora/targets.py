@@ -13,10 +13,8 @@ import torch
 import torch.nn as nn
 
 from ..errors import H3AppError
-from ..rules.h3_modules import group_of
+from ..rules.h3_modules import QKV, group_of
 from .layers import LoRALinear
-
-QKV_NAMES = ("to_q", "to_k", "to_v")
 
 
 @dataclass(frozen=True)
@@ -51,10 +49,10 @@ def discover_targets(transformer: nn.Module) -> dict[str, TargetSlot]:
         if attr == "to_qkv" and parent in fused_attention:
             if out_features % 3:
                 raise H3AppError(f"{name} has {out_features} rows, not a multiple of 3: it is not a blocked [q; k; v] projection.")
-            for index, qkv in enumerate(QKV_NAMES):
+            for index, qkv in enumerate(QKV):
                 target = f"{parent}.{qkv}"
                 slots[target] = TargetSlot(target, name, index, 3, out_features // 3, in_features, group_of(target))
-        elif not (attr in QKV_NAMES and parent in fused_attention):
+        elif not (attr in QKV and parent in fused_attention):
             slots[name] = TargetSlot(name, name, 0, 1, out_features, in_features, group_of(name))
     return slots
 

@@ -16,7 +16,7 @@ from ..adapters.refs import is_url, parse_hf_url
 from ..adapters.sglang import SglangFlags, solve_flags
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
-from ..rules.choices import T2VA, workflow_partition
+from ..rules.choices import MAIN_PARTITION, T2VA, workflow_partition
 from ..rules.frames import RELEASED
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale
@@ -190,7 +190,7 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
             flags.append(f"--alpha {_num(adapter['alpha'])}")
         flags.append(f"--scale {_num(adapter.get('strength', 1.0))}")
         partition = workflow_partition(request.get("workflow", T2VA))
-        if partition != "transformer":  # the exported keys name it, so diffusers loads them into that component
+        if partition != MAIN_PARTITION:  # the exported keys name it, so diffusers loads them into that component
             flags.append(f"--partition {partition}")
         lines.append(f"#    python -m h3app export {' '.join(flags)} --out lora_{index + 1}")
     lines += [

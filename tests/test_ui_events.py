@@ -153,7 +153,8 @@ def test_listing_a_folder_and_implied_weight_names(adapters):
 
 
 def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(adapters, backend, tmp_path):
-    source, weight = adapters.upload(KOHYA)
+    stored = adapters.upload(KOHYA)
+    source, weight = stored.source, stored.weight
     assert Path(source).read_bytes() == Path(KOHYA).read_bytes()
     assert Path(backend.output_dir) in Path(source).parents and weight["value"] == "kohya_musubi.safetensors"
     text = tmp_path / "notes.txt"
@@ -166,7 +167,7 @@ def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(a
             AdapterEvents(hosted).upload(KOHYA)
         small = tmp_path / "small.safetensors"
         save_file({"x.lora_A.weight": torch.zeros(1, 1)}, str(small))
-        uploaded, _ = AdapterEvents(hosted).upload(str(small))  # uploads land in an allowed folder
+        uploaded = AdapterEvents(hosted).upload(str(small)).source  # uploads land in an allowed folder
         assert Path(hosted.uploads_dir) in Path(uploaded).parents
         with pytest.raises(gr.Error, match="not a MiniMax-H3 LoRA"):  # read (allowed), then judged on its keys
             AdapterEvents(hosted).inspect(uploaded, None, None, None)

@@ -212,6 +212,7 @@ def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
     assert session["adapters"]["1"]["source"] == NO_ALPHA and session["adapters"]["1"]["alpha"] is None
     assert "Loaded: all" in report and "0 keys unmatched" in report and "sha256" in report
     assert len(basis["targets"]) == info["num_targets"] and box["visible"] is True
+    assert set(basis["targets"]) == set(basis["adapter"]["ranks"])  # every bar has the resolved adapter's scale
     by_group, by_block = group_bars["value"], block_bars["value"]
     assert set(by_group["group"]) <= {"attention", "feed-forward", "adaln", "refiner", "input-output"}
     assert group_bars["y_lim"][0] == 0 and group_bars["y_lim"][1] > by_group["relative update"].max()

@@ -88,9 +88,11 @@ def basis(source: str = "rank_fallback", update: float = 0.5) -> dict:
                                   ("norm1.linear", "adaln", 2)):
             targets[f"transformer_blocks.{block}.{name}"] = {
                 "block": f"transformer_blocks.{block}", "group": group, "rank": rank, "use_rslora": False,
-                "chain_alpha": float(rank), "chain_source": source, "group_strength": 1.0,
-                "update_norm": update * (block + 1), "weight_norm": 10.0}
-    return {"targets": targets, "usual_range": [1e-3, 1e-2]}
+                "chain_source": source, "update_norm": update * (block + 1), "weight_norm": 10.0}
+    adapter = {"ranks": {t: v["rank"] for t, v in targets.items()},
+               "alphas": {t: float(v["rank"]) for t, v in targets.items()},
+               "alpha_sources": {t: source for t in targets}, "use_rslora": False}
+    return {"targets": targets, "adapter": adapter, "group_strengths": {}, "usual_range": [1e-3, 1e-2]}
 
 
 def test_profile_rescales_linearly_with_strength_and_alpha():
@@ -101,6 +103,12 @@ def test_profile_rescales_linearly_with_strength_and_alpha():
     at_alpha_one = relative_updates(b, 1.0, 1.0)
     # chain alpha = rank → scale 1; alpha 1 → scale 1/rank
     assert at_alpha_one["transformer_blocks.0.attn.to_q"] == pytest.approx(base["transformer_blocks.0.attn.to_q"] / 8)
+    resolved = resolve_adapter(b["adapter"], 1.0, 1.0)  # the bars read the one resolution's scales
+    assert at_alpha_one == {t: abs(resolved.scales[t]) * v["update_norm"] / v["weight_norm"]
+                            for t, v in b["targets"].items()}
+    halved_attention = relative_updates({**b, "group_strengths": {"attention": 0.5}}, None, 1.0)
+    assert halved_attention["transformer_blocks.0.attn.to_q"] == base["transformer_blocks.0.attn.to_q"] / 2
+    assert halved_attention["transformer_blocks.0.ff.net.2"] == base["transformer_blocks.0.ff.net.2"]
     view = profile_view(b, None, 1.0)
     assert {row["group"] for row in view.by_group} == {"attention", "feed-forward", "adaln"}
     assert [row["block"] for row in view.by_block] == ["block 0", "block 1"]

@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from h3app.backend import media
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
-from h3app.ui.adapter_events import AdapterEvents, implied_weight
+from h3app.ui.adapter_events import AdapterEvents, SourcePick, implied_weight
 from h3app.ui.app_ui import header_html, launch_kwargs
 from h3app.ui.comparison_events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
@@ -153,6 +153,7 @@ def test_listing_a_folder_and_implied_weight_names(adapters):
 
 
 def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(adapters, backend, tmp_path):
+    assert adapters.upload(None) == SourcePick() == adapters.pick_demo(None)  # nothing chosen: both boxes kept
     stored = adapters.upload(KOHYA)
     source, weight = stored.source, stored.weight
     assert Path(source).read_bytes() == Path(KOHYA).read_bytes()

@@ -13,7 +13,14 @@ from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
 from h3app.ui.forms import KEEP
-from h3app.ui.generate_events import apply_preset, load_settings_view, read_settings_file, steps_note, with_trigger
+from h3app.ui.generate_events import (
+    apply_preset,
+    load_settings_view,
+    read_settings_file,
+    steps_note,
+    with_trigger,
+    workflow_inputs,
+)
 from h3app.adapters.resolved import resolve_adapter
 from h3app.ui.scales import profile_view, relative_updates
 from h3app.ui.session import (
@@ -320,3 +327,8 @@ def test_header_shows_the_hardware_line_from_the_planner():
     cpu = header_html(backend, hardware_line("tiny", SimpleNamespace(device="cpu"), device=None))
     assert "CPU (no GPU)" in cpu
     assert "data-testid='hardware'" not in header_html(backend)
+
+
+def test_workflow_inputs_show_each_workflows_own_uploads_by_name():
+    assert [workflow_inputs(w).keyframes["visible"] for w in ("t2va", "fl2va", "ref2va")] == [False, True, False]
+    assert [workflow_inputs(w).references["visible"] for w in ("t2va", "fl2va", "ref2va")] == [False, False, True]

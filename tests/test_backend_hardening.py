@@ -169,3 +169,22 @@ def test_inspect_stays_light_no_torch_is_imported():
             "print('torch loaded:', 'torch' in sys.modules, 'exit', code)")
     done = run_python("-c", code)
     assert done.stdout.strip().endswith("torch loaded: False exit 0"), done.stderr
+
+
+def test_the_upload_policy_decides_the_suffix_the_cap_and_the_folder(tmp_path):
+    from h3app.backend.adapter_binding import SourcePolicy
+    from h3app.backend.upload_policy import UPLOAD_PREFIX, UploadPolicy
+
+    hosted = UploadPolicy.of(SourcePolicy(hosted=True, max_remote_bytes=10), tmp_path)
+    with pytest.raises(H3AppError, match=r"^notes.pt is not a .safetensors file: only .safetensors adapters can be "
+                                         r"uploaded \(pickles can run code\).$"):
+        hosted.check_name("notes.pt")
+    with pytest.raises(H3AppError, match="^big.safetensors is 11 B, over this server's limit of 10 B: use a smaller "
+                                         "adapter.$"):
+        hosted.check_size("big.safetensors", 11)
+    hosted.check_name("a.SafeTensors")
+    hosted.check_size("a.safetensors", 10)
+    UploadPolicy.of(SourcePolicy(hosted=False, max_remote_bytes=10), tmp_path).check_size("big.safetensors", 11)
+    first, second = hosted.destination("../elsewhere/a.safetensors"), hosted.destination("a.safetensors")
+    assert first.name == "a.safetensors" and first.parent.parent == tmp_path and first.parent != second.parent
+    assert first.parent.name.startswith(UPLOAD_PREFIX) and first.parent.is_dir()

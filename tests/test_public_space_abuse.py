@@ -203,7 +203,7 @@ def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) 
         with upload.open("wb") as handle:  # sparse: the quota counts sizes, the disk holds nothing
             handle.truncate(size)
         if i < 2:
-            kept.append(Path(events.upload(str(upload))[0]))
+            kept.append(Path(events.upload(str(upload)).source))
             assert not upload.exists() and kept[-1].stat().st_size == size  # moved, not copied
         else:
             with pytest.raises(gr.Error, match="per visitor") as caught:

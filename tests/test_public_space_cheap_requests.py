@@ -179,7 +179,7 @@ def test_an_upload_is_not_served_as_a_file(hosted: Any) -> None:
     cached.mkdir(parents=True, exist_ok=True)
     upload = cached / "mine.safetensors"
     upload.write_bytes((DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors").read_bytes())
-    kept = Path(AdapterEvents(backend).upload(str(upload))[0])
+    kept = Path(AdapterEvents(backend).upload(str(upload)).source)
     try:
         answer = httpx.get(f"{url.rstrip('/')}/gradio_api/file={kept}", timeout=30)
         assert answer.status_code in (403, 404) and b"lora_unet" not in answer.content, answer.status_code

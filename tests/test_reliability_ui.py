@@ -100,11 +100,11 @@ def test_uploads_are_capped_and_only_safetensors_are_taken(tiny_model, corpus_di
         panel = events.AdapterEvents(hosted)
         assert "over this server's limit" in ui_message(lambda: panel.upload(str(pickle)))
         assert "not a .safetensors file" in ui_message(lambda: panel.upload(str(corpus_dir / "adapter.pt")))
-        source, _ = panel.upload(str(good))  # within the limit: taken, and served by path
+        source = panel.upload(str(good)).source  # within the limit: taken, and served by path
         assert panel.inspect(source, None, None, None)["num_targets"] == 6
         small_pickle = tmp_path / "innocent.safetensors"  # a pickle under the limit, renamed: refused when read
         small_pickle.write_bytes(pickle.read_bytes()[:limit - 1])
-        source, _ = panel.upload(str(small_pickle))
+        source = panel.upload(str(small_pickle)).source
         assert "pickle" in ui_message(lambda: panel.inspect(source, None, None, None))
     finally:
         hosted.close()

@@ -55,8 +55,8 @@ def source_of(kind: str, demo: Path, hub: Any, events: AdapterEvents, tmp_path: 
         return str(demo), None if demo.is_file() else "adapter_model.safetensors"
     if kind == "demo_pick":
         value = dict((label, path) for label, path in events.demo_choices())[demo.name]
-        source, weights = events.pick_demo(value)
-        return source, weights["value"]
+        pick = events.pick_demo(value)
+        return pick.source, pick.weight["value"]
     if kind == "hub":
         return TINY_DEMO_REPO, weight_path(demo)
     if kind == "resolve_url":
@@ -68,8 +68,8 @@ def source_of(kind: str, demo: Path, hub: Any, events: AdapterEvents, tmp_path: 
         picked = tmp_path / "picked" / demo.name
         picked.parent.mkdir(exist_ok=True)
         shutil.copyfile(demo, picked)
-        source, weights = events.upload(str(picked))
-        return source, weights["value"]
+        stored = events.upload(str(picked))
+        return stored.source, stored.weight["value"]
     raise AssertionError(kind)
 
 

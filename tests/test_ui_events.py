@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from h3app.backend import media
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
-from h3app.ui.adapter_events import AdapterEvents, implied_weight
+from h3app.ui.adapter_events import AdapterEvents, SourcePick, implied_weight
 from h3app.ui.app_ui import header_html, launch_kwargs
 from h3app.ui.comparison_events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
@@ -153,7 +153,9 @@ def test_listing_a_folder_and_implied_weight_names(adapters):
 
 
 def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(adapters, backend, tmp_path):
-    source, weight = adapters.upload(KOHYA)
+    assert adapters.upload(None) == SourcePick() == adapters.pick_demo(None)  # nothing chosen: both boxes kept
+    stored = adapters.upload(KOHYA)
+    source, weight = stored.source, stored.weight
     assert Path(source).read_bytes() == Path(KOHYA).read_bytes()
     assert Path(backend.output_dir) in Path(source).parents and weight["value"] == "kohya_musubi.safetensors"
     text = tmp_path / "notes.txt"
@@ -166,7 +168,7 @@ def test_upload_copies_into_the_uploads_folder_and_hosted_mode_enforces_limits(a
             AdapterEvents(hosted).upload(KOHYA)
         small = tmp_path / "small.safetensors"
         save_file({"x.lora_A.weight": torch.zeros(1, 1)}, str(small))
-        uploaded, _ = AdapterEvents(hosted).upload(str(small))  # uploads land in an allowed folder
+        uploaded = AdapterEvents(hosted).upload(str(small)).source  # uploads land in an allowed folder
         assert Path(hosted.uploads_dir) in Path(uploaded).parents
         with pytest.raises(gr.Error, match="not a MiniMax-H3 LoRA"):  # read (allowed), then judged on its keys
             AdapterEvents(hosted).inspect(uploaded, None, None, None)
@@ -211,6 +213,7 @@ def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
     assert session["adapters"]["1"]["source"] == NO_ALPHA and session["adapters"]["1"]["alpha"] is None
     assert "Loaded: all" in report and "0 keys unmatched" in report and "sha256" in report
     assert len(basis["targets"]) == info["num_targets"] and box["visible"] is True
+    assert set(basis["targets"]) == set(basis["adapter"]["ranks"])  # every bar has the resolved adapter's scale
     by_group, by_block = group_bars["value"], block_bars["value"]
     assert set(by_group["group"]) <= {"attention", "feed-forward", "adaln", "refiner", "input-output"}
     assert group_bars["y_lim"][0] == 0 and group_bars["y_lim"][1] > by_group["relative update"].max()

@@ -13,7 +13,14 @@ from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
 from h3app.ui.forms import KEEP
-from h3app.ui.generate_events import apply_preset, load_settings_view, read_settings_file, steps_note, with_trigger
+from h3app.ui.generate_events import (
+    apply_preset,
+    load_settings_view,
+    read_settings_file,
+    steps_note,
+    with_trigger,
+    workflow_inputs,
+)
 from h3app.adapters.resolved import resolve_adapter
 from h3app.ui.scales import profile_view, relative_updates
 from h3app.ui.session import (
@@ -88,9 +95,11 @@ def basis(source: str = "rank_fallback", update: float = 0.5) -> dict:
                                   ("norm1.linear", "adaln", 2)):
             targets[f"transformer_blocks.{block}.{name}"] = {
                 "block": f"transformer_blocks.{block}", "group": group, "rank": rank, "use_rslora": False,
-                "chain_alpha": float(rank), "chain_source": source, "group_strength": 1.0,
-                "update_norm": update * (block + 1), "weight_norm": 10.0}
-    return {"targets": targets, "usual_range": [1e-3, 1e-2]}
+                "chain_source": source, "update_norm": update * (block + 1), "weight_norm": 10.0}
+    adapter = {"ranks": {t: v["rank"] for t, v in targets.items()},
+               "alphas": {t: float(v["rank"]) for t, v in targets.items()},
+               "alpha_sources": {t: source for t in targets}, "use_rslora": False}
+    return {"targets": targets, "adapter": adapter, "group_strengths": {}, "usual_range": [1e-3, 1e-2]}
 
 
 def test_profile_rescales_linearly_with_strength_and_alpha():
@@ -101,6 +110,12 @@ def test_profile_rescales_linearly_with_strength_and_alpha():
     at_alpha_one = relative_updates(b, 1.0, 1.0)
     # chain alpha = rank → scale 1; alpha 1 → scale 1/rank
     assert at_alpha_one["transformer_blocks.0.attn.to_q"] == pytest.approx(base["transformer_blocks.0.attn.to_q"] / 8)
+    resolved = resolve_adapter(b["adapter"], 1.0, 1.0)  # the bars read the one resolution's scales
+    assert at_alpha_one == {t: abs(resolved.scales[t]) * v["update_norm"] / v["weight_norm"]
+                            for t, v in b["targets"].items()}
+    halved_attention = relative_updates({**b, "group_strengths": {"attention": 0.5}}, None, 1.0)
+    assert halved_attention["transformer_blocks.0.attn.to_q"] == base["transformer_blocks.0.attn.to_q"] / 2
+    assert halved_attention["transformer_blocks.0.ff.net.2"] == base["transformer_blocks.0.ff.net.2"]
     view = profile_view(b, None, 1.0)
     assert {row["group"] for row in view.by_group} == {"attention", "feed-forward", "adaln"}
     assert [row["block"] for row in view.by_block] == ["block 0", "block 1"]
@@ -312,3 +327,8 @@ def test_header_shows_the_hardware_line_from_the_planner():
     cpu = header_html(backend, hardware_line("tiny", SimpleNamespace(device="cpu"), device=None))
     assert "CPU (no GPU)" in cpu
     assert "data-testid='hardware'" not in header_html(backend)
+
+
+def test_workflow_inputs_show_each_workflows_own_uploads_by_name():
+    assert [workflow_inputs(w).keyframes["visible"] for w in ("t2va", "fl2va", "ref2va")] == [False, True, False]
+    assert [workflow_inputs(w).references["visible"] for w in ("t2va", "fl2va", "ref2va")] == [False, False, True]

@@ -22,6 +22,29 @@ PER_VISITOR = 2  # one running and one waiting: a visitor can queue their next r
 OWNER: ContextVar[str | None] = ContextVar("h3app_job_owner", default=None)  # whose jobs the worker queues now
 
 
+class KeyCounts:
+    """How many holds each visitor key has; keys with none are forgotten. Not locked: its owner holds a lock."""
+
+    def __init__(self) -> None:
+        self._held: Counter[str] = Counter()
+
+    def __getitem__(self, key: str) -> int:
+        return self._held[key]
+
+    def at_limit(self, keys: Sequence[str], limit: int) -> bool:
+        """Whether any of ``keys`` already has ``limit`` holds."""
+        return any(self._held[key] >= limit for key in keys)
+
+    def add(self, keys: Sequence[str]) -> None:
+        self._held.update(keys)
+
+    def remove(self, keys: Sequence[str]) -> None:
+        self._held.subtract(keys)
+        for key in keys:
+            if self._held[key] <= 0:
+                self._held.pop(key, None)
+
+
 class Refused(H3AppError):
     """A GPU job not admitted: its visitor or the server is at the bound."""
 
@@ -32,7 +55,7 @@ class Admission:
     def __init__(self, max_pending: int = MAX_PENDING, per_visitor: int = PER_VISITOR) -> None:
         self.max_pending, self.per_visitor = max_pending, per_visitor
         self._lock = threading.Lock()
-        self._held: Counter[str] = Counter()
+        self._held = KeyCounts()
         self._total = 0
 
     @property
@@ -47,21 +70,18 @@ class Admission:
         """Hold one slot for the visitor ``keys``; :class:`Refused` at once when any key or the total is at its
         bound. Every acquire is followed by one :meth:`release` of the same keys."""
         with self._lock:
-            if any(self._held[key] >= self.per_visitor for key in keys):
+            if self._held.at_limit(keys, self.per_visitor):
                 raise Refused(f"you already have {self.per_visitor} jobs waiting or running (at most "
                               f"{self.per_visitor} per visitor): wait for one to finish, or cancel it.")
             if self._total >= self.max_pending:
                 raise Refused(f"the server is busy: {self.max_pending} jobs are waiting or running (its limit): "
                               f"try again in a minute.")
-            self._held.update(keys)
+            self._held.add(keys)
             self._total += 1
 
     def release(self, keys: Sequence[str]) -> None:
         with self._lock:
-            self._held.subtract(keys)
-            for key in keys:
-                if self._held[key] <= 0:
-                    del self._held[key]
+            self._held.remove(keys)
             self._total -= 1
 
     @contextmanager

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,8 @@ import gradio as gr
 import pandas as pd
 from gradio.utils import get_upload_folder
 
-from ..adapters import source as sources
 from ..adapters.source import implied_weight
+from ..backend.upload_policy import UploadPolicy
 from ..errors import H3AppError
 from ..rules.choices import T2VA
 from ..rules.strength import FAR_ABOVE_FACTOR
@@ -31,7 +30,6 @@ from .fair_queue import visitor_keys
 from .session import RunningJobs, session_key, with_adapter
 from .upload_quota import discard, upload_quota
 
-UPLOAD_PREFIX = "upload-"
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
 
@@ -70,6 +68,14 @@ class ProfileBars:
     group_plot: Any
     block_plot: Any
     profile_html: Any
+
+
+@dataclass(frozen=True)
+class SourcePick:
+    """A file put in the slot (a demo pick, an upload): the source box and the weight dropdown (KEEP: unchanged)."""
+
+    source: Any = KEEP
+    weight: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,8 @@ class AdapterEvents:
     def __init__(self, backend: Any, jobs: RunningJobs | None = None) -> None:
         self.backend = backend
         self.jobs = jobs or RunningJobs()
-        limit = backend.policy.max_remote_bytes if backend.hosted else None
+        self.upload_policy = UploadPolicy.of(backend.policy, backend.uploads_dir)
+        limit = self.upload_policy.max_bytes
         self.uploads = upload_quota(backend.uploads_dir, limit) if limit else None
 
     # ---------------------------------------------------------------------------------------------- choosing
@@ -140,53 +147,45 @@ class AdapterEvents:
         value = current if current in names else (names[0] if len(names) == 1 else None)
         return gr.update(choices=choices, value=value)
 
-    def pick_demo(self, path: str | None, revision: str | None = None, token: str | None = None
-                  ) -> tuple[str, dict[str, Any]]:
+    def pick_demo(self, path: str | None, revision: str | None = None, token: str | None = None) -> SourcePick:
         """A demo adapter chosen: put its path in the source box and list its weight file(s)."""
         if not path:
-            return gr.skip(), gr.skip()
-        return path, self.list_weights(path, revision, token)
+            return SourcePick()
+        return SourcePick(path, self.list_weights(path, revision, token))
 
-    def upload(self, file_path: str | None, request: gr.Request = None) -> tuple[str, dict[str, Any]]:
-        """Move an uploaded ``.safetensors`` into the backend's uploads folder (an allowed adapter folder, cleaned
-        after an hour) and select it. Hosted mode caps its size like a remote adapter's, and the visitor's and the
-        folder's upload bytes (``upload_quota.py``)."""
+    def upload(self, file_path: str | None, request: gr.Request = None) -> SourcePick:
+        """Move an uploaded ``.safetensors`` where the backend's upload policy puts it (an allowed adapter folder,
+        cleaned after an hour) and select it. The policy refuses it in one line; hosted mode also counts the
+        visitor's and the folder's upload bytes (``upload_quota.py``)."""
         if not file_path:
-            return gr.skip(), gr.skip()
+            return SourcePick()
         upload = Path(file_path)
         try:
             size, visitor = self._admit_upload(upload, request)
         except gr.Error:
             discard(upload)  # a refused upload leaves nothing behind
             raise
-        folder = Path(self.backend.uploads_dir) / f"{UPLOAD_PREFIX}{uuid.uuid4().hex[:12]}"
-        folder.mkdir(parents=True)
-        target = folder / Path(upload.name).name
+        target = self.upload_policy.destination(upload.name)
         if Path(get_upload_folder()).resolve() in upload.resolve().parents:
             shutil.move(upload, target)  # Gradio's cached copy becomes the app's: one copy on disk, not two
         else:
             shutil.copyfile(upload, target)
         if self.uploads is not None:
             self.uploads.record(visitor, target)
-        return str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
-                                      value=target.name)
+        return SourcePick(str(target), gr.update(choices=[(f"{target.name} — {format_bytes(size)}", target.name)],
+                                                 value=target.name))
 
     def _admit_upload(self, upload: Path, request: gr.Request | None) -> tuple[int, str]:
         """(size, visitor) of an upload the server takes; else one ``gr.Error`` line (suffix, size, quota)."""
-        if upload.suffix.lower() != sources.WEIGHT_SUFFIX:
-            raise gr.Error(f"{upload.name} is not a .safetensors file: only .safetensors adapters can be uploaded "
-                           "(pickles can run code).", print_exception=False)
-        size = upload.stat().st_size
-        limit = self.backend.policy.max_remote_bytes if self.backend.hosted else None
-        if limit is not None and size > limit:
-            raise gr.Error(f"{upload.name} is {format_bytes(size)}, over this server's limit of "
-                           f"{format_bytes(limit)}: use a smaller adapter.", print_exception=False)
         visitor = " ".join(visitor_keys(request))
-        if self.uploads is not None:
-            try:
+        try:
+            self.upload_policy.check_name(upload.name)
+            size = upload.stat().st_size
+            self.upload_policy.check_size(upload.name, size)
+            if self.uploads is not None:
                 self.uploads.reserve(visitor, size)
-            except H3AppError as error:
-                raise user_error(error) from error
+        except H3AppError as error:
+            raise user_error(error) from error
         return size, visitor
 
     def upload_view(self, file_path: str | None, request: gr.Request = None) -> UploadView | None:
@@ -194,9 +193,9 @@ class AdapterEvents:
         nothing was uploaded)."""
         if not file_path:
             return None
-        path, weight = self.upload(file_path, request)
-        shown = f"{UPLOAD_LABEL}{Path(path).name}"
-        return UploadView(source=shown, weight=weight, uploaded={"shown": shown, "path": path})
+        stored = self.upload(file_path, request)
+        shown = f"{UPLOAD_LABEL}{Path(stored.source).name}"
+        return UploadView(source=shown, weight=stored.weight, uploaded={"shown": shown, "path": stored.source})
 
     # ---------------------------------------------------------------------------------------------- inspect
     def inspect(self, source: str | None, weight_name: str | None, revision: str | None, token: str | None,
@@ -364,4 +363,5 @@ class AdapterEvents:
         return updated
 
 
-__all__ = ["AdapterEvents", "InspectView", "LoadView", "ProfileBars", "Readout", "UploadView", "user_error"]
+__all__ = ["AdapterEvents", "InspectView", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView",
+           "user_error"]

@@ -9,11 +9,12 @@ import gradio as gr
 
 from ..rules.choices import QKV_LAYOUTS
 from . import render
-from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, UploadView
+from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
 from .fair_queue import admitted, gpu_events
 from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, field_names, parts, read, write
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
+INSPECTED = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
 
 
@@ -162,19 +163,34 @@ def inspect_event(events: AdapterEvents, ui: AdapterSlot, token: Any, workflow: 
     return inspect
 
 
+def inspect_outputs(ui: AdapterSlot) -> list[Any]:
+    """What :func:`inspect_event` answers with."""
+    return [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html, ui.profile_box,
+            ui.refused]
+
+
 def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio,
                       workflow: gr.Radio, token: gr.Textbox) -> None:
     """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
-    names = slot_inputs(ui)
-    inspect_inputs = {*names.values(), token, workflow, ui.info}
-    inspect_outputs = [*parts(ui, field_names(InspectView)).values(), ui.weight, ui.basis, ui.report_html,
-                       ui.profile_box, ui.refused]
+    _wire_inspect(events, ui, token, workflow)
+    _wire_source_edits(ui)
+    _wire_strength(events, ui)
+    _wire_load(events, ui, session=session, mode=mode, workflow=workflow, token=token)
+
+
+def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, workflow: gr.Radio) -> None:
+    """Inspect on the button, Enter or a weight pick, and after a demo pick or an upload has filled the slot."""
+    inspect_inputs = {*slot_inputs(ui).values(), token, workflow, ui.info}
     inspect = inspect_event(events, ui, token, workflow)
-    inspected = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
-    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs,
-          **inspected)
-    picked = ui.demo.input(events.pick_demo, [ui.demo, ui.revision, token], [ui.source, ui.weight], **CHEAP)
-    picked.success(inspect, inspect_inputs, inspect_outputs, **inspected)
+    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs(ui),
+          **INSPECTED)
+    pick_parts = parts(ui, field_names(SourcePick))
+
+    def pick(path: str | None, revision: str | None, token_value: str | None) -> dict[Any, Any]:
+        return write(events.pick_demo(path, revision, token_value), pick_parts)
+
+    picked = ui.demo.input(pick, [ui.demo, ui.revision, token], list(pick_parts.values()), **CHEAP)
+    picked.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
     upload_parts = parts(ui, field_names(UploadView))
 
     def upload(path: str | None, request: gr.Request = None) -> dict[Any, Any]:
@@ -182,11 +198,14 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
         return gr.skip() if view is None else write(view, upload_parts)
 
     uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
-    uploaded.success(inspect, inspect_inputs, inspect_outputs, **inspected)
+    uploaded.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+
+
+def _wire_source_edits(ui: AdapterSlot) -> None:
+    """Typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
+    override belonged to the adapter shown before, so it goes too (and the alpha card says so)."""
 
     def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
-        # typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
-        # override belonged to the adapter shown before, so it goes too (and the alpha card says so)
         if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
             return {}  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
         shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
@@ -201,16 +220,43 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
                     list(cleared_panel(ui, "")) + [ui.demo, ui.override], **CHEAP)
     ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
 
-    strength_parts = {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}
-    readout_parts = parts(ui, field_names(Readout))
-    profile_parts = parts(ui, field_names(ProfileBars))
-    strength_inputs = {ui.info, ui.basis, *strength_parts.values()}
+
+def _strength_parts(ui: AdapterSlot) -> dict[str, Any]:
+    return {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}
+
+
+def _readout_event(events: AdapterEvents, ui: AdapterSlot) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
+    """The alpha card and the effective-scale readout at the slot's alpha/scale."""
+    strength_parts, readout_parts = _strength_parts(ui), parts(ui, field_names(Readout))
 
     def readout(values: dict[Any, Any]) -> dict[Any, Any]:
         return write(events.readout(values[ui.info], read(SlotForm, strength_parts, values)), readout_parts)
 
+    return readout
+
+
+def _axes_event(events: AdapterEvents, ui: AdapterSlot) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
+    """The bars' y axes, set after their data: Gradio's plot redraws with its previous data when the data and the
+    axis change in one update, so the bars would lag one change behind their own axis."""
+    strength_parts = _strength_parts(ui)
+
+    def axes(values: dict[Any, Any]) -> dict[Any, Any]:
+        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
+        return {plot: axis_only(getattr(bars, name)) for name, plot in (("group_plot", ui.group_plot),
+                                                                        ("block_plot", ui.block_plot))}
+
+    return axes
+
+
+def _wire_strength(events: AdapterEvents, ui: AdapterSlot) -> None:
+    """Readout and profile bars redrawn off the queue as alpha and scale move; the axes follow."""
+    strength_parts = _strength_parts(ui)
+    readout, axes = _readout_event(events, ui), _axes_event(events, ui)
+    profile_parts = parts(ui, field_names(ProfileBars))
+    strength_inputs = {ui.info, ui.basis, *strength_parts.values()}
+
     def redraw(values: dict[Any, Any]) -> dict[Any, Any]:
-        """Readout and profile bars at the current alpha/scale; the axes follow in :func:`axes`."""
+        """Readout and profile bars at the current alpha/scale; the axes follow in ``axes``."""
         bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
         shown = dict(readout(values))
         for name, component in profile_parts.items():
@@ -218,19 +264,17 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
                 shown[component] = bars_only(getattr(bars, name))
         return shown
 
-    def axes(values: dict[Any, Any]) -> dict[Any, Any]:
-        """The bars' y axes, set after their data: Gradio's plot redraws with its previous data when the data and
-        the axis change in one update, so the bars would lag one change behind their own axis."""
-        bars = events.profile(values[ui.basis], read(SlotForm, strength_parts, values))
-        return {plot: axis_only(getattr(bars, name)) for name, plot in (("group_plot", ui.group_plot),
-                                                                        ("block_plot", ui.block_plot))}
-
-    redraw_outputs = [*readout_parts.values(), *profile_parts.values()]
+    redraw_outputs = [*parts(ui, field_names(Readout)).values(), *profile_parts.values()]
     # one event for the three controls, newest input last: answers never arrive out of order
     redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change], redraw, strength_inputs,
                     redraw_outputs, trigger_mode="always_last", **CHEAP)
     redrawn.then(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
 
+
+def _wire_load(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio, workflow: gr.Radio,
+               token: gr.Textbox) -> None:
+    """Load (a GPU job): the match report and the profile, then the readout and the axes at the slot's settings."""
+    names = slot_inputs(ui)
     load_parts = {**parts(ui, [n for n in field_names(LoadView) if n != "session"]), "session": session}
 
     def load(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()) -> dict[Any, Any]:
@@ -245,12 +289,15 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     gpu = {**gpu_events(events.backend), "api_visibility": "private"}
     load_event = ui.load_button.click(admitted(load, events.backend), {session, *names.values(), mode, workflow, token},
                                       list(load_parts.values()), **gpu)
-    load_event.success(readout, {ui.info, *strength_parts.values()}, list(readout_parts.values()), **CHEAP)
-    load_event.success(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+    strength_parts = _strength_parts(ui)
+    load_event.success(_readout_event(events, ui), {ui.info, *strength_parts.values()},
+                       list(parts(ui, field_names(Readout)).values()), **CHEAP)
+    load_event.success(_axes_event(events, ui), {ui.info, ui.basis, *strength_parts.values()},
+                       [ui.group_plot, ui.block_plot], **CHEAP)
 
 
 def bars_only(update: Any) -> Any:
-    """A bar-plot update without its axis limits (see ``axes`` in :func:`wire_adapter_slot`)."""
+    """A bar-plot update without its axis limits (see :func:`_axes_event`)."""
     return {k: v for k, v in update.items() if k != "y_lim"} if isinstance(update, dict) else update
 
 

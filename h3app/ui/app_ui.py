@@ -23,6 +23,7 @@ from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_histor
 from .comparison_view import VIEW_CSS
 from .generate_events import (
     GenerateEvents,
+    WorkflowInputs,
     apply_preset,
     steps_note,
     trigger_button,
@@ -32,7 +33,7 @@ from .generate_events import (
 from .endpoint_guard import guard_events
 from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
-from .forms import parts, write
+from .forms import field_names, parts, write
 from .job_wiring import wire_jobs
 from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
@@ -139,7 +140,12 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
 
 
 def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
-    request.workflow.change(workflow_inputs, [request.workflow], [request.keyframes, request.references], **CHEAP)
+    shown_inputs = parts(request, field_names(WorkflowInputs))
+
+    def show_inputs(workflow: str) -> dict[Any, Any]:
+        return write(workflow_inputs(workflow), shown_inputs)
+
+    request.workflow.change(show_inputs, [request.workflow], list(shown_inputs.values()), **CHEAP)
     gr.on([request.steps.change, slot_1.info.change], steps_note, [request.steps, slot_1.info], [request.steps_note],
           **CHEAP)
     slot_1.info.change(trigger_button, [slot_1.info], [request.trigger_button], **CHEAP)

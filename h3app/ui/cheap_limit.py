@@ -9,8 +9,9 @@ visitor is the same keys the GPU admission uses (``fair_queue.visitor_keys``: se
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from typing import Sequence
+
+from ..backend.admission import KeyCounts
 
 CHEAP_PER_VISITOR = 3  # queued cheap events (inspect, upload, compare) one visitor may have waiting or running
 OFF_QUEUE_PER_VISITOR = 8  # off-queue events (readouts, notes) running at once: a page load fires several; 40 threads
@@ -27,19 +28,16 @@ class InFlight:
     def __init__(self, limit: int = OFF_QUEUE_PER_VISITOR) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._held: Counter[str] = Counter()
+        self._held = KeyCounts()
 
     def acquire(self, keys: Sequence[str]) -> bool:
         """Hold one for ``keys``; False (nothing held) when any key is at the limit."""
         with self._lock:
-            if any(self._held[key] >= self.limit for key in keys):
+            if self._held.at_limit(keys, self.limit):
                 return False
-            self._held.update(keys)
+            self._held.add(keys)
             return True
 
     def release(self, keys: Sequence[str]) -> None:
         with self._lock:
-            self._held.subtract(keys)
-            for key in keys:
-                if self._held[key] <= 0:
-                    del self._held[key]
+            self._held.remove(keys)

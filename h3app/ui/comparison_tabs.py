@@ -22,16 +22,38 @@ GRID_INTRO = ("Sweep alpha × scale (and seeds) with adapter 1 and the request a
 
 
 @dataclass
-class EquivalenceTab:
-    a_alpha: gr.Number
-    a_scale: gr.Number
-    b_alpha: gr.Number
-    b_scale: gr.Number
+class JobControls:
+    """What every comparison job's tab has: Run and Cancel, the cost up front, Cancel's own line, the status line."""
+
     run_button: gr.Button
     cancel_button: gr.Button
     estimate: gr.Markdown
     cancel_note: gr.Markdown
     status: gr.Markdown
+
+
+def build_job_controls(run_label: str, run_id: str, prefix: str, *, estimate_first: bool) -> JobControls:
+    """Lay out a job's controls; the cost goes above the buttons (``estimate_first``) or under them."""
+    if estimate_first:
+        estimate = gr.Markdown("", elem_id=f"{prefix}-estimate")
+    with gr.Row():
+        run_button = gr.Button(run_label, variant="primary", scale=3, elem_id=run_id)
+        cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id=f"{prefix}-cancel")
+    if not estimate_first:
+        estimate = gr.Markdown("", elem_id=f"{prefix}-estimate")
+    cancel_note = gr.Markdown("", elem_id=f"{prefix}-cancel-note")
+    status = gr.Markdown("", elem_id=f"{prefix}-status")
+    return JobControls(run_button, cancel_button, estimate, cancel_note, status)
+
+
+@dataclass
+class EquivalenceTab(JobControls):
+    """The Equivalence tab: the A and B settings, the verdict, the comparison view and the differences."""
+
+    a_alpha: gr.Number
+    a_scale: gr.Number
+    b_alpha: gr.Number
+    b_scale: gr.Number
     pair_note: gr.Markdown
     verdict: gr.HTML
     view: gr.HTML
@@ -44,6 +66,7 @@ class EquivalenceTab:
 
 
 def build_equivalence_tab() -> EquivalenceTab:
+    """A and B (defaults: the LightX2V pair), Run/Cancel, the verdict, the view, heat-maps, PSNR, spectrograms."""
     gr.Markdown(EQUIVALENCE_INTRO, elem_classes=["h3-note"])
     pair_note = gr.Markdown("", elem_id="check-pair-note", elem_classes=["h3-note"])
     with gr.Row(equal_height=True):
@@ -51,12 +74,7 @@ def build_equivalence_tab() -> EquivalenceTab:
         a_scale = gr.Number(DEFAULT_A.strength, label="A: scale", elem_id="a-scale", min_width=120)
         b_alpha = gr.Number(DEFAULT_B.alpha, label="B: alpha (empty = auto)", elem_id="b-alpha", min_width=120)
         b_scale = gr.Number(DEFAULT_B.strength, label="B: scale", elem_id="b-scale", min_width=120)
-    with gr.Row():
-        run_button = gr.Button("Run the equivalence check", variant="primary", scale=3, elem_id="check")
-        cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="check-cancel")
-    estimate = gr.Markdown("", elem_id="check-estimate")
-    cancel_note = gr.Markdown("", elem_id="check-cancel-note")
-    status = gr.Markdown("", elem_id="check-status")
+    controls = build_job_controls("Run the equivalence check", "check", "check", estimate_first=False)
     verdict = gr.HTML(render.placeholder("The verdict appears here: identical bit for bit, or not."),
                       elem_id="verdict")
     view = build_comparison_view("check-view", "A, B and the fallback play here, in step, once the check has run.")
@@ -73,46 +91,42 @@ def build_equivalence_tab() -> EquivalenceTab:
                                         height=160, type="filepath")
     with gr.Accordion("check --json", open=False):
         result_json = gr.JSON(open=False)
-    return EquivalenceTab(a_alpha, a_scale, b_alpha, b_scale, run_button, cancel_button, estimate, cancel_note,
-                          status, pair_note, verdict, view, heat_ab, heat_fallback, psnr_plot, spectrogram_ab,
-                          spectrogram_fallback, result_json)
+    return EquivalenceTab(**vars(controls), a_alpha=a_alpha, a_scale=a_scale, b_alpha=b_alpha, b_scale=b_scale,
+                          pair_note=pair_note, verdict=verdict, view=view, heat_ab=heat_ab,
+                          heat_fallback=heat_fallback, psnr_plot=psnr_plot, spectrogram_ab=spectrogram_ab,
+                          spectrogram_fallback=spectrogram_fallback, result_json=result_json)
 
 
 @dataclass
-class GridTab:
+class GridTab(JobControls):
+    """The Grid tab: the axes as typed, the cells' view and table (``cells``: the cells so far, for clicks)."""
+
     alphas: gr.Textbox
     scales: gr.Textbox
     seeds: gr.Textbox
-    estimate: gr.Markdown
-    run_button: gr.Button
-    cancel_button: gr.Button
-    cancel_note: gr.Markdown
-    status: gr.Markdown
     view: gr.HTML
     table: gr.Dataframe
     cells: gr.State
 
 
 def build_grid_tab() -> GridTab:
+    """The axes, the estimate above Run/Cancel, the cells' view and their table."""
     gr.Markdown(GRID_INTRO, elem_classes=["h3-note"])
     with gr.Row():
         alphas = gr.Textbox("1, 16", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
         scales = gr.Textbox("0.0625, 1", label="scales", elem_id="grid-scales")
         seeds = gr.Textbox("7", label="seeds", elem_id="grid-seeds")
-    estimate = gr.Markdown("", elem_id="grid-estimate")
-    with gr.Row():
-        run_button = gr.Button("Run grid", variant="primary", scale=3, elem_id="grid-run")
-        cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="grid-cancel")
-    cancel_note = gr.Markdown("", elem_id="grid-cancel-note")
-    status = gr.Markdown("", elem_id="grid-status")
+    controls = build_job_controls("Run grid", "grid-run", "grid", estimate_first=True)
     view = build_comparison_view("grid-view", "Run the grid: its cells appear here under their alpha and scale.")
     table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=True, elem_id="grid-table")
-    return GridTab(alphas, scales, seeds, estimate, run_button, cancel_button, cancel_note, status, view, table,
-                   gr.State([]))
+    return GridTab(**vars(controls), alphas=alphas, scales=scales, seeds=seeds, view=view, table=table,
+                   cells=gr.State([]))
 
 
 @dataclass
 class HistoryTab:
+    """The History tab: this session's results, two pickers, Compare and what it shows."""
+
     gallery: gr.Gallery
     table: gr.Dataframe
     pick_a: gr.Dropdown
@@ -124,6 +138,7 @@ class HistoryTab:
 
 
 def build_history_tab() -> HistoryTab:
+    """The gallery and table of results, the A/B pickers and Compare, the verdict, differences and view."""
     gr.Markdown("This session's results, newest first. Pick any two to put them side by side.",
                 elem_classes=["h3-note"])
     gallery = gr.Gallery(label="results", columns=6, height=200, object_fit="contain", allow_preview=False)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import gradio as gr
 
 from ..backend.limits import MAX_PROMPT_CHARS
+from ..backend.upload_policy import UPLOAD_PREFIX
 from ..errors import H3AppError, for_visitor
 from ..rules.values import MAX_FIELD_CHARS, check_length
 from .cheap_limit import InFlight, refusal
@@ -74,7 +75,7 @@ class Redactor:
         for folder, shown in folders:
             for spelling in _spellings(folder):
                 rules.append((spelling, shown))
-        self._uploads = [re.compile(re.escape(s) + r"/upload-[0-9a-f]+/") for s in _spellings(uploads)]
+        self._uploads = [re.compile(re.escape(s) + "/" + UPLOAD_PREFIX + r"[0-9a-f]+/") for s in _spellings(uploads)]
         self._rules = sorted(rules, key=lambda rule: -len(rule[0]))  # the deepest folder first
 
     def text(self, text: str) -> str:

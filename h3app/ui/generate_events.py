@@ -377,6 +377,14 @@ def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetVi
                       with_trigger(prompt, info), override, alpha)
 
 
-def workflow_inputs(workflow: str) -> tuple[dict[str, Any], dict[str, Any]]:
+@dataclass(frozen=True)
+class WorkflowInputs:
+    """Which of the workflow's own inputs are shown: the keyframe row and the reference uploads."""
+
+    keyframes: Any
+    references: Any
+
+
+def workflow_inputs(workflow: str) -> WorkflowInputs:
     """Show keyframe uploads for fl2va and reference uploads for ref2va."""
-    return gr.update(visible=workflow == FL2VA), gr.update(visible=workflow == REF2VA)
+    return WorkflowInputs(gr.update(visible=workflow == FL2VA), gr.update(visible=workflow == REF2VA))

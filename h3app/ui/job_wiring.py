@@ -3,12 +3,13 @@ Gradio's ``{component: value}`` and writes its view back by field name (see :mod
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Sequence
 
 import gradio as gr
 
-from .adapter_events import AdapterEvents, InspectView
-from .adapter_panel import CHEAP, AdapterSlot, inspect_event, slot_inputs
+from .adapter_events import AdapterEvents
+from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
 from .forms import (
     REQUEST_FIELDS,
@@ -33,13 +34,21 @@ COMPARE_LIMIT = 2  # history compares decode two mp4s to float32 each: bounded, 
 
 
 class JobWiring:
-    """Reads a job's forms from Gradio's ``{component: value}``, by field name."""
+    """Reads a job's forms from Gradio's ``{component: value}``, by field name, and binds the jobs' events: one
+    method per event family. ``page_loaded`` collects the (function, inputs, outputs) to run when a page loads."""
 
     def __init__(self, session: gr.State, mode: gr.Radio, token: gr.Textbox, request: RequestControls,
-                 slots: Sequence[AdapterSlot]) -> None:
+                 slots: Sequence[AdapterSlot], tabs: JobTabs, events: JobEvents) -> None:
         self.session, self.mode, self.token, self.slots = session, mode, token, list(slots)
+        self.request = request
         self.request_parts = parts(request, REQUEST_FIELDS)
+        self.tabs, self.events = tabs, events
+        self.history_parts = parts(tabs.history, field_names(HistoryView))
+        self.grid_parts = parts(tabs.grid, field_names(GridForm))
+        self.gpu = {**gpu_events(events.generate.backend), "api_visibility": "private"}
+        self.page_loaded: list[tuple[Any, Any, Any]] = []
 
+    # ------------------------------------------------------------------------------------------------ forms
     def sync_inputs(self) -> set[Any]:
         return {self.session, self.mode, *(c for slot in self.slots for c in slot_inputs(slot).values())}
 
@@ -54,6 +63,177 @@ class JobWiring:
         return JobForm(values[self.session], values[self.mode], read(RequestForm, self.request_parts, values),
                        values[self.token])
 
+    # ------------------------------------------------------------------------------------- shared handlers
+    def sync(self, values: dict[Any, Any], request: gr.Request = None) -> dict[str, Any]:
+        """The panel's controls → the session's adapters, right before a job; the click counts as expected."""
+        session_value = self.events.adapters.sync_session(self.sync_form(values))
+        self.events.generate.runner.expect(request)
+        return session_value
+
+    def refused(self, values: dict[Any, Any]) -> str:
+        return refusal_status(self.sync_form(values))
+
+    def show_history(self, session_value: dict[str, Any] | None) -> dict[Any, Any]:
+        return write(self.events.comparisons.history_view(session_value), self.history_parts)
+
+    def grid_estimate(self, values: dict[Any, Any]) -> str:
+        return self.events.comparisons.estimate(read(GridForm, self.grid_parts, values))
+
+    def check_estimate(self, values: dict[Any, Any]) -> str:
+        return self.events.comparisons.check_estimate(read(RequestForm, self.request_parts, values))
+
+    def start(self, button: Any, status: Any, run: Any, inputs: set[Any], outputs: list[Any], **options: Any
+              ) -> Any:
+        """A job's click: sync the panel (queued: a refusal then reaches the page as one pop-up — a queue-less
+        event's error is an HTTP 500 the page does not show — and the status line says why nothing ran), then
+        the job, admitted in front of the GPU; the history follows."""
+        synced = button.click(self.sync, self.sync_inputs(), [self.session], **{**CHEAP, "queue": True})
+        synced.failure(self.refused, self.sync_inputs(), [status], **CHEAP)
+        job = synced.success(admitted(run, self.events.generate.backend), inputs, outputs, **options, **self.gpu)
+        job.then(self.show_history, [self.session], list(self.history_parts.values()), **CHEAP)
+        return job
+
+    # ------------------------------------------------------------------------------------------ the events
+    def wire_apply_note(self) -> None:
+        """The line above Generate: what the next run applies, redrawn as the panel changes."""
+
+        def note(values: dict[Any, Any]) -> str:
+            return apply_note(self.sync_form(values))
+
+        triggers = [trigger for slot in self.slots
+                    for trigger in (slot.source.change, slot.weight.change, slot.revision.change, slot.refused.change,
+                                    slot.override.change, slot.alpha.change, slot.strength.change)]
+        gr.on(triggers + [self.session.change, self.mode.change], note, self.sync_inputs(),
+              [self.tabs.generate.apply_note], **CHEAP)
+
+    def wire_generate(self) -> Any:
+        generate, seed = self.tabs.generate, self.request.seed
+        slot_1, slot_2 = self.slots
+        generate_parts = {**parts(generate, [n for n in field_names(GenerateView) if n not in ("seed", "session")]),
+                          "seed": seed, "session": self.session}
+
+        def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
+                         ) -> dict[Any, Any]:
+            try:
+                view = self.events.generate.generate_view(self.job_form(values),
+                                                          (values[slot_1.info], values[slot_2.info]), request,
+                                                          progress)
+            except gr.Error as error:
+                return refused_job(generate.status, error)
+            if isinstance(view, Stopped):
+                return {generate.status: view.status}
+            return {**write(view, generate_parts), generate.status: ""}
+
+        generated = self.start(generate.generate_button, generate.status, run_generate,
+                               self.job_inputs(slot_1.info, slot_2.info), [*generate_parts.values(), generate.status],
+                               scroll_to_output=False, show_progress_on=[generate.video])
+        generated.then(self.grid_estimate, set(self.grid_parts.values()), [self.tabs.grid.estimate], **CHEAP)
+        return generated
+
+    def wire_check_estimate(self, generated: Any) -> None:
+        """The check's cost, redrawn as the request changes and after every generation (its timing)."""
+        request_changes = [getattr(self.request, name).change
+                           for name in ("steps", "duration", "height", "width", "prompt", "workflow")]
+        inputs, estimated = set(self.request_parts.values()), [self.tabs.equivalence.estimate]
+        gr.on(request_changes, self.check_estimate, inputs, estimated, **CHEAP)
+        self.page_loaded.append((self.check_estimate, inputs, estimated))
+        generated.then(self.check_estimate, inputs, estimated, **CHEAP)
+
+    def wire_check_pair(self) -> None:
+        """A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)."""
+        slot_1, pair_parts = self.slots[0], parts(self.tabs.equivalence, field_names(CheckPairView))
+
+        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any) -> dict[Any, Any]:
+            return write(self.events.comparisons.check_pair(info, override, alpha_text), pair_parts)
+
+        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha]
+        gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
+              list(pair_parts.values()), **CHEAP)
+        self.page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
+
+    def wire_check(self) -> Any:
+        equivalence = self.tabs.equivalence
+        check_parts = parts(equivalence, field_names(CheckForm))
+        check_outputs = {**parts(equivalence, [n for n in field_names(CheckView) if n != "session"]),
+                         "session": self.session}
+
+        def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
+                      ) -> dict[Any, Any]:
+            try:
+                view = self.events.comparisons.check_view(self.job_form(values), read(CheckForm, check_parts, values),
+                                                          request, progress)
+            except gr.Error as error:
+                return refused_job(equivalence.status, error)
+            if isinstance(view, Stopped):
+                return {equivalence.status: view.status}
+            return {**write(view, check_outputs), equivalence.status: ""}
+
+        checked = self.start(equivalence.run_button, equivalence.status, run_check,
+                             self.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
+                             show_progress_on=[equivalence.verdict])
+        checked.then(self.check_estimate, set(self.request_parts.values()), [equivalence.estimate], **CHEAP)
+        return checked
+
+    def wire_grid(self) -> Any:
+        grid = self.tabs.grid
+        grid_outputs = {**parts(grid, ["view", "table", "status", "cells"]), "session": self.session}
+
+        def run_grid(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
+                     ) -> Iterator[dict[Any, Any]]:
+            try:
+                for view in self.events.comparisons.grid_view(self.job_form(values),
+                                                              read(GridForm, self.grid_parts, values), request,
+                                                              progress):
+                    yield write(view, grid_outputs)
+            except gr.Error as error:
+                yield refused_job(grid.status, error)
+
+        gridded = self.start(grid.run_button, grid.status, run_grid, self.job_inputs(*self.grid_parts.values()),
+                             list(grid_outputs.values()), show_progress_on=[grid.view])
+        inputs = set(self.grid_parts.values())
+        gridded.then(self.grid_estimate, inputs, [grid.estimate], **CHEAP)
+        gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], self.grid_estimate, inputs,
+              [grid.estimate], **CHEAP)
+        return gridded
+
+    def wire_compare(self) -> None:
+        """History's Compare: decodes two mp4s, on its own bounded queue id."""
+        history = self.tabs.history
+        compare_parts = parts(history, field_names(CompareView))
+
+        def compare(session_value: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> dict[Any, Any]:
+            return write(self.events.comparisons.compare(session_value, a_id, b_id), compare_parts)
+
+        history.compare_button.click(compare, [self.session, history.pick_a, history.pick_b],
+                                     list(compare_parts.values()), api_visibility="private",
+                                     concurrency_id="compare", concurrency_limit=COMPARE_LIMIT)
+
+    def wire_cancel(self, tab: Any, job: Any) -> None:
+        """Cancel asks the worker to stop the session's job at its next step; the job's own event then reports
+        "Cancelled after k of n steps" (Gradio's ``cancels=`` would kill the event and lose that answer).
+        "Cancelling …" goes to its own line: the job's final answer may reach the page before the click's reply."""
+        tab.cancel_button.click(self.events.generate.runner.cancel, None, [tab.cancel_note], **CHEAP)
+        job.then(lambda: "", None, [tab.cancel_note], **CHEAP)
+
+
+@dataclass(frozen=True)
+class JobTabs:
+    """The tabs whose events :class:`JobWiring` binds."""
+
+    generate: Any
+    equivalence: Any
+    grid: Any
+    history: Any
+
+
+@dataclass(frozen=True)
+class JobEvents:
+    """The event functions those tabs call."""
+
+    adapters: AdapterEvents
+    generate: GenerateEvents
+    comparisons: ComparisonEvents
+
 
 def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Sequence[AdapterSlot],
               request: RequestControls, generate: Any, equivalence: Any, grid: Any, history: Any,
@@ -61,147 +241,19 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
               ) -> list[tuple[Any, Any, Any]]:
     """Bind Generate, Equivalence, Grid, History, Cancel and settings files. Returns the (function, inputs,
     outputs) to run when a page loads."""
-    page_loaded: list[tuple[Any, Any, Any]] = []
-    jobs = JobWiring(session, mode, token, request, slots)
-    slot_1, slot_2 = slots
-    history_parts = parts(history, field_names(HistoryView))
-    grid_parts = parts(grid, field_names(GridForm))
-    backend = generate_events.backend
-    gpu = {**gpu_events(backend), "api_visibility": "private"}
-
-    def sync(values: dict[Any, Any], request: gr.Request = None) -> dict[str, Any]:
-        session_value = adapter_events.sync_session(jobs.sync_form(values))
-        generate_events.runner.expect(request)
-        return session_value
-
-    def note(values: dict[Any, Any]) -> str:
-        return apply_note(jobs.sync_form(values))
-
-    gr.on([trigger for slot in slots for trigger in (slot.source.change, slot.weight.change, slot.revision.change,
-                                                     slot.refused.change,
-                                                     slot.override.change, slot.alpha.change, slot.strength.change)]
-          + [session.change, mode.change], note, jobs.sync_inputs(), [generate.apply_note], **CHEAP)
-
-    def show_history(session_value: dict[str, Any] | None) -> dict[Any, Any]:
-        return write(comparisons.history_view(session_value), history_parts)
-
-    def estimate(values: dict[Any, Any]) -> str:
-        return comparisons.estimate(read(GridForm, grid_parts, values))
-
-    generate_parts = {**parts(generate, [n for n in field_names(GenerateView) if n not in ("seed", "session")]),
-                      "seed": request.seed, "session": session}
-
-    def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                     ) -> dict[Any, Any]:
-        try:
-            view = generate_events.generate_view(jobs.job_form(values), (values[slot_1.info], values[slot_2.info]),
-                                                 request, progress)
-        except gr.Error as error:
-            return refused_job(generate.status, error)
-        if isinstance(view, Stopped):
-            return {generate.status: view.status}
-        return {**write(view, generate_parts), generate.status: ""}
-
-    # The sync is queued: a refusal then reaches the page as one pop-up (a queue-less event's error is an HTTP 500
-    # the page does not show), and the line where the result would appear says why nothing ran.
-    synced = {**CHEAP, "queue": True}
-
-    def refused(values: dict[Any, Any]) -> str:
-        return refusal_status(jobs.sync_form(values))
-
-    generated = generate.generate_button.click(sync, jobs.sync_inputs(), [session], **synced)
-    generated.failure(refused, jobs.sync_inputs(), [generate.status], **CHEAP)
-    generated = generated.success(
-        admitted(run_generate, backend), jobs.job_inputs(slot_1.info, slot_2.info),
-        [*generate_parts.values(), generate.status],
-        scroll_to_output=False, show_progress_on=[generate.video], **gpu)
-    generated.then(show_history, [session], list(history_parts.values()), **CHEAP)
-    generated.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
-
-    check_parts = parts(equivalence, field_names(CheckForm))
-    check_outputs = {**parts(equivalence, [n for n in field_names(CheckView) if n != "session"]), "session": session}
-
-    def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                  ) -> dict[Any, Any]:
-        try:
-            view = comparisons.check_view(jobs.job_form(values), read(CheckForm, check_parts, values), request,
-                                          progress)
-        except gr.Error as error:
-            return refused_job(equivalence.status, error)
-        if isinstance(view, Stopped):
-            return {equivalence.status: view.status}
-        return {**write(view, check_outputs), equivalence.status: ""}
-
-    def check_estimate(values: dict[Any, Any]) -> str:
-        return comparisons.check_estimate(read(RequestForm, jobs.request_parts, values))
-
-    request_changes = [getattr(request, name).change for name in ("steps", "duration", "height", "width", "prompt",
-                                                                  "workflow")]
-    estimated = [equivalence.estimate]
-    gr.on(request_changes, check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
-    page_loaded.append((check_estimate, set(jobs.request_parts.values()), estimated))
-    generated.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
-
-    # A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)
-    pair_parts = parts(equivalence, field_names(CheckPairView))
-
-    def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any) -> dict[Any, Any]:
-        return write(comparisons.check_pair(info, override, alpha_text), pair_parts)
-
-    pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha]
-    gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
-          list(pair_parts.values()), **CHEAP)
-    page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
-
-    checked = equivalence.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
-    checked.failure(refused, jobs.sync_inputs(), [equivalence.status], **CHEAP)
-    checked = checked.success(
-        admitted(run_check, backend), jobs.job_inputs(*check_parts.values()),
-        [*check_outputs.values(), equivalence.status],
-        show_progress_on=[equivalence.verdict], **gpu)
-    checked.then(show_history, [session], list(history_parts.values()), **CHEAP)
-    checked.then(check_estimate, set(jobs.request_parts.values()), estimated, **CHEAP)
-
-    grid_outputs = {**parts(grid, ["view", "table", "status", "cells"]), "session": session}
-
-    def run_grid(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                 ) -> Iterator[dict[Any, Any]]:
-        try:
-            for view in comparisons.grid_view(jobs.job_form(values), read(GridForm, grid_parts, values), request,
-                                              progress):
-                yield write(view, grid_outputs)
-        except gr.Error as error:
-            yield refused_job(grid.status, error)
-
-    gridded = grid.run_button.click(sync, jobs.sync_inputs(), [session], **synced)
-    gridded.failure(refused, jobs.sync_inputs(), [grid.status], **CHEAP)
-    gridded = gridded.success(
-        admitted(run_grid, backend), jobs.job_inputs(*grid_parts.values()), list(grid_outputs.values()),
-        show_progress_on=[grid.view], **gpu)
-    gridded.then(show_history, [session], list(history_parts.values()), **CHEAP)
-    gridded.then(estimate, set(grid_parts.values()), [grid.estimate], **CHEAP)
-    gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], estimate, set(grid_parts.values()),
-          [grid.estimate], **CHEAP)
-
-    compare_parts = parts(history, field_names(CompareView))
-
-    def compare(session_value: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> dict[Any, Any]:
-        return write(comparisons.compare(session_value, a_id, b_id), compare_parts)
-
-    history.compare_button.click(compare, [session, history.pick_a, history.pick_b], list(compare_parts.values()),
-                                 api_visibility="private", concurrency_id="compare", concurrency_limit=COMPARE_LIMIT)
-
-    # Cancel asks the worker to stop the session's job at its next step; the job's own event then reports
-    # "Cancelled after k of n steps" (Gradio's `cancels=` would kill the event and lose that answer)
-    # "Cancelling …" goes to its own line: the job's final answer may reach the page before the click's reply
-    for button, note, job in ((generate.cancel_button, generate.cancel_note, generated),
-                              (equivalence.cancel_button, equivalence.cancel_note, checked),
-                              (grid.cancel_button, grid.cancel_note, gridded)):
-        button.click(generate_events.runner.cancel, None, [note], **CHEAP)
-        job.then(lambda: "", None, [note], **CHEAP)
-
+    jobs = JobWiring(session, mode, token, request, slots, JobTabs(generate, equivalence, grid, history),
+                     JobEvents(adapter_events, generate_events, comparisons))
+    jobs.wire_apply_note()
+    generated = jobs.wire_generate()
+    jobs.wire_check_estimate(generated)
+    jobs.wire_check_pair()
+    checked = jobs.wire_check()
+    gridded = jobs.wire_grid()
+    jobs.wire_compare()
+    for tab, job in ((generate, generated), (equivalence, checked), (grid, gridded)):
+        jobs.wire_cancel(tab, job)
     _wire_settings_file(jobs, generate, adapter_events, token, request)
-    return page_loaded
+    return jobs.page_loaded
 
 
 def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:
@@ -236,9 +288,7 @@ def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterE
             return inspect(values) if values[slot.source] else gr.skip()
 
         restored.success(quiet_inspect, {*slot_inputs(slot).values(), token, request.workflow},
-                         [*parts(slot, field_names(InspectView)).values(), slot.weight, slot.basis, slot.report_html,
-                          slot.profile_box, slot.refused], api_visibility="private", concurrency_id="inspect",
-                         concurrency_limit=4)
+                         inspect_outputs(slot), **INSPECTED)
 
 
 def _slot_values(components: Mapping[str, Any], slot: SlotForm | None) -> dict[Any, Any]:

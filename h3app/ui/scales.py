@@ -1,9 +1,9 @@
-"""Strength-profile rescaling: pure arithmetic on what Load returned (the live effective-scale readout is the
-resolved adapter's, ``h3app.adapters.resolved``).
+"""Strength-profile rescaling: pure arithmetic on what Load returned.
 
 No model call: a module's relative update ``‖scale·B·A‖_F / ‖W‖_F`` is
 ``|scale| × ‖B·A‖_F / ‖W‖_F`` — linear in its scale — so the profile measured at Load is redrawn for any
-alpha/strength from the per-target norms it carries.
+alpha/strength from the per-target norms it carries, each times the effective scale of the resolved adapter
+(``h3app.adapters.resolved``, the readout's and every job's) at that alpha/strength.
 """
 
 from __future__ import annotations
@@ -13,23 +13,24 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..adapters.resolved import resolve_adapter
 from ..rules.strength import USUAL_RELATIVE_UPDATE, suggest_alpha
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
-from ..rules.scale import effective_scale, scale_divisor
+from ..rules.scale import scale_divisor
 
+RESOLVE_FACTS = ("ranks", "alphas", "alpha_sources", "use_rslora", "known")  # what resolve_adapter reads of an info
 
 
 # ------------------------------------------------------------------------------------------------ strength profile
 def profile_basis(report: Any, info: Mapping[str, Any], group_strengths: Mapping[str, float] | None = None
                   ) -> dict[str, Any] | None:
     """What the profile needs to be redrawn for any alpha/strength, from a Load's ``MatchReport`` and the adapter's
-    ``AdapterInfo.to_json()``: per target its block, group, rank, chain alpha (+ source) and norms. None when the
-    report has no profile (meta device)."""
+    ``AdapterInfo.to_json()``: per target its block, group, rank, chain alpha source and norms, and the facts the
+    resolved adapter is computed from. None when the report has no profile (meta device)."""
     if report.profile is None:
         return None
     matched = {m.target: m for m in report.matched}
-    alphas = info.get("alphas") or {}
     sources = info.get("alpha_sources") or {}
     targets = {}
     for strength in report.profile.targets:
@@ -41,23 +42,20 @@ def profile_basis(report: Any, info: Mapping[str, Any], group_strengths: Mapping
             "group": strength.group,
             "rank": match.rank,
             "use_rslora": match.use_rslora,
-            "chain_alpha": float(alphas.get(strength.target, match.alpha)),
             "chain_source": sources.get(strength.target, match.alpha_source),
-            "group_strength": float((group_strengths or {}).get(strength.group, 1.0)),
             "update_norm": strength.update_norm,
             "weight_norm": strength.weight_norm,
         }
-    return {"targets": targets, "usual_range": list(USUAL_RELATIVE_UPDATE)}
+    return {"targets": targets, "adapter": {key: info[key] for key in RESOLVE_FACTS if key in info},
+            "group_strengths": dict(group_strengths or {}), "usual_range": list(USUAL_RELATIVE_UPDATE)}
 
 
 def relative_updates(basis: Mapping[str, Any], alpha: float | None, strength: float) -> dict[str, float]:
-    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value) and ``strength``."""
-    result = {}
-    for target, t in basis["targets"].items():
-        used_alpha = t["chain_alpha"] if alpha is None else float(alpha)
-        scale = effective_scale(used_alpha, strength, t["rank"], t["use_rslora"], t["group_strength"])
-        result[target] = abs(scale) * t["update_norm"] / t["weight_norm"] if t["weight_norm"] > 0 else math.inf
-    return result
+    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value) and ``strength``: the measured ‖B·A‖_F/‖W‖_F times
+    the resolved adapter's effective scale of that target."""
+    scales = resolve_adapter(basis["adapter"], alpha, strength, basis.get("group_strengths")).scales
+    return {target: abs(scales[target]) * t["update_norm"] / t["weight_norm"] if t["weight_norm"] > 0 else math.inf
+            for target, t in basis["targets"].items()}
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,10 @@ from typing import Any, Mapping, Sequence
 from ..adapters.refs import is_url, parse_hf_url
 from ..adapters.sglang import SglangFlags, solve_flags
 from ..errors import H3AppError
+from ..adapters.resolved import resolve_adapter
 from ..rules.alpha_source import AlphaSource
 from ..rules.choices import MAIN_PARTITION, T2VA, workflow_partition
 from ..rules.frames import RELEASED
-from ..rules.h3_modules import group_of
-from ..rules.scale import effective_scale
 
 REAL_MODEL = "MiniMaxAI/MiniMax-H3"
 TINY = "tiny"
@@ -158,18 +157,11 @@ def _sglang_flags(adapter: Mapping[str, Any], info: Mapping[str, Any] | None) ->
                                                   "ranks are not recorded; inspect the adapter first.")
         stored = adapter.get("stored_alpha") if adapter.get("alpha_source") == AlphaSource.MODULE_TENSOR else None
         facts = {"modules": {"*": {"rank": rank, "tensor_alpha": stored, "pattern_alpha": None, "qkv_group": None}}}
-        ranks = {"*": rank}
-    explicit = adapter.get("alpha")
-    alphas = dict(info.get("alphas") or {})
-    resolved = adapter.get("resolved_alpha")
-    groups = dict(adapter.get("group_strengths") or {})
-    scales = {}
-    for target, rank in ranks.items():
-        alpha = explicit if explicit is not None else alphas.get(target, resolved)
-        if not isinstance(alpha, (int, float)):
-            alpha = float(rank)
-        group = float(groups.get(group_of(target), 1.0)) if target != "*" else 1.0
-        scales[target] = effective_scale(float(alpha), strength, int(rank), bool(info.get("use_rslora")), group)
+        resolved = adapter.get("resolved_alpha")
+        info = {"ranks": {"*": rank}, "alphas": {"*": resolved} if isinstance(resolved, (int, float)) else {},
+                "use_rslora": info.get("use_rslora")}
+    groups = adapter.get("group_strengths") if "*" not in info["ranks"] else None
+    scales = resolve_adapter(info, adapter.get("alpha"), strength, groups).scales
     return solve_flags(facts, scales, strength)
 
 

@@ -73,8 +73,19 @@ class FakeStream:
         return True
 
 
-def _driver_functions(mode: FakeCuda, gpu_bytes: int, log: DriverLog) -> dict[str, Any]:
-    """``torch.cuda`` name → its stand-in. Memory: ``gpu_bytes`` total, less what fake CUDA holds now."""
+@dataclass
+class FakeGpuBox:
+    """One fake GPU of ``gpu_bytes`` (settable while the box is on: the driver reads it on every query), its fake
+    CUDA ``mode`` (``mode.counter``: the bytes held) and the :class:`DriverLog`."""
+
+    mode: FakeCuda
+    gpu_bytes: int
+    log: DriverLog = field(default_factory=DriverLog)
+
+
+def _driver_functions(box: FakeGpuBox) -> dict[str, Any]:
+    """``torch.cuda`` name → its stand-in. Free memory: the box's ``gpu_bytes`` less what fake CUDA holds now."""
+    log = box.log
 
     def counted(name: str, answer: Callable[..., Any]) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -88,8 +99,8 @@ def _driver_functions(mode: FakeCuda, gpu_bytes: int, log: DriverLog) -> dict[st
         "device_count": lambda: 1,
         "current_device": lambda: 0,
         "set_device": counted("set_device", lambda device: None),
-        "mem_get_info": counted("mem_get_info", lambda device=None: (max(0, gpu_bytes - mode.counter.device_live),
-                                                                     gpu_bytes)),
+        "mem_get_info": counted("mem_get_info", lambda device=None: (
+            max(0, box.gpu_bytes - box.mode.counter.device_live), box.gpu_bytes)),
         "empty_cache": counted("empty_cache", lambda: None),
         "synchronize": counted("synchronize", lambda device=None: None),
         "Stream": type("Stream", (FakeStream,), {"log": log, "kind": "Stream"}),
@@ -198,11 +209,10 @@ def _worker_threads(mode: FakeCuda, log: DriverLog) -> contextlib.AbstractContex
 
 
 @contextlib.contextmanager
-def fake_gpu_box(gpu_bytes: int) -> Iterator[tuple[FakeCuda, DriverLog]]:
-    """Fake CUDA with one GPU of ``gpu_bytes`` and a driver that answers diffusers' offload hooks; yields the mode
-    (``counter``: the bytes) and the :class:`DriverLog`."""
-    log = DriverLog()
-    with fake_cuda() as mode, _replaced(torch.cuda, _driver_functions(mode, gpu_bytes, log)), \
-            _replaced(torch.utils, {"swap_tensors": _swapping(mode)}), DriverKernels(mode, log), \
-            _worker_threads(mode, log):
-        yield mode, log
+def fake_gpu_box(gpu_bytes: int) -> Iterator[FakeGpuBox]:
+    """Fake CUDA with one GPU of ``gpu_bytes`` and a driver that answers diffusers' offload hooks."""
+    with fake_cuda() as mode:
+        box = FakeGpuBox(mode, gpu_bytes)
+        with _replaced(torch.cuda, _driver_functions(box)), _replaced(torch.utils, {"swap_tensors": _swapping(mode)}), \
+                DriverKernels(mode, box.log), _worker_threads(mode, box.log):
+            yield box

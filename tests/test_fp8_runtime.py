@@ -1,6 +1,7 @@
 """fp8 at run time and the placements the plan recommends: every placement's flags load the same way in app.py,
-generate, check and grid; the recommended options run generate on the tiny model (offload on a fake GPU box, fp8 for
-real on the CPU); merged LoRA is refused with --fp8 in one line and leaves the weights as they were; offload needs CUDA."""
+generate, check and grid; the recommended options run generate on the tiny model (offload on a fake GPU box, fp8
+for real on the CPU); merged LoRA is refused with --fp8 in one line and leaves the weights as they were; offload
+needs CUDA."""
 
 from __future__ import annotations
 

@@ -126,9 +126,10 @@ def _forget_weak_references(tensor: torch.Tensor, mode: FakeCuda) -> None:
     fake_tensor_tls.non_strict_export_fake_tensor_tracker.discard(tensor)
 
 
-def set_data(target: torch.Tensor, new: torch.Tensor, mode: FakeCuda, log: DriverLog) -> None:
+def set_data(target: torch.Tensor, new: torch.Tensor, log: DriverLog) -> None:
     """``target.data = new`` keeping ``target``'s identity, where either is fake: ``target`` becomes a tensor (a
-    parameter if it was one) on ``new``'s storage, device and dtype."""
+    parameter if it was one) on ``new``'s storage, device and dtype (swapped in place, as ``Module.to`` swaps fake
+    parameters; group offload keys its host copies on the parameter objects)."""
     log.moves[(target.device.type, new.device.type)] += 1
     if isinstance(target, torch.nn.Parameter):
         alias = torch.nn.Parameter(new, requires_grad=target.requires_grad)
@@ -154,14 +155,14 @@ class DriverKernels(TorchFunctionMode):
     """The tensor methods that need a driver or refuse fake tensors: ``pin_memory``, ``record_stream``, and
     ``.data =`` across fake and real."""
 
-    def __init__(self, mode: FakeCuda, log: DriverLog) -> None:
+    def __init__(self, log: DriverLog) -> None:
         super().__init__()
-        self.mode, self.log = mode, log
+        self.log = log
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if _is_data_setter(func) and (is_fake(args[0]) or is_fake(args[1])):
-            return set_data(args[0], args[1], self.mode, self.log)
+            return set_data(args[0], args[1], self.log)
         if func is torch.Tensor.pin_memory:
             self.log.calls["pin_memory"] += 1
             return args[0].clone()
@@ -191,7 +192,7 @@ def _replaced(owner: Any, replacements: dict[str, Any]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _on_this_thread(mode: FakeCuda, log: DriverLog) -> Iterator[None]:
-    with mode.on_this_thread(), DriverKernels(mode, log):
+    with mode.on_this_thread(), DriverKernels(log):
         yield
 
 
@@ -214,5 +215,5 @@ def fake_gpu_box(gpu_bytes: int) -> Iterator[FakeGpuBox]:
     with fake_cuda() as mode:
         box = FakeGpuBox(mode, gpu_bytes)
         with _replaced(torch.cuda, _driver_functions(box)), _replaced(torch.utils, {"swap_tensors": _swapping(mode)}), \
-                DriverKernels(mode, box.log), _worker_threads(mode, box.log):
+                DriverKernels(box.log), _worker_threads(mode, box.log):
             yield box

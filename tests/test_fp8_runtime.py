@@ -1,6 +1,7 @@
 """fp8 at run time and the placements the plan recommends: every placement's flags load the same way in app.py,
-generate, check and grid; the recommended options run generate on the tiny model (fp8 for real on the CPU);
-merged LoRA is refused with --fp8 in one line and leaves the weights as they were; offload needs CUDA."""
+generate, check and grid; the recommended options run generate on the tiny model (offload on a fake GPU box, fp8
+for real on the CPU); merged LoRA is refused with --fp8 in one line and leaves the weights as they were; offload
+needs CUDA."""
 
 from __future__ import annotations
 
@@ -97,21 +98,36 @@ def test_offload_without_cuda_is_one_line_not_a_traceback():
         LoadOptions(offload="auto")
 
 
-def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys):
-    """The plan's recommendation for the issue's request (a 312-target rank-128 adapter, unmerged), fed to app.py's
-    and generate's parsers; then generate runs with it on the tiny model. Offload modes need CUDA: they are given as
-    --offload none here, every other flag as recommended."""
-    choice = recommend(_measured(lora=True), "unmerged")
+@pytest.mark.parametrize("lora", [True, False], ids=["lora-unmerged", "no-lora"])
+def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys, monkeypatch, lora):
+    """The plan's recommendation for the issue's request (a 312-target rank-128 adapter, unmerged; and without an
+    adapter), fed unchanged to app.py's and generate's parsers; then generate runs with exactly those options on the
+    tiny model: on a fake GPU box of the recommended flavor's memory when they move weights between host and GPU
+    (tests/test_offload_fake_cuda.py watches the hooks), for real on the CPU otherwise (fp8 included)."""
+    from h3app.hardware.flavors import BY_NAME
+    from h3app.rules.steps import evaluations
+    from tests.test_offload_fake_cuda import STEPS, run_generate_on_box
+
+    choice = recommend(_measured(lora=lora), "unmerged" if lora else None)
     argv = shlex.split(choice["options"])
+    expected = (choice["offload"], choice["fp8"], choice["fp8_text_encoder"])
     app_args = _app_args(argv)
-    assert (app_args.offload, app_args.fp8, app_args.fp8_text_encoder) == \
-        (choice["offload"], choice["fp8"], choice["fp8_text_encoder"])
-    runnable = [*argv[:argv.index("--offload")], "--offload", "none", *argv[argv.index("--offload") + 2:]]
-    out = tmp_path / "recommended.mp4"
-    result = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3", "--out", str(out),
-                     "--json", *runnable)
-    assert result.code == 0, result.err
-    assert out.stat().st_size > 0 and json.loads(result.out)["evaluations"] == 2
+    assert (app_args.offload, app_args.fp8, app_args.fp8_text_encoder) == expected
+    generate_args = _command_args("generate", [*argv, "--prompt", "x", "--out", "x.mp4"])
+    assert (generate_args.offload, generate_args.fp8, generate_args.fp8_text_encoder) == expected
+    if choice["offload"] != "none":
+        assert choice["gpu_bytes"] == BY_NAME[choice["hardware"]].gpu_bytes
+        result, trace, _ = run_generate_on_box(capsys, monkeypatch, tmp_path, argv, choice["gpu_bytes"])
+        assert set(trace.after_load.values()) == {"cpu"} and len(trace.during_denoise) == result["evaluations"]
+        assert trace.output_devices == {"cuda"}
+    else:
+        out = tmp_path / "recommended.mp4"
+        run = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", str(STEPS),
+                      "--out", str(out), "--json", *argv)
+        assert run.code == 0, run.err
+        assert out.stat().st_size > 0
+        result = json.loads(run.out)
+    assert result["evaluations"] == evaluations(STEPS)
 
 
 def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_line(tmp_path, capsys):

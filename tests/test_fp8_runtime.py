@@ -102,32 +102,31 @@ def test_offload_without_cuda_is_one_line_not_a_traceback():
 def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys, monkeypatch, lora):
     """The plan's recommendation for the issue's request (a 312-target rank-128 adapter, unmerged; and without an
     adapter), fed unchanged to app.py's and generate's parsers; then generate runs with exactly those options on the
-    tiny model: on a fake GPU box of the recommended flavor's memory when they move weights between host and GPU
-    (tests/test_offload_fake_cuda.py watches the hooks), for real on the CPU otherwise (fp8 included)."""
+    tiny model on a fake GPU box of the recommended flavor's memory (tests/test_offload_fake_cuda.py watches the
+    hooks). Options that store weights in fp8 run for real on the CPU too."""
     from h3app.hardware.flavors import BY_NAME
     from h3app.rules.steps import evaluations
-    from tests.test_offload_fake_cuda import STEPS, run_generate_on_box
+    from tests.test_offload_fake_cuda import STEPS, assert_ran_every_evaluation_on_the_device, run_generate_on_box
 
     choice = recommend(_measured(lora=lora), "unmerged" if lora else None)
     argv = shlex.split(choice["options"])
-    expected = (choice["offload"], choice["fp8"], choice["fp8_text_encoder"])
+    expected = ("cuda", "bfloat16", choice["offload"], choice["fp8"], choice["fp8_text_encoder"])
     app_args = _app_args(argv)
-    assert (app_args.offload, app_args.fp8, app_args.fp8_text_encoder) == expected
+    assert (app_args.device, app_args.dtype, app_args.offload, app_args.fp8, app_args.fp8_text_encoder) == expected
     generate_args = _command_args("generate", [*argv, "--prompt", "x", "--out", "x.mp4"])
-    assert (generate_args.offload, generate_args.fp8, generate_args.fp8_text_encoder) == expected
-    if choice["offload"] != "none":
-        assert choice["gpu_bytes"] == BY_NAME[choice["hardware"]].gpu_bytes
-        result, trace, _ = run_generate_on_box(capsys, monkeypatch, tmp_path, argv, choice["gpu_bytes"])
-        assert set(trace.after_load.values()) == {"cpu"} and len(trace.during_denoise) == result["evaluations"]
-        assert trace.output_devices == {"cuda"}
-    else:
-        out = tmp_path / "recommended.mp4"
+    assert (generate_args.device, generate_args.dtype, generate_args.offload, generate_args.fp8,
+            generate_args.fp8_text_encoder) == expected
+    assert choice["gpu_bytes"] == BY_NAME[choice["hardware"]].gpu_bytes
+    result, trace, _ = run_generate_on_box(capsys, monkeypatch, tmp_path, argv, choice["gpu_bytes"])
+    placed = "cpu" if choice["offload"] != "none" else "cuda"  # offloaded at load, or resident
+    assert set(trace.after_load.values()) == {placed}
+    assert_ran_every_evaluation_on_the_device(result, trace)
+    if choice["fp8"]:
+        out = tmp_path / "recommended-cpu.mp4"
         run = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", str(STEPS),
-                      "--out", str(out), "--json", *argv)
+                      "--out", str(out), "--json", *argv, "--device", "cpu", "--dtype", "float32")
         assert run.code == 0, run.err
-        assert out.stat().st_size > 0
-        result = json.loads(run.out)
-    assert result["evaluations"] == evaluations(STEPS)
+        assert out.stat().st_size > 0 and json.loads(run.out)["evaluations"] == evaluations(STEPS)
 
 
 def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_line(tmp_path, capsys):

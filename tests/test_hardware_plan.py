@@ -99,7 +99,7 @@ def test_recommended_is_the_cheapest_box_that_fits_gpu_and_host_then_the_fastest
     assert choice is not None
     chosen = BY_NAME[choice["hardware"]]
     placement = Placement(choice["offload"], fp8=choice["fp8"], fp8_text_encoder=choice["fp8_text_encoder"])
-    assert choice["options"] == placement.label
+    assert choice["options"] == f"--device cuda --dtype bfloat16 {placement.label}"
     assert choice["host_bytes"] == host_bytes(measured, placement, "unmerged")
     assert choice["usd_per_hour"] == chosen.usd_per_hour and choice["host_ram_bytes"] == chosen.host_bytes
     assert judge(choice["peak_gpu_bytes"], choice["host_bytes"], chosen, placement)["fits"]

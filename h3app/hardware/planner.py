@@ -295,8 +295,15 @@ def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict
                         "offload": placement.offload, "fp8": placement.fp8,
                         "fp8_text_encoder": placement.fp8_text_encoder, "peak_gpu_bytes": peak,
                         "gpu_bytes": hardware.gpu_bytes, "host_bytes": host, "host_ram_bytes": hardware.host_bytes,
-                        "usd_per_hour": hardware.usd_per_hour, "options": placement.label}
+                        "usd_per_hour": hardware.usd_per_hour,
+                        "options": run_options(placement, measured.rehearsal.options.dtype)}
     return None
+
+
+def run_options(placement: Placement, dtype: torch.dtype) -> str:
+    """The flags that run ``placement`` on a GPU box, for app.py and every command alike: the device and dtype the
+    plan was made for, then the placement's own (offload needs ``--device cuda``; the plan is made in ``dtype``)."""
+    return f"--device cuda --dtype {str(dtype).removeprefix('torch.')} {placement.label}"
 
 
 def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = full_size.FULL,

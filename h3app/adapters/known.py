@@ -141,7 +141,8 @@ def registry_identity(source: str, weight_name: str | None, file_name: str, *,
     - a demo adapter in ``assets/adapters`` (by path, or picked in the UI) → the tiny checkpoint's repo;
     - any other local file, an upload included → ``(None, file_name)``: no registry entry can name it."""
     from ..errors import H3AppError
-    from .refs import is_url, looks_like_repo_id, parse_hf_url
+    from .source.names import is_url, looks_like_repo_id
+    from .source.refs import parse_hf_url
 
     if repo_id is not None:
         return repo_id, file_name

@@ -16,8 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
-from ..errors import H3AppError
-from .refs import COMMIT_SHA, WEIGHT_SUFFIX, LocalPath, SourceRef, WeightFile, choose_weight
+from ...errors import H3AppError
+from .local import LocalPath
+from .names import COMMIT_SHA, WEIGHT_SUFFIX
+from .refs import SourceRef
+from .weights import WeightFile, choose_weight
 
 SIDECAR_SUFFIX = ".json"
 SIDECAR_MAX_BYTES = 1_000_000  # a sidecar larger than this is not an adapter config: not downloaded

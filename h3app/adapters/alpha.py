@@ -131,6 +131,7 @@ class _FileSettings:
 
 
 def _read_file_settings(view: HeaderView, partitions: set[str], warnings: list[str]) -> _FileSettings:
+    """adapter_config.json, the metadata of each file partition in ``partitions``, and the plain metadata alpha."""
     config = _peft_settings_from_config(view.adapter_config, view.name, warnings)
     metadata = {partition: _peft_settings_from_metadata(view.metadata, partition, warnings)
                 for partition in partitions}
@@ -176,7 +177,9 @@ class _Tally:
 
 def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, said: _FileSettings,
                 known: KnownAdapter | None, tally: _Tally) -> list[tuple[AlphaSource, float]]:
-    """Every alpha the chain offers ``module``, highest tier first (rank, the last tier, is not listed)."""
+    """Every alpha the chain offers ``module``, highest tier first: explicit, its ``.alpha`` tensor,
+    adapter_config.json, metadata (``lora_adapter_metadata``, then the plain fields), the registry. The last tier,
+    rank, is :func:`_choose`'s fallback."""
     candidates: list[tuple[AlphaSource, float]] = []
     if explicit is not None:
         candidates.append((EXPLICIT, explicit))

@@ -39,8 +39,9 @@ class SourceRef:
 
     ``kind`` is ``"hub"`` or ``"local"``. Hub: ``repo_id`` (``owner/name``), ``filename`` (path in the repo, or
     None when still to choose), ``revision`` (None means ``main``), ``folder`` (the repo folder a folder URL
-    names: the file is chosen in it; ``nested_filename``: see :func:`folder_weight`). Local: ``local_path`` is the file when ``filename`` is set (``filename`` is
-    then its name relative to the folder given, or its base name), else the folder to choose in.
+    names: the file is chosen in it; ``nested_filename``: see :func:`folder_weight`). Local: ``local_path`` is the
+    file when ``filename`` is set (``filename`` is then its name relative to the folder given, or its base name),
+    else the folder to choose in.
     """
 
     kind: str
@@ -121,6 +122,8 @@ def _looks_like_local_path(text: str) -> bool:
 
 
 def parse_hf_url(text: str, weight_name: str | None, revision: str | None) -> SourceRef:
+    """The Hub reference an HF URL names (the one URL parser: the registry uses it too): a file's ``/resolve/`` or
+    ``/blob/`` URL, a repo page (``/tree/<rev>``), or a folder of it; ``weight_name``/``revision`` must agree."""
     from huggingface_hub import constants
 
     split = urlsplit(text)
@@ -200,6 +203,7 @@ def folder_weight(folder: str, weight_name: str) -> tuple[str, str | None]:
 
 
 def _local_ref(path: Path, text: str, weight_name: str | None, revision: str | None) -> SourceRef:
+    """An existing local file, or a folder (with the file ``weight_name`` names in it, when given)."""
     if revision is not None:
         raise H3AppError(f"--revision applies to Hub sources, but {text} is a local path: drop --revision.")
     if path.is_file():
@@ -225,6 +229,8 @@ def _local_ref(path: Path, text: str, weight_name: str | None, revision: str | N
 
 def as_ref(source: LocalPath | SourceRef, weight_name: str | None, revision: str | None,
             allowed_local_dirs: Sequence[LocalPath] | None) -> SourceRef:
+    """``source`` parsed (:func:`parse_source`), or a ``SourceRef`` as it is (a local one checked against
+    ``allowed_local_dirs`` again)."""
     if isinstance(source, SourceRef):
         if weight_name is not None or revision is not None:
             raise ValueError("pass weight_name/revision to parse_source, not with a SourceRef")

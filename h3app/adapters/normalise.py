@@ -14,8 +14,8 @@ diffusers layout of each target:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch

@@ -12,7 +12,7 @@ import pytest
 
 from h3app.adapters import header as header_module
 from h3app.adapters.header import parse_header, read_local_header
-from h3app.adapters.limits import MAX_HEADER_BYTES, MAX_TENSORS, TENSOR_MARGIN
+from h3app.adapters.header_caps import MAX_HEADER_BYTES, MAX_TENSORS, TENSOR_MARGIN
 from h3app.adapters.source import implied_weight, parse_source, read_header
 from h3app.errors import H3AppError
 from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes

@@ -67,3 +67,25 @@ def test_deinterleave_inverts_the_per_head_layout() -> None:
     assert torch.equal(deinterleave_qkv(interleaved, head_dim), torch.cat([q, k, v]))
     with pytest.raises(H3AppError, match="not a multiple of 3 × head_dim 5"):
         deinterleave_qkv(interleaved, 5)
+
+
+def test_a_header_alone_normalises_like_the_file_but_for_the_values(tmp_path: Path) -> None:
+    """One normaliser, two factor readers: the file's tensors (``load_adapter``) or uninitialised tensors of the
+    header's shapes and dtypes (``adapter_from_header``) give the same targets, shapes, dtypes, alphas and keys."""
+    from h3app.adapters.header import read_local_header
+    from h3app.hardware.header_adapter import adapter_from_header
+
+    tensors = native_block("", 0, rank=4) | diffusers_targets("transformer_ref.", seed=3)
+    path = save(tmp_path / "mixed.safetensors", {k: v.to(torch.bfloat16) for k, v in tensors.items()})
+    loaded = load_adapter(path, shapes=TINY_SHAPES, explicit_alpha=3.0)
+    planned = adapter_from_header(read_local_header(path), TINY_SHAPES, explicit_alpha=3.0)
+
+    def described(modules: dict) -> dict:
+        return {target: (m.down.shape, m.down.dtype, m.up.shape, m.up.dtype, m.alpha, m.alpha_source, m.use_rslora,
+                         m.source_keys) for target, m in modules.items()}
+
+    assert loaded.modules and loaded.reference_modules
+    assert described(planned.modules) == described(loaded.modules)
+    assert described(planned.reference_modules) == described(loaded.reference_modules)
+    assert planned.info == loaded.info and planned.unmatched_keys == loaded.unmatched_keys
+    assert planned.identity == f"header:mixed.safetensors:{path.stat().st_size}"

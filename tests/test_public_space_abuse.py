@@ -19,7 +19,7 @@ import httpx
 import pytest
 from app_fixtures import running_app
 
-from h3app.adapters.limits import MAX_TENSORS
+from h3app.adapters.header_caps import MAX_TENSORS
 from h3app.backend.admission import PER_VISITOR
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from tests.test_adapters_abuse import scalar_bomb

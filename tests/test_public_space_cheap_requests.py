@@ -86,15 +86,15 @@ def test_the_allowed_folder_check_is_one_realpath_and_a_prefix_test(monkeypatch:
     import os
     import pathlib
 
-    from h3app.adapters import refs
+    from h3app.adapters.source import local
 
     calls: list[str] = []
     real = os.path.realpath
-    monkeypatch.setattr(refs.os.path, "realpath", lambda p, *a, **k: calls.append(str(p)) or real(p, *a, **k))
+    monkeypatch.setattr(local.os.path, "realpath", lambda p, *a, **k: calls.append(str(p)) or real(p, *a, **k))
     monkeypatch.setattr(pathlib.PurePath, "parents", property(lambda self: pytest.fail("Path.parents built")))
     folders = [DEMO_ADAPTERS_DIR, ROOT / "bench"]
-    assert not refs.is_allowed_local_path("/x/" + "a/" * 2040, folders)
-    assert refs.is_allowed_local_path(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors", folders)
+    assert not local.is_allowed_local_path("/x/" + "a/" * 2040, folders)
+    assert local.is_allowed_local_path(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors", folders)
     assert len(calls) == 2 * (1 + len(folders)) - 1  # the second path is inside the first folder: one prefix test
 
 

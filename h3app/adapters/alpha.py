@@ -13,7 +13,7 @@ import json
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import H3AppError
@@ -104,95 +104,132 @@ def resolve_alphas(
     """
     explicit = parse_alpha(explicit_alpha, "alpha")
     warnings: list[str] = []
-    config = _peft_settings_from_config(view.adapter_config, view.name, warnings)
-    metadata_settings = {
-        partition: _peft_settings_from_metadata(view.metadata, partition, warnings)
-        for partition in {m.file_partition for m in modules}
-    }
-    plain_metadata = _plain_metadata_alpha(view.metadata, warnings)
-
-    choices: dict[str, AlphaChoice] = {}
-    shared_choices: dict[tuple[float, float, str, bool], AlphaChoice] = {}
+    said = _read_file_settings(view, {m.file_partition for m in modules}, warnings)
+    tally = _Tally()
     rslora: dict[str, bool] = {}  # per file partition
-    conflicts: dict[tuple[str, float, str, float], int] = defaultdict(int)
-    zero_alpha: list[str] = []
-    rank_mismatch: list[str] = []
-    fallback: list[ModulePlan] = []
-    defaulted = 0
+    choices: dict[str, AlphaChoice] = {}
     for module in modules:
-        candidates: list[tuple[str, float]] = []
-        if explicit is not None:
-            candidates.append((EXPLICIT, explicit))
-        if module.alpha_key is not None:
-            stored = view.scalars[module.alpha_key]
-            if not math.isfinite(stored) or stored < 0:
-                raise H3AppError(
-                    f"{view.name}: {module.alpha_key!r} stores alpha {stored!r}: a LoRA alpha must be a finite number "
-                    "≥ 0; the file is damaged — re-export it, or give alpha explicitly after fixing it."
-                )
-            if stored == 0:
-                zero_alpha.append(module.alpha_key)
-                candidates.append((MODULE_TENSOR, float(module.rank)))
-            else:
-                candidates.append((MODULE_TENSOR, stored))
-        settings_tiers = [(ADAPTER_CONFIG, config), (METADATA, metadata_settings.get(module.file_partition))]
-        for tier, settings in settings_tiers:
-            if settings is None:
-                continue
+        candidates = _candidates(module, view, explicit, said, known, tally)
+        source, alpha = _choose(candidates, module, said.config, tally)
+        if module.file_partition not in rslora:
+            rslora[module.file_partition] = _use_rslora(said.config, said.metadata.get(module.file_partition),
+                                                        warnings)
+        choice = AlphaChoice(float(alpha), source, rslora[module.file_partition])
+        for target in module.targets:
+            choices[target] = choice
+    warnings.extend(tally.warnings())
+    return AlphaResolution(choices=choices, warnings=tuple(dict.fromkeys(warnings)), hints=_hints(view.metadata))
+
+
+@dataclass(frozen=True)
+class _FileSettings:
+    """What the file says about alpha besides its ``.alpha`` tensors, read once per resolution."""
+
+    config: _PeftSettings | None  # adapter_config.json beside it
+    metadata: Mapping[str, _PeftSettings | None]  # lora_adapter_metadata, per file partition
+    plain: float | None  # the header's plain alpha / lora_alpha / network_alpha
+
+
+def _read_file_settings(view: HeaderView, partitions: set[str], warnings: list[str]) -> _FileSettings:
+    """adapter_config.json, the metadata of each file partition in ``partitions``, and the plain metadata alpha."""
+    config = _peft_settings_from_config(view.adapter_config, view.name, warnings)
+    metadata = {partition: _peft_settings_from_metadata(view.metadata, partition, warnings)
+                for partition in partitions}
+    return _FileSettings(config, metadata, _plain_metadata_alpha(view.metadata, warnings))
+
+
+@dataclass
+class _Tally:
+    """What resolving the modules one by one noticed, said once for all of them when done."""
+
+    zero_alpha: list[str] = field(default_factory=list)  # .alpha keys that store 0
+    conflicts: dict[tuple[AlphaSource, float, AlphaSource, float], int] = field(
+        default_factory=lambda: defaultdict(int))  # (winner, its alpha, loser, its alpha) → modules
+    defaulted: int = 0  # modules given PEFT's default lora_alpha
+    rank_mismatch: list[str] = field(default_factory=list)
+    fallback: list[ModulePlan] = field(default_factory=list)  # modules at alpha = rank
+
+    def warnings(self) -> list[str]:
+        said: list[str] = []
+        if self.zero_alpha:
+            said.append(
+                f"{len(self.zero_alpha)} modules store alpha 0 (e.g. {self.zero_alpha[0]!r}), which means alpha = "
+                "rank (kohya's convention): using alpha = rank for them."
+            )
+        for (winner, winner_alpha, loser, loser_alpha), count in sorted(self.conflicts.items(),
+                                                                        key=lambda item: -item[1]):
+            said.append(
+                f"alpha {_fmt(winner_alpha)} from {_describe(winner)} wins over alpha {_fmt(loser_alpha)} from "
+                f"{_describe(loser)} ({count} modules)."
+            )
+        if self.defaulted:
+            said.append(
+                f"adapter_config.json gives no lora_alpha: PEFT's default {_fmt(PEFT_DEFAULT_LORA_ALPHA)} applies to "
+                f"{self.defaulted} modules, as PEFT itself loads this adapter; set alpha if the model card says "
+                "otherwise."
+            )
+        if self.rank_mismatch:
+            said.append(f"{self.rank_mismatch[0]} ({len(self.rank_mismatch)} modules); the tensors' rank is used.")
+        if self.fallback:
+            said.append(_fallback_warning(self.fallback))
+        return said
+
+
+def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, said: _FileSettings,
+                known: KnownAdapter | None, tally: _Tally) -> list[tuple[AlphaSource, float]]:
+    """Every alpha the chain offers ``module``, highest tier first: explicit, its ``.alpha`` tensor,
+    adapter_config.json, metadata (``lora_adapter_metadata``, then the plain fields), the registry. The last tier,
+    rank, is :func:`_choose`'s fallback."""
+    candidates: list[tuple[AlphaSource, float]] = []
+    if explicit is not None:
+        candidates.append((EXPLICIT, explicit))
+    if module.alpha_key is not None:
+        candidates.append((MODULE_TENSOR, _stored_alpha(module, view, tally)))
+    for tier, settings in ((ADAPTER_CONFIG, said.config), (METADATA, said.metadata.get(module.file_partition))):
+        if settings is not None:
             value = settings.alpha_for(module.peft_name)
             if value is not None:
                 candidates.append((tier, value))
             stated_rank = settings.rank_for(module.peft_name)
             if stated_rank is not None and stated_rank != module.rank:
-                rank_mismatch.append(f"{settings.where} says r={stated_rank} for {module.peft_name!r}, the tensors have rank {module.rank}")
-        if plain_metadata is not None:
-            candidates.append((METADATA, plain_metadata))
-        if known is not None:
-            if known.alpha is not None:
-                candidates.append((REGISTRY, known.alpha))
-            elif known.alpha_equals_rank:
-                candidates.append((REGISTRY, float(module.rank)))
+                tally.rank_mismatch.append(f"{settings.where} says r={stated_rank} for {module.peft_name!r}, the "
+                                           f"tensors have rank {module.rank}")
+    if said.plain is not None:
+        candidates.append((METADATA, said.plain))
+    if known is not None and known.alpha is not None:
+        candidates.append((REGISTRY, known.alpha))
+    elif known is not None and known.alpha_equals_rank:
+        candidates.append((REGISTRY, float(module.rank)))
+    return candidates
 
-        if candidates:
-            source, alpha = candidates[0]
-            if source == ADAPTER_CONFIG and config is not None and config.alpha_defaulted:
-                defaulted += 1
-        else:
-            source, alpha = RANK_FALLBACK, float(module.rank)
-            fallback.append(module)
-        for other_source, other_alpha in candidates[1:]:
-            if other_alpha != alpha and other_source != source:
-                conflicts[(source, alpha, other_source, other_alpha)] += 1
-        if module.file_partition not in rslora:
-            rslora[module.file_partition] = _use_rslora(config, metadata_settings.get(module.file_partition), warnings)
-        value = float(alpha)
-        choice_key = (value, math.copysign(1.0, value), source, rslora[module.file_partition])  # 0.0 == -0.0
-        choice = shared_choices.get(choice_key)
-        if choice is None:  # one (immutable) object per distinct choice, shared by every target that has it
-            choice = shared_choices[choice_key] = AlphaChoice(value, source, rslora[module.file_partition])
-        for target in module.targets:
-            choices[target] = choice
 
-    if zero_alpha:
-        warnings.append(
-            f"{len(zero_alpha)} modules store alpha 0 (e.g. {zero_alpha[0]!r}), which means alpha = rank (kohya's "
-            "convention): using alpha = rank for them."
+def _stored_alpha(module: ModulePlan, view: HeaderView, tally: _Tally) -> float:
+    """``module``'s ``.alpha`` scalar; 0 means rank (kohya's convention); negative, NaN or inf refuse the file."""
+    stored = view.scalars[module.alpha_key]
+    if not math.isfinite(stored) or stored < 0:
+        raise H3AppError(
+            f"{view.name}: {module.alpha_key!r} stores alpha {stored!r}: a LoRA alpha must be a finite number "
+            "≥ 0; the file is damaged — re-export it, or give alpha explicitly after fixing it."
         )
-    for (winner, winner_alpha, loser, loser_alpha), count in sorted(conflicts.items(), key=lambda item: -item[1]):
-        warnings.append(
-            f"alpha {_fmt(winner_alpha)} from {_describe(winner)} wins over alpha {_fmt(loser_alpha)} from "
-            f"{_describe(loser)} ({count} modules)."
-        )
-    if defaulted:
-        warnings.append(
-            f"adapter_config.json gives no lora_alpha: PEFT's default {_fmt(PEFT_DEFAULT_LORA_ALPHA)} applies to "
-            f"{defaulted} modules, as PEFT itself loads this adapter; set alpha if the model card says otherwise."
-        )
-    if rank_mismatch:
-        warnings.append(f"{rank_mismatch[0]} ({len(rank_mismatch)} modules); the tensors' rank is used.")
-    if fallback:
-        warnings.append(_fallback_warning(fallback))
-    return AlphaResolution(choices=choices, warnings=tuple(dict.fromkeys(warnings)), hints=_hints(view.metadata))
+    if stored == 0:
+        tally.zero_alpha.append(module.alpha_key)
+        return float(module.rank)
+    return stored
+
+
+def _choose(candidates: list[tuple[AlphaSource, float]], module: ModulePlan, config: _PeftSettings | None,
+            tally: _Tally) -> tuple[AlphaSource, float]:
+    """The highest tier's ``(source, alpha)``, else rank; the lower tiers that disagree are tallied."""
+    if not candidates:
+        tally.fallback.append(module)
+        return RANK_FALLBACK, float(module.rank)
+    source, alpha = candidates[0]
+    if source == ADAPTER_CONFIG and config is not None and config.alpha_defaulted:
+        tally.defaulted += 1
+    for other_source, other_alpha in candidates[1:]:
+        if other_alpha != alpha and other_source != source:
+            tally.conflicts[(source, alpha, other_source, other_alpha)] += 1
+    return source, alpha
 
 
 def summarise(choices: Mapping[str, AlphaChoice]) -> tuple[float | None, AlphaSource]:

@@ -1,8 +1,4 @@
-"""The checks on one module's factor shapes and dtypes, from the header alone, and what they establish.
-
-``formats.plan_adapter`` runs them once per *factor class* (modules with the same rule, spelling, dtypes and
-shapes: the 60 blocks of a file share a handful) and looks the result up for the rest.
-"""
+"""The checks on one module's factor shapes and dtypes, from the header alone, and what they establish."""
 
 from __future__ import annotations
 
@@ -30,9 +26,9 @@ class StemFacts(Protocol):
 
 
 @dataclass(frozen=True)
-class FactorClass:
-    """What a module's factors say, the same for every module with the same rule, spelling, dtypes and shapes (the
-    60 blocks of a file share a handful): checked once per plan, then looked up."""
+class FactorFacts:
+    """What a module's factors say once checked: its format, rank, its targets' ``(out, in)`` shapes, the row order
+    of a fused QKV, the dtype and the suffix style."""
 
     format: str
     stacked: bool
@@ -41,7 +37,6 @@ class FactorClass:
     qkv_order: str
     dtype: str
     suffix_style: str
-
 
 
 def check_alpha(view: HeaderView, entry: StemFacts) -> None:
@@ -56,7 +51,7 @@ def check_alpha(view: HeaderView, entry: StemFacts) -> None:
 def check_factors(
     view: HeaderView, entry: StemFacts, alternative: Alternative, matched_flat: bool, qkv_layout: str,
     down: tuple[str, tuple[int, ...]], up: tuple[str, tuple[int, ...]],
-) -> FactorClass:
+) -> FactorFacts:
     """Check one module's factors (and its alpha scalar, in between, where the order of messages puts it)."""
     name = view.name
     rule = alternative.rule
@@ -127,7 +122,7 @@ def check_factors(
     else:
         shapes = ((out_rows, in_features),)
     (style,) = entry.styles
-    return FactorClass(
+    return FactorFacts(
         format=fmt, stacked=stacked, rank=int(down_rank), target_shapes=shapes, qkv_order=qkv_order,
         dtype=down_dtype if down_dtype == up_dtype else "/".join(sorted((down_dtype, up_dtype))), suffix_style=style,
     )

@@ -20,7 +20,6 @@ Four layouts are in circulation (examples in docs/adapters.md):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections import Counter
@@ -33,7 +32,7 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
     DIFFUSERS_MODULES, FUSED_QKV, NATIVE_MODULES, PLAIN, SWIGLU_GATE_UP, Alternative, ModuleRule, dotted_name,
     match_module, match_name, native_vocabulary,
 )
-from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, FactorClass, check_alpha, check_factors  # noqa: F401
+from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_factors  # noqa: F401
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
 
@@ -108,8 +107,6 @@ class ModulePlan:
                 return self.stem[len(prefix):]
         return self.module
 
-
-_MODULE_PLAN_FIELDS = frozenset(field.name for field in dataclasses.fields(ModulePlan))
 
 
 @dataclass(frozen=True)
@@ -258,7 +255,6 @@ def _plan_modules(view: HeaderView, stems: dict[tuple[str, str], _Stem], found_r
     orphan_alphas: list[str] = []
     plans: list[ModulePlan] = []
     hybrid: list[str] = []
-    factor_classes: dict[tuple, FactorClass] = {}
     for key, entry in stems.items():
         if not (entry.down or entry.up):
             orphan_alphas.extend(k for k in (entry.alpha,) if k)
@@ -270,7 +266,7 @@ def _plan_modules(view: HeaderView, stems: dict[tuple[str, str], _Stem], found_r
         alternative, groups, matched_flat = found
         if matched_flat and not entry.flattened:
             hybrid.append(entry.stem)
-        plans.append(_module_plan(view, entry, alternative, groups, matched_flat, qkv_layout, factor_classes))
+        plans.append(_module_plan(view, entry, alternative, groups, matched_flat, qkv_layout))
     return plans, no_match, orphan_alphas, hybrid
 
 
@@ -333,52 +329,34 @@ def _architecture_hint(metadata: Mapping[str, str]) -> str:
 
 def _module_plan(
     view: HeaderView, entry: _Stem, alternative: Alternative, groups: tuple[str, ...], matched_flat: bool,
-    qkv_layout: str, classes: dict[tuple, FactorClass],
+    qkv_layout: str,
 ) -> ModulePlan:
-    """The plan of one module; ``classes`` remembers the factor checks of this plan's earlier modules. The checks run
-    in the same order for every module (factors, then the alpha scalar, then row counts), so the first module that
-    fails names the same problem whether or not its class was seen."""
+    """The plan of one module, its factors checked (``factor_checks.check_factors``)."""
     if entry.down is None or entry.up is None:
         have, missing = ("lora_A/lora_down", "lora_B/lora_up") if entry.down else ("lora_B/lora_up", "lora_A/lora_down")
         raise H3AppError(f"{view.name}: module {entry.stem!r} has {have} but no {missing}: the file is incomplete; "
                          "re-export it.")
-    down, up = view.tensors[entry.down], view.tensors[entry.up]
-    class_key = (alternative, matched_flat, bool(entry.slots), entry.styles, down, up, qkv_layout)
-    factors = classes.get(class_key)
-    if factors is None:
-        factors = check_factors(view, entry, alternative, matched_flat, qkv_layout, down, up)
-        classes[class_key] = factors
-    elif entry.alpha is not None:
-        check_alpha(view, entry)
+    factors = check_factors(view, entry, alternative, matched_flat, qkv_layout, view.tensors[entry.down],
+                            view.tensors[entry.up])
     rule = alternative.rule
-    return _new_module_plan({
-        "stem": entry.stem,
-        "module": dotted_name(rule, groups) if matched_flat else entry.name,  # the name a flattened one stands for
-        "prefix": entry.prefix,
-        "format": factors.format,
-        "layout": rule.layout,
-        "qkv_order": factors.qkv_order,
-        "targets": tuple([target.format(*groups) for target in rule.targets]),
-        "target_shapes": factors.target_shapes,
-        "rank": factors.rank,
-        "down_key": entry.down,
-        "up_key": entry.up,
-        "alpha_key": entry.alpha,
-        "stacked": factors.stacked,
-        "file_partition": entry.file_partition,
-        "dtype": factors.dtype,
-        "suffix_style": factors.suffix_style,
-    })
-
-
-def _new_module_plan(fields: dict[str, object]) -> ModulePlan:
-    """``ModulePlan(**fields)`` without the frozen dataclass's per-field ``object.__setattr__`` (4.5 µs a plan, 312
-    plans on a LightX2V file): ``fields`` becomes the instance's ``__dict__``, checked by name against the dataclass."""
-    if fields.keys() != _MODULE_PLAN_FIELDS:
-        raise TypeError(f"ModulePlan fields differ: {sorted(fields.keys() ^ _MODULE_PLAN_FIELDS)}")
-    plan = object.__new__(ModulePlan)
-    object.__setattr__(plan, "__dict__", fields)
-    return plan
+    return ModulePlan(
+        stem=entry.stem,
+        module=dotted_name(rule, groups) if matched_flat else entry.name,  # the name a flattened one stands for
+        prefix=entry.prefix,
+        format=factors.format,
+        layout=rule.layout,
+        qkv_order=factors.qkv_order,
+        targets=tuple([target.format(*groups) for target in rule.targets]),
+        target_shapes=factors.target_shapes,
+        rank=factors.rank,
+        down_key=entry.down,
+        up_key=entry.up,
+        alpha_key=entry.alpha,
+        stacked=factors.stacked,
+        file_partition=entry.file_partition,
+        dtype=factors.dtype,
+        suffix_style=factors.suffix_style,
+    )
 
 
 def _refuse_duplicate_targets(name: str, plans: Sequence[ModulePlan]) -> None:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from ..errors import H3AppError
 from . import memo
-from .limits import check_header_length, check_tensor_count
+from .header_caps import check_header_length, check_tensor_count
 from .memo import file_version
 from .types import HeaderView
 
@@ -185,7 +185,7 @@ def parse_header(
     """Validate a safetensors JSON header; return key → (dtype, shape, (begin, end)), metadata, buffer length.
 
     Shared with remote reads (the header bytes are the same wherever they come from). The tensor count is capped
-    on the raw bytes first (``limits.MAX_TENSORS``), so a header bomb is refused before any JSON is parsed.
+    on the raw bytes first (``header_caps.MAX_TENSORS``), so a header bomb is refused before any JSON is parsed.
     """
     check_tensor_count(raw_header, name)
     try:

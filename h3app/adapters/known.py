@@ -9,7 +9,6 @@ vllm-omni PR #7062.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
@@ -18,6 +17,9 @@ from typing import Any
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.choices import FL2VA, REF2VA, TINY_REPO_ID
+from .source.files import file_sha256
+from .source.names import is_url, looks_like_repo_id
+from .source.refs import parse_hf_url
 
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
 LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"
@@ -141,7 +143,6 @@ def registry_identity(source: str, weight_name: str | None, file_name: str, *,
     - a demo adapter in ``assets/adapters`` (by path, or picked in the UI) → the tiny checkpoint's repo;
     - any other local file, an upload included → ``(None, file_name)``: no registry entry can name it."""
     from ..errors import H3AppError
-    from .refs import is_url, looks_like_repo_id, parse_hf_url
 
     if repo_id is not None:
         return repo_id, file_name
@@ -180,7 +181,7 @@ def demo_copy(path: Path) -> str | None:
     candidates = _demo_files().get(stat.st_size)
     if not candidates or not path.is_file():
         return None
-    digest = _sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    digest = file_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     return candidates.get(digest)
 
 
@@ -191,15 +192,7 @@ def _demo_files() -> dict[int, dict[str, str]]:
     if TINY_DEMO_DIR.is_dir():
         for file in sorted(TINY_DEMO_DIR.rglob("*.safetensors")):
             stat = file.stat()
-            files.setdefault(stat.st_size, {})[_sha256(str(file), stat.st_size, stat.st_mtime_ns)] = (
+            files.setdefault(stat.st_size, {})[file_sha256(str(file), stat.st_size, stat.st_mtime_ns)] = (
                 file.relative_to(TINY_DEMO_DIR).as_posix())
     return files
 
-
-@lru_cache(maxsize=64)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:  # keyed by version: a rewritten file is hashed again
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -14,8 +14,9 @@ diffusers layout of each target:
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -24,9 +25,12 @@ from ..rules.h3_modules import TransformerShapes
 from .alpha import AlphaChoice, resolve_alphas
 from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
 from .header import read_local_header
-from .inspect import analyse_header
+from .inspect import Analysis, analyse_header
 from .known import registry_identity
 from .types import ModuleLoRA, NormalisedAdapter
+
+
+FactorReader = Callable[[str], torch.Tensor]  # a factor's key → its tensor (lora_A [r, in], lora_B [out, r], or 3D)
 
 
 def load_adapter(
@@ -55,52 +59,47 @@ def load_adapter(
             f"nothing in {view.name} applies to the {partition} partition "
             f"({len(analysis.plan.reference_modules)} modules are for transformer_ref): load it for the ref2va workflow."
         )
-    reference_alphas = resolve_alphas(
-        analysis.plan.reference_modules, view, explicit_alpha=explicit_alpha, known=analysis.known
-    ).choices
 
     from safetensors import safe_open
 
-    modules: dict[str, ModuleLoRA] = {}
-    reference: dict[str, ModuleLoRA] = {}
     with safe_open(str(path), framework="pt") as handle:
-        for plan in analysis.plan.modules:
-            modules.update(_normalise_module(handle, plan, shapes, analysis.alphas.choices, view.name))
-        for plan in analysis.plan.reference_modules:
-            reference.update(_normalise_module(handle, plan, shapes, reference_alphas, view.name))
+        adapter = normalise(analysis, lambda key: _read_factor(handle, key, view.name), shapes=shapes,
+                            explicit_alpha=explicit_alpha)
     stat = path.stat()
     identity = (
         f"{repo_id}/{filename or view.name}:{stat.st_size}" if repo_id
         else f"{os.path.realpath(path)}:{stat.st_size}:{stat.st_mtime_ns}"
     )
-    return NormalisedAdapter(
-        info=analysis.info,
-        modules=modules,
-        unmatched_keys=analysis.plan.unmatched_keys,
-        reference_modules=reference,
-        identity=identity,
-    )
+    return replace(adapter, identity=identity)
 
 
-def _normalise_module(
-    handle: Any, plan: ModulePlan, shapes: TransformerShapes, choices: Mapping[str, AlphaChoice], name: str
-) -> dict[str, ModuleLoRA]:
-    """Read one module's factors and split them into its targets' ``ModuleLoRA``."""
-    down = _read_factor(handle, plan.down_key, name)
-    up = _read_factor(handle, plan.up_key, name)
-    pairs = split_factors(plan, down, up, head_dim=shapes.head_dim)
+def normalise(analysis: Analysis, read_factor: FactorReader, *, shapes: TransformerShapes,
+              explicit_alpha: float | None = None, identity: str = "") -> NormalisedAdapter:
+    """``analysis`` (of a header, for ``shapes`` and ``explicit_alpha``) made canonical: every planned module's
+    factors, read with ``read_factor``, split into its targets with their resolved alpha; the reference partition's
+    modules with an alpha resolution of their own. Reads every module's lora_A then lora_B, in plan order."""
+    reference_alphas = resolve_alphas(
+        analysis.plan.reference_modules, analysis.view, explicit_alpha=explicit_alpha, known=analysis.known
+    ).choices
+    modules = _targets(analysis.plan.modules, read_factor, shapes, analysis.alphas.choices)
+    reference = _targets(analysis.plan.reference_modules, read_factor, shapes, reference_alphas)
+    return NormalisedAdapter(info=analysis.info, modules=modules, unmatched_keys=analysis.plan.unmatched_keys,
+                             reference_modules=reference, identity=identity)
+
+
+def _targets(plans: Sequence[ModulePlan], read_factor: FactorReader, shapes: TransformerShapes,
+             choices: Mapping[str, AlphaChoice]) -> dict[str, ModuleLoRA]:
+    """Each module's factors split into its targets' ``ModuleLoRA``, by canonical target."""
     result: dict[str, ModuleLoRA] = {}
-    for target, (target_down, target_up) in zip(plan.targets, pairs):
-        choice = choices[target]
-        result[target] = ModuleLoRA(
-            target=target,
-            down=target_down,
-            up=target_up,
-            alpha=choice.alpha,
-            alpha_source=choice.source,
-            use_rslora=choice.use_rslora,
-            source_keys=plan.keys,
-        )
+    for plan in plans:
+        down = read_factor(plan.down_key)
+        up = read_factor(plan.up_key)
+        for target, (target_down, target_up) in zip(plan.targets, split_factors(plan, down, up,
+                                                                                 head_dim=shapes.head_dim)):
+            choice = choices[target]
+            result[target] = ModuleLoRA(target=target, down=target_down, up=target_up, alpha=choice.alpha,
+                                        alpha_source=choice.source, use_rslora=choice.use_rslora,
+                                        source_keys=plan.keys)
     return result
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters import source as sources
-from ..adapters.limits import adapter_size_cap
+from ..adapters.source.limits import adapter_size_cap
 from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo

@@ -8,15 +8,12 @@ every Linear of the 50 + 2 blocks: 312 targets at full size) so the rehearsal ne
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 
-from ..adapters.alpha import resolve_alphas
 from ..adapters.header import make_header_view
 from ..adapters.inspect import analyse_header
-from ..adapters.normalise import split_factors
-from ..adapters.types import HeaderView, ModuleLoRA, NormalisedAdapter
+from ..adapters.normalise import normalise
+from ..adapters.types import HeaderView, NormalisedAdapter
 from ..rules.choices import MAIN_PARTITION
 from ..rules.h3_modules import TransformerShapes, is_block_linear
 
@@ -49,29 +46,12 @@ def adapter_from_header(view: HeaderView, shapes: TransformerShapes, *, partitio
     factor an uninitialised CPU tensor of the header's shape and dtype (fake under fake CUDA when large)."""
     analysis = analyse_header(view, shapes=shapes, qkv_layout=qkv_layout, partition=partition,
                               explicit_alpha=explicit_alpha)
-    reference_alphas = resolve_alphas(analysis.plan.reference_modules, view, explicit_alpha=explicit_alpha,
-                                      known=analysis.known).choices
-    modules = _normalise(analysis.plan.modules, view, shapes, analysis.alphas.choices)
-    reference = _normalise(analysis.plan.reference_modules, view, shapes, reference_alphas)
-    return NormalisedAdapter(info=analysis.info, modules=modules, unmatched_keys=analysis.plan.unmatched_keys,
-                             reference_modules=reference, identity=f"header:{view.name}:{view.file_bytes}")
-
-
-def _normalise(plans: Any, view: HeaderView, shapes: TransformerShapes,
-               choices: Mapping[str, Any]) -> dict[str, ModuleLoRA]:
-    result: dict[str, ModuleLoRA] = {}
-    for plan in plans:
-        down, up = (_factor(view, key) for key in (plan.down_key, plan.up_key))
-        for target, (target_down, target_up) in zip(plan.targets, split_factors(plan, down, up,
-                                                                                 head_dim=shapes.head_dim)):
-            choice = choices[target]
-            result[target] = ModuleLoRA(target=target, down=target_down, up=target_up, alpha=choice.alpha,
-                                        alpha_source=choice.source, use_rslora=choice.use_rslora,
-                                        source_keys=plan.keys)
-    return result
+    return normalise(analysis, lambda key: _factor(view, key), shapes=shapes, explicit_alpha=explicit_alpha,
+                     identity=f"header:{view.name}:{view.file_bytes}")
 
 
 def _factor(view: HeaderView, key: str) -> torch.Tensor:
+    """An uninitialised tensor of ``key``'s shape and dtype in the header (unknown dtypes: fp32)."""
     dtype_name, shape = view.tensors[key]
     return torch.empty(tuple(shape), dtype=_NAME_DTYPES.get(dtype_name, torch.float32))
 

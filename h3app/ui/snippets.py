@@ -12,7 +12,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..adapters.refs import is_url, parse_hf_url
+from ..adapters.source.names import is_url
+from ..adapters.source.refs import parse_hf_url
 from ..adapters.sglang import SglangFlags, solve_flags
 from ..errors import H3AppError
 from ..adapters.resolved import resolve_adapter

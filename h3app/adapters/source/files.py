@@ -4,13 +4,14 @@ The entry points: ``list_weight_files`` (what a source offers), ``read_header`` 
 Hub files with HTTP Range requests, so format, rank and alpha show before a multi-GB download), ``fetch`` (a local
 copy of the file and its small ``*.json`` sidecars such as ``adapter_config.json``, in the huggingface_hub cache,
 pinned to the commit it came from) and ``current_identity`` (has the source moved on since?). What ``SOURCE`` may
-be and the naming rules are in ``refs.py`` (no network), the Hub side in ``hub.py``, the remote header reader in
-``remote_header.py``. Every failure is one ``H3AppError`` line naming the repo and file; a cached file trimmed away
-by another request while it is read is downloaded again once.
+be is in ``refs.py`` (no network), the Hub side in ``hub.py``, the remote header reader in ``remote_header.py``.
+Every failure is one ``H3AppError`` line naming the repo and file; a cached file trimmed away by another request
+while it is read is downloaded again once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -19,22 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from ..errors import H3AppError
-from ..rules.units import format_bytes
-from .header import ADAPTER_CONFIG_NAME, VanishedFile, read_local_header, vanished
-from .hub import (SIDECAR_SUFFIX, ProgressCallback, Token, check_access, choose_hub_weight, clean_token, in_folder,
-                  download_pinned, download_sidecar, hub_commit, hub_listing, remote_size)
-from .refs import (WEIGHT_SUFFIX, LocalPath, MultipleWeightFiles, SourceRef, WeightFile, as_ref, check_revision,
-                   check_weight_name, choose_weight, describe_files, implied_weight, list_local, local_weight,
-                   parse_source)
+from ..header import ADAPTER_CONFIG_NAME, VanishedFile, read_local_header, vanished
+from ..types import HeaderView
+from .hub import (SIDECAR_SUFFIX, ProgressCallback, Token, choose_hub_weight, clean_token, download_pinned,
+                  download_sidecar, hub_commit, hub_listing, in_folder, remote_size)
+from .limits import check_size
+from .local import LocalPath, list_local
+from .refs import SourceRef, as_ref, local_weight
 from .remote_header import read_remote_header
-from .types import HeaderView
-
-__all__ = [
-    "AdapterFile", "MultipleWeightFiles", "SourceIdentity", "SourceRef", "WeightFile", "WEIGHT_SUFFIX",
-    "check_access", "check_revision", "check_weight_name", "choose_weight", "current_identity", "describe_files",
-    "fetch", "file_sha256", "implied_weight", "list_weight_files", "parse_source", "read_header", "retry_if_trimmed",
-]
+from .weights import WeightFile
 
 
 @functools.lru_cache(maxsize=256)
@@ -182,7 +176,7 @@ def fetch(source: LocalPath | SourceRef, weight_name: str | None = None, revisio
     if ref.kind == "local":
         path, name = local_weight(ref, allowed_local_dirs)
         size = path.stat().st_size
-        _check_size(size, max_bytes, str(path))
+        check_size(size, max_bytes, str(path))
         if progress is not None:
             progress(size, size)
         sidecars = tuple(sorted(p for p in path.parent.glob("*" + SIDECAR_SUFFIX) if p.is_file()))
@@ -198,10 +192,8 @@ def fetch(source: LocalPath | SourceRef, weight_name: str | None = None, revisio
 def retry_if_trimmed(action: Callable[[], Any]) -> Any:
     """Run ``action``; if a cached file vanished under it (another request trimmed the download cache), run it once
     more, which downloads again; a second loss is one ``H3AppError`` line."""
-    try:
+    with contextlib.suppress(FileNotFoundError, VanishedFile):  # the first loss: try once more
         return action()
-    except (FileNotFoundError, VanishedFile):
-        pass
     try:
         return action()
     except FileNotFoundError as error:
@@ -219,14 +211,14 @@ def _fetch_hub(ref: SourceRef, token: Token, progress: ProgressCallback | None, 
         sidecar_names = listing.sidecars(weight.name)
     else:
         if max_bytes is not None:
-            _check_size(weight.size if weight.size is not None else remote_size(ref, weight.name, token),
-                        max_bytes, where)
+            check_size(weight.size if weight.size is not None else remote_size(ref, weight.name, token),
+                       max_bytes, where)
         path, commit = download_pinned(ref, weight.name, listing, token, cache_dir, progress)
         sidecar_names = listing.sidecars(weight.name)
         for sidecar in sidecar_names:
             download_sidecar(ref, sidecar, commit, token, cache_dir)
     size = path.stat().st_size
-    _check_size(size, max_bytes, where)
+    check_size(size, max_bytes, where)
     if progress is not None:
         progress(size, size)
     sidecars = tuple(p for p in (path.parent / posixpath.basename(n) for n in sidecar_names) if p.is_file())
@@ -245,17 +237,3 @@ def current_identity(file: AdapterFile, token: Token = None, *, cache_dir: Local
     commit = hub_commit(file.repo_id, file.filename, file.revision, clean_token(token), cache_dir)
     return SourceIdentity.of_hub(file.repo_id, file.filename, commit)
 
-
-def _check_size(size: int | None, max_bytes: int | None, where: str) -> None:
-    if max_bytes is None:
-        return
-    if size is None:
-        raise H3AppError(
-            f"the size of {where} is unknown, and this server only accepts files up to {format_bytes(max_bytes)}: "
-            "use another file."
-        )
-    if size > max_bytes:
-        raise H3AppError(
-            f"{where} is {format_bytes(size)}, over this server's limit of {format_bytes(max_bytes)}: use a smaller "
-            "adapter, or run h3app on your own machine."
-        )

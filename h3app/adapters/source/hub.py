@@ -16,8 +16,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
 
-from ..errors import H3AppError
-from .refs import COMMIT_SHA, WEIGHT_SUFFIX, LocalPath, SourceRef, WeightFile, choose_weight
+from ...errors import H3AppError
+from .local import LocalPath
+from .names import COMMIT_SHA, WEIGHT_SUFFIX
+from .refs import SourceRef
+from .weights import WeightFile, choose_weight
 
 SIDECAR_SUFFIX = ".json"
 SIDECAR_MAX_BYTES = 1_000_000  # a sidecar larger than this is not an adapter config: not downloaded
@@ -50,6 +53,7 @@ class HubListing:
 
 
 def hub_listing(ref: SourceRef, token: Token, cache_dir: LocalPath | None) -> HubListing:
+    """Every file of ``ref``'s repo at its revision: one ``model_info`` call; offline, what the cache holds."""
     from huggingface_hub import HfApi, constants
 
     if constants.is_offline_mode():
@@ -168,6 +172,7 @@ def download_pinned(ref: SourceRef, filename: str, listing: HubListing, token: T
 
 def download_sidecar(ref: SourceRef, name: str, commit: str | None, token: Token,
                       cache_dir: LocalPath | None) -> None:
+    """Download one ``*.json`` sidecar at ``commit`` into the cache; one that vanished since listing is skipped."""
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
@@ -179,6 +184,7 @@ def download_sidecar(ref: SourceRef, name: str, commit: str | None, token: Token
 
 
 def remote_size(ref: SourceRef, filename: str, token: Token) -> int | None:
+    """The size in bytes the Hub gives for ``filename`` (one HEAD), when the listing had none."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     with hub_errors(ref, filename):

@@ -2,7 +2,7 @@
 (pinned to the listed commit), so format, rank and alpha show before a multi-GB download.
 
 Reads: the first ``FIRST_READ_BYTES`` (the 8-byte length and, for nearly every adapter, the whole header); the rest
-of the header only when it is longer, after its length passed ``limits.check_header_length``; then the scalar
+of the header only when it is longer, after its length passed ``header_caps.check_header_length``; then the scalar
 tensors (``.alpha``), neighbours closer than ``SCALAR_SPAN_GAP`` merged into one request and the rest fetched in
 parallel. The raw header bytes go through the same ``parse_header`` as a local file's (one parse, no re-encoding),
 and the file size the Hub lists must equal what the header declares.
@@ -16,15 +16,18 @@ import posixpath
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
-from ..errors import H3AppError
-from ..rules.units import format_bytes
-from .header import (ADAPTER_CONFIG_NAME, make_header_view, parse_header, read_adapter_config, read_scalars,
-                     refuse_non_safetensors)
-from . import memo
+from ...errors import H3AppError
+from ...rules.units import format_bytes
+from .. import memo
+from ..header import (ADAPTER_CONFIG_NAME, make_header_view, parse_header, read_adapter_config, read_scalars,
+                      refuse_non_safetensors)
+from ..header_caps import check_header_length
+from ..types import HeaderView
 from .hub import SIDECAR_MAX_BYTES, HubListing, Token, hub_errors, remote_size
-from .limits import check_header_length
-from .refs import COMMIT_SHA, LocalPath, SourceRef, WeightFile
-from .types import HeaderView
+from .local import LocalPath
+from .names import COMMIT_SHA
+from .refs import SourceRef
+from .weights import WeightFile
 
 FIRST_READ_BYTES = 100_001  # bytes 0-100000: what huggingface_hub's own safetensors metadata parser reads first
 SCALAR_SPAN_GAP = 64 * 1024  # scalars closer than this (bytes) are read in one Range request

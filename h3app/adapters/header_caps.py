@@ -1,7 +1,4 @@
-"""Caps on what an adapter file may cost to look at, derived from the model rather than guessed.
-
-Sizes are decimal, as the Hugging Face Hub and :func:`h3app.rules.units.format_bytes` show them: a cap given as
-``H3APP_MAX_ADAPTER_MB=1.5`` is 1,500,000 bytes and is shown as "1.5 MB".
+"""Caps on what an adapter file's header may cost to look at, derived from the model rather than guessed.
 
 Header caps (docs/adapters.md, "Header caps"): the largest adapter h3app can apply gives every LoRA-able Linear of
 the full-size H3 (``FULL_TARGETS``, 370) a ``lora_A``, a ``lora_B`` and an ``.alpha``, for both transformer
@@ -16,30 +13,15 @@ from __future__ import annotations
 from ..errors import H3AppError
 from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
-from ..rules.values import parse_number
-
-MB = 1_000_000
-HOSTED_DEFAULT_ADAPTER_MB = 2_000  # a hosted server's cap when H3APP_MAX_ADAPTER_MB is not set (2 GB)
 
 FULL_TARGETS = len(transformer_shapes(FULL_SIZE_CONFIG))
 TENSORS_PER_TARGET = 3  # lora_A, lora_B, alpha
 TENSOR_MARGIN = 8
 MAX_TENSORS = len(PARTITIONS) * FULL_TARGETS * TENSORS_PER_TARGET * TENSOR_MARGIN
 ENTRY_BYTES = 512
-METADATA_BYTES = 8 * MB
+METADATA_BYTES = 8_000_000  # 8 MB (decimal)
 MAX_HEADER_BYTES = MAX_TENSORS * ENTRY_BYTES + METADATA_BYTES
 _ENTRY_MARK = b'"data_offsets"'  # once per tensor entry in a safetensors header
-
-
-def adapter_size_cap(megabytes: str | float | None, hosted: bool) -> int | None:
-    """The adapter file size cap in bytes from ``H3APP_MAX_ADAPTER_MB`` (decimal MB); unset: 2 GB when hosted,
-    none otherwise."""
-    if megabytes is None or (isinstance(megabytes, str) and not megabytes.strip()):
-        return HOSTED_DEFAULT_ADAPTER_MB * MB if hosted else None
-    value = parse_number(megabytes, "H3APP_MAX_ADAPTER_MB")
-    if value <= 0:
-        raise H3AppError(f"H3APP_MAX_ADAPTER_MB must be a positive number of megabytes, got {megabytes!r}.")
-    return int(value * MB)
 
 
 def check_header_length(header_len: int, name: str) -> None:

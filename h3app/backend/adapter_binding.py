@@ -85,12 +85,11 @@ class LoadedAdapter:
     adapter: NormalisedAdapter
     config_version: tuple[int, int] | None = None  # adapter_config.json's (size, mtime_ns) when it was read
 
-    def provenance(self, hide_paths: bool = False) -> dict[str, Any]:
-        """What the settings JSON records so that a result can be reproduced; ``hide_paths`` (hosted): a local
-        file by its name, never the server folder it lives in."""
-        local = self.file.repo_id is None
+    def provenance(self) -> dict[str, Any]:
+        """What the settings JSON records so that a result can be reproduced (a local file has no ``commit``: a
+        hosted answer names it by file name, ``outputs.names_only``)."""
         return {
-            "source": Path(self.settings.source).name if hide_paths and local else self.settings.source,
+            "source": self.settings.source,
             "weight_name": self.file.filename,
             "revision": self.settings.revision,
             "commit": self.file.commit,

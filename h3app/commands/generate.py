@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
     from ..cli import emit
-    from ..parallel.follower import follow
+    from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
 
     if not args.out.endswith(".mp4"):
@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
-    backend = Backend(args.model, options, parallel=group)
+    backend = Backend(args.model, options)
+    bind(group, backend)
     try:
         if group is not None and not group.leader:
             return follow(group, backend)

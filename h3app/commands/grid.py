@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.grid import parse_values
     from ..backend.service import Backend
     from ..cli import emit
-    from ..parallel.follower import follow
+    from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
     from ..rules import values
     from ..settings import LoRASettings
@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision, mode=args.mode)
     out = Path(args.out_dir)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
-    backend = Backend(args.model, load_options(args), parallel=group)
+    backend = Backend(args.model, load_options(args))
+    bind(group, backend)
     cells = []
     try:
         if group is not None and not group.leader:

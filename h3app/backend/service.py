@@ -16,15 +16,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ..adapters import source as sources
 from ..adapters.limits import adapter_size_cap
-from ..adapters.inspect import inspect_header
-from ..adapters.known import registry_identity
 from ..adapters.types import AdapterInfo
 from ..errors import for_visitor
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
 from ..rules.choices import T2VA
-from ..rules.h3_modules import transformer_shapes
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
@@ -87,12 +84,8 @@ class Backend:
         self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
         self.uploads_dir = self.output_dir / "uploads"
         self.uploads_dir.mkdir(parents=True, exist_ok=True)
-        allowed = tuple(str(Path(p).resolve()) for p in (*(allowed_local_dirs or (DEMO_ADAPTERS_DIR,)),
-                                                         self.uploads_dir))
-        self.policy = SourcePolicy(hosted=hosted, allowed_local_dirs=allowed, max_remote_bytes=max_remote_bytes,
-                                   unlisted_dirs=(str(self.uploads_dir.resolve()),),
-                                   max_cache_bytes=max_download_cache_bytes,
-                                   protected_repos=tuple(r for r in (self.model.location.repo_id,) if r))
+        self.policy = _source_policy(self.model, hosted, self.uploads_dir, allowed_local_dirs, max_remote_bytes,
+                                     max_download_cache_bytes)
         from ..lora.cache import AdapterCache
 
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
@@ -135,23 +128,13 @@ class Backend:
     def list_weights(self, source: str, revision: str | None = None, token: str | None = None
                      ) -> list[sources.WeightFile]:
         self.policy.check_source(source)
-        return sources.list_weight_files(source, revision, self.policy.token(token), **self._local_rule())
+        return sources.list_weight_files(source, revision, self.policy.token(token), **self.policy.local_rule())
 
     def inspect(self, source: str, weight_name: str | None = None, revision: str | None = None,
                 token: str | None = None, workflow: str = T2VA, qkv_layout: str = "auto") -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the held model's shapes; no weights downloaded."""
-        self.policy.check_source(source)
-        ref = sources.parse_source(source, weight_name, revision, **self._local_rule())
-        view = sources.read_header(ref, None, None, self.policy.token(token), **self._local_rule())  # ref has them
-        partition = repo.partition_for(workflow)
-        shapes = transformer_shapes(repo.read_transformer_config(str(self.model.location.folder), partition))
-        repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, ref.filename or view.name,
-                                              repo_id=ref.repo_id)
-        return inspect_header(view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout,
-                              partition=partition)
-
-    def _local_rule(self) -> dict[str, Any]:
-        return {"allowed_local_dirs": list(self.policy.allowed_local_dirs)} if self.hosted else {}
+        return self.policy.inspect(str(self.model.location.folder), source, weight_name, revision, token, workflow,
+                                   qkv_layout)
 
     # ----------------------------------------------------------------------------------------- worker jobs
     def submit_load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> JobHandle:
@@ -297,6 +280,16 @@ class Backend:
 
     def close(self) -> None:
         self.worker.close()
+
+
+def _source_policy(model: LoadedModel, hosted: bool, uploads_dir: Path, allowed_local_dirs: Sequence[str | Path],
+                   max_remote_bytes: int | None, max_cache_bytes: int | None) -> SourcePolicy:
+    """Which adapter sources the server accepts: local files only in the allowed folders (the demo adapters by
+    default) and the uploads folder (never listed), the model's own repo protected from the download cache's trim."""
+    allowed = tuple(str(Path(p).resolve()) for p in (*(allowed_local_dirs or (DEMO_ADAPTERS_DIR,)), uploads_dir))
+    return SourcePolicy(hosted=hosted, allowed_local_dirs=allowed, max_remote_bytes=max_remote_bytes,
+                        unlisted_dirs=(str(uploads_dir.resolve()),), max_cache_bytes=max_cache_bytes,
+                        protected_repos=tuple(r for r in (model.location.repo_id,) if r))
 
 
 def hosted_from_env() -> bool:

@@ -291,7 +291,8 @@ def wait(handle: JobHandle, on_step: Callable[[int, int], None] | None = None,
 def stream(handle: JobHandle, items: queue.Queue, on_step: Callable[[int, int], None] | None = None,
            abandoned: Callable[[], bool] | None = None) -> Iterator[Any]:
     """Yield what ``handle``'s job puts in ``items`` until the job ends (progress goes to ``on_step`` from a second
-    thread; ``abandoned`` as in :func:`wait`). A caller that stops reading cancels the job: nobody waits for the rest."""
+    thread; ``abandoned`` as in :func:`wait`). A caller that stops reading cancels the job: nobody waits for the
+    rest."""
     end = object()
 
     def forward() -> None:

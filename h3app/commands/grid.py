@@ -7,7 +7,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.frames import RELEASED
-from .model_options import add_run_flags, compile_fields, load_options
+from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--duration", type=float, default=5.0, help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
-    p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")
+    add_lora_mode_flag(p)
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
@@ -48,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=args.steps, duration=args.duration,
                                 height=args.height, width=args.width)
-    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision, mode=args.mode)
+    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
+                           mode=args.lora_mode)
     out = Path(args.out_dir)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     backend = Backend(args.model, load_options(args))

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import threading
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from contextlib import contextmanager
@@ -131,6 +132,48 @@ def remux_with_settings(source: str | Path, target: str | Path, settings: Mappin
             packet.stream = streams[packet.stream.index]
             dst.mux(packet)
     return target
+
+
+@dataclass(frozen=True)
+class MediaInfo:
+    """What an mp4 holds, as read back with PyAV."""
+
+    video_codec: str | None
+    width: int
+    height: int
+    frames: int
+    fps: float
+    pix_fmt: str | None
+    audio_codec: str | None
+    audio_channels: int
+    sample_rate: int
+    duration_s: float
+    settings: dict[str, Any] | None
+
+
+def probe_mp4(path: str | Path) -> MediaInfo:
+    """Streams, counts and the embedded settings of an mp4 (decodes the video to count frames)."""
+    import av
+
+    with av.open(str(path)) as container:
+        settings_text = container.metadata.get(SETTINGS_TAG)
+        video = next((s for s in container.streams if s.type == "video"), None)
+        audio = next((s for s in container.streams if s.type == "audio"), None)
+        frames = sum(1 for _ in container.decode(video=0)) if video is not None else 0
+        duration = float(container.duration / 1_000_000) if container.duration else 0.0
+        return MediaInfo(
+            video_codec=video.codec_context.name if video else None,
+            width=video.codec_context.width if video else 0,
+            height=video.codec_context.height if video else 0,
+            frames=frames,
+            fps=float(video.average_rate) if video and video.average_rate else 0.0,
+            pix_fmt=video.codec_context.pix_fmt if video else None,
+            audio_codec=audio.codec_context.name if audio else None,
+            audio_channels=audio.codec_context.channels if audio else 0,
+            sample_rate=audio.codec_context.sample_rate if audio else 0,
+            duration_s=duration,
+            settings=json.loads(settings_text) if settings_text else None,
+        )
 
 
 def read_settings(path: str | Path) -> dict[str, Any] | None:

@@ -55,7 +55,7 @@ def serve() -> None:
     from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
     from h3app.model.repo import pending_download
-    from h3app.parallel.follower import follow
+    from h3app.parallel.follower import bind, follow
     from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
     from h3app.ui.startup_page import while_starting
@@ -68,7 +68,8 @@ def serve() -> None:
     leader = group is None or group.leader
     download = pending_download(args.model, revision=options.revision, token=options.token) if leader else None
     with while_starting(download, show_log=not hosted_from_env()):  # first-start download progress on the app's port
-        backend = backend_from_env(args.model, options, parallel=group)
+        backend = backend_from_env(args.model, options)
+        bind(group, backend)  # ranks > 1: every job in lockstep (docs/multi-gpu.md)
     try:
         if group is not None and not group.leader:
             sys.exit(follow(group, backend))

@@ -1,4 +1,5 @@
-"""The one error type for problems a user can fix, and the one line a visitor gets for everything else."""
+"""The one-line reply: :class:`H3AppError` is every failure h3app answers in one line (most of them a problem the
+user can fix), and :func:`for_visitor` turns anything else into :class:`InternalError`'s generic line for a visitor."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ MAX_LOGGED_MESSAGE = 500  # characters of an exception's message in the log: inp
 
 
 class H3AppError(Exception):
-    """A user-facing problem, with a one-line message that names the problem and the fix.
+    """A failure answered with one line and no traceback. Most are problems a user can fix, and the line names the
+    problem and the fix (a bad input, a refused source, a limit); some say what happened and what to do next (a full
+    queue, a cancel, a lost rank); :class:`InternalError` is the generic line a visitor gets for a bug.
 
-    The CLI prints ``str(error)`` on one line and exits with status 2; the UI shows it as ``gr.Error``.
-    Anything else that escapes is a bug in h3app.
+    The CLI prints ``str(error)`` on one line and exits with status 2; the UI shows it as ``gr.Error``; every
+    ``except H3AppError`` passes the line on as it is. Anything else that escapes is a bug in h3app.
     """
 
     def __init__(self, message: str) -> None:
@@ -22,8 +25,9 @@ class H3AppError(Exception):
 
 
 class InternalError(H3AppError):
-    """An unexpected failure, as a visitor sees it: one generic line with an id that finds the details in the
-    server log (never the exception text, which may hold paths, library internals or the visitor's input)."""
+    """A bug, as a visitor sees it: one generic line with an id that finds the details in the server log (never the
+    exception text, which may hold paths, library internals or the visitor's input). Nothing the user can fix: it is
+    an :class:`H3AppError` only as a one-line reply, so that the UI shows it as is and never wraps it twice."""
 
 
 def for_visitor(error: BaseException, where: str = "request") -> BaseException:

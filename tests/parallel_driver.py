@@ -21,7 +21,7 @@ from h3app.errors import H3AppError  # noqa: E402
 from h3app.lora.engine import LoRAEngine  # noqa: E402
 from h3app.model.loader import LoadOptions  # noqa: E402
 from h3app.parallel.diagnostics import weights_digests  # noqa: E402
-from h3app.parallel.follower import follow  # noqa: E402
+from h3app.parallel.follower import bind, follow  # noqa: E402
 from h3app.parallel.launch import close_ranks, start_ranks  # noqa: E402
 from h3app.parallel.topology import add_parallel_arguments  # noqa: E402
 from h3app.settings import LoRASettings  # noqa: E402
@@ -63,7 +63,7 @@ def lead(backend: Backend, out: dict) -> None:
         out["injected_error"] = None
     except H3AppError as error:
         out["injected_error"] = [type(error).__name__, str(error)]
-    out["outcomes_injected"] = backend.parallel.outcomes
+    out["outcomes_injected"] = backend.wrap_job.group.outcomes
     out["digests_after_failure"] = weights_digests(backend)  # the failure detached every adapter on every rank
     out["hash_after_failure"] = backend.generate(REQUEST, ()).result.hash
 
@@ -76,10 +76,10 @@ def lead(backend: Backend, out: dict) -> None:
         out["cancel_error"] = None
     except H3AppError as error:
         out["cancel_error"] = [type(error).__name__, str(error)]
-    out["outcomes_cancel"] = backend.parallel.outcomes
+    out["outcomes_cancel"] = backend.wrap_job.group.outcomes
     out["hash_after_cancel"] = backend.generate(REQUEST, ()).result.hash
 
-    victim = backend.parallel.spawned[0].process
+    victim = backend.wrap_job.group.spawned[0].process
     victim.kill()
     victim.wait()
     started = time.monotonic()
@@ -105,7 +105,8 @@ def main() -> int:
     if group.rank == 1:
         inject_on(group.rank)
     output_dir = Path(tempfile.mkdtemp(prefix="h3app-parallel-test-"))
-    backend = Backend("tiny", LoadOptions(), parallel=group, output_dir=output_dir)
+    backend = Backend("tiny", LoadOptions(), output_dir=output_dir)
+    bind(group, backend)
     try:
         if not group.leader:
             return follow(group, backend)

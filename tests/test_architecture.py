@@ -21,8 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "model": {"errors", "lru", "rules"},
     "adapters": {"errors", "lru", "rules", "settings"},
     "lora": {"adapters", "errors", "lru", "rules", "settings"},
-    "parallel": {"backend", "errors", "rules", "model", "settings"},
-    "backend": {"adapters", "errors", "lora", "model", "parallel", "rules", "settings"},
+    "parallel": {"errors", "model", "rules"},
+    "backend": {"adapters", "errors", "lora", "model", "rules", "settings"},
     "ui": {"adapters", "backend", "errors", "rules", "settings"},
     "hardware": {"adapters", "backend", "errors", "lora", "model", "rules", "settings"},
 }

@@ -10,6 +10,7 @@ import pytest
 from h3app.backend import media
 from h3app.backend.generation import Cancelled, GenerationRequest, count_evaluations
 from h3app.backend.limits import MAX_PROMPT_CHARS
+from h3app.backend.outputs import names_only
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError, InternalError
 from h3app.settings import LoRASettings
@@ -124,9 +125,10 @@ def test_an_unexpected_error_reaches_a_visitor_as_one_generic_line(hosted, caplo
 
 def test_hosted_answers_name_files_but_no_server_folders(hosted, tmp_path):
     output = hosted.generate(GenerationRequest(prompt="x", steps=2), [LoRASettings(source=TURBO)])
-    answer = output.to_json()
+    answer = names_only(output.to_json())  # the one rule the UI applies to every hosted answer (endpoint_guard)
     assert "/" not in answer["out"] and "/" not in answer["thumbnail"]
     assert answer["adapters"][0]["source"] == Path(TURBO).name
+    assert output.settings["adapters"][0]["source"] == Path(TURBO).name  # as the mp4 records it
     stored = media.read_settings(output.video_path)
     assert str(ADAPTERS) not in str(stored) and str(hosted.output_dir) not in str(stored)
     assert Path(output.video_path).is_file()  # the UI still serves the file itself

@@ -136,7 +136,7 @@ def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_
     assert result.code == 0, result.err
     assert out.stat().st_size > 0
     refused = run_cli_process("generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3",
-                              "--out", str(tmp_path / "m.mp4"), "--fp8", "--mode", "merged",
+                              "--out", str(tmp_path / "m.mp4"), "--fp8", "--lora-mode", "merged",
                               "--adapter", "assets/adapters/tiny_turbo_4step.safetensors",
                               env={"HF_HUB_OFFLINE": "1"})
     assert refused.returncode == 2

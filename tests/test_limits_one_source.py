@@ -25,7 +25,7 @@ def test_the_released_frame_rule_is_the_pipelines(tiny_model):
     """What the CLI says before a model is loaded (``RELEASED``) is what the loaded pipeline enforces."""
     limits = model_limits(tiny_model.pipeline("t2va"))
     assert limits.frames == RELEASED
-    assert (limits.max_frames, limits.max_seconds) == (345, 14.375)  # 17 × 20 + 5 frames at 24 fps
+    assert (limits.frames.max_frames, limits.frames.longest_seconds) == (345, 14.375)  # 17 × 20 + 5 frames at 24 fps
 
 
 def test_every_duration_the_rule_accepts_is_accepted_by_the_pipelines_own_check(tiny_model):
@@ -57,7 +57,7 @@ def test_each_request_slider_at_both_ends_runs(tiny_model):
     with gr.Blocks():
         controls = build_request_controls(limits)
     steps, duration = controls.steps, controls.duration
-    assert (duration.minimum, duration.maximum) == (limits.min_seconds, limits.max_seconds)
+    assert (duration.minimum, duration.maximum) == (limits.frames.shortest_seconds, limits.frames.longest_seconds)
     assert ((duration.maximum - duration.minimum) / duration.step).is_integer()  # the top is on the slider's grid
     side = controls.height.step
     ends = [(steps.minimum, duration.maximum), (steps.maximum, duration.minimum)]
@@ -67,7 +67,7 @@ def test_each_request_slider_at_both_ends_runs(tiny_model):
         limits.check_request(request)
         result = run_generation(tiny_model.pipeline("t2va"), request)
         assert result.frames == limits.frames.frames(seconds)
-    assert ends[0][1] == 14.375 and result.fps == limits.fps
+    assert ends[0][1] == 14.375 and result.fps == limits.frames.fps
 
 
 # ------------------------------------------------------------------------------------------------------- the API

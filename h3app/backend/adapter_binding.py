@@ -17,10 +17,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..adapters import source as sources
+from ..adapters.inspect import inspect_header
 from ..adapters.known import registry_identity
 from ..adapters.normalise import load_adapter
 from ..adapters.resolved import ResolvedAdapter, resolve_adapter
-from ..adapters.types import NormalisedAdapter
+from ..adapters.types import AdapterInfo, NormalisedAdapter
 from ..errors import H3AppError
 from ..lora.cache import AdapterCache, AdapterKey
 from ..lora.engine import LoRAEngine
@@ -64,6 +65,24 @@ class SourcePolicy:
                 raise H3AppError("the uploads folder cannot be listed on this server: give the path of your uploaded "
                                  ".safetensors file, a Hub repo id or an HF URL.")
 
+    def local_rule(self) -> dict[str, Any]:
+        """Where a local source may be: hosted, only inside the allowed folders."""
+        return {"allowed_local_dirs": list(self.allowed_local_dirs)} if self.hosted else {}
+
+    def inspect(self, model_folder: str, source: str, weight_name: str | None, revision: str | None,
+                token: str | None, workflow: str, qkv_layout: str) -> AdapterInfo:
+        """Header only (remote: HTTP ranges), checked against the shapes of ``workflow``'s transformer in
+        ``model_folder``; no weights downloaded."""
+        self.check_source(source)
+        ref = sources.parse_source(source, weight_name, revision, **self.local_rule())
+        view = sources.read_header(ref, None, None, self.token(token), **self.local_rule())  # ref has them
+        partition = repo.partition_for(workflow)
+        shapes = transformer_shapes(repo.read_transformer_config(model_folder, partition))
+        repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, ref.filename or view.name,
+                                              repo_id=ref.repo_id)
+        return inspect_header(view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout,
+                              partition=partition)
+
     def fetch_kwargs(self) -> dict[str, Any]:
         if not self.hosted:
             return {}
@@ -85,12 +104,11 @@ class LoadedAdapter:
     adapter: NormalisedAdapter
     config_version: tuple[int, int] | None = None  # adapter_config.json's (size, mtime_ns) when it was read
 
-    def provenance(self, hide_paths: bool = False) -> dict[str, Any]:
-        """What the settings JSON records so that a result can be reproduced; ``hide_paths`` (hosted): a local
-        file by its name, never the server folder it lives in."""
-        local = self.file.repo_id is None
+    def provenance(self) -> dict[str, Any]:
+        """What the settings JSON records so that a result can be reproduced (a local file has no ``commit``: a
+        hosted answer names it by file name, ``outputs.names_only``)."""
         return {
-            "source": Path(self.settings.source).name if hide_paths and local else self.settings.source,
+            "source": self.settings.source,
             "weight_name": self.file.filename,
             "revision": self.settings.revision,
             "commit": self.file.commit,

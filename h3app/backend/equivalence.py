@@ -34,6 +34,7 @@ from .generation import (GenerationRequest, GenerationResult, first_step_digest,
                          run_generation, save_result)
 from .worker import Cancelled
 from .media import remux_with_settings, write_thumbnail
+from .outputs import Outputs
 
 CHECK_NAME = "equivalence-check"
 FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step
@@ -88,7 +89,6 @@ class EquivalenceResult:
     fallback_spectrogram_diff_path: str
     seconds: float
     settings: dict[str, Any]
-    hide_paths: bool = False  # hosted: answers name files, never server folders
     seconds_per_run: float | None = None  # A's pipeline run: what the next check's estimate is based on
 
     def to_json(self) -> dict[str, Any]:
@@ -111,19 +111,16 @@ class EquivalenceResult:
             "fallback": self._column(self.fallback),
             "a_vs_b": self.a_vs_b.to_json(),
             "a_vs_fallback": self.a_vs_fallback.to_json(),
-            "heatmap": self._path(self.heatmap_path),
-            "fallback_heatmap": self._path(self.fallback_heatmap_path),
-            "spectrogram_diff": self._path(self.spectrogram_diff_path),
-            "fallback_spectrogram_diff": self._path(self.fallback_spectrogram_diff_path),
+            "heatmap": self.heatmap_path,
+            "fallback_heatmap": self.fallback_heatmap_path,
+            "spectrogram_diff": self.spectrogram_diff_path,
+            "fallback_spectrogram_diff": self.fallback_spectrogram_diff_path,
             "settings": self.settings,
         }
 
-    def _path(self, path: str) -> str:
-        return Path(path).name if self.hide_paths else path
-
-    def _column(self, column: Column) -> dict[str, Any]:
-        return {**dataclasses.asdict(column), "video_path": self._path(column.video_path),
-                "thumbnail_path": self._path(column.thumbnail_path)}
+    @staticmethod
+    def _column(column: Column) -> dict[str, Any]:
+        return dataclasses.asdict(column)
 
 
 @contextmanager
@@ -225,17 +222,17 @@ def _difference_images(ra: GenerationResult, rb: GenerationResult, rf: Generatio
 
 
 def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettings, *, a: CheckSetting = DEFAULT_A,
-                    b: CheckSetting = DEFAULT_B, output_dir: Path, token: str | None = None,
+                    b: CheckSetting = DEFAULT_B, outputs: Outputs, token: str | None = None,
                     on_step: Callable[[int, int], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None,
-                    on_phase: Callable[[str], None] | None = None, hide_paths: bool = False) -> EquivalenceResult:
+                    on_phase: Callable[[str], None] | None = None) -> EquivalenceResult:
     """Run the fallback, A, the control (A's first denoising step again) and B; compare and save the media.
 
     ``binder`` is the :class:`~h3app.backend.adapter_binding.AdapterBinder` of the held model. Every adapter is
     detached before and after, so the model is left at its bitwise base. Each column's mp4 is encoded on a second
     thread while the next column denoises. ``on_step(done, total)`` counts the whole check's denoising steps (a
-    cancel says "cancelled after k of n steps" of the whole check). ``hide_paths`` (hosted): the settings name
-    local adapter files and inputs without their folders.
+    cancel says "cancelled after k of n steps" of the whole check). Files go to ``outputs``, the settings as it
+    records them.
     """
     started = time.perf_counter()
     workflow = request.workflow
@@ -245,8 +242,9 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     engine = binder.engine(workflow)
     ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
     total = len(FULL_RUNS) * request_evaluations(pipe, request) + CONTROL_STEPS
-    settings = {"request": request.to_json(hide_paths), "adapter": loaded.provenance(hide_paths),
-                "a": a.label, "b": b.label, "model": binder.model.name, "model_commit": binder.model.location.commit}
+    settings = outputs.record({"request": request.to_json(), "adapter": loaded.provenance(), "a": a.label,
+                               "b": b.label, "model": binder.model.name, "model_commit": binder.model.location.commit})
+    output_dir = outputs.folder
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:12]
     runs = _CheckRuns(pipe, request, engine, ranks, total=total, settings=settings, output_dir=output_dir, stem=stem,
@@ -282,8 +280,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
         a=done["A"], b=done["B"], fallback=done["fallback"], a_vs_b=a_vs_b, a_vs_fallback=a_vs_fallback,
         heatmap_path=paths["heat-ab"], fallback_heatmap_path=paths["heat-afallback"],
         spectrogram_diff_path=paths["spec-ab"], fallback_spectrogram_diff_path=paths["spec-afallback"],
-        seconds=time.perf_counter() - started, settings=settings, hide_paths=hide_paths,
-        seconds_per_run=ra.seconds,
+        seconds=time.perf_counter() - started, settings=settings, seconds_per_run=ra.seconds,
     )
 
 
@@ -327,5 +324,5 @@ def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]
     model = load_model(check.model, check.request.workflow, check.options)
     output_dir = Path(tempfile.mkdtemp(prefix="h3app-check-"))
     result = run_equivalence(AdapterBinder(model), check.request, check.adapter, a=check.a, b=check.b,
-                             output_dir=output_dir, token=token)
+                             outputs=Outputs(output_dir), token=token)
     return {**result.to_json(), "model": model.name, "output_dir": str(output_dir)}

@@ -8,7 +8,6 @@ forward (diffusers' H3 denoise loop has no step callback).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import sys
 import time
@@ -109,15 +108,9 @@ class GenerationRequest:
         """Frames requested at the released rule's fps (the pipeline snaps up to the 17n+5 rule)."""
         return RELEASED.requested_frames(self.duration)
 
-    def to_json(self, hide_paths: bool = False) -> dict[str, Any]:
-        """The request as JSON; ``hide_paths`` (hosted): input files (uploads) by name, never their server folder."""
-        data = asdict(self)
-        if hide_paths:
-            for name in ("first_frame", "last_frame"):
-                if data[name]:
-                    data[name] = Path(data[name]).name
-            data["references"] = tuple(Path(r).name for r in data["references"])
-        return data
+    def to_json(self) -> dict[str, Any]:
+        """The request as JSON (input files by their paths; a hosted answer names them by file name)."""
+        return asdict(self)
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")

@@ -9,7 +9,6 @@ import threading
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import H3AppError
@@ -18,6 +17,7 @@ from ..settings import LoRASettings
 from . import metrics
 from .generation import MAX_SEED, GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
 from .media import write_thumbnail
+from .outputs import Outputs
 from .worker import Cancelled
 
 BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
@@ -68,7 +68,6 @@ class GridCell:
     baseline_psnr: float
     baseline_max_abs_diff: float
     seconds: float
-    hide_paths: bool = False  # hosted: answers name files, never server folders
     baseline_video_path: str = ""  # the no-LoRA run of this cell's seed, so it can be shown as a cell of its own
     baseline_thumbnail_path: str = ""
     baseline_hash: str = ""
@@ -76,12 +75,8 @@ class GridCell:
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        del data["hide_paths"]
         if not math.isfinite(self.baseline_psnr):
             data["baseline_psnr"] = "inf"
-        if self.hide_paths:
-            for key in ("video_path", "thumbnail_path", "baseline_video_path", "baseline_thumbnail_path"):
-                data[key] = Path(data[key]).name if data[key] else ""
         return data
 
 
@@ -127,15 +122,16 @@ def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float |
     return values.parse_list(text, what, item)
 
 
-def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, output_dir: Path,
+def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, outputs: Outputs,
              baselines: Baselines, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
-             should_cancel: Callable[[], bool] | None = None, hide_paths: bool = False) -> Iterator[GridCell]:
+             should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
     no-LoRA output per request (keyed by the request's JSON, bounded); the model is left at its base afterwards.
     ``on_step(done, total)`` counts the whole grid's denoising steps (baselines included), so a cancel says
-    "cancelled after k of n steps" of the grid. ``hide_paths`` (hosted): cells name their files without folders."""
+    "cancelled after k of n steps" of the grid. Files go to ``outputs``, their settings as it records them."""
     workflow = request.workflow
+    output_dir = outputs.folder
     pipe = binder.model.pipeline(workflow)
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:8]
@@ -167,21 +163,21 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                 baselines.put(keys[seed], base)
             base_name = f"{stem}-baseline-{seed}"
             base_video = save_result(base, output_dir / f"{base_name}.mp4",
-                                     {"request": seeded.to_json(hide_paths), "adapters": [], "hash": base.hash})
+                                     outputs.record({"request": seeded.to_json(), "adapters": [], "hash": base.hash}))
             base_thumb = write_thumbnail(output_dir / f"{base_name}.png", base.video)
             for row, alpha in enumerate(plan.alphas):
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
-                    applied = binder.apply([settings], workflow, token)[0].provenance(hide_paths)
+                    applied = binder.apply([settings], workflow, token)[0].provenance()
                     result = generate(seeded)
                     name = f"{stem}-{row}-{column}-{seed}"
-                    video = save_result(result, output_dir / f"{name}.mp4",
-                                        {"request": seeded.to_json(hide_paths), "alpha": alpha, "strength": strength,
-                                         "adapters": [applied], "hash": result.hash})
+                    recorded = outputs.record({"request": seeded.to_json(), "alpha": alpha, "strength": strength,
+                                               "adapters": [applied], "hash": result.hash})
+                    video = save_result(result, output_dir / f"{name}.mp4", recorded)
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
-                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, hide_paths,
-                                   str(base_video), str(base_thumb), base.hash, applied)
+                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds,
+                                   str(base_video), str(base_thumb), base.hash, recorded["adapters"][0])
     finally:
         binder.reset(workflow)

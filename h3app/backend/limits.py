@@ -44,27 +44,6 @@ class Limits:
     max_grid_cells: int = MAX_GRID_CELLS
     min_steps: int = MIN_STEPS
 
-    @property
-    def fps(self) -> int:
-        return self.frames.fps
-
-    @property
-    def min_seconds(self) -> float:
-        """The shortest duration offered and accepted (s)."""
-        return self.frames.shortest_seconds
-
-    @property
-    def max_seconds(self) -> float:
-        """The longest duration the pipeline accepts (s): its longest 17n+5 clip, not its ``max_duration``."""
-        return self.frames.longest_seconds
-
-    @property
-    def max_frames(self) -> int:
-        return self.frames.max_frames
-
-    def check_duration(self, duration: float) -> None:
-        self.frames.check_duration(duration)
-
     def check_canvas(self, height: int | None, width: int | None) -> None:
         """Sides a positive multiple of ``canvas_multiple``, area within ``max_pixels`` (None: the model's own)."""
         if height is None or width is None:
@@ -103,19 +82,13 @@ class Limits:
         """Every cap that a :class:`~h3app.backend.generation.GenerationRequest` can exceed."""
         self.check_canvas(request.height, request.width)
         self.check_steps(request.steps)
-        self.check_duration(request.duration)
+        self.frames.check_duration(request.duration)
         self.check_prompt(request.prompt, tokenizer)
 
     def _largest_16_9(self) -> str:
         short = int((self.max_pixels * 9 / 16) ** 0.5) // self.canvas_multiple * self.canvas_multiple
         long = self.max_pixels // max(short, 1) // self.canvas_multiple * self.canvas_multiple
         return f"{short}×{long}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"canvas_multiple": self.canvas_multiple, "max_pixels": self.max_pixels,
-                "seconds": [self.min_seconds, self.max_seconds], "fps": self.fps, "max_frames": self.max_frames,
-                "min_steps": self.min_steps, "max_steps": self.max_steps,
-                "max_prompt_tokens": self.max_prompt_tokens, "max_grid_cells": self.max_grid_cells}
 
 
 def _count(value: int) -> str:

@@ -7,21 +7,28 @@ who queued first never makes a later visitor wait for all of theirs. Jobs withou
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
 so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
 calls ``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
+
+A :data:`JobWrapper` wraps each job before it is queued: :func:`alone` (the job as it is) on one rank; with several
+ranks the entry point injects ``h3app.parallel.lockstep.Lockstep``, which runs it on every rank in step, so the
+:class:`JobCall` says how another rank queues the same job.
 """
 
 from __future__ import annotations
 
 import itertools
+import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import H3AppError
+from ..rules.choices import T2VA
 from .admission import OWNER
 
 DEFAULT_QUEUE_SIZE = 16
 CLIENT_GONE = "cancelled (the client went away)"
+POLL_SECONDS = 0.25  # how often a waiting caller looks at progress and at its client
 
 
 class QueueFull(H3AppError):
@@ -47,11 +54,17 @@ class Progress:
     position: int = 0
 
 
+def _as_asked(asked: bool) -> bool:
+    return asked
+
+
 @dataclass
 class JobContext:
-    """Handed to a running job: report progress, ask whether to stop."""
+    """Handed to a running job: report progress, ask whether to stop. ``decide_cancel`` turns the job's own cancel
+    flag into the decision (several ranks: an agreement, so that all stop at the same step)."""
 
     handle: "JobHandle"
+    decide_cancel: Callable[[bool], bool] = _as_asked
 
     def on_step(self, done: int, total: int) -> None:
         self.handle._progress.done, self.handle._progress.total = done, total
@@ -62,7 +75,27 @@ class JobContext:
         self.handle._notify()
 
     def should_cancel(self) -> bool:
-        return self.handle._cancel.is_set()
+        return self.decide_cancel(self.handle._cancel.is_set())
+
+
+Job = Callable[[JobContext], Any]
+
+
+@dataclass(frozen=True)
+class JobCall:
+    """How another rank queues the same job: ``again(backend)`` queues it on that rank's Backend and waits (picklable:
+    module-level functions and their arguments); ``workflow``: the transformer partition the job runs."""
+
+    again: Callable[[Any], Any]
+    workflow: str = T2VA
+
+
+JobWrapper = Callable[[Job, JobCall], Job]
+
+
+def alone(job: Job, call: JobCall) -> Job:
+    """The job wrapper of one rank: the job as it is."""
+    return job
 
 
 @dataclass(eq=False)
@@ -237,3 +270,46 @@ class Worker:
             self._closing = True
             self._pending_lock.notify_all()
         self._thread.join(timeout)
+
+
+def wait(handle: JobHandle, on_step: Callable[[int, int], None] | None = None,
+         on_phase: Callable[[str], None] | None = None, abandoned: Callable[[], bool] | None = None) -> None:
+    """Wait for ``handle`` to end while forwarding its progress. ``abandoned()`` (the UI's check of its Gradio event,
+    ``h3app.ui.client_gone``) is polled: when it says nobody waits any more, the job is cancelled at its next step."""
+    last = None
+    while not handle.done:
+        handle.wait_for_change(POLL_SECONDS)
+        handle.cancel_if(abandoned)
+        progress = handle.progress
+        if on_phase is not None and progress.phase != (last.phase if last else None):
+            on_phase(progress.phase if progress.phase != "queued" else f"queued (position {progress.position})")
+        if on_step is not None and progress.total and (last is None or progress.done != last.done):
+            on_step(progress.done, progress.total)
+        last = progress
+
+
+def stream(handle: JobHandle, items: queue.Queue, on_step: Callable[[int, int], None] | None = None,
+           abandoned: Callable[[], bool] | None = None) -> Iterator[Any]:
+    """Yield what ``handle``'s job puts in ``items`` until the job ends (progress goes to ``on_step`` from a second
+    thread; ``abandoned`` as in :func:`wait`). A caller that stops reading cancels the job: nobody waits for the
+    rest."""
+    end = object()
+
+    def forward() -> None:
+        wait(handle, on_step)
+        items.put(end)
+
+    threading.Thread(target=forward, daemon=True).start()
+    try:
+        while True:
+            try:
+                item = items.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                handle.cancel_if(abandoned)
+                continue
+            if item is end:
+                return
+            yield item
+    finally:
+        if not handle.done:
+            handle.cancel(CLIENT_GONE)

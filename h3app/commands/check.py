@@ -98,9 +98,10 @@ def _full_check_on_ranks(args: argparse.Namespace, a: "CheckSetting", b: "CheckS
                          group: "RankGroup") -> dict | None:
     """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
     from ..backend.service import Backend
-    from ..parallel.follower import follow
+    from ..parallel.follower import bind, follow
 
-    backend = Backend(args.model, load_options(args), parallel=group)
+    backend = Backend(args.model, load_options(args))
+    bind(group, backend)
     try:
         if not group.leader:
             follow(group, backend)

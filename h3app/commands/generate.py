@@ -6,9 +6,9 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import LORA_MODES, T2VA, WORKFLOWS
+from ..rules.choices import T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
-from .model_options import add_run_flags, compile_fields, load_options
+from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
-    p.add_argument("--mode", default="unmerged", choices=LORA_MODES, help="how LoRA is applied")
+    add_lora_mode_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
@@ -72,10 +72,10 @@ def adapters_from_args(args: argparse.Namespace) -> list:
     adapters = []
     if args.adapter:
         adapters.append(LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                                     alpha=args.alpha, strength=args.scale, mode=args.mode))
+                                     alpha=args.alpha, strength=args.scale, mode=args.lora_mode))
     elif any(v is not None for v in (args.weight_name, args.revision, args.alpha)):
         raise H3AppError("--weight-name/--revision/--alpha belong to --adapter: add --adapter SOURCE.")
-    adapters.extend(parse_adapter_spec(spec, args.mode) for spec in args.adapter_spec)
+    adapters.extend(parse_adapter_spec(spec, args.lora_mode) for spec in args.adapter_spec)
     return adapters
 
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
     from ..cli import emit
-    from ..parallel.follower import follow
+    from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
 
     if not args.out.endswith(".mp4"):
@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
-    backend = Backend(args.model, options, parallel=group)
+    backend = Backend(args.model, options)
+    bind(group, backend)
     try:
         if group is not None and not group.leader:
             return follow(group, backend)

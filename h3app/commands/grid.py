@@ -7,7 +7,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.frames import RELEASED
-from .model_options import add_run_flags, compile_fields, load_options
+from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
-    p.add_argument("--mode", default="unmerged", choices=("unmerged", "merged"), help="how LoRA is applied")
+    add_lora_mode_flag(p)
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.grid import parse_values
     from ..backend.service import Backend
     from ..cli import emit
-    from ..parallel.follower import follow
+    from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
     from ..rules import values
     from ..settings import LoRASettings
@@ -49,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
         raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=args.steps, duration=args.duration,
                                 height=args.height, width=args.width)
-    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision, mode=args.mode)
+    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
+                           mode=args.lora_mode)
     out = Path(args.out_dir)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
-    backend = Backend(args.model, load_options(args), parallel=group)
+    backend = Backend(args.model, load_options(args))
+    bind(group, backend)
     cells = []
     try:
         if group is not None and not group.leader:

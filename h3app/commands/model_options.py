@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
-from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES
+from ..rules.choices import DTYPE_NAMES, LORA_MODES, OFFLOAD_MODES
 
 if TYPE_CHECKING:
     from ..model.loader import LoadOptions
@@ -72,6 +72,15 @@ def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) ->
                         help="LoRA: Hub repo id, HF URL, or local file/folder")
     parser.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder when it holds several")
     parser.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
+
+
+def add_lora_mode_flag(parser: argparse.ArgumentParser) -> None:
+    """``--lora-mode unmerged|merged`` (``args.lora_mode``), as ``plan`` names it. ``--mode`` stays a hidden alias
+    on generate and grid (scripts written before ``--lora-mode`` keep working; ``check --mode`` is the check's)."""
+    parser.add_argument("--lora-mode", default="unmerged", choices=LORA_MODES,
+                        help="how LoRA is applied (--mode: deprecated alias)")
+    parser.add_argument("--mode", dest="lora_mode", default=argparse.SUPPRESS, choices=LORA_MODES,
+                        help=argparse.SUPPRESS)
 
 
 def add_run_flags(parser: argparse.ArgumentParser, adapter_required: bool = True) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -20,9 +21,11 @@ def state_digest(module: Any) -> str:
 
 
 def weights_digests(backend: Any, workflow: str = T2VA) -> list[str]:
-    """One job on every rank: each rank's :func:`state_digest` of ``workflow``'s transformer, in rank order."""
+    """One job on every rank of a Backend bound to its ranks (``follower.bind``): each rank's :func:`state_digest`
+    of ``workflow``'s transformer, in rank order."""
 
     def job(ctx: Any) -> list[str]:
-        return backend.parallel.gather(state_digest(backend.model.transformer(workflow)))
+        return backend.wrap_job.group.gather(state_digest(backend.model.transformer(workflow)))
 
-    return backend.run(backend._submit(job, "weights digest", "weights_digests", (workflow,), workflow))
+    again = functools.partial(weights_digests, workflow=workflow)
+    return backend.run(backend.submit_job(job, "weights digest", again, workflow))

@@ -1,8 +1,9 @@
-"""What ranks other than 0 do: hold the same model, replay each job rank 0 announces, write no media.
+"""What ranks other than 0 do: hold the same model, queue again each job rank 0 announces, write no media.
 
 A follower's Backend is built from the same flags and environment as rank 0's (same model, same adapter policy and
-allowed folders), then :func:`bind` points its output folder at a private scratch folder emptied after every job:
-the video, audio and images are rank 0's to write (the followers' copies would be identical).
+allowed folders), then :func:`bind` (on every rank) injects the lockstep job wrapper and points a follower's output
+folder at a private scratch folder emptied after every job: the video, audio and images are rank 0's to write (the
+followers' copies would be identical).
 """
 
 from __future__ import annotations
@@ -11,34 +12,25 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .context_parallel import parallelize
-from .diagnostics import weights_digests
 from .group import STOP, RankGroup
+from .lockstep import Lockstep
 from .timeouts import RankLost
 
 
-def bind(group: RankGroup, backend: Any) -> None:
-    """Called by the Backend on every rank once its model is loaded."""
+def bind(group: RankGroup | None, backend: Any) -> None:
+    """Called by the entry points on every rank once the Backend is built (no-op for one rank): shard the held
+    transformers, run every job in lockstep (``backend.wrap_job``), and give a follower a scratch output folder."""
+    if group is None:
+        return
     for name in ("transformer", "transformer_ref"):
         if name in backend.model.components:
             parallelize(backend.model.components[name], group.spec)
+    backend.wrap_job = Lockstep(group, backend.model.transformer)
     if not group.leader:
         backend.output_dir = Path(tempfile.mkdtemp(prefix=f"h3app-rank{group.rank}-"))
-
-
-def _wait(backend: Any, handle: Any) -> Any:
-    return backend.run(handle)
-
-
-REPLAY: dict[str, Callable[..., Any]] = {
-    "submit_load": lambda backend, *args: _wait(backend, backend.submit_load(*args)),
-    "submit_generate": lambda backend, *args: _wait(backend, backend.submit_generate(*args)),
-    "submit_equivalence": lambda backend, *args: _wait(backend, backend.submit_equivalence(*args)),
-    "grid": lambda backend, *args: list(backend.grid(*args)),
-    "weights_digests": weights_digests,
-}
 
 
 def follow(group: RankGroup, backend: Any) -> int:
@@ -49,13 +41,12 @@ def follow(group: RankGroup, backend: Any) -> int:
         if call == STOP:
             return 0
         try:
-            REPLAY[call.method](backend, *call.args)
+            call.again(backend)
         except RankLost as lost:
             print(f"rank {group.rank}: {lost}", file=sys.stderr, flush=True)
             return 3
         except Exception as error:  # already reported to rank 0 by the job's agreement; the loop serves on
-            print(f"rank {group.rank}: job {call.method} failed: {type(error).__name__}: {error}", file=sys.stderr,
-                  flush=True)
+            print(f"rank {group.rank}: job failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         finally:
             _empty(backend.output_dir)
 

@@ -1,5 +1,6 @@
-"""One backend job run on every rank in step: announced by rank 0, replayed by the followers, the same agreements
-at the same points, one outcome for all.
+"""One backend job run on every rank in step: announced by rank 0 (its ``JobCall``), queued again by each follower,
+the same agreements at the same points, one outcome for all. :class:`Lockstep` is the job wrapper the entry points
+inject into the backend when ranks > 1 (``follower.bind``); this package never imports the backend.
 
 The job's code is the single-process code, unchanged, on every rank (the same adapters through the same engine, the
 same text encoder, the same steps); the only difference is that ``should_cancel`` becomes an agreement (``step``),
@@ -10,50 +11,45 @@ base and the next job starts clean everywhere.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from torch.distributed import DistError
 
-from ..rules.choices import T2VA
 from .context_parallel import parallelize
 from .group import PeerFailed, RankGroup
 from .timeouts import RankLost
 
 
 @dataclass(frozen=True)
-class JobCall:
-    """What a follower needs to replay a job: the Backend method, its arguments, the workflow it runs."""
+class Lockstep:
+    """The job wrapper of several ranks (a ``backend.worker.JobWrapper``): rank 0 announces each job's call, every
+    rank runs the job in step. ``transformer(workflow)``: the held model's partition for a workflow."""
 
-    method: str
-    args: tuple
-    workflow: str = T2VA
+    group: RankGroup
+    transformer: Callable[[str], Any]
 
+    def __call__(self, job: Callable[[Any], Any], call: Any) -> Callable[[Any], Any]:
+        """``job`` (a function of a ``JobContext``) run on every rank together; ``call`` (a ``JobCall``) is what
+        rank 0 announces so that the followers queue the same job."""
+        group = self.group
 
-def lockstep_job(group: RankGroup, backend: Any, call: JobCall, job: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """Wrap a worker job (a function of a JobContext) so that it runs on every rank together."""
-    from ..backend.worker import JobContext
+        def run(ctx: Any) -> Any:
+            group.check_usable()
+            if group.leader:
+                group.announce(call)
+            group.step()  # every rank holds the job
+            if group.leader:
+                group.forget()
 
-    @dataclass
-    class StepContext(JobContext):
-        def should_cancel(self) -> bool:
-            return group.step(cancel=JobContext.should_cancel(self))
+            def body() -> Any:
+                parallelize(self.transformer(call.workflow), group.spec)  # a partition loaded late
+                return job(dataclasses.replace(ctx, decide_cancel=lambda asked: group.step(cancel=asked)))
 
-    def run(ctx: JobContext) -> Any:
-        group.check_usable()
-        if group.leader:
-            group.announce(call)
-        group.step()  # every rank holds the job
-        if group.leader:
-            group.forget()
+            return on_every_rank(group, body)
 
-        def body() -> Any:
-            parallelize(backend.model.transformer(call.workflow), group.spec)  # a partition loaded late
-            return job(StepContext(ctx.handle))
-
-        return on_every_rank(group, body)
-
-    return run
+        return run
 
 
 def on_every_rank(group: RankGroup | None, work: Callable[[], Any]) -> Any:

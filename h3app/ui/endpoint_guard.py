@@ -6,7 +6,8 @@
   check their own fields again (a source or revision ≤ 4,096 characters, a weight-name part ≤ 255).
 - **Hosted answers hold no internals**: a user error keeps its one line, with server folders turned back into
   the names a visitor knows (``Redactor``); any other exception becomes the generic line with an error id
-  (``errors.for_visitor``: the details go to the server log). JSON and HTML outputs are redacted the same way.
+  (``errors.for_visitor``: the details go to the server log). JSON and HTML outputs are redacted the same way, after
+  the one rule for local paths in results (``backend.outputs.names_only``: file names, never folders).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator
 import gradio as gr
 
 from ..backend.limits import MAX_PROMPT_CHARS
+from ..backend.outputs import names_only
 from ..backend.upload_policy import UPLOAD_PREFIX
 from ..errors import H3AppError, for_visitor
 from ..rules.values import MAX_FIELD_CHARS, check_length
@@ -85,16 +87,20 @@ class Redactor:
             text = text.replace(folder + os.sep, shown).replace(folder, shown.rstrip("/") or ".")
         return text
 
-    def value(self, value: Any, depth: int = 0) -> Any:
-        """``value`` (text, or JSON-like lists and dicts of it) redacted."""
+    def value(self, value: Any) -> Any:
+        """``value`` (text, or JSON-like lists and dicts of it) as a visitor sees it: local paths in results by file
+        name (``names_only``), then server folders redacted."""
+        return self._value(names_only(value))
+
+    def _value(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, str):
             return self.text(value)
         if depth > 32:
             return value
         if isinstance(value, dict):
-            return {k: self.value(v, depth + 1) for k, v in value.items()}
+            return {k: self._value(v, depth + 1) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
-            return type(value)(self.value(v, depth + 1) for v in value)
+            return type(value)(self._value(v, depth + 1) for v in value)
         return value
 
 

@@ -40,7 +40,7 @@ UI_MAX_STEPS = 60  # the slider's top (the server allows more through the API an
 
 def duration_step(limits: Limits) -> float:
     """The Duration slider's step (s): 3 frames, so that both ends of the accepted range are on its grid."""
-    return 3 / limits.fps
+    return 3 / limits.frames.fps
 
 
 def build_request_controls(limits: Limits) -> RequestControls:
@@ -62,9 +62,10 @@ def build_request_controls(limits: Limits) -> RequestControls:
             randomize = gr.Checkbox(label="Randomise seed (written back)", value=False)
             steps = gr.Slider(limits.min_steps, min(UI_MAX_STEPS, limits.max_steps), value=5, step=1, label="Steps",
                               info=STEPS_HELP, elem_id="steps")
-            duration = gr.Slider(limits.min_seconds, limits.max_seconds, value=limits.min_seconds,
+            rule = limits.frames
+            duration = gr.Slider(rule.shortest_seconds, rule.longest_seconds, value=rule.shortest_seconds,
                                  step=duration_step(limits), label="Duration (s)", elem_id="duration",
-                                 info=f"{limits.frames.describe()}")
+                                 info=f"{rule.describe()}")
         note = gr.Markdown(steps_note(5, None), elem_classes=["h3-note"])
         with gr.Accordion("Canvas and flow shifts (0 = model default)", open=False):
             with gr.Row():

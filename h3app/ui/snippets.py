@@ -78,7 +78,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
             spec.append(f"scale={_num(adapter.get('strength', 1.0))}")
             parts.append(f"--adapter-spec {_q(','.join(spec))}")
     if adapters and adapters[0].get("mode", "unmerged") != "unmerged":
-        parts.append(f"--mode {_q(adapters[0]['mode'])}")
+        parts.append(f"--lora-mode {_q(adapters[0]['mode'])}")
     parts.append(f"--out {_q(out)} --json")
     return " \\\n  ".join(parts)
 

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ..rules.choices import PARTITIONS
 from .context_parallel import parallelize
 from .group import STOP, RankGroup
 from .lockstep import Lockstep
@@ -25,7 +26,7 @@ def bind(group: RankGroup | None, backend: Any) -> None:
     transformers, run every job in lockstep (``backend.wrap_job``), and give a follower a scratch output folder."""
     if group is None:
         return
-    for name in ("transformer", "transformer_ref"):
+    for name in PARTITIONS:
         if name in backend.model.components:
             parallelize(backend.model.components[name], group.spec)
     backend.wrap_job = Lockstep(group, backend.model.transformer)

@@ -286,7 +286,7 @@ def equivalence_row(model: Any, path: Path, shapes: Any) -> Row:
     """h3app's transformer-mode check on the full-size model: alpha 8 / strength 1 vs alpha 128 / strength 0.0625
     must be bit-identical in bf16 on CUDA (deterministic algorithms, native attention)."""
     from h3app.adapters.normalise import load_adapter
-    from h3app.backend.equivalence import DEFAULT_A, DEFAULT_B
+    from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
     from h3app.backend.transformer_check import run_transformer_check
 
     started = time.perf_counter()

@@ -11,7 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from h3app.commands import check as check_command  # noqa: E402
-from h3app.backend.transformer_check import CheckSetting, packed_check_input, parse_setting, run_transformer_check  # noqa: E402
+from h3app.backend.transformer_check import packed_check_input, run_transformer_check  # noqa: E402
+from h3app.rules.check_pair import CheckSetting, parse_setting  # noqa: E402
 from h3app.errors import H3AppError  # noqa: E402
 from h3app.lora import LoRAEngine  # noqa: E402
 from h3app.settings import LoRASettings  # noqa: E402

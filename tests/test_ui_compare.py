@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from h3app.backend.equivalence import DEFAULT_A, DEFAULT_B, default_pair
+from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B, default_pair
 from h3app.rules.scale import effective_scale
 from h3app.ui import history_words
 from h3app.ui.comparison_events import ComparisonEvents, alpha_in_use, column_settings

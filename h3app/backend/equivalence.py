@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ..rules.choices import REF2VA
-from .transformer_check import CheckSetting, summarise_scales, with_rank_alpha
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
+from .transformer_check import summarise_scales, with_rank_alpha
 from ..model.loader import LoadOptions
 from ..settings import LoRASettings
 from . import metrics
@@ -40,22 +41,6 @@ CHECK_NAME = "equivalence-check"
 FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step
 CONTROL_STEPS = 1
 PHASES = ("fallback", "A", "control", "B")
-DEFAULT_A = CheckSetting(alpha=8.0, strength=1.0)  # LightX2V's rank-128 Turbo: trained at alpha 8
-DEFAULT_B = CheckSetting(alpha=128.0, strength=0.0625)
-
-
-def default_pair(alpha: float | None, rank: int | None) -> tuple[CheckSetting, CheckSetting]:
-    """The check's A and B for an adapter whose alpha in use is ``alpha`` and whose (uniform) rank is ``rank``:
-    A = (alpha, strength 1), B = (rank, alpha / rank) — the same alpha × strength, so an exact engine makes them
-    bit-identical (the fallback column runs at alpha = rank). When alpha already equals the rank, B doubles alpha
-    and halves the strength instead (A = B would test nothing). Without one alpha or one rank (mixed per module):
-    the LightX2V pair, 8 × 1 against 128 × 0.0625."""
-    if alpha is None or not rank or alpha <= 0:
-        return DEFAULT_A, DEFAULT_B
-    a = CheckSetting(alpha=float(alpha), strength=1.0)
-    if float(alpha) == float(rank):
-        return a, CheckSetting(alpha=2.0 * float(rank), strength=0.5)
-    return a, CheckSetting(alpha=float(rank), strength=float(alpha) / float(rank))
 DEFAULT_PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
 
 

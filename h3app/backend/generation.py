@@ -39,7 +39,7 @@ class GenerationRequest:
     prompt: str
     seed: int = 0
     steps: int = 5
-    duration: float = 5.0
+    duration: float = RELEASED.shortest_seconds
     height: int | None = None
     width: int | None = None
     shift: float | None = None

@@ -26,12 +26,12 @@ from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .admission import MAX_PENDING, Admission
-from .equivalence import DEFAULT_A, DEFAULT_B, EquivalenceResult, run_equivalence
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
+from .equivalence import EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, run_generation
 from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
 from .limits import Limits, model_limits
 from .outputs import OUTPUT_KEEP_SECONDS, GenerationOutput, Outputs, remove_older
-from .transformer_check import CheckSetting
 from .worker import Job, JobCall, JobContext, JobHandle, JobWrapper, Worker, alone, stream, wait
 
 DEMO_ADAPTERS_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"

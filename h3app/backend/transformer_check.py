@@ -9,11 +9,10 @@ import dataclasses
 import hashlib
 import math
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
+from ..rules.check_pair import CheckSetting
 from ..rules.choices import TRANSFORMER_CHECK
 
 if TYPE_CHECKING:
@@ -29,30 +28,6 @@ AUDIO_STEPS = 3  # per channel; stereo → 2 × 3 = 6 audio rows, channel-major
 AUDIO_CHANNELS = 2
 VIDEO_FRAMES, VIDEO_HEIGHT, VIDEO_WIDTH = 2, 2, 2  # latent patch grid → 8 video rows
 TIMESTEPS = (0.7, 0.3)  # text and video rows use 0.7, audio rows 0.3
-
-
-@dataclass(frozen=True)
-class CheckSetting:
-    """One side of the comparison: ``alpha`` (None = the alpha chain's value, written ``auto``) and strength."""
-
-    alpha: float | None
-    strength: float
-
-    @property
-    def label(self) -> str:
-        alpha = "auto" if self.alpha is None else f"{self.alpha:g}"
-        return f"{alpha}:{self.strength:g}"
-
-
-def parse_setting(text: str, flag: str = "--a") -> CheckSetting:
-    """``ALPHA:SCALE`` with ALPHA a number or ``auto``, e.g. ``8:1.0``, ``auto:0.5``."""
-    from ..rules import values
-
-    alpha_text, sep, strength_text = str(text).partition(":")
-    if not sep:
-        raise H3AppError(f"{flag} must be ALPHA:SCALE such as 8:1.0 or auto:1.0, got {values.short(text)}.")
-    return CheckSetting(values.parse_alpha(alpha_text, f"{flag} alpha"),
-                        values.parse_strength(strength_text, f"{flag} scale"))
 
 
 def packed_check_input(config: Mapping[str, Any], seed: int, device: "torch.device | str" = "cpu") -> dict[str, "torch.Tensor"]:

@@ -11,6 +11,7 @@ import argparse
 import os
 from typing import TYPE_CHECKING
 
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from .model_options import add_run_flags, compile_fields, load_options
 
@@ -27,8 +28,9 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="are two alpha/scale settings with the same product bit-identical?")
     add_run_flags(p)
-    p.add_argument("--a", default="8:1.0", help="setting A as ALPHA:SCALE (ALPHA may be auto); default 8:1.0")
-    p.add_argument("--b", default="128:0.0625", help="setting B as ALPHA:SCALE; default 128:0.0625")
+    p.add_argument("--a", default=DEFAULT_A.label,
+                   help=f"setting A as ALPHA:SCALE (ALPHA may be auto); default {DEFAULT_A.label}")
+    p.add_argument("--b", default=DEFAULT_B.label, help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
     p.add_argument("--mode", default=TRANSFORMER_CHECK, choices=CHECK_MODES,
                    help="transformer: one forward on a seeded packed input; full: the whole pipeline (backend)")
     p.add_argument("--seed", type=int, default=0)
@@ -41,7 +43,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..backend.transformer_check import parse_setting, run_transformer_check
+    from ..backend.transformer_check import run_transformer_check
+    from ..rules.check_pair import parse_setting
     from ..cli import emit
     from ..parallel.launch import close_ranks, start_ranks
 

@@ -22,9 +22,9 @@ from typing import Any, Callable
 from ..adapters import source as sources
 from ..adapters.types import HeaderView
 from ..backend.adapter_binding import AdapterBinder, LoadedAdapter
-from ..backend.equivalence import DEFAULT_A, DEFAULT_B, run_equivalence
+from ..backend.equivalence import run_equivalence
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..backend.generation import GenerationRequest
-from ..backend.transformer_check import CheckSetting
 from ..model import repo
 from ..model.loader import LoadedModel
 from ..rules.choices import T2VA

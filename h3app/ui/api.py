@@ -16,6 +16,7 @@ import gradio as gr
 
 from ..backend.limits import HOSTED_MAX_STEPS, MAX_STEPS
 from ..errors import H3AppError
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
 from ..rules.steps import MIN_STEPS
@@ -263,15 +264,17 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("prompt", "a red fox running through snow, wind howling", "prompt"),
             ("workflow", T2VA, "workflow: t2va, fl2va or ref2va"),
             ("adapters_json", "", "adapters as JSON (empty: this session's)"),
-            ("alpha_a", "8", "A: alpha (a number, or auto)"), ("alpha_b", "128", "B: alpha (a number, or auto)"),
+            ("alpha_a", f"{DEFAULT_A.alpha:g}", "A: alpha (a number, or auto)"),
+            ("alpha_b", f"{DEFAULT_B.alpha:g}", "B: alpha (a number, or auto)"),
             ("alphas", "8, auto", "alphas, comma-separated (auto allowed)"),
             ("scales", "0.5, 1.0", "scales, comma-separated"), ("seeds", "7", "seeds, comma-separated"))}
         number = {name: gr.Number(value=value, label=label) for name, value, label in (
             ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", 7, "seed"),
-            ("steps", 5, "steps (N steps run N-1 evaluations)"), ("duration", 5.0, f"duration in seconds, {RELEASED.describe()}"),
+            ("steps", 5, "steps (N steps run N-1 evaluations)"),
+            ("duration", RELEASED.shortest_seconds, f"duration in seconds, {RELEASED.describe()}"),
             ("height", 0, "height in pixels (0: default)"), ("width", 0, "width in pixels (0: default)"),
             ("shift", 0, "video flow shift (0: default)"), ("audio_shift", 0, "audio flow shift (0: default)"),
-            ("scale_a", 1.0, "A: scale"), ("scale_b", 0.0625, "B: scale"))}
+            ("scale_a", DEFAULT_A.strength, "A: scale"), ("scale_b", DEFAULT_B.strength, "B: scale"))}
         enabled = gr.Checkbox(value=True, label="enabled (false removes the slot's adapter)")
         first_frame = gr.File(label="first keyframe image (fl2va)", type="filepath")
         last_frame = gr.File(label="last keyframe image (fl2va)", type="filepath")

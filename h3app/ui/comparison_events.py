@@ -17,10 +17,9 @@ from typing import Any, Iterator, Mapping
 import gradio as gr
 import pandas as pd
 
-from ..backend.equivalence import default_pair
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
-from ..backend.transformer_check import CheckSetting
+from ..rules.check_pair import CheckSetting, default_pair
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
 from ..rules.values import parse_alpha, parse_strength

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..backend.equivalence import DEFAULT_A, DEFAULT_B
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from . import render
 from .comparison_events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
 from .comparison_view import build_comparison_view

@@ -14,10 +14,11 @@ from typing import Any, Mapping, Sequence, TypeVar
 
 import gradio as gr
 
-from ..backend.equivalence import DEFAULT_A, DEFAULT_B
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
 from ..rules.choices import FL2VA, REF2VA, T2VA
+from ..rules.frames import RELEASED
 from ..rules.values import parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
@@ -77,7 +78,7 @@ class RequestForm:
     seed: Any = 0
     randomize: bool = False
     steps: Any = 5
-    duration: Any = 5.0
+    duration: Any = RELEASED.shortest_seconds
     height: Any = None
     width: Any = None
     shift: Any = None

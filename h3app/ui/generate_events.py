@@ -16,6 +16,7 @@ from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
+from ..rules.frames import RELEASED
 from ..rules.steps import evaluations
 from . import render, snippets
 from .adapter_events import user_error
@@ -222,7 +223,7 @@ def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
     adapters = list(data.get("adapters") or ([data["adapter"]] if data.get("adapter") else []))
     controls: dict[str, Any] = {
         "workflow": request.get("workflow", T2VA), "prompt": request.get("prompt", ""),
-        "seed": request.get("seed", 0), "steps": request.get("steps", 5), "duration": request.get("duration", 5.0),
+        "seed": request.get("seed", 0), "steps": request.get("steps", 5), "duration": request.get("duration", RELEASED.shortest_seconds),
         "height": request.get("height"), "width": request.get("width"), "shift": request.get("shift"),
         "audio_shift": request.get("audio_shift"),
         "mode": adapters[0].get("mode", "unmerged") if adapters else "unmerged",

@@ -44,7 +44,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     parts = ["python -m h3app generate", f"--model {_q(settings.get('model', TINY))}",
              f"--workflow {_q(request.get('workflow', T2VA))}", f"--prompt {_q(request.get('prompt', ''))}",
              f"--seed {int(request.get('seed', 0))}", f"--steps {int(request.get('steps', 5))}",
-             f"--duration {_num(request.get('duration', 5.0))}"]
+             f"--duration {_num(request.get('duration', RELEASED.shortest_seconds))}"]
     if request.get("height") is not None:
         parts.append(f"--height {int(request['height'])} --width {int(request['width'])}")
     for key, flag in (("shift", "--shift"), ("audio_shift", "--audio-shift")):
@@ -206,7 +206,7 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         if request.get(key) is not None:
             lines.append(f"pipe.{component}.set_shift({float(request[key])!r})")
     call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={int(request.get('steps', 5))}",
-            f"num_frames={RELEASED.requested_frames(float(request.get('duration', 5.0)))}",
+            f"num_frames={RELEASED.requested_frames(float(request.get('duration', RELEASED.shortest_seconds)))}",
             f"generator=torch.Generator('cpu').manual_seed({int(request.get('seed', 0))})", "output_type='np'"]
     if request.get("height") is not None:
         call.insert(2, f"height={int(request['height'])}, width={int(request['width'])}")

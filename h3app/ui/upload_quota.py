@@ -22,7 +22,7 @@ from ..rules.units import format_bytes
 
 ADAPTERS_PER_VISITOR = 2  # the two adapter slots, each up to the adapter size cap
 TOTAL_VISITORS = 8  # the total quota: this many visitors' full quotas (H3APP_MAX_UPLOADS_GB overrides)
-UPLOAD_CACHE_GB = 32.0  # Gradio's upload cache: the total quota at the default 2 GiB adapter cap
+UPLOAD_CACHE_GB = 32.0  # Gradio's upload cache: the total quota at the default 2,000 MB adapter cap
 
 
 class UploadQuota:

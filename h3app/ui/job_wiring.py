@@ -4,7 +4,7 @@ Gradio's ``{component: value}`` and writes its view back by field name (see :mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import gradio as gr
 
@@ -114,15 +114,8 @@ class JobWiring:
 
         def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                          ) -> dict[Any, Any]:
-            try:
-                view = self.events.generate.generate_view(self.job_form(values),
-                                                          (values[slot_1.info], values[slot_2.info]), request,
-                                                          progress)
-            except gr.Error as error:
-                return refused_job(generate.status, error)
-            if isinstance(view, Stopped):
-                return {generate.status: view.status}
-            return {**write(view, generate_parts), generate.status: ""}
+            return job_reply(generate.status, generate_parts, lambda: self.events.generate.generate_view(
+                self.job_form(values), (values[slot_1.info], values[slot_2.info]), request, progress))
 
         generated = self.start(generate.generate_button, generate.status, run_generate,
                                self.job_inputs(slot_1.info, slot_2.info), [*generate_parts.values(), generate.status],
@@ -159,14 +152,8 @@ class JobWiring:
 
         def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                       ) -> dict[Any, Any]:
-            try:
-                view = self.events.comparisons.check_view(self.job_form(values), read(CheckForm, check_parts, values),
-                                                          request, progress)
-            except gr.Error as error:
-                return refused_job(equivalence.status, error)
-            if isinstance(view, Stopped):
-                return {equivalence.status: view.status}
-            return {**write(view, check_outputs), equivalence.status: ""}
+            return job_reply(equivalence.status, check_outputs, lambda: self.events.comparisons.check_view(
+                self.job_form(values), read(CheckForm, check_parts, values), request, progress))
 
         checked = self.start(equivalence.run_button, equivalence.status, run_check,
                              self.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
@@ -254,6 +241,18 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
         jobs.wire_cancel(tab, job)
     _wire_settings_file(jobs, generate, adapter_events, token, request)
     return jobs.page_loaded
+
+
+def job_reply(status: Any, outputs: dict[str, Any], view_of: Callable[[], Any]) -> dict[Any, Any]:
+    """The answer of a one-shot job event: its view written to ``outputs`` and an empty status line; a refusal's
+    line (:func:`refused_job`); or a stopped job's "Cancelled after k of n steps"."""
+    try:
+        view = view_of()
+    except gr.Error as error:
+        return refused_job(status, error)
+    if isinstance(view, Stopped):
+        return {status: view.status}
+    return {**write(view, outputs), status: ""}
 
 
 def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:

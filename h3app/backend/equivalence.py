@@ -7,8 +7,8 @@ remuxed from A's. The determinism control is one denoising step at A's settings,
 the transformer output that moves the latents (as ``check --mode transformer`` does with one forward): a whole
 second run would cost a quarter of the check to learn the same. Hashes are sha256 over the decoded fp32 video then
 audio (docs/architecture.md, decision 10). A (by default the alpha in use × strength 1) and B (alpha = rank ×
-strength alpha / rank, :func:`default_pair`) have the same alpha × strength, so they must be bit-identical; the
-fallback column is the same adapter at alpha = rank, strength 1 — what the old loaders did — which is 16× stronger
+strength alpha / rank, ``rules.check_pair.default_pair``) have the same alpha × strength, so they must be
+bit-identical; the fallback column is the same adapter at alpha = rank, strength 1 — what the old loaders did — which is 16× stronger
 for LightX2V's rank-128 Turbo.
 """
 

@@ -163,7 +163,7 @@ class ComparisonEvents:
 
     @staticmethod
     def check_pair(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> CheckPairView:
-        """A = (alpha in use, 1) and B = (rank, alpha ÷ rank) for adapter 1 (``backend.equivalence.default_pair``);
+        """A = (alpha in use, 1) and B = (rank, alpha ÷ rank) for adapter 1 (``rules.check_pair.default_pair``);
         the person may type any other pair afterwards."""
         alpha, source = alpha_in_use(info, override, alpha_text)
         rank = (info or {}).get("rank")

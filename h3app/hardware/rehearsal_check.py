@@ -23,6 +23,7 @@ from ..adapters import source as sources
 from ..adapters.types import HeaderView
 from ..backend.adapter_binding import AdapterBinder, LoadedAdapter
 from ..backend.equivalence import run_equivalence
+from ..backend.outputs import Outputs
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..backend.generation import GenerationRequest
 from ..model import repo
@@ -94,7 +95,7 @@ def rehearse_check(loaded: LoadedModel, header: HeaderView, request: GenerationR
         steps[0] = max(steps[0], done)
 
     settings = LoRASettings(source=header.name, mode="unmerged")
-    result = run_equivalence(binder, request, settings, a=a, b=b, output_dir=folder / "check", on_step=on_step,
+    result = run_equivalence(binder, request, settings, a=a, b=b, outputs=Outputs(folder / "check"), on_step=on_step,
                              on_phase=lambda label: phases.append(label.split(" ")[0]))
     bound = binder.engine(request.workflow).match(binder.loaded.adapter, settings).matched
     return CheckRehearsal(a=a.label, b=b.label, phases=tuple(phases), evaluations=steps[0],

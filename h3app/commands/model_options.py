@@ -74,13 +74,14 @@ def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) ->
     parser.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
 
 
-def add_lora_mode_flag(parser: argparse.ArgumentParser) -> None:
-    """``--lora-mode unmerged|merged`` (``args.lora_mode``), as ``plan`` names it. ``--mode`` stays a hidden alias
-    on generate and grid (scripts written before ``--lora-mode`` keep working; ``check --mode`` is the check's)."""
+def add_lora_mode_flag(parser: argparse.ArgumentParser, mode_alias: bool = True) -> None:
+    """``--lora-mode unmerged|merged`` (``args.lora_mode``). ``mode_alias``: ``--mode`` stays a hidden alias (on
+    generate and grid, so scripts written before ``--lora-mode`` keep working; ``check --mode`` is the check's)."""
     parser.add_argument("--lora-mode", default="unmerged", choices=LORA_MODES,
-                        help="how LoRA is applied (--mode: deprecated alias)")
-    parser.add_argument("--mode", dest="lora_mode", default=argparse.SUPPRESS, choices=LORA_MODES,
-                        help=argparse.SUPPRESS)
+                        help="how LoRA is applied" + (" (--mode: deprecated alias)" if mode_alias else ""))
+    if mode_alias:
+        parser.add_argument("--mode", dest="lora_mode", default=argparse.SUPPRESS, choices=LORA_MODES,
+                            help=argparse.SUPPRESS)
 
 
 def add_run_flags(parser: argparse.ArgumentParser, adapter_required: bool = True) -> None:

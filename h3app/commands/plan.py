@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
-from ..rules.choices import LORA_MODES, OFFLOAD_MODES, T2VA, WORKFLOWS
+from ..rules.choices import OFFLOAD_MODES, T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
-from .model_options import add_adapter_flags, add_fp8_flags
+from .model_options import add_adapter_flags, add_fp8_flags, add_lora_mode_flag
 
 
 RESOLUTION_NAMES = ("544p", "768p")
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_adapter_flags(p, required=False)
     p.add_argument("--alpha", default=None, help="alpha (number or auto)")
     p.add_argument("--scale", default="1.0", help="LoRA strength")
-    p.add_argument("--lora-mode", default="unmerged", choices=LORA_MODES, help="how LoRA is applied")
+    add_lora_mode_flag(p, mode_alias=False)
     p.add_argument("--hardware", default=None, metavar="FLAVOR", help=f"judge only this flavor ({', '.join(BY_NAME)})")
     p.add_argument("--ulysses", type=int, default=1, help="context-parallel ranks (Ulysses): activations split N ways")
     p.add_argument("--ring", type=int, default=1, help="context-parallel ranks (ring attention)")

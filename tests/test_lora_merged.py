@@ -111,7 +111,7 @@ class _Int8Weight(torch.Tensor):
 
 def test_a_tensor_subclass_of_another_layout_is_quantised_and_a_fake_tensor_is_not():
     from h3app.hardware.fake_cuda import fake_cuda
-    from h3app.lora.measure import has_values
+    from h3app.lora.layers import has_values
 
     quantised = _Int8Weight(torch.zeros(4, 4, dtype=torch.int8), torch.ones(4))
     assert "_Int8Weight (quantised)" in is_mergeable(quantised) and has_values(quantised)

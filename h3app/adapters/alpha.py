@@ -369,15 +369,15 @@ def _peft_settings_from_metadata(metadata: Mapping[str, str], partition: str, wa
 
 
 def _plain_metadata_alpha(metadata: Mapping[str, str], warnings: list[str]) -> float | None:
-    found = [(field, _number(metadata[field], f"metadata {field}", warnings)) for field in PLAIN_METADATA_ALPHAS if field in metadata]
-    found = [(field, value) for field, value in found if value is not None]
+    found = [(key, _number(metadata[key], f"metadata {key}", warnings)) for key in PLAIN_METADATA_ALPHAS if key in metadata]
+    found = [(key, value) for key, value in found if value is not None]
     if not found:
         return None
-    field, value = found[0]
-    for other_field, other in found[1:]:
+    key, value = found[0]
+    for other_key, other in found[1:]:
         if other != value:
             warnings.append(
-                f"metadata {field} = {_fmt(value)} wins over metadata {other_field} = {_fmt(other)}."
+                f"metadata {key} = {_fmt(value)} wins over metadata {other_key} = {_fmt(other)}."
             )
     return value
 
@@ -395,13 +395,13 @@ def _use_rslora(config: _PeftSettings | None, metadata: _PeftSettings | None, wa
 
 def _hints(metadata: Mapping[str, str]) -> dict[str, Any]:
     hints: dict[str, Any] = {}
-    for field in HINT_METADATA:
-        if field in metadata:
-            value: Any = metadata[field]
-            if field in ("ss_network_alpha", "ss_network_dim"):
+    for key in HINT_METADATA:
+        if key in metadata:
+            value: Any = metadata[key]
+            if key in ("ss_network_alpha", "ss_network_dim"):
                 try:
-                    value = parse_number(value, field)
+                    value = parse_number(value, key)
                 except H3AppError:
-                    value = metadata[field]  # not a number: shown as written (a hint is never applied)
-            hints[field] = value
+                    value = metadata[key]  # not a number: shown as written (a hint is never applied)
+            hints[key] = value
     return hints

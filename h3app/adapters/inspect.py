@@ -25,11 +25,13 @@ from .types import AdapterInfo, HeaderView
 
 @dataclass(frozen=True)
 class Analysis:
-    """Everything inspection learns: the key plan, the alpha resolution and the resulting ``AdapterInfo``."""
+    """Everything inspection learns: the key plan, the alpha resolution (and the reference partition's own) and the
+    resulting ``AdapterInfo``."""
 
     view: HeaderView
     plan: AdapterPlan
     alphas: AlphaResolution
+    reference_alphas: AlphaResolution
     known: KnownAdapter | None
     info: AdapterInfo
 
@@ -69,6 +71,8 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
     known = find_known(repo_id, filename or view.name)
     described = plan.modules or plan.reference_modules
     alphas = resolve_alphas(described, view, explicit_alpha=explicit_alpha, known=known)
+    reference_alphas = (resolve_alphas(plan.reference_modules, view, explicit_alpha=explicit_alpha, known=known)
+                        if described is plan.modules else alphas)
     warnings.extend(alphas.warnings)
     if not plan.modules:
         warnings.append(f"nothing in {view.name} applies to the {partition} partition.")
@@ -100,7 +104,7 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         reference_targets=tuple([t for m in plan.reference_modules for t in m.targets]),
         sglang=sglang_facts(view, described),
     )
-    return Analysis(view=view, plan=plan, alphas=alphas, known=known, info=info)
+    return Analysis(view=view, plan=plan, alphas=alphas, reference_alphas=reference_alphas, known=known, info=info)
 
 
 def inspect_header(view: HeaderView, **options: Any) -> AdapterInfo:

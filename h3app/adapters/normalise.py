@@ -22,7 +22,7 @@ import torch
 
 from ..errors import H3AppError
 from ..rules.h3_modules import TransformerShapes
-from .alpha import AlphaChoice, resolve_alphas
+from .alpha import AlphaChoice
 from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
 from .header import read_local_header
 from .inspect import Analysis, analyse_header
@@ -63,8 +63,7 @@ def load_adapter(
     from safetensors import safe_open
 
     with safe_open(str(path), framework="pt") as handle:
-        adapter = normalise(analysis, lambda key: _read_factor(handle, key, view.name), shapes=shapes,
-                            explicit_alpha=explicit_alpha)
+        adapter = normalise(analysis, lambda key: _read_factor(handle, key, view.name), shapes=shapes)
     stat = path.stat()
     identity = (
         f"{repo_id}/{filename or view.name}:{stat.st_size}" if repo_id
@@ -74,15 +73,12 @@ def load_adapter(
 
 
 def normalise(analysis: Analysis, read_factor: FactorReader, *, shapes: TransformerShapes,
-              explicit_alpha: float | None = None, identity: str = "") -> NormalisedAdapter:
-    """``analysis`` (of a header, for ``shapes`` and ``explicit_alpha``) made canonical: every planned module's
-    factors, read with ``read_factor``, split into its targets with their resolved alpha; the reference partition's
-    modules with an alpha resolution of their own. Reads every module's lora_A then lora_B, in plan order."""
-    reference_alphas = resolve_alphas(
-        analysis.plan.reference_modules, analysis.view, explicit_alpha=explicit_alpha, known=analysis.known
-    ).choices
+              identity: str = "") -> NormalisedAdapter:
+    """``analysis`` (of a header, for ``shapes``) made canonical: every planned module's factors, read with
+    ``read_factor``, split into its targets with their resolved alpha; the reference partition's modules with
+    their own resolution. Reads every module's lora_A then lora_B, in plan order."""
     modules = _targets(analysis.plan.modules, read_factor, shapes, analysis.alphas.choices)
-    reference = _targets(analysis.plan.reference_modules, read_factor, shapes, reference_alphas)
+    reference = _targets(analysis.plan.reference_modules, read_factor, shapes, analysis.reference_alphas.choices)
     return NormalisedAdapter(info=analysis.info, modules=modules, unmatched_keys=analysis.plan.unmatched_keys,
                              reference_modules=reference, identity=identity)
 

@@ -46,7 +46,7 @@ def adapter_from_header(view: HeaderView, shapes: TransformerShapes, *, partitio
     factor an uninitialised CPU tensor of the header's shape and dtype (fake under fake CUDA when large)."""
     analysis = analyse_header(view, shapes=shapes, qkv_layout=qkv_layout, partition=partition,
                               explicit_alpha=explicit_alpha)
-    return normalise(analysis, lambda key: _factor(view, key), shapes=shapes, explicit_alpha=explicit_alpha,
+    return normalise(analysis, lambda key: _factor(view, key), shapes=shapes,
                      identity=f"header:{view.name}:{view.file_bytes}")
 
 

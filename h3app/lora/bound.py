@@ -83,9 +83,10 @@ class BoundLayers:
         module = self.transformer.get_submodule(path)
         return module.base.weight if isinstance(module, LoRALinear) else module.weight
 
-    def base_weight(self, path: str) -> torch.Tensor:
-        """The base weight of ``path``: the pristine copy while merged weights are in place."""
-        return self.pristine.full(path) if path in self.pristine else self.weight(path)
+    def base_rows(self, path: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``[start, stop)`` of ``path``'s base weight: read from the pristine copy (those rows only) while
+        merged weights are in place."""
+        return self.pristine.rows(path, start, stop) if path in self.pristine else self.weight(path)[start:stop]
 
     def check_mergeable(self, paths: Iterable[str]) -> None:
         for path in paths:

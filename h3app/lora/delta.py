@@ -71,7 +71,7 @@ def _scaled(hidden: torch.Tensor, scale: float | torch.Tensor | None) -> torch.T
     product rounded once to ``hidden``'s dtype."""
     if scale is None:
         return hidden
-    if not isinstance(scale, torch.Tensor):
+    if not isinstance(scale, torch.Tensor) or scale.dtype == hidden.dtype:
         return hidden * scale
     wide = torch.promote_types(hidden.dtype, scale.dtype)
     return (hidden.to(wide) * scale.to(wide)).to(hidden.dtype)

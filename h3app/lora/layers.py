@@ -189,16 +189,23 @@ class LoRALinear(nn.Module):
             weight[start:stop].copy_(pristine.rows(key, start, stop))
 
 
+def has_values(tensor: torch.Tensor) -> bool:
+    """False for a tensor with a shape but no values: its storage is on the meta device (a meta tensor, or a fake
+    tensor standing in for a device one)."""
+    return tensor.untyped_storage().device.type != "meta"
+
+
 def is_mergeable(weight: torch.Tensor) -> str | None:
     """None when merged mode can rewrite ``weight``; else why not (quantised, meta).
 
-    Quantised here means values held in inner tensors of another layout — a traceable tensor subclass (it
-    implements ``__tensor_flatten__``: torchao's quantised tensors) — or in an integer dtype. A plain tensor, and a
-    shape-only stand-in for one (a fake tensor), can be rewritten."""
+    Only a plain tensor's values can be rewritten in place. Quantised means any other layout: a traceable tensor
+    subclass (``__tensor_flatten__``: torchao's quantised tensors), any other subclass that holds values, or an
+    integer dtype. A shape-only stand-in for a plain tensor (a fake tensor: no values) is accepted."""
     if weight.is_meta:
         return "the transformer is on the meta device (no weights to merge into)"
-    if hasattr(type(weight.data), "__tensor_flatten__"):
-        return f"its weights are {type(weight.data).__name__} (quantised); quantised bases are unmerged-only"
+    data = weight.data
+    if hasattr(type(data), "__tensor_flatten__") or (type(data) is not torch.Tensor and has_values(data)):
+        return f"its weights are {type(data).__name__} (quantised); quantised bases are unmerged-only"
     if not weight.dtype.is_floating_point:
         return f"its weights are {weight.dtype} (quantised); quantised bases are unmerged-only"
     return None

@@ -15,15 +15,10 @@ from ..adapters.types import ModuleLoRA
 from ..rules.alpha_source import AlphaSource
 from ..rules.scale import scale_divisor
 from .bound import BoundLayers
+from .layers import has_values
 from .profile import NormMemo, StrengthProfile, TargetStrength, block_of, build_profile, suggest_alpha
 from .report import TargetMatch
 from .targets import TargetSlot
-
-
-def has_values(tensor: torch.Tensor) -> bool:
-    """False for a tensor with a shape but no values: its storage is on the meta device (a meta tensor, or a fake
-    tensor standing in for a device one)."""
-    return tensor.untyped_storage().device.type != "meta"
 
 
 class StrengthMeter:
@@ -69,4 +64,4 @@ class StrengthMeter:
     def _base_rows(self, target: str) -> torch.Tensor:
         """The base weight rows of ``target`` (from the pristine copy while merged weights are in place)."""
         slot = self._slots[target]
-        return slot.rows(self._layers.base_weight(slot.module))
+        return self._layers.base_rows(slot.module, *slot.row_span)

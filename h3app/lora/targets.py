@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 import torch.nn as nn
 
 from ..errors import H3AppError
@@ -30,9 +29,10 @@ class TargetSlot:
     in_features: int
     group: str
 
-    def rows(self, weight: torch.Tensor) -> torch.Tensor:
-        """This target's rows ``[out_features, in]`` of its module's ``weight``."""
-        return weight[self.index * self.out_features:(self.index + 1) * self.out_features]
+    @property
+    def row_span(self) -> tuple[int, int]:
+        """``[start, stop)``: this target's rows of its module's weight."""
+        return self.index * self.out_features, (self.index + 1) * self.out_features
 
 
 def discover_targets(transformer: nn.Module) -> dict[str, TargetSlot]:

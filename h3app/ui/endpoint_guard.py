@@ -22,11 +22,12 @@ from typing import Any, Callable, Iterable, Iterator
 import gradio as gr
 
 from ..backend.limits import MAX_PROMPT_CHARS
-from ..backend.outputs import names_only
+from ..backend.outputs import MAX_DEPTH, names_only
 from ..backend.upload_policy import UPLOAD_PREFIX
 from ..errors import H3AppError, for_visitor
 from ..rules.values import MAX_FIELD_CHARS, check_length
 from .cheap_limit import InFlight, refusal
+from .comparison_view import FILE_DATA
 from .fair_queue import visitor_keys
 
 ADAPTERS_JSON_CHARS = 8 * MAX_FIELD_CHARS  # two adapters' source, weight name and revision, with room for keys
@@ -95,13 +96,20 @@ class Redactor:
     def _value(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, str):
             return self.text(value)
-        if depth > 32:
+        if depth > MAX_DEPTH or is_file_data(value):  # Gradio moves a file to its cache and sends that path
             return value
         if isinstance(value, dict):
             return {k: self._value(v, depth + 1) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(self._value(v, depth + 1) for v in value)
         return value
+
+
+def is_file_data(value: Any) -> bool:
+    """A file Gradio serves itself (``{"path", "meta": {"_type": "gradio.FileData"}}``, as the comparison view
+    sends its videos): its ``path`` must stay the server's, or Gradio cannot find the file."""
+    return isinstance(value, dict) and isinstance(value.get("meta"), dict) and \
+        value["meta"].get("_type") == FILE_DATA
 
 
 def _spellings(folder: Any) -> list[str]:

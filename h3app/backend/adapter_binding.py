@@ -105,10 +105,11 @@ class LoadedAdapter:
     config_version: tuple[int, int] | None = None  # adapter_config.json's (size, mtime_ns) when it was read
 
     def provenance(self) -> dict[str, Any]:
-        """What the settings JSON records so that a result can be reproduced (a local file has no ``commit``: a
-        hosted answer names it by file name, ``outputs.names_only``)."""
+        """What the settings JSON records so that a result can be reproduced (``local``: a file on this machine,
+        not from the Hub, which a hosted answer names by file name, ``outputs.names_only``)."""
         return {
             "source": self.settings.source,
+            "local": self.file.repo_id is None,
             "weight_name": self.file.filename,
             "revision": self.settings.revision,
             "commit": self.file.commit,

@@ -2,8 +2,8 @@
 
 A hosted server's answers and files name files, never server folders (docs/security.md). The rule is written once,
 :func:`names_only`: the UI applies it to every answer it shows a visitor, and :meth:`Outputs.record` to the settings
-JSON a hosted server writes into its mp4s (those files go to visitors too). The Python objects keep full paths: the
-UI serves the files itself.
+JSON a hosted server writes into its mp4s (those files go to visitors too). Result objects keep their files' full
+paths (the UI serves those files itself); on a hosted server the settings they carry are the recorded ones.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ MAX_DEPTH = 32  # nesting looked into (an answer can carry a visitor's own JSON)
 
 def names_only(value: Any, depth: int = 0) -> Any:
     """``value`` (an answer or a settings JSON: dicts and lists) with every local path by its file name: the media
-    and input files (``PATH_KEYS``) and the ``source`` of a local adapter's provenance (one with a ``sha256`` and no
-    Hub ``commit``); repo ids and URLs stay as they are."""
+    and input files (``PATH_KEYS``) and the ``source`` of a local adapter's provenance (``"local": true``); repo
+    ids and URLs stay as they are."""
     if depth > MAX_DEPTH:
         return value
     if isinstance(value, dict):
-        local = "sha256" in value and value.get("commit") is None
+        local = value.get("local") is True
         return {key: _name(item) if key in PATH_KEYS or (key == "source" and local) else names_only(item, depth + 1)
                 for key, item in value.items()}
     if isinstance(value, (list, tuple)):

@@ -4,6 +4,7 @@ one-line errors; the Space's hardware flavor; the UI's hardware line."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -113,6 +114,22 @@ def test_recommended_is_the_cheapest_box_that_fits_gpu_and_host_then_the_fastest
     faster = PREFERENCE[:PREFERENCE.index(placement)]
     assert not any(fits_both(chosen, p) for p in faster)
     assert recommend(measured, "merged")["fp8"] is False  # merged LoRA never rounds into fp8
+
+
+def test_recommended_options_carry_the_context_parallel_ranks_the_plan_assumed():
+    """A plan for 4 ranks splits the denoising activations 4 ways: its options must start 4 ranks, as asked."""
+    import app
+    from h3app.cli import build_parser
+
+    measured = _measured(lora=True)
+    for ulysses, ring, flags in ((4, 1, "--ulysses 4"), (2, 2, "--ulysses 2 --ring 2"), (1, 4, "--ring 4")):
+        choice = recommend(measured, "unmerged", ranks=ulysses * ring, ring=ring)
+        assert choice["options"].endswith(flags) and BY_NAME[choice["hardware"]].gpus >= 4
+        for args in (app.build_parser().parse_args(shlex.split(choice["options"])),
+                     build_parser().parse_args(["generate", *shlex.split(choice["options"]), "--prompt", "x",
+                                                "--out", "x.mp4"])):
+            assert (args.ulysses, args.ring) == (ulysses, ring)
+    assert "--ulysses" not in recommend(measured, "unmerged")["options"]
 
 
 def test_fits_is_true_only_when_gpu_and_host_both_fit():

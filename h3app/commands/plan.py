@@ -84,5 +84,5 @@ def plan_options(args: argparse.Namespace):
                                dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
                                alpha=parse_alpha(args.alpha), scale=parse_strength(args.scale),
                                lora_mode=args.lora_mode)
-    return options, Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring,
+    return options, Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
                               fp8_text_encoder=args.fp8_text_encoder)

@@ -43,7 +43,7 @@ import torch
 
 from ..errors import H3AppError
 from ..model import repo
-from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS
+from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES
 from ..rules.h3_modules import transformer_shapes
 from . import full_size
 from .fake_cuda import PhaseBytes
@@ -58,17 +58,22 @@ TINY_CANVAS = (64, 96)  # the embedded tiny checkpoint's largest canvas (6,144 p
 @dataclass(frozen=True)
 class Placement:
     """How the weights sit on the GPU: offload mode, fp8 storage of the transformer and of the conditioner,
-    context-parallel ranks. ``label`` is the command-line flags that load it (app.py, generate, check, grid)."""
+    context-parallel ranks (``ring`` of them by ring attention, the rest by Ulysses). ``label`` is the command-line
+    flags that load it (app.py, generate, check, grid)."""
 
     offload: str = "none"
     fp8: bool = False
     ranks: int = 1
     fp8_text_encoder: bool = False
+    ring: int = 1
 
     @property
     def label(self) -> str:
+        ulysses = self.ranks // self.ring
         parts = ([f"--offload {self.offload}"] + (["--fp8"] if self.fp8 else [])
-                 + (["--fp8-text-encoder"] if self.fp8_text_encoder else []))
+                 + (["--fp8-text-encoder"] if self.fp8_text_encoder else [])
+                 + ([f"--ulysses {ulysses}"] if ulysses > 1 else [])
+                 + ([f"--ring {self.ring}"] if self.ring > 1 else []))
         return " ".join(parts)
 
 
@@ -279,13 +284,14 @@ PREFERENCE = tuple(Placement(offload, fp8=fp8, fp8_text_encoder=both)
                    for offload in OFFLOAD_MODES for fp8, both in ((False, False), (True, False), (True, True)))
 
 
-def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict[str, Any] | None:
-    """The cheapest flavor whose GPU and host both fit, with the fastest placement that fits it (None: nothing
-    fits). ``host_bytes`` is the placement's host need, ``host_ram_bytes`` the box's. ZeroGPU is judged in ``fits``
-    but never recommended (docs/hardware.md: why h3app does not run on it)."""
+def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1, ring: int = 1) -> dict[str, Any] | None:
+    """The cheapest flavor whose GPU and host both fit, with the fastest placement that fits it at the request's
+    context-parallel ``ranks`` (``ring`` of them by ring attention); None: nothing fits. ``host_bytes`` is the
+    placement's host need, ``host_ram_bytes`` the box's. ZeroGPU is judged in ``fits`` but never recommended
+    (docs/hardware.md: why h3app does not run on it)."""
     for hardware in BY_PRICE:
         for placement in PREFERENCE:
-            placement = replace(placement, ranks=ranks)
+            placement = replace(placement, ranks=ranks, ring=ring)
             if placement.fp8 and lora_mode == "merged":
                 continue
             peak, _ = compose(measured, placement, lora_mode)
@@ -296,14 +302,19 @@ def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1) -> dict
                         "fp8_text_encoder": placement.fp8_text_encoder, "peak_gpu_bytes": peak,
                         "gpu_bytes": hardware.gpu_bytes, "host_bytes": host, "host_ram_bytes": hardware.host_bytes,
                         "usd_per_hour": hardware.usd_per_hour,
-                        "options": run_options(placement, measured.rehearsal.options.dtype)}
+                        "options": run_options(placement, dtype_name(measured.rehearsal.options.dtype))}
     return None
 
 
-def run_options(placement: Placement, dtype: torch.dtype) -> str:
-    """The flags that run ``placement`` on a GPU box, for app.py and every command alike: the device and dtype the
-    plan was made for, then the placement's own (offload needs ``--device cuda``; the plan is made in ``dtype``)."""
-    return f"--device cuda --dtype {str(dtype).removeprefix('torch.')} {placement.label}"
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` → ``bfloat16``: how ``--dtype`` and ``plan --json`` name it."""
+    return str(dtype).removeprefix("torch.")
+
+
+def run_options(placement: Placement, dtype: str) -> str:
+    """The flags that run ``placement`` on a GPU box, for app.py and every command alike: the device and ``dtype``
+    the plan was made for, then the placement's own (offload needs ``--device cuda``)."""
+    return f"--device cuda --dtype {dtype} {placement.label}"
 
 
 def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = full_size.FULL,
@@ -330,10 +341,10 @@ def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = f
     warnings = _warnings(measured, placement, lora_mode, peak, host)
     return Plan(
         model=model, workflow=options.workflow, resolution=options.resolution, duration=options.duration,
-        dtype=str(options.dtype).replace("torch.", ""), placement=placement, lora_mode=lora_mode,
+        dtype=dtype_name(options.dtype), placement=placement, lora_mode=lora_mode,
         peak_gpu_bytes=peak, host_bytes=host, components=components,
         phases=phases, fits={row["name"]: row["fits"] for row in rows}, flavors=rows,
-        recommended=recommend(measured, lora_mode, placement.ranks),
+        recommended=recommend(measured, lora_mode, placement.ranks, placement.ring),
         targets_bound=rehearsal.targets_bound if options.adapter is not None else None,
         tokens=dict(rehearsal.tokens), warnings=warnings, seconds=round(time.perf_counter() - started, 2),
         **_speed(measured, placement, lora_mode, judged))

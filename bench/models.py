@@ -159,10 +159,10 @@ def sequence_rows(height: int, width: int, frames: int, text_rows: int = 256) ->
     """The packed sequence of a real H3 request: video ``(5n + 2) × H/32 × W/32`` rows for ``17n + 5`` frames (16×
     spatial VAE compression × the 2×2 patch, 4× temporal), stereo audio at 40 latents/s per channel (32 kHz, hop
     800), plus ``text_rows`` text rows. 960×544×124 frames → 18,870 video + 414 audio rows."""
-    rule = RELEASED
-    n = max(0, math.ceil((frames - rule.latents_per_chunk) / rule.frames_per_chunk))
+    aligned = RELEASED.aligned(frames)
+    n = (aligned - RELEASED.latents_per_chunk) // RELEASED.frames_per_chunk
     latent_frames = 5 * n + 2
-    seconds = (rule.frames_per_chunk * n + rule.latents_per_chunk) / rule.fps
+    seconds = aligned / RELEASED.fps
     audio_steps = math.ceil(seconds * 40.0)
     return {"latent_frames": latent_frames, "grid_h": height // 32, "grid_w": width // 32,
             "video": latent_frames * (height // 32) * (width // 32), "audio_steps": audio_steps,

@@ -124,7 +124,7 @@ def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys
     if choice["fp8"]:
         out = tmp_path / "recommended-cpu.mp4"
         run = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", str(STEPS),
-                      "--out", str(out), "--json", *argv, "--device", "cpu", "--dtype", "float32")
+                      "--out", str(out), "--json", *argv, "--device", "cpu", "--dtype", "float32", "--offload", "none")
         assert run.code == 0, run.err
         assert out.stat().st_size > 0 and json.loads(run.out)["evaluations"] == evaluations(STEPS)
 

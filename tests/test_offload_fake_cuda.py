@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from h3app.hardware.fake_cuda import is_fake
+from h3app.hardware.fake_cuda import HOST_FAKE_ELEMENTS, is_fake
 from h3app.hardware.fake_driver import FakeGpuBox, fake_gpu_box
 from h3app.hardware.flavors import BY_NAME
 from h3app.rules.steps import evaluations
@@ -172,4 +172,4 @@ def test_the_box_restores_the_driver_and_the_tensor_methods_on_exit_even_after_a
             assert is_fake(held) and torch.cuda.mem_get_info()[0] == 10**9 - 4000
             raise RuntimeError("planted")
     assert current() == originals
-    assert not is_fake(torch.empty(4))
+    assert not is_fake(torch.empty(HOST_FAKE_ELEMENTS + 1))  # a host tensor this large would be fake inside the box

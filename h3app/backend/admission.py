@@ -28,9 +28,6 @@ class KeyCounts:
     def __init__(self) -> None:
         self._held: Counter[str] = Counter()
 
-    def __getitem__(self, key: str) -> int:
-        return self._held[key]
-
     def at_limit(self, keys: Sequence[str], limit: int) -> bool:
         """Whether any of ``keys`` already has ``limit`` holds."""
         return any(self._held[key] >= limit for key in keys)
@@ -61,10 +58,6 @@ class Admission:
     @property
     def total(self) -> int:
         return self._total
-
-    def held(self, key: str) -> int:
-        with self._lock:
-            return self._held[key]
 
     def acquire(self, keys: Sequence[str]) -> None:
         """Hold one slot for the visitor ``keys``; :class:`Refused` at once when any key or the total is at its

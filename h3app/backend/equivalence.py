@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ..rules.choices import REF2VA
+from ..rules.choices import FULL_CHECK, REF2VA
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from .transformer_check import summarise_scales, with_rank_alpha
 from ..model.loader import LoadOptions
@@ -89,11 +89,11 @@ class EquivalenceResult:
             "effective_scale_a": self.a.effective_scale,
             "effective_scale_b": self.b.effective_scale,
             "effective_scale_fallback": self.fallback.effective_scale,
-            "mode": "full",
+            "mode": FULL_CHECK,
             "seconds": round(self.seconds, 3),
-            "a": self._column(self.a),
-            "b": self._column(self.b),
-            "fallback": self._column(self.fallback),
+            "a": dataclasses.asdict(self.a),
+            "b": dataclasses.asdict(self.b),
+            "fallback": dataclasses.asdict(self.fallback),
             "a_vs_b": self.a_vs_b.to_json(),
             "a_vs_fallback": self.a_vs_fallback.to_json(),
             "heatmap": self.heatmap_path,
@@ -102,10 +102,6 @@ class EquivalenceResult:
             "fallback_spectrogram_diff": self.fallback_spectrogram_diff_path,
             "settings": self.settings,
         }
-
-    @staticmethod
-    def _column(column: Column) -> dict[str, Any]:
-        return dataclasses.asdict(column)
 
 
 @contextmanager

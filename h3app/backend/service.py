@@ -78,7 +78,7 @@ class Backend:
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
                  max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
                  max_download_cache_bytes: int | None = None, baseline_bytes: int = BASELINE_BYTES,
-                 loaded: LoadedModel | None = None, wrap_job: JobWrapper = alone) -> None:
+                 loaded: LoadedModel | None = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, T2VA, options)
         self.hosted = hosted
         self.output_dir = Path(output_dir or Path(tempfile.gettempdir()) / "h3app-outputs")
@@ -92,7 +92,7 @@ class Backend:
         self.binder = AdapterBinder(self.model, policy=self.policy, cache=cache)
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
         self.admission = Admission(max_pending=min(MAX_PENDING, max_queue))  # the UI's fair queue (hosted mode)
-        self.wrap_job = wrap_job
+        self.wrap_job: JobWrapper = alone  # every job as it is; parallel.follower.bind puts Lockstep here
         self._baselines = Baselines(baseline_bytes)
         self._limits: Limits | None = None
         self.last_seconds_per_run: float | None = None

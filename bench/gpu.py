@@ -286,8 +286,8 @@ def equivalence_row(model: Any, path: Path, shapes: Any) -> Row:
     """h3app's transformer-mode check on the full-size model: alpha 8 / strength 1 vs alpha 128 / strength 0.0625
     must be bit-identical in bf16 on CUDA (deterministic algorithms, native attention)."""
     from h3app.adapters.normalise import load_adapter
-    from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
     from h3app.backend.transformer_check import run_transformer_check
+    from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
 
     started = time.perf_counter()
     check = run_transformer_check(model, load_adapter(path, shapes=shapes), a=DEFAULT_A, b=DEFAULT_B)

@@ -13,7 +13,8 @@ import argparse
 import math
 import socket
 import sys
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 Row = tuple[str, str, float, str]
 RANKS = 2
@@ -98,7 +99,7 @@ def _measure(rank: int, params: dict[str, Any]) -> list[Row]:
             batch = packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"], seq["grid_w"]),
                                  audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device)
 
-            def forward() -> Any:
+            def forward(batch: dict = batch) -> Any:  # bound now: called within this iteration
                 with torch.no_grad():
                     return model(**batch)
 

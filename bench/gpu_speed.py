@@ -16,8 +16,9 @@ the measuring on the CPU with the tiny model).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 BUDGET_S = 360.0  # the matrix; with the rehearsal and the build the script stays within 8 minutes
 PRECISIONS = ("bf16", "fp8")

@@ -47,7 +47,7 @@ def time_placements(engine: Any, name: str, timer: Callable[[Callable[[], None]]
             results[placement] = str(error)
             continue
         alpha = Alternate(8.0, 16.0)
-        results[placement] = timer(lambda: engine.set_lora(name, alpha=alpha()))
+        results[placement] = timer(lambda alpha=alpha: engine.set_lora(name, alpha=alpha()))
     engine.set_mode("unmerged")
     engine.set_lora(name, alpha=8.0)
     engine.pristine.set_placement("auto")

@@ -8,7 +8,8 @@ import argparse
 import importlib
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import H3AppError
 

@@ -9,8 +9,9 @@ import json
 import math
 import struct
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -272,7 +273,7 @@ def forbid_tensor_loads(monkeypatch: Any) -> None:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self._inner = real(*args, **kwargs)
 
-        def __enter__(self) -> "HeaderOnly":
+        def __enter__(self) -> HeaderOnly:
             self._handle = self._inner.__enter__()
             return self
 

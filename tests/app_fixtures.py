@@ -4,8 +4,9 @@ driven by Playwright (no Playwright browser download)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from h3app.ui.app_ui import build_app, launch_kwargs
 

@@ -19,19 +19,19 @@ import math
 import pickle
 import struct
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make h3app and the sibling fixtures importable
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from adapter_fixtures import TINY_CONFIG, factors, lora_keys  # noqa: E402
 from safetensors.torch import save as save_bytes  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-
-from adapter_fixtures import TINY_CONFIG, factors, lora_keys  # noqa: E402
 
 # How far a correct h3app gets before refusing an entry:
 #   "settings": the adapter settings themselves (alpha, scale) — refused before any file is touched;
@@ -60,7 +60,7 @@ class BadInput:
     strength: Any = 1.0
     cli_expect: str | None = None  # when the CLI's own parser words it differently (e.g. "invalid float value")
 
-    def resolve(self, folder: str | Path) -> "BadInput":
+    def resolve(self, folder: str | Path) -> BadInput:
         """This entry with a ``CORPUS`` placeholder source replaced by the path under ``folder``."""
         if not self.source.startswith(CORPUS):
             return self

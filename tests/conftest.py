@@ -15,12 +15,15 @@ from hf_home import isolate_process_environment
 isolate_process_environment()
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 
+from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Iterator  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
 import pytest  # noqa: E402
-
 from hf_home import use_hf_home  # noqa: E402
+
+if TYPE_CHECKING:
+    from model_state import ModelGuard
 
 
 @pytest.fixture(autouse=True)
@@ -32,8 +35,9 @@ def private_hf_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 @pytest.fixture(scope="session")
 def _model_guard() -> Iterator["ModelGuard"]:
     """The embedded tiny checkpoint, both partitions loaded, with a bitwise copy of its weights."""
-    from h3app.model.loader import load_model
     from model_state import ModelGuard
+
+    from h3app.model.loader import load_model
 
     model = load_model("tiny", "t2va")
     model.transformer("ref2va")  # loaded now, so that its base is the checkpoint's

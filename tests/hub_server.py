@@ -47,14 +47,14 @@ import posixpath
 import re
 import socket
 import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
-
 from hf_home import use_hf_home
 
 # Files served as if stored in git (small text); everything else looks like an LFS file (sha256 ETag, `lfs` info).
@@ -167,7 +167,7 @@ class FakeHub:
         self._connections: set[socket.socket] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
-    def start(self, port: int = 0) -> "FakeHub":
+    def start(self, port: int = 0) -> FakeHub:
         """Listen on ``port`` of 127.0.0.1 (0: a free one)."""
         hub = self
 
@@ -208,7 +208,7 @@ class FakeHub:
         with self._lock:
             self._connections.discard(connection)
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         return self.start()
 
     def __exit__(self, *exc_info: object) -> None:

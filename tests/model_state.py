@@ -12,11 +12,11 @@ Also the one ``assert_at_base`` and ``at_base`` fixture for modules that hold a 
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 import torch
-
 from lora_fixtures import state_hash
 
 from h3app.backend import adapter_binding

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
-
 from adapter_fixtures import TINY_SHAPES, diffusers_targets, header_view, kohya_block, native_block
+
 from h3app.adapters.alpha import get_pattern_key
 from h3app.adapters.inspect import inspect_header
 from h3app.errors import H3AppError

@@ -9,9 +9,14 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from adapter_fixtures import (
-    TINY_SHAPES, delta, diffusers_targets, lightx2v_full_size_entries, native_block, relative_error, save,
+    TINY_SHAPES,
+    delta,
+    diffusers_targets,
+    lightx2v_full_size_entries,
+    native_block,
+    relative_error,
+    save,
     write_sparse_safetensors,
 )
 from cli_runner import run_cli, run_cli_process

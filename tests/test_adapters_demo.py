@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from adapter_fixtures import TINY_SHAPES
-from h3app.model.tiny_training.demo_adapters import main, write_demo_adapters
+
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.normalise import load_adapter
+from h3app.model.tiny_training.demo_adapters import main, write_demo_adapters
 from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_FILE
 
 ASSETS = Path(__file__).resolve().parents[1] / "assets" / "adapters"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from adapter_fixtures import TINY_CONFIG, TINY_SHAPES, delta, factors, oracle_deltas_diffusers, relative_error
 from safetensors.torch import save_file
 
-from adapter_fixtures import TINY_CONFIG, TINY_SHAPES, delta, factors, oracle_deltas_diffusers, relative_error
 from h3app.adapters.normalise import load_adapter
 
 pytestmark = pytest.mark.slow

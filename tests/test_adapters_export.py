@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from adapter_fixtures import (
+    TINY_CONFIG,
+    TINY_SHAPES,
+    delta,
+    diffusers_targets,
+    native_block,
+    oracle_deltas_diffusers,
+    oracle_deltas_peft,
+    relative_error,
+    save,
+)
 from safetensors import safe_open
 
-from adapter_fixtures import (
-    TINY_CONFIG, TINY_SHAPES, delta, diffusers_targets, native_block, oracle_deltas_diffusers,
-    oracle_deltas_peft, relative_error, save,
-)
 from h3app.adapters.export import export_adapter, parse_export_dtype
 from h3app.adapters.normalise import load_adapter
 from h3app.errors import H3AppError

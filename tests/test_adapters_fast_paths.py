@@ -12,8 +12,8 @@ import json
 import re
 
 import pytest
-
 from adapter_fixtures import lightx2v_full_size_entries
+
 from h3app.adapters.formats import FLATTENED_PREFIXES, WRAPPER_PREFIXES, match_module, plan_adapter
 from h3app.adapters.header import _check_entries_one_by_one, _check_entries_together, parse_header
 from h3app.adapters.types import HeaderView

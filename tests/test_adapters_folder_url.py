@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from safetensors.torch import save_file
 import torch
+from safetensors.torch import save_file
 
 from h3app.adapters.header import read_local_header
 from h3app.adapters.source import MultipleWeightFiles, fetch, list_weight_files, parse_source, read_header

@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from adapter_fixtures import (
-    TINY_SHAPES, diffusers_targets, factors, header_view, lora_keys, native_block,
+    TINY_SHAPES,
+    diffusers_targets,
+    factors,
+    header_view,
+    lora_keys,
+    native_block,
 )
+
 from h3app.adapters.formats import (
-    BLOCKED, FUSED_QKV, INTERLEAVED, PLAIN, SWIGLU_GATE_UP, AdapterPlan, native_vocabulary, plan_adapter,
+    BLOCKED,
+    FUSED_QKV,
+    INTERLEAVED,
+    PLAIN,
+    SWIGLU_GATE_UP,
+    AdapterPlan,
+    native_vocabulary,
+    plan_adapter,
 )
 from h3app.errors import H3AppError
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from adapter_fixtures import factors, forbid_tensor_loads, save, write_sparse_safetensors
+
 from h3app.adapters.header import read_local_header
 from h3app.errors import H3AppError
 

@@ -8,11 +8,20 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from adapter_fixtures import (
-    TINY_SHAPES, diffusers_targets, factors, forbid_tensor_loads, header_view, larry_full_size_entries,
-    lightx2v_full_size_entries, lora_keys, native_block, save, write_sparse_safetensors,
+    TINY_SHAPES,
+    diffusers_targets,
+    factors,
+    forbid_tensor_loads,
+    header_view,
+    larry_full_size_entries,
+    lightx2v_full_size_entries,
+    lora_keys,
+    native_block,
+    save,
+    write_sparse_safetensors,
 )
+
 from h3app.adapters.inspect import inspect_file, inspect_header
 from h3app.adapters.types import HeaderView
 from h3app.errors import H3AppError

@@ -9,7 +9,7 @@ import pytest
 
 from h3app.adapters import header as header_module
 from h3app.adapters import memo
-from h3app.adapters.formats import match_module, NATIVE_MODULES, DIFFUSERS_MODULES
+from h3app.adapters.formats import DIFFUSERS_MODULES, NATIVE_MODULES, match_module
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.source import read_header
 from tests.adapter_fixtures import TINY_SHAPES

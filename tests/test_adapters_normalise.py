@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from adapter_fixtures import TINY_128_SHAPES, TINY_SHAPES, diffusers_targets, factors, lora_keys, native_block, save
+
 from h3app.adapters.normalise import deinterleave_qkv, load_adapter
 from h3app.errors import H3AppError
 

@@ -15,11 +15,20 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from adapter_fixtures import (
-    TINY_128_CONFIG, TINY_128_SHAPES, TINY_SHAPES, delta, diffusers_targets, factors, lora_keys,
-    oracle_deltas_diffusers, oracle_deltas_peft, relative_error, save,
+    TINY_128_CONFIG,
+    TINY_128_SHAPES,
+    TINY_SHAPES,
+    delta,
+    diffusers_targets,
+    factors,
+    lora_keys,
+    oracle_deltas_diffusers,
+    oracle_deltas_peft,
+    relative_error,
+    save,
 )
+
 from h3app.adapters.formats import native_vocabulary
 from h3app.adapters.normalise import load_adapter
 

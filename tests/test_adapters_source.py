@@ -29,7 +29,7 @@ from h3app.adapters.source import (
     read_header,
 )
 from h3app.errors import H3AppError
-from tests.hub_server import FakeHub, _parse_range, fake_hub, fake_commit, point_huggingface_hub_at, set_offline  # noqa: F401
+from tests.hub_server import FakeHub, _parse_range, fake_commit, fake_hub, point_huggingface_hub_at, set_offline  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cli_runner import run_cli_process
 from PIL import Image
 
-from cli_runner import run_cli_process
 from h3app.backend import media
 from h3app.backend.generation import Cancelled, GenerationRequest
 from h3app.backend.presets import resolve_presets

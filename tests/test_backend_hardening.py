@@ -6,6 +6,7 @@ import sys
 import threading
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
 from safetensors.torch import load_file, save_file
@@ -91,7 +92,7 @@ def test_a_cancelled_queued_job_leaves_the_adapters_alone():
 
 def test_a_failed_encode_leaves_no_partial_file(tmp_path):
     odd = np.zeros((3, 7, 7, 3), np.float32)  # yuv420p needs even sides: libx264 refuses to open
-    with pytest.raises(Exception):
+    with pytest.raises(av.error.FFmpegError):
         media.write_mp4(tmp_path / "x.mp4", odd, np.zeros((2, 800), np.float32), 16000)
     assert list(tmp_path.iterdir()) == []
 

@@ -62,12 +62,13 @@ def test_predictions_come_from_the_roofline_for_the_gpu_and_none_for_an_unknown_
 
 
 def test_the_measuring_runs_every_eager_variant_on_the_tiny_model():
+    from lora_fixtures import linear_shapes, make_adapter
+
     from bench.gpu import build_full_size
     from h3app.backend.transformer_check import packed_check_input
     from h3app.lora.engine import LoRAEngine
     from h3app.model.tiny import TINY_TRANSFORMER_CONFIG
     from h3app.settings import LoRASettings
-    from lora_fixtures import linear_shapes, make_adapter
 
     model = build_full_size("cpu", dict(TINY_TRANSFORMER_CONFIG))
     shapes = linear_shapes(model)

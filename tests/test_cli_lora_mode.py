@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from cli_runner import run_cli
 
 from h3app.backend import service
 from h3app.cli import build_parser
 from h3app.errors import H3AppError
-from cli_runner import run_cli
 
 TURBO = "assets/adapters/tiny_turbo_4step.safetensors"
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same_bits
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
 from h3app.model.compiled import blocks_of, compile_backend, compile_blocks, compile_report
 from h3app.settings import LoRASettings
-from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same_bits
 
 ROOT = Path(__file__).resolve().parents[1]
 TURBO = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")

@@ -79,10 +79,11 @@ def test_fp8_output_is_close_to_full_precision_but_not_identical():
 
 
 def test_merged_lora_with_fp8_is_refused_in_one_line_and_the_weights_are_untouched():
+    from lora_fixtures import state_hash
+
     from h3app.backend.adapter_binding import AdapterBinder
     from h3app.model.repo import TINY_DIR
     from h3app.settings import LoRASettings
-    from lora_fixtures import state_hash
 
     model = load_model("tiny", options=LoadOptions(fp8=True))
     before = state_hash(model.transformer("t2va"))

@@ -13,8 +13,18 @@ import pytest
 
 from h3app.hardware.fake_cuda import PhaseBytes
 from h3app.hardware.flavors import BY_NAME, BY_PRICE, FLAVORS, GB
-from h3app.hardware.planner import (HOST_RESERVE, PREFERENCE, RESERVE, Measured, Placement, compose, fits,
-                                    host_bytes, judge, recommend)
+from h3app.hardware.planner import (
+    HOST_RESERVE,
+    PREFERENCE,
+    RESERVE,
+    Measured,
+    Placement,
+    compose,
+    fits,
+    host_bytes,
+    judge,
+    recommend,
+)
 from h3app.hardware.rehearsal import Rehearsal, RehearsalOptions
 from h3app.hardware.summary import hardware_line, remember
 

@@ -7,10 +7,10 @@ import json
 
 import gradio as gr
 import pytest
+from app_fixtures import running_app
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from app_fixtures import running_app
 from h3app.backend.generation import GenerationRequest, run_generation
 from h3app.backend.limits import model_limits
 from h3app.backend.service import Backend

@@ -3,9 +3,9 @@
 import threading
 
 import torch
+from lora_fixtures import make_adapter
 
 from h3app.lora.cache import AdapterCache, AdapterKey, adapter_nbytes
-from lora_fixtures import make_adapter
 
 SHAPES = {"transformer_blocks.0.attn.to_q": (32, 24), "transformer_blocks.0.attn.to_k": (32, 24),
           "transformer_blocks.0.attn.to_v": (32, 24)}

@@ -10,13 +10,14 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from h3app.commands import check as check_command  # noqa: E402
+from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, module_types, state_hash  # noqa: E402
+
 from h3app.backend.transformer_check import packed_check_input, run_transformer_check  # noqa: E402
-from h3app.rules.check_pair import CheckSetting, parse_setting  # noqa: E402
+from h3app.commands import check as check_command  # noqa: E402
 from h3app.errors import H3AppError  # noqa: E402
 from h3app.lora import LoRAEngine  # noqa: E402
+from h3app.rules.check_pair import CheckSetting, parse_setting  # noqa: E402
 from h3app.settings import LoRASettings  # noqa: E402
-from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, module_types, state_hash  # noqa: E402
 
 A, B = CheckSetting(8.0, 1.0), CheckSetting(128.0, 0.0625)
 

@@ -3,6 +3,7 @@ path forced on the CPU against its stated oracle tolerance, the equivalence pair
 
 import pytest
 import torch
+from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same_bits
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine, LoRALinear
@@ -10,7 +11,6 @@ from h3app.lora import entries as entries_module
 from h3app.lora.layers import LoRAFactors, delta_dtype
 from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.settings import LoRASettings
-from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same_bits
 
 HALF = (torch.bfloat16, torch.float16)
 

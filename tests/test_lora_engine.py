@@ -6,6 +6,18 @@ import random
 
 import pytest
 import torch
+from lora_fixtures import (
+    block_targets,
+    build_tiny,
+    fail_merge_at,
+    forward,
+    linear_shapes,
+    make_adapter,
+    max_rel_err,
+    module_types,
+    same_bits,
+    state_hash,
+)
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.errors import H3AppError
@@ -13,8 +25,6 @@ from h3app.lora import LoRAEngine, LoRALinear, MatchError
 from h3app.lora.layers import LoRAFactors
 from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.settings import LoRASettings
-from lora_fixtures import (block_targets, build_tiny, fail_merge_at, forward, linear_shapes, make_adapter, max_rel_err,
-                           module_types, same_bits, state_hash)
 
 RANKS = {"rank4": 4, "rank16": 16, "mixed": "mixed"}
 

@@ -7,14 +7,14 @@ rather than binding (``test_fixture_model_is_the_tiny_checkpoint_config``, ``tes
 they belong with the adapters tests (``tests/test_adapters_demo.py``) and stay here until they move there."""
 
 import pytest
+from lora_fixtures import TINY_CONFIG, build_tiny, forward, max_rel_err, same_bits
 
-from h3app.model.tiny_training.demo_adapters import tiny_shapes, write_demo_adapters
 from h3app.adapters.normalise import load_adapter
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
 from h3app.model.tiny import TINY_TRANSFORMER_CONFIG
+from h3app.model.tiny_training.demo_adapters import tiny_shapes, write_demo_adapters
 from h3app.settings import LoRASettings
-from lora_fixtures import TINY_CONFIG, build_tiny, forward, max_rel_err, same_bits
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,21 @@ as 2D; both match the unfused model within fp32 tolerance, in unmerged and merge
 
 import pytest
 import torch
+from lora_fixtures import (
+    block_targets,
+    build_tiny,
+    forward,
+    linear_shapes,
+    make_adapter,
+    max_rel_err,
+    module_types,
+    same_bits,
+    state_hash,
+)
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
 from h3app.settings import LoRASettings
-from lora_fixtures import (block_targets, build_tiny, forward, linear_shapes, make_adapter, max_rel_err,
-                           module_types, same_bits, state_hash)
 
 
 @pytest.fixture(scope="module")

@@ -3,14 +3,22 @@ refused with the reason when neither fits, and refused for quantised bases."""
 
 import pytest
 import torch
+from lora_fixtures import (
+    block_targets,
+    build_tiny,
+    fail_merge_at,
+    forward,
+    linear_shapes,
+    make_adapter,
+    module_types,
+    state_hash,
+)
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, PristineStore
 from h3app.lora.layers import is_mergeable
 from h3app.settings import LoRASettings
-from lora_fixtures import (block_targets, build_tiny, fail_merge_at, forward, linear_shapes, make_adapter, module_types,
-                           state_hash)
 
 
 @pytest.fixture(scope="module")

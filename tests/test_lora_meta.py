@@ -3,11 +3,11 @@ no data), unfused and fused, with every target matched at the right shape; a wro
 
 import pytest
 import torch
+from lora_fixtures import LIGHTX2V_SUFFIXES, block_targets, fuse, make_adapter
 
 from h3app.lora import LoRAEngine, MatchError
 from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 from h3app.settings import LoRASettings
-from lora_fixtures import LIGHTX2V_SUFFIXES, block_targets, fuse, make_adapter
 
 FULL_SHAPES = {name: (s.out_features, s.in_features) for name, s in transformer_shapes(FULL_SIZE_CONFIG).linears.items()}
 

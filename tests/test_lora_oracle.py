@@ -2,11 +2,11 @@
 transformer, fp32) for the same PEFT-format adapter and alpha; fused h3app agrees too."""
 
 import pytest
+from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, max_rel_err
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
 from h3app.settings import LoRASettings
-from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, max_rel_err
 
 ORACLE_TARGETS_SUFFIXES = ("attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "ff.net.0.proj", "ff.net.2",
                            "adaln_proj.linear")

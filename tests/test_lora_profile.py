@@ -5,18 +5,18 @@ import math
 
 import pytest
 import torch
+from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter
 
 from h3app.lora import LoRAEngine
 from h3app.lora.profile import USUAL_RELATIVE_UPDATE, block_of, suggest_alpha, update_norm, weight_norm
 from h3app.settings import LoRASettings
-from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter
 
 
 @pytest.mark.parametrize("rank,out_f,in_f", [(4, 30, 20), (64, 12, 9), (1, 5, 7)])
 def test_update_norm_equals_the_frobenius_norm_of_B_A(rank, out_f, in_f):
     g = torch.Generator().manual_seed(rank)
     A, B = torch.randn(rank, in_f, generator=g), torch.randn(out_f, rank, generator=g)
-    assert math.isclose(update_norm(A, B), float(torch.linalg.norm((B.double() @ A.double()))), rel_tol=1e-5)
+    assert math.isclose(update_norm(A, B), float(torch.linalg.norm(B.double() @ A.double())), rel_tol=1e-5)
     W = torch.randn(out_f, in_f, generator=g).to(torch.bfloat16)
     assert math.isclose(weight_norm(W), float(torch.linalg.norm(W.double())), rel_tol=1e-9)
 
@@ -121,9 +121,10 @@ def test_update_norm_uses_no_gram_matrix_at_a_rank_of_min_in_out_or_more(rank, o
 
 
 def test_a_rank_above_in_plus_out_is_refused_at_attach_and_nothing_changes():
-    from h3app.errors import H3AppError
-    from h3app.adapters.fit import RANK_FLOOR
     from lora_fixtures import state_hash
+
+    from h3app.adapters.fit import RANK_FLOOR
+    from h3app.errors import H3AppError
 
     model = build_tiny()
     shapes = linear_shapes(model)

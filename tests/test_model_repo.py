@@ -5,8 +5,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from cli_runner import run_cli_process
+
 from h3app.errors import H3AppError
 from h3app.model import repo
 

@@ -5,7 +5,15 @@ import time
 import torch
 from diffusers import MiniMaxH3Transformer3DModel
 
-from h3app.rules.h3_modules import ADALN, ATTENTION, FEED_FORWARD, FULL_SIZE_CONFIG, INPUT_OUTPUT, REFINER, transformer_shapes
+from h3app.rules.h3_modules import (
+    ADALN,
+    ATTENTION,
+    FEED_FORWARD,
+    FULL_SIZE_CONFIG,
+    INPUT_OUTPUT,
+    REFINER,
+    transformer_shapes,
+)
 
 
 def test_meta_device_full_size_model_is_fast_and_matches_the_shape_table():

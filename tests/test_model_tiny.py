@@ -8,8 +8,8 @@ from safetensors import safe_open
 
 from h3app.model import repo
 from h3app.model.tiny import TINY_TRANSFORMER_CONFIG, build, checkpoint
-from h3app.rules.choices import TINY_REPO_ID
 from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_FILE, TURBO_RANK, Recipe, train
+from h3app.rules.choices import TINY_REPO_ID
 
 REAL_LAYOUT = ("transformer", "transformer_ref", "vae", "audio_vae", "scheduler", "audio_scheduler",
                "text_encoder", "tokenizer", "processor")

@@ -5,7 +5,6 @@ between host and fake device, and the test watches where every component is whil
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,7 +165,7 @@ def test_the_box_restores_the_driver_and_the_tensor_methods_on_exit_even_after_a
 
     originals = current()
     with pytest.raises(RuntimeError, match="planted"):
-        with fake_gpu_box(10**9) as box:
+        with fake_gpu_box(10**9):
             assert torch.cuda.is_available() and torch.cuda.mem_get_info() == (10**9, 10**9)
             held = torch.empty(1000, device="cuda")
             assert is_fake(held) and torch.cuda.mem_get_info()[0] == 10**9 - 4000

@@ -11,13 +11,16 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import CancelledError
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 from app_fixtures import running_app
+from gradio_client.exceptions import AppError
 
 from h3app.adapters.header_caps import MAX_TENSORS
 from h3app.backend.admission import PER_VISITOR
@@ -140,7 +143,7 @@ def test_one_client_cannot_fill_the_queue_and_a_second_visitor_is_served(hosted:
         release.set()
         blocker.result(timeout=120)
     for job in [*jobs, *waiting]:
-        with pytest.raises(Exception):
+        with pytest.raises((CancelledError, AppError)):  # refused at admission, or cancelled before it ran
             job.result(timeout=120)
     assert backend.admission.total == 0
 
@@ -259,7 +262,7 @@ def test_a_client_that_goes_away_has_its_job_cancelled_and_the_next_visitor_is_s
         deadline = time.monotonic() + 60
         with httpx.stream("GET", f"{url.rstrip('/')}/gradio_api/queue/data", params={"session_hash": session},
                           timeout=30) as stream:
-            for line in stream.iter_lines():  # A listens until its job is in the worker's queue, then hangs up
+            for _line in stream.iter_lines():  # A listens until its job is in the worker's queue, then hangs up
                 queued = [h for h in backend.worker.queued() if h.label == api_name]
                 if queued or time.monotonic() > deadline:
                     break

@@ -18,12 +18,10 @@ from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
 from adapter_fixtures import TINY_SHAPES
 from bad_inputs import native_factors
 from lora_fixtures import state_hash
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
+from safetensors.torch import save_file
 
 from h3app.adapters.formats import native_vocabulary
 from h3app.backend.generation import GenerationRequest
@@ -32,6 +30,7 @@ from h3app.errors import H3AppError
 from h3app.lora.cache import adapter_nbytes
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
+from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from bad_inputs import BadInput, corpus_entries, make_accepted, make_corpus
 from cli_runner import assert_one_line, run_cli
 from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
@@ -272,7 +271,7 @@ def test_hosted_server_refuses_a_symlink_out_of_its_folders_and_accepts_a_file_i
         bad = entry(kind, corpus_dir)
         copy = allowed / Path(bad.source).name
         copy.write_bytes(Path(bad.source).read_bytes())
-        assert_refused(lambda: hosted.load(LoRASettings(source=str(copy))), bad.expect)
+        assert_refused(lambda copy=copy: hosted.load(LoRASettings(source=str(copy))), bad.expect)
         assert_at_base(at_base)
     dotdot = entry("weight_name_dotdot", corpus_dir)
     assert_refused(lambda: hosted.load(LoRASettings(source=str(allowed), weight_name=dotdot.weight_name)),

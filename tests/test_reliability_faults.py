@@ -9,16 +9,15 @@ the layers the adapter touches (counted by a dry run), so some layers have chang
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
-
 from bad_inputs import good_tensors
 from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
 from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
-from tests.hub_server import FakeHub, fake_hub, set_offline  # noqa: F401  (fixture)
 
 from h3app.backend.generation import Cancelled, GenerationRequest
 from h3app.backend.service import Backend
@@ -27,6 +26,7 @@ from h3app.lora import layers
 from h3app.lora.engine import LoRAEngine
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
+from tests.hub_server import FakeHub, fake_hub, set_offline  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"

@@ -20,16 +20,16 @@ import os
 import re
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
+from adapter_fixtures import TINY_SHAPES, diffusers_targets, header_view, kohya_block, native_block
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save as safetensors_bytes
-
-from adapter_fixtures import TINY_SHAPES, header_view, kohya_block, native_block, diffusers_targets
 
 from h3app.adapters.formats import FLATTENED_PREFIXES, WRAPPER_PREFIXES, plan_adapter
 from h3app.adapters.header import DTYPE_BITS, parse_header, read_local_header

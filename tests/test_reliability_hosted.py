@@ -12,11 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from safetensors.torch import save_file
-
 from bad_inputs import good_tensors
 from lora_fixtures import state_hash
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
+from safetensors.torch import save_file
 
 from h3app.backend import media
 from h3app.backend.generation import GenerationRequest
@@ -25,6 +23,7 @@ from h3app.errors import H3AppError
 from h3app.lora.layers import LoRALinear
 from h3app.rules.values import short
 from h3app.settings import LoRASettings
+from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 REQUEST = GenerationRequest(prompt="a gated secret", seed=4, steps=2)
 SERVER_TOKEN = "hf_SERVER_secret_never_lend_0123456789"

@@ -10,7 +10,6 @@ from typing import Any
 
 import gradio as gr
 import pytest
-
 from bad_inputs import corpus_entries
 from model_state import assert_at_base, close_server, open_server
 
@@ -18,7 +17,9 @@ from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from h3app.ui import adapter_events as events, generate_events as generate, session
+from h3app.ui import adapter_events as events
+from h3app.ui import generate_events as generate
+from h3app.ui import session
 from h3app.ui.forms import SlotForm
 
 REQUEST = GenerationRequest(prompt="a fox in the snow", seed=1, steps=2)

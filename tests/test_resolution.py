@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from cli_runner import run_cli
 from hub_server import fake_hub  # noqa: F401  (fixture)
+
+from h3app.adapters.inspect import inspect_file
 from h3app.adapters.known import TINY_DEMO_DIR, TINY_DEMO_REPO
 from h3app.adapters.resolved import resolve_adapter
-from h3app.adapters.inspect import inspect_file
 from h3app.backend.adapter_binding import adapter_slot_name
 from h3app.backend.generation import GenerationRequest
 from h3app.rules.h3_modules import group_of
@@ -164,9 +164,8 @@ def test_every_job_surface_carries_the_same_resolution(kind, hub, backend, event
 
 @pytest.mark.slow
 def test_the_cli_generate_json_and_the_api_show_the_same_resolution(hub, backend, events, tmp_path, capsys):
-    from gradio_client import Client
-
     from app_fixtures import running_app
+    from gradio_client import Client
 
     adapters = job_adapters("hub", hub, events, tmp_path) + job_adapters("local", hub, events, tmp_path)[:3]
     specs = [f"{s.source}" + (f",weight={s.weight_name}" if s.weight_name else "") for _, s in adapters]

@@ -8,9 +8,7 @@ import re
 
 import pytest
 from playwright.sync_api import expect
-
-from test_ui_browser import (GENERATION_TIMEOUT_MS, app, browser, error_badges, page,  # noqa: F401  (fixtures)
-                             set_number, type_into)
+from test_ui_browser import GENERATION_TIMEOUT_MS, app, browser, error_badges, page, set_number, type_into  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

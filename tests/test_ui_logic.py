@@ -9,6 +9,7 @@ import math
 import gradio as gr
 import pytest
 
+from h3app.adapters.resolved import resolve_adapter
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
@@ -21,7 +22,6 @@ from h3app.ui.generate_events import (
     with_trigger,
     workflow_inputs,
 )
-from h3app.adapters.resolved import resolve_adapter
 from h3app.ui.scales import profile_view, relative_updates
 from h3app.ui.session import (
     MAX_HISTORY,

@@ -27,10 +27,9 @@ def test_diffusers_snippet_exports_the_reference_partition_for_ref2va():
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-import pytest  # noqa: E402
 import torch  # noqa: E402
-
 from adapter_fixtures import TINY_SHAPES, diffusers_targets, save  # noqa: E402
+
 from h3app.adapters.inspect import inspect_file  # noqa: E402
 from h3app.adapters.normalise import load_adapter  # noqa: E402
 from h3app.rules.scale import effective_scale  # noqa: E402

@@ -13,8 +13,9 @@ import json
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource

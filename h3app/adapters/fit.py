@@ -9,8 +9,8 @@ sized differently) used on the full model; it is named as such.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..errors import H3AppError
 from ..rules.h3_modules import ADALN, FULL_SIZE_CONFIG, QKV, TransformerShapes, group_of, transformer_shapes

@@ -23,14 +23,23 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from ..errors import H3AppError
 from ..rules.choices import MAIN_PARTITION, PARTITIONS, QKV_LAYOUTS, REFERENCE_PARTITION
 from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts and matchers, re-exported for callers of formats
-    DIFFUSERS_MODULES, FUSED_QKV, NATIVE_MODULES, PLAIN, SWIGLU_GATE_UP, Alternative, ModuleRule, dotted_name,
-    match_module, match_name, native_vocabulary,
+    DIFFUSERS_MODULES,
+    FUSED_QKV,
+    NATIVE_MODULES,
+    PLAIN,
+    SWIGLU_GATE_UP,
+    Alternative,
+    ModuleRule,
+    dotted_name,
+    match_module,
+    match_name,
+    native_vocabulary,
 )
 from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_factors  # noqa: F401
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora

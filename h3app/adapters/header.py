@@ -14,8 +14,9 @@ import json
 import math
 import operator
 import struct
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import H3AppError
 from . import memo

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path, PurePosixPath
 from functools import lru_cache
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..rules.alpha_source import AlphaSource

@@ -14,9 +14,10 @@ diffusers layout of each target:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -28,7 +29,6 @@ from .header import read_local_header
 from .inspect import Analysis, analyse_header
 from .known import registry_identity
 from .types import ModuleLoRA, NormalisedAdapter
-
 
 FactorReader = Callable[[str], torch.Tensor]  # a factor's key → its tensor (lora_A [r, in], lora_B [out, r], or 3D)
 

@@ -5,7 +5,7 @@ that hold no LoRA factors at all (a model checkpoint)."""
 from __future__ import annotations
 
 import re
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from ..errors import H3AppError
 

@@ -14,8 +14,9 @@ the same alphas through the same formula (``rules.scale``), and a test holds the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of

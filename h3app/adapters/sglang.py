@@ -25,8 +25,9 @@ import json
 import math
 import re
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..rules.h3_modules import QKV
 from .formats import ModulePlan

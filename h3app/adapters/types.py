@@ -7,8 +7,9 @@ of the transformer) with their factors and resolved alpha, ready for the LoRA en
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # only for annotations: inspection (and the CLI's inspect) never imports torch
     import torch

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from contextvars import ContextVar
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from contextvars import ContextVar
 
 from ..errors import H3AppError
 

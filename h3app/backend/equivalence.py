@@ -17,25 +17,33 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 
-from ..rules.choices import FULL_CHECK, REF2VA
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
-from .transformer_check import summarise_scales, with_rank_alpha
 from ..model.loader import LoadOptions
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
+from ..rules.choices import FULL_CHECK, REF2VA
 from ..settings import LoRASettings
 from . import metrics
-from .generation import (GenerationRequest, GenerationResult, first_step_digest, output_digest, request_evaluations,
-                         run_generation, save_result)
-from .worker import Cancelled
+from .generation import (
+    GenerationRequest,
+    GenerationResult,
+    first_step_digest,
+    output_digest,
+    request_evaluations,
+    run_generation,
+    save_result,
+)
 from .media import remux_with_settings, write_thumbnail
 from .outputs import Outputs
+from .transformer_check import summarise_scales, with_rank_alpha
+from .worker import Cancelled
 
 CHECK_NAME = "equivalence-check"
 FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step

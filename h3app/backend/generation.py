@@ -11,23 +11,24 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..errors import H3AppError
 from ..model import repo
-from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
-from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from ..rules import values
+from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
 from ..rules.steps import MIN_STEPS
-from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from . import media
+from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
+from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
 
 MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 

@@ -8,8 +8,9 @@ import math
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from ..errors import H3AppError
 from ..rules import values

@@ -10,15 +10,17 @@ import functools
 import hashlib
 import json
 import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 from ..rules.frames import FPS
+
 SETTINGS_TAG = "comment"  # an mp4 metadata key that ffmpeg writes and reads back as a plain string
 AUDIO_BIT_RATE = 128_000
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .generation import GenerationResult, save_result
 from .media import write_thumbnail

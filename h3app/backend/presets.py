@@ -6,8 +6,9 @@ sees why their run used 5 steps and shift 12.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..adapters.known import KnownAdapter
 from ..rules.choices import T2VA

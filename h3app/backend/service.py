@@ -10,9 +10,10 @@ import functools
 import os
 import queue
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from ..adapters import source as sources
 from ..adapters.source.limits import adapter_size_cap
@@ -21,12 +22,12 @@ from ..errors import for_visitor
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import T2VA
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .admission import MAX_PENDING, Admission
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from .equivalence import EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, run_generation
 from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid

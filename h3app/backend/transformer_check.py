@@ -9,7 +9,8 @@ import dataclasses
 import hashlib
 import math
 import time
-from typing import TYPE_CHECKING, Any, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting
@@ -30,7 +31,7 @@ VIDEO_FRAMES, VIDEO_HEIGHT, VIDEO_WIDTH = 2, 2, 2  # latent patch grid → 8 vid
 TIMESTEPS = (0.7, 0.3)  # text and video rows use 0.7, audio rows 0.3
 
 
-def packed_check_input(config: Mapping[str, Any], seed: int, device: "torch.device | str" = "cpu") -> dict[str, "torch.Tensor"]:
+def packed_check_input(config: Mapping[str, Any], seed: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """The fixed packed input of check mode, as keyword arguments of ``MiniMaxH3Transformer3DModel.forward``.
 
     Sequence (18 rows): 4 text rows | 6 audio rows (2 channels × 3 steps, channel-major) | 8 video rows (2 latent
@@ -85,7 +86,7 @@ def packed_check_input(config: Mapping[str, Any], seed: int, device: "torch.devi
     return {name: tensor.to(device) for name, tensor in tensors.items()}
 
 
-def output_bytes(output: Any) -> tuple[bytes, "torch.Tensor", "torch.Tensor"]:
+def output_bytes(output: Any) -> tuple[bytes, torch.Tensor, torch.Tensor]:
     """Raw fp32 bytes of (video velocity, then audio velocity), and the two fp32 CPU tensors."""
     import torch
 
@@ -95,7 +96,7 @@ def output_bytes(output: Any) -> tuple[bytes, "torch.Tensor", "torch.Tensor"]:
     return video.numpy().tobytes() + audio.numpy().tobytes(), video, audio
 
 
-def _max_abs_diff(x: tuple["torch.Tensor", "torch.Tensor"], y: tuple["torch.Tensor", "torch.Tensor"]) -> float:
+def _max_abs_diff(x: tuple[torch.Tensor, torch.Tensor], y: tuple[torch.Tensor, torch.Tensor]) -> float:
     return max(float((p.double() - q.double()).abs().max()) if p.numel() else 0.0 for p, q in zip(x, y))
 
 
@@ -113,14 +114,14 @@ def summarise_scales(scales: Mapping[str, float], ranks: Mapping[str, int]) -> f
     return dict(scales)
 
 
-def with_rank_alpha(adapter: "NormalisedAdapter") -> "NormalisedAdapter":
+def with_rank_alpha(adapter: NormalisedAdapter) -> NormalisedAdapter:
     """The same adapter as the old loaders saw it: every module at alpha = rank, no rsLoRA (scale = strength)."""
     modules = {target: dataclasses.replace(m, alpha=float(m.rank), alpha_source=AlphaSource.RANK_FALLBACK, use_rslora=False)
                for target, m in adapter.modules.items()}
     return dataclasses.replace(adapter, modules=modules)
 
 
-def run_transformer_check(transformer: "torch.nn.Module", adapter: "NormalisedAdapter", *, a: CheckSetting,
+def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapter, *, a: CheckSetting,
                           b: CheckSetting, seed: int = 0, source: str = "") -> dict[str, Any]:
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 

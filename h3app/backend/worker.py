@@ -19,8 +19,9 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ..errors import H3AppError
 from ..rules.choices import T2VA
@@ -63,7 +64,7 @@ class JobContext:
     """Handed to a running job: report progress, ask whether to stop. ``decide_cancel`` turns the job's own cancel
     flag into the decision (several ranks: an agreement, so that all stop at the same step)."""
 
-    handle: "JobHandle"
+    handle: JobHandle
     decide_cancel: Callable[[bool], bool] = _as_asked
 
     def on_step(self, done: int, total: int) -> None:

@@ -44,9 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..backend.transformer_check import run_transformer_check
-    from ..rules.check_pair import parse_setting
     from ..cli import emit
     from ..parallel.launch import close_ranks, start_ranks
+    from ..rules.check_pair import parse_setting
 
     a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
     options = load_options(args)  # refuses a device this machine lacks before anything loads
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _full_job(args: argparse.Namespace) -> tuple["LoRASettings", "GenerationRequest"]:
+def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest]:
     """The adapter and the request of a full-mode check, from the flags."""
     from ..backend.equivalence import DEFAULT_PROMPT
     from ..backend.generation import GenerationRequest
@@ -97,8 +97,8 @@ def _full_job(args: argparse.Namespace) -> tuple["LoRASettings", "GenerationRequ
     return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision), request
 
 
-def _full_check_on_ranks(args: argparse.Namespace, a: "CheckSetting", b: "CheckSetting",
-                         group: "RankGroup") -> dict | None:
+def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,
+                         group: RankGroup) -> dict | None:
     """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
     from ..backend.service import Backend
     from ..parallel.follower import bind, follow
@@ -116,8 +116,8 @@ def _full_check_on_ranks(args: argparse.Namespace, a: "CheckSetting", b: "CheckS
         backend.close()
 
 
-def load_check_adapter(args: argparse.Namespace, transformer: "torch.nn.Module",
-                       group: "RankGroup | None" = None) -> "NormalisedAdapter":
+def load_check_adapter(args: argparse.Namespace, transformer: torch.nn.Module,
+                       group: RankGroup | None = None) -> NormalisedAdapter:
     """Fetch ``args.adapter`` (repo id, URL or local path) and normalise it for ``transformer``'s shapes; with
     ranks, shard ``transformer``'s sequence over them first."""
     from ..adapters.normalise import load_adapter

@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from ..adapters.export import export_adapter, parse_export_dtype
-    from ..adapters.source import fetch
     from ..adapters.known import registry_identity
     from ..adapters.normalise import load_adapter
+    from ..adapters.source import fetch
     from ..cli import emit
 
     dtype = parse_export_dtype(args.dtype)

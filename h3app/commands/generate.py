@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def parse_adapter_spec(spec: str, mode: str) -> "Any":
+def parse_adapter_spec(spec: str, mode: str) -> Any:
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S"`` → LoRASettings (SOURCE first; the rest optional, any order)."""
     from ..rules import values
     from ..settings import LoRASettings
@@ -118,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         backend.close()
         close_ranks(group)
-    from pathlib import Path
     import shutil
+    from pathlib import Path
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,7 @@ def add_run_flags(parser: argparse.ArgumentParser, adapter_required: bool = True
     add_adapter_flags(parser, required=adapter_required)
 
 
-def load_options(args: argparse.Namespace) -> "LoadOptions":
+def load_options(args: argparse.Namespace) -> LoadOptions:
     """The flags as :class:`LoadOptions` (checked: an unknown dtype or a device this machine lacks is one line)."""
     from ..model.loader import LoadOptions, parse_dtype
 

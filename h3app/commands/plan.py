@@ -13,7 +13,6 @@ from ..rules.choices import OFFLOAD_MODES, T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
 from .model_options import add_adapter_flags, add_fp8_flags, add_lora_mode_flag
 
-
 RESOLUTION_NAMES = ("544p", "768p")
 MAX_RANKS = 64
 
@@ -55,10 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
 def plan_options(args: argparse.Namespace):
     """The rehearsal options and placement of ``args``; ``H3AppError`` (one line) for anything invalid."""
-    from ..rules.frames import RELEASED
     from ..hardware.planner import Placement
     from ..hardware.rehearsal import RehearsalOptions
     from ..model.loader import parse_dtype
+    from ..rules.frames import RELEASED
     from ..rules.values import parse_alpha, parse_strength
 
     if args.model not in ("full", "tiny"):

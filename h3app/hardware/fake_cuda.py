@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -216,7 +217,7 @@ class FakeCuda(FakeTensorMode):
         return out
 
     @contextlib.contextmanager
-    def on_this_thread(self) -> Iterator["FakeCuda"]:
+    def on_this_thread(self) -> Iterator[FakeCuda]:
         """Dispatch modes are per thread: enter this same mode (same counter) on a worker thread."""
         with self, FusedKernels():
             yield self

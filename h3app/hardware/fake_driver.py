@@ -24,8 +24,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import fake_tensor_tls
@@ -63,7 +64,7 @@ class FakeStream:
     def wait_event(self, event: Any) -> None:
         return None
 
-    def record_event(self, event: Any = None) -> "FakeStream":
+    def record_event(self, event: Any = None) -> FakeStream:
         return event or FakeStream()
 
     def record(self, stream: Any = None) -> None:

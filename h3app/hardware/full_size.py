@@ -13,12 +13,12 @@ tensors of the real sizes.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from ..model import repo
-from ..model import conditioner, fp8
+from ..model import conditioner, fp8, repo
 from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
 from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG

@@ -177,9 +177,8 @@ def _text_encoder_sizes(config: Any, folder: Any, options: RehearsalOptions) -> 
 
 def _transformer_sizes(config: dict[str, Any], options: RehearsalOptions) -> tuple[int, int]:
     """(bytes with diffusers' fp8 layerwise casting, bytes of the largest main block) from a meta model."""
-    from ..model.loader import LoadOptions
-
     from ..model import fp8
+    from ..model.loader import LoadOptions
 
     model = full_size.build_meta(MAIN_PARTITION, LoadOptions(dtype=options.dtype, fuse_qkv=options.fuse_qkv), config)
     block = max(full_size.parameter_bytes(b) for b in model.transformer_blocks)

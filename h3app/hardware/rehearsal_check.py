@@ -15,19 +15,20 @@ on fake tensors, as it does on meta ones.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..adapters import source as sources
 from ..adapters.types import HeaderView
 from ..backend.adapter_binding import AdapterBinder, LoadedAdapter
 from ..backend.equivalence import run_equivalence
-from ..backend.outputs import Outputs
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..backend.generation import GenerationRequest
+from ..backend.outputs import Outputs
 from ..model import repo
 from ..model.loader import LoadedModel
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import T2VA
 from ..settings import LoRASettings
 from .header_adapter import adapter_from_header, factor_bytes

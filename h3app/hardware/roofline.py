@@ -16,8 +16,9 @@ These are predictions: ``bench/gpu.py`` prints them beside what a GPU measures.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from ..model import repo
 from .flavors import Flavor

@@ -14,7 +14,7 @@ from ..rules.units import format_bytes
 if TYPE_CHECKING:
     from .planner import Plan
 
-_PLANS: dict[tuple[str, str, str, bool, bool], "Plan"] = {}
+_PLANS: dict[tuple[str, str, str, bool, bool], Plan] = {}
 
 
 def gpu() -> tuple[str, int] | None:
@@ -32,7 +32,7 @@ def _key(model: str, options: Any) -> tuple[str, str, str, bool, bool]:
             bool(getattr(options, "fp8", False)), bool(getattr(options, "fp8_text_encoder", False)))
 
 
-def remember(model: str, options: Any, plan: "Plan") -> None:
+def remember(model: str, options: Any, plan: Plan) -> None:
     """Keep ``plan`` as the plan of ``model`` loaded with ``options`` (a ``LoadOptions``)."""
     _PLANS[_key(model, options)] = plan
 
@@ -70,7 +70,7 @@ def _signed(value: int) -> str:
     return format_bytes(value) if value >= 0 else f"-{format_bytes(-value)}"
 
 
-def describe_plan(plan: "Plan") -> str:
+def describe_plan(plan: Plan) -> str:
     """The human summary of ``plan`` printed by ``python -m h3app plan`` without ``--json``."""
     lines = [f"{plan.model} {plan.workflow} {plan.resolution} {plan.duration:g}s, {plan.dtype}, "
              f"{plan.placement.label}" + (f", LoRA {plan.lora_mode} ({plan.targets_bound} targets)"
@@ -100,7 +100,7 @@ def describe_plan(plan: "Plan") -> str:
     return "\n".join(lines)
 
 
-def describe_predictions(plan: "Plan") -> list[str]:
+def describe_predictions(plan: Plan) -> list[str]:
     """The roofline lines of ``plan``: FLOPs per evaluation, then per flavor step, video, check, cost, LoRA
     overhead (predicted from spec-sheet peaks, docs/hardware.md)."""
     if not plan.predicted:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode

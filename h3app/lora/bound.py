@@ -11,8 +11,8 @@ what they were.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import torch
 import torch.nn as nn

@@ -8,6 +8,7 @@ several targets, e.g. the one ``A`` of a native fused q/k/v, counts once).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from ..adapters.types import NormalisedAdapter
 from ..lru import LRU
 

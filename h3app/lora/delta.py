@@ -10,7 +10,7 @@ names the dimension or group that disagrees.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

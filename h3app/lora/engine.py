@@ -12,15 +12,15 @@ bitwise what they were.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 import torch.nn as nn
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
-from ..settings import LoRASettings, MODES
+from ..settings import MODES, LoRASettings
 from .bound import BoundLayers
 from .delegate import read_through
 from .entries import build_entries

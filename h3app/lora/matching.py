@@ -3,8 +3,8 @@ matched nothing, which model targets the adapter leaves alone, and each match's 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..settings import LoRASettings

@@ -7,7 +7,8 @@ rehearsal's) are never measured: their profile is None and no warning is decided
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 

@@ -21,8 +21,8 @@ import re
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import torch
 

@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import math
 import weakref
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import torch
 
 from ..rules.strength import (  # noqa: F401 — the profile's torch-free half, re-exported for the engine
-    FAR_ABOVE_FACTOR, USUAL_RELATIVE_UPDATE, AlphaSuggestion, StrengthProfile, StrengthSummary, TargetStrength,
-    block_of, build_profile, suggest_alpha,
+    FAR_ABOVE_FACTOR,
+    USUAL_RELATIVE_UPDATE,
+    AlphaSuggestion,
+    StrengthProfile,
+    StrengthSummary,
+    TargetStrength,
+    block_of,
+    build_profile,
+    suggest_alpha,
 )
 from .layers import rows_per_chunk
 

@@ -4,9 +4,10 @@ it without binding anything."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource

@@ -15,7 +15,8 @@ change refills a handful of entries and costs no work per layer. Two settings wi
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import torch
 
@@ -31,7 +32,7 @@ class ModuleAlpha(NamedTuple):
     use_rslora: bool = False
 
     @classmethod
-    def of(cls, module) -> "ModuleAlpha":
+    def of(cls, module) -> ModuleAlpha:
         """From a ``ModuleLoRA`` (``h3app.adapters.types``)."""
         return cls(float(module.alpha), int(module.rank), bool(module.use_rslora))
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..adapters.fit import RANK_FLOOR, rank_limit
 from ..adapters.types import ModuleLoRA

@@ -14,8 +14,9 @@ import os
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
 import threading  # noqa: E402
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch  # noqa: E402
 
@@ -25,7 +26,6 @@ from ..rules.choices import DTYPE_NAMES, MAIN_PARTITION, OFFLOAD_MODES, PARTITIO
 from ..rules.h3_modules import QKV
 from . import conditioner, fp8, repo
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
-
 
 
 @dataclass(frozen=True)

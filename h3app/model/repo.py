@@ -9,14 +9,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import (MAIN_PARTITION, PARTITIONS, REAL_REPO_ID, REFERENCE_PARTITION, T2VA, WORKFLOWS,
-                             workflow_partition)
+from ..rules.choices import (
+    MAIN_PARTITION,
+    PARTITIONS,
+    REAL_REPO_ID,
+    REFERENCE_PARTITION,
+    T2VA,
+    WORKFLOWS,
+    workflow_partition,
+)
 
 TINY = "tiny"
 TINY_DIR = Path(__file__).resolve().parents[2] / "assets" / "tiny-h3"

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,7 +23,7 @@ TEXT_ENCODER_STEP = "text_encoder"
 DECODE_STEPS = ("decode.video", "decode.audio")
 
 
-def _feed(digest: "hashlib._Hash", value: Any) -> None:
+def _feed(digest: hashlib._Hash, value: Any) -> None:
     """Add ``value`` to ``digest``: strings, numbers, tensors, arrays, PIL images, and containers of them."""
     digest.update(type(value).__name__.encode())
     if value is None or isinstance(value, (str, int, float, bool)):
@@ -79,7 +80,7 @@ class StepCache(LRU[str, dict[str, Any]]):
                 if not self.on:
                     self.clear()
 
-    def __deepcopy__(self, memo: dict) -> "StepCache":
+    def __deepcopy__(self, memo: dict) -> StepCache:
         # diffusers deep-copies pipeline blocks; the cache they point at is shared on purpose.
         return self
 

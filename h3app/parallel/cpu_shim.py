@@ -4,8 +4,8 @@ for the duration of the call: every CPU rank then uses ``cpu:0``, the only devic
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 

@@ -7,6 +7,7 @@ import hashlib
 from typing import Any
 
 import torch
+
 from ..rules.choices import T2VA
 
 

@@ -12,8 +12,9 @@ base and the next job starts clean everywhere.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from torch.distributed import DistError
 

@@ -35,7 +35,7 @@ class AlphaSource(StrEnum):
         return _WORDS[self]
 
     @classmethod
-    def of(cls, value: object) -> "AlphaSource":
+    def of(cls, value: object) -> AlphaSource:
         """The member named by ``value`` (a member or its contract string); ``rank_fallback`` for None."""
         return cls.RANK_FALLBACK if value is None else cls(str(value))
 

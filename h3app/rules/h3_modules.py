@@ -6,8 +6,9 @@ the canonical targets of h3app — diffusers module names of the *unfused* trans
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 # Module groups, used for per-group strengths and the strength profile.
 ATTENTION = "attention"

@@ -8,8 +8,8 @@ writing native files.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .h3_modules import BLOCK_LINEARS, TransformerShapes
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 # Median relative update ‖ΔW‖_F/‖W‖_F of a well-scaled adapter (heuristic; see docs/lora-engine.md).
 USUAL_RELATIVE_UPDATE = (1e-3, 1e-2)

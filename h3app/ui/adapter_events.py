@@ -24,9 +24,9 @@ from ..rules.units import format_bytes
 from ..settings import LoRASettings
 from . import render
 from .client_gone import client_gone
+from .fair_queue import visitor_keys
 from .forms import KEEP, SlotForm, SyncForm
 from .scales import profile_basis, profile_view
-from .fair_queue import visitor_keys
 from .session import RunningJobs, session_key, with_adapter
 from .upload_quota import discard, upload_quota
 

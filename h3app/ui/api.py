@@ -9,8 +9,9 @@ or — for clients without a session — the adapters given explicitly as JSON (
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import gradio as gr
 

@@ -21,6 +21,9 @@ from .api import ApiEvents, build_api
 from .comparison_events import ComparisonEvents
 from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
 from .comparison_view import VIEW_CSS
+from .endpoint_guard import guard_events
+from .fair_queue import queue_size
+from .forms import field_names, parts, write
 from .generate_events import (
     GenerateEvents,
     WorkflowInputs,
@@ -30,10 +33,7 @@ from .generate_events import (
     with_trigger,
     workflow_inputs,
 )
-from .endpoint_guard import guard_events
-from .fair_queue import queue_size
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
-from .forms import field_names, parts, write
 from .job_wiring import wire_jobs
 from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session

@@ -9,7 +9,7 @@ visitor is the same keys the GPU admission uses (``fair_queue.visitor_keys``: se
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..backend.admission import KeyCounts
 

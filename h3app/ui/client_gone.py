@@ -13,7 +13,7 @@ flag too, and counts a join whose event stream never opened as gone.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 
 def client_gone() -> Callable[[], bool] | None:

@@ -10,18 +10,19 @@ from __future__ import annotations
 import contextvars
 import math
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import gradio as gr
 import pandas as pd
 
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
-from ..rules.check_pair import CheckSetting, default_pair
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
+from ..rules.check_pair import CheckSetting, default_pair
 from ..rules.values import parse_alpha, parse_strength
 from . import history_words, render
 from .adapter_events import user_error

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import render
 from .comparison_view import GridLayout, ViewColumn, equal_marks, view_value

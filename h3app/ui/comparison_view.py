@@ -10,9 +10,10 @@ app's ``allowed_paths`` apply) and fills in their ``/gradio_api/file=`` URLs.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import gradio as gr
 

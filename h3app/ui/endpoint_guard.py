@@ -16,8 +16,9 @@ import functools
 import inspect
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import gradio as gr
 

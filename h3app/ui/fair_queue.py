@@ -23,7 +23,8 @@ import functools
 import inspect
 import ipaddress
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gradio as gr
 

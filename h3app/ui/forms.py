@@ -9,14 +9,15 @@ directly in tests.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import gradio as gr
 
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
+from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import FL2VA, REF2VA, T2VA
 from ..rules.frames import RELEASED
 from ..rules.values import parse_alpha, parse_number, parse_strength

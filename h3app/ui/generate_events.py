@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 import gradio as gr
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..backend.limits import Limits
-from . import render
 from ..rules.choices import T2VA, WORKFLOWS
+from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"

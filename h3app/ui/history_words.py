@@ -7,8 +7,9 @@ Pure functions of the settings JSON each history entry carries: ``{"request": Ge
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any, Mapping
+from typing import Any
 
 from ..rules.alpha_source import AlphaSource
 

@@ -3,14 +3,16 @@ Gradio's ``{component: value}`` and writes its view back by field name (see :mod
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import gradio as gr
 
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
+from .fair_queue import admitted, gpu_events
 from .forms import (
     REQUEST_FIELDS,
     CheckForm,
@@ -25,7 +27,6 @@ from .forms import (
     write,
 )
 from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view, refusal_status
-from .fair_queue import admitted, gpu_events
 from .generate_tab import RequestControls
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
 from ..rules.alpha_source import AlphaSource

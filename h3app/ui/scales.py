@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from ..adapters.resolved import resolve_adapter
-from ..rules.strength import USUAL_RELATIVE_UPDATE, suggest_alpha
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
 from ..rules.scale import scale_divisor
+from ..rules.strength import USUAL_RELATIVE_UPDATE, suggest_alpha
 
 RESOLVE_FACTS = ("ranks", "alphas", "alpha_sources", "use_rslora", "known")  # what resolve_adapter reads of an info
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from ..errors import H3AppError
 from ..rules.values import parse_alpha, parse_strength

@@ -9,14 +9,15 @@ resolved_alpha, alpha_source, strength, mode …]}``.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
+from ..adapters.resolved import resolve_adapter
+from ..adapters.sglang import SglangFlags, solve_flags
 from ..adapters.source.names import is_url
 from ..adapters.source.refs import parse_hf_url
-from ..adapters.sglang import SglangFlags, solve_flags
 from ..errors import H3AppError
-from ..adapters.resolved import resolve_adapter
 from ..rules.alpha_source import AlphaSource
 from ..rules.choices import MAIN_PARTITION, T2VA, workflow_partition
 from ..rules.frames import RELEASED

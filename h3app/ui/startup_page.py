@@ -16,7 +16,8 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterator, Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 from ..rules.units import byte_unit
 
@@ -81,7 +82,7 @@ class StartupPage:
             gr.api(self.text, api_name="status")
         return demo
 
-    def open(self, **launch: Any) -> "StartupPage":
+    def open(self, **launch: Any) -> StartupPage:
         """Serve the page (Gradio's host and port, as the app's own launch uses) and log progress every 30 s."""
         for name in ("h3app", "huggingface_hub"):
             logging.getLogger(name).addHandler(self.last)

@@ -10,8 +10,16 @@ points: ``list_weight_files``, ``read_header``, ``fetch``, ``current_identity``)
 
 from __future__ import annotations
 
-from .files import (AdapterFile, SourceIdentity, current_identity, fetch, file_sha256, list_weight_files, read_header,
-                    retry_if_trimmed)
+from .files import (
+                    AdapterFile,
+                    SourceIdentity,
+                    current_identity,
+                    fetch,
+                    file_sha256,
+                    list_weight_files,
+                    read_header,
+                    retry_if_trimmed,
+)
 from .hub import check_access
 from .limits import adapter_size_cap
 from .local import implied_weight

@@ -16,14 +16,26 @@ import functools
 import hashlib
 import os
 import posixpath
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ..header import ADAPTER_CONFIG_NAME, VanishedFile, read_local_header, vanished
 from ..types import HeaderView
-from .hub import (SIDECAR_SUFFIX, ProgressCallback, Token, choose_hub_weight, clean_token, download_pinned,
-                  download_sidecar, hub_commit, hub_listing, in_folder, remote_size)
+from .hub import (
+    SIDECAR_SUFFIX,
+    ProgressCallback,
+    Token,
+    choose_hub_weight,
+    clean_token,
+    download_pinned,
+    download_sidecar,
+    hub_commit,
+    hub_listing,
+    in_folder,
+    remote_size,
+)
 from .limits import check_size
 from .local import LocalPath, list_local
 from .refs import SourceRef, as_ref, local_weight
@@ -50,7 +62,7 @@ class SourceIdentity:
     version: tuple[Any, ...]
 
     @classmethod
-    def of_local(cls, path: LocalPath) -> "SourceIdentity":
+    def of_local(cls, path: LocalPath) -> SourceIdentity:
         """From ``stat``; a missing file has version ``(None, None)`` (never equal to a real one)."""
         resolved = os.path.realpath(path)
         try:
@@ -60,7 +72,7 @@ class SourceIdentity:
         return cls("local", resolved, (stat.st_size, stat.st_mtime_ns))
 
     @classmethod
-    def of_hub(cls, repo_id: str, filename: str, commit: str | None) -> "SourceIdentity":
+    def of_hub(cls, repo_id: str, filename: str, commit: str | None) -> SourceIdentity:
         return cls("hub", f"{repo_id}/{filename}", (commit,))
 
 

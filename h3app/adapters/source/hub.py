@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import io
 import posixpath
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any
 
 from ...errors import H3AppError
 from .local import LocalPath

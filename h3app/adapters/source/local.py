@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ...errors import H3AppError
 from ...rules.values import check_length, short

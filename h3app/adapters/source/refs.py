@@ -17,17 +17,25 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 from urllib.parse import unquote, urlsplit
 
 from ...errors import H3AppError
 from ...rules.values import check_length
 from ..header import PICKLE_SUFFIXES
 from .local import LocalPath, check_allowed_local_path, is_allowed_local_path, list_local
-from .names import (WEIGHT_SUFFIX, check_folder, check_repo_id, check_revision, check_weight_name, is_given, is_url,
-                    pickle_message)
+from .names import (
+    WEIGHT_SUFFIX,
+    check_folder,
+    check_repo_id,
+    check_revision,
+    check_weight_name,
+    is_given,
+    is_url,
+    pickle_message,
+)
 from .weights import choose_weight
 
 HF_HOSTS = ("huggingface.co", "www.huggingface.co", "hf.co")

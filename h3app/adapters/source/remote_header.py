@@ -13,14 +13,21 @@ from __future__ import annotations
 import hashlib
 import math
 import posixpath
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Mapping
+from typing import Any
 
 from ...errors import H3AppError
 from ...rules.units import format_bytes
 from .. import memo
-from ..header import (ADAPTER_CONFIG_NAME, make_header_view, parse_header, read_adapter_config, read_scalars,
-                      refuse_non_safetensors)
+from ..header import (
+    ADAPTER_CONFIG_NAME,
+    make_header_view,
+    parse_header,
+    read_adapter_config,
+    read_scalars,
+    refuse_non_safetensors,
+)
 from ..header_caps import check_header_length
 from ..types import HeaderView
 from .hub import SIDECAR_MAX_BYTES, HubListing, Token, hub_errors, remote_size

@@ -4,8 +4,8 @@ never silently the first of several (``MultipleWeightFiles`` carries the list, s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ...errors import H3AppError
 from ...rules.units import format_bytes

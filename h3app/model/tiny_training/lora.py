@@ -11,6 +11,7 @@ import torch
 
 from ...rules.h3_modules import is_block_linear
 
+
 def write_canonical(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Path:
     """Save ``tensors`` (sorted) with a canonical header: safetensors writes ``__metadata__`` in hash order, which
     would make the bytes differ from run to run; the JSON is re-serialised with sorted keys (offsets unchanged)."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 import copy
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -49,7 +50,7 @@ class Recipe:
     teacher_steps: int = TEACHER_STEPS
 
     @classmethod
-    def smoke(cls) -> "Recipe":
+    def smoke(cls) -> Recipe:
         return cls(base_short_steps=1, base_full_steps=1, style_steps=1,
                    turbo_pairs=1, turbo_steps=1, teacher_steps=3)
 

@@ -99,10 +99,10 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
     with gr.Blocks(title=TITLE, delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
         session = gr.State(new_session())
         gr.HTML(header_html(backend, hardware))
+        hub = build_hub_panel()  # full width: the results table has room for its columns
         with gr.Row(equal_height=False, elem_id="h3-main"):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")
-                hub = build_hub_panel()
                 mode = gr.Radio(list(LORA_MODES), value="unmerged", label="LoRA mode (every adapter)",
                                 elem_id="mode", render=False,
                                 info="unmerged: exact, alpha/scale changes are free · merged: faster steps, "

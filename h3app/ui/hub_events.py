@@ -10,7 +10,6 @@ visitor like the others (``queue_hooks.py``).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +17,9 @@ import gradio as gr
 import pandas as pd
 
 from ..adapters.catalog import FileCheck, passed, refused, result_json
-from ..adapters.source.search import DEFAULT_LIMIT, DEFAULT_SORT, search_adapters
+from ..adapters.source.search import DEFAULT_LIMIT, DEFAULT_SORT, RecentSearches, search_adapters
 from ..backend.access_ledger import token_key
 from ..errors import H3AppError
-from ..lru import LRU
 from ..rules.choices import T2VA
 from ..rules.units import format_bytes
 from . import render
@@ -29,9 +27,10 @@ from .adapter_events import user_error
 from .forms import KEEP
 
 SEARCH_CACHE_SECONDS = 300  # hosted: how long one search answers again without asking the Hub
-SEARCH_CACHE_ENTRIES = 128
 MAX_CHECKS = 12  # files one "Check" press reads (each: one listing and a few range reads)
 COLUMNS = ["repo", "file", "size", "downloads", "likes", "updated", "known preset", "check"]
+COLUMN_WIDTHS = ["16%", "21%", "7%", "8%", "5%", "8%", "14%", "21%"]
+GATED = "gated · "  # the repo cell of a gated repo (text: an emoji lock is missing from some fonts)
 NO_FILE = "—"  # the file cell of a repo without a .safetensors file
 RECOMMENDED = "★ "
 
@@ -71,8 +70,8 @@ def result_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """The results table: ★ marks the registry's recommended file, 🔒 a gated repo."""
-    return pd.DataFrame([[("🔒 " if r["gated"] else "") + r["repo_id"],
+    """The results table: ★ marks the registry's recommended file, ``gated ·`` a gated repo."""
+    return pd.DataFrame([[(GATED if r["gated"] else "") + r["repo_id"],
                           ((RECOMMENDED if r["recommended"] else "") + r["name"]) if r["name"] else NO_FILE,
                           format_bytes(r["size"]) if r["name"] else "", r["downloads"], r["likes"],
                           (r["updated"] or "")[:10], r["known"], r["check"]] for r in rows], columns=COLUMNS)
@@ -83,8 +82,7 @@ class HubEvents:
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
-        self.cache: LRU[tuple[Any, ...], tuple[float, list[dict[str, Any]]]] | None = (
-            LRU(SEARCH_CACHE_ENTRIES) if backend.hosted else None)
+        self.cache = RecentSearches(SEARCH_CACHE_SECONDS) if backend.hosted else None
 
     def token(self, token: str | None) -> str | bool | None:
         """The token a Hub call sends: the visitor's; hosted, never the server's own."""
@@ -96,19 +94,16 @@ class HubEvents:
         from huggingface_hub import constants
 
         sent = self.token(token)
+
+        def search() -> list[dict[str, Any]]:
+            return [result_json(r, workflow or T2VA) for r in search_adapters(query, sort=sort, limit=limit,
+                                                                              token=sent)]
+
         key = (constants.ENDPOINT, (query or "").strip(), sort, limit, workflow, token_key(sent))
-        if self.cache is not None:
-            held = self.cache.get(key)
-            if held is not None and time.monotonic() - held[0] < SEARCH_CACHE_SECONDS:
-                return held[1]
         try:
-            results = [result_json(r, workflow or T2VA) for r in search_adapters(query, sort=sort, limit=limit,
-                                                                                 token=sent)]
+            return search() if self.cache is None else self.cache.get_or_search(key, search)
         except H3AppError as error:
             raise user_error(error) from error
-        if self.cache is not None:
-            self.cache.put(key, (time.monotonic(), results))
-        return results
 
     def search_view(self, query: str | None, sort: str = DEFAULT_SORT, token: str | None = None,
                     workflow: str = T2VA) -> SearchView:

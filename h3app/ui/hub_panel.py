@@ -17,7 +17,7 @@ from . import render
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .forms import field_names, parts, write
-from .hub_events import COLUMNS, HubEvents, HubPick, SearchView
+from .hub_events import COLUMN_WIDTHS, COLUMNS, HubEvents, HubPick, SearchView
 
 HUB_EVENTS = {"api_visibility": "private", "concurrency_id": "hub", "concurrency_limit": 4}
 
@@ -40,15 +40,18 @@ def build_hub_panel() -> HubPanel:
     """Lay out the panel (inside the current Blocks context), folded until opened."""
     with gr.Accordion("Find on the Hub", open=False, elem_id="hub-panel"):
         with gr.Row(equal_height=True):
-            query = gr.Textbox(label="Search MiniMax-H3 adapters", placeholder="e.g. turbo (empty: all)", scale=3,
+            query = gr.Textbox(label="Search MiniMax-H3 adapters", placeholder="e.g. turbo (empty: all)", scale=4,
                                max_lines=1, elem_id="hub-query")
-            sort = gr.Dropdown(list(SORTS), value=DEFAULT_SORT, label="Sort by", scale=1, elem_id="hub-sort")
-        with gr.Row():
-            search_button = gr.Button("Search the Hub", variant="secondary", elem_id="hub-search")
-            check_button = gr.Button("Check files (header only)", variant="secondary", elem_id="hub-check")
+            sort = gr.Dropdown(list(SORTS), value=DEFAULT_SORT, label="Sort by", scale=1, min_width=120,
+                               elem_id="hub-sort")
+            search_button = gr.Button("Search the Hub", variant="secondary", scale=1, min_width=120,
+                                      elem_id="hub-search")
+            check_button = gr.Button("Check files (header only)", variant="secondary", scale=1, min_width=120,
+                                     elem_id="hub-check")
         note = gr.HTML(render.placeholder("Lists the Hub's adapters of MiniMax-H3 with their weight files; pick a "
                                           "row to preview it in adapter 1."), elem_id="hub-note")
-        results = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, elem_id="hub-results")
+        results = gr.Dataframe(headers=COLUMNS, interactive=False, wrap=True, column_widths=COLUMN_WIDTHS,
+                               elem_id="hub-results")
     return HubPanel(query, sort, search_button, check_button, note, results, gr.State([]), gr.State(None))
 
 

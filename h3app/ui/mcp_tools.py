@@ -4,8 +4,9 @@ Four named endpoints, registered only when the MCP server is on, each a plain fu
 name and whose docstring is its description (Gradio reads ``Parameters:``/``Returns:``):
 ``search_h3_adapters``, ``inspect_adapter``, ``generate_video`` and ``check_alpha_equivalence``. They take the
 adapter as ``source`` (+ ``weight_name``, ``revision``), as the command line does, and hold no session: each call
-carries everything it needs. They run the same code as the app's API endpoints (``api.py``) and the Hub panel
-(``hub_events.py``), so the same guards apply: ``endpoint_guard`` bounds inputs and redacts hosted answers, GPU
+carries everything it needs, and each answers JSON text (Gradio hands an agent ``str()`` of a JSON output, which is
+Python's spelling, not JSON; in hosted mode the text is redacted as the guard redacts JSON outputs). They run the
+same code as the app's API endpoints (``api.py``) and the Hub panel (``hub_events.py``), so the same guards apply: ``endpoint_guard`` bounds inputs and redacts hosted answers, GPU
 tools pass the fair queue's admission (``fair_queue.admitted``), cheap ones queue under their own concurrency ids
 and count against the visitor's bound (``queue_hooks.py``). Gradio lists every public endpoint as a tool, so the
 app's six API endpoints appear beside these four.
@@ -24,6 +25,7 @@ from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
 from .api import ApiEvents
+from .endpoint_guard import Redactor
 from .fair_queue import admitted, gpu_events
 from .hub_events import HubEvents
 
@@ -36,8 +38,13 @@ class McpTools:
     def __init__(self, api: ApiEvents, hub: HubEvents) -> None:
         self.api = api
         self.hub = hub
+        self.redactor = Redactor(hub.backend) if hub.backend.hosted else None
 
-    def search_h3_adapters(self, query: str, sort: str, limit: float, token: str) -> dict[str, Any]:
+    def _text(self, answer: dict[str, Any]) -> str:
+        """``answer`` as JSON text (redacted when hosted)."""
+        return json.dumps(self.redactor.value(answer) if self.redactor is not None else answer, default=str)
+
+    def search_h3_adapters(self, query: str, sort: str, limit: float, token: str) -> str:
         """Search the Hugging Face Hub for LoRA adapters of MiniMax-H3 (repos tagged
         base_model:adapter:MiniMaxAI/MiniMax-H3); nothing is downloaded.
 
@@ -47,12 +54,12 @@ class McpTools:
             limit: at most this many repos, 1 to MAX_LIMIT
             token: a Hugging Face token for private or gated repos (empty: none)
         Returns:
-            {results: [{repo_id, downloads, likes, updated, gated, files: [{name, size}], known: {file: preset},
+            JSON text: {results: [{repo_id, downloads, likes, updated, gated, files: [{name, size}], known: {file: preset},
             recommended: file or null}]}, as `python -m h3app search --json`
         """
-        return {"results": self.hub.search(query, sort or DEFAULT_SORT, token, limit=int(limit))}
+        return self._text({"results": self.hub.search(query, sort or DEFAULT_SORT, token, limit=int(limit))})
 
-    def inspect_adapter(self, source: str, weight_name: str, revision: str, token: str) -> dict[str, Any]:
+    def inspect_adapter(self, source: str, weight_name: str, revision: str, token: str) -> str:
         """Check an adapter before downloading it: read its header only (HTTP range reads for a Hub file) and say
         whether it loads on this model, its format, rank, alpha and where the alpha comes from, and how many of
         the model's layers it targets.
@@ -63,14 +70,14 @@ class McpTools:
             revision: branch, tag or commit (empty: main)
             token: a Hugging Face token for private or gated repos (empty: none)
         Returns:
-            the `python -m h3app inspect --json` object, plus weight_files [{name, size}] and check {ok, line}
+            JSON text: the `python -m h3app inspect --json` object, plus weight_files [{name, size}] and check {ok, line}
         """
         info = self.api.inspect(source, weight_name, revision, token)
-        return {**info, "check": passed(info).to_json()}
+        return self._text({**info, "check": passed(info).to_json()})
 
     def generate_video(self, prompt: str, source: str, weight_name: str, revision: str, alpha: str, scale: float,
                        seed: float, steps: float, duration: float, height: float, width: float, token: str,
-                       request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, dict[str, Any]]:
+                       request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, str]:
         """Generate one video with stereo audio from a text prompt, with one LoRA adapter applied (or none).
 
         Parameters:
@@ -87,17 +94,18 @@ class McpTools:
             width: pixels (0: the model's default canvas)
             token: a Hugging Face token for private or gated repos (empty: none)
         Returns:
-            the mp4, and the `python -m h3app generate --json` object with the run's full settings
+            the mp4, and JSON text: the `python -m h3app generate --json` object with the run's full settings
         """
-        return self.api.generate(session=None, prompt=prompt, seed=seed, steps=steps, duration=duration,
-                                 height=height, width=width, shift=0, audio_shift=0, workflow=T2VA,
-                                 adapters_json=_adapters(source, weight_name, revision, alpha, scale), token=token,
-                                 request=request, progress=progress)
+        video, answer = self.api.generate(
+            session=None, prompt=prompt, seed=seed, steps=steps, duration=duration, height=height, width=width,
+            shift=0, audio_shift=0, workflow=T2VA, adapters_json=_adapters(source, weight_name, revision, alpha, scale),
+            token=token, request=request, progress=progress)
+        return video, self._text(answer)
 
     def check_alpha_equivalence(self, source: str, weight_name: str, revision: str, prompt: str, seed: float,
                                 steps: float, duration: float, height: float, width: float, alpha_a: str,
                                 scale_a: float, alpha_b: str, scale_b: float, token: str,
-                                request: gr.Request = None, progress: Any = gr.Progress()) -> dict[str, Any]:
+                                request: gr.Request = None, progress: Any = gr.Progress()) -> str:
         """Check that two alpha/scale settings of one adapter give the same output (alpha 8 at scale 1.0 and alpha
         128 at scale 0.0625 do): runs A, A's first step again (determinism control), B and the old alpha = rank
         fallback through the full pipeline, and says whether A and B are bit-identical.
@@ -118,13 +126,13 @@ class McpTools:
             scale_b: B's scale
             token: a Hugging Face token for private or gated repos (empty: none)
         Returns:
-            the `python -m h3app check --json` object: identical, control_identical, hashes, max |A-B|, scales
+            JSON text: the `python -m h3app check --json` object: identical, control_identical, hashes, max |A-B|, scales
         """
-        return self.api.check_equivalence(
+        return self._text(self.api.check_equivalence(
             session=None, prompt=prompt, seed=seed, steps=steps, duration=duration, height=height, width=width,
             alpha_a=alpha_a, scale_a=scale_a, alpha_b=alpha_b, scale_b=scale_b,
             adapters_json=_adapters(source, weight_name, revision, "auto", 1.0),
-            token=token, request=request, progress=progress)
+            token=token, request=request, progress=progress))
 
 
 def _adapters(source: str, weight_name: str, revision: str, alpha: str, scale: float) -> str:
@@ -156,7 +164,7 @@ def build_mcp_tools(tools: McpTools, backend: Any) -> None:
             ("duration", RELEASED.shortest_seconds, "duration in seconds", None),
             ("height", 0, "height in pixels (0: default)", 0), ("width", 0, "width in pixels (0: default)", 0),
             ("scale_a", DEFAULT_A.strength, "A: scale", None), ("scale_b", DEFAULT_B.strength, "B: scale", None))}
-        result = {name: gr.JSON(label=name) for name in TOOL_NAMES}
+        result = {name: gr.Textbox(label=f"{name}: JSON text") for name in TOOL_NAMES}
         video = gr.Video(label="mp4 with stereo audio")
         buttons = {name: gr.Button(name) for name in TOOL_NAMES}
     cheap = {"concurrency_limit": 4}

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import H3AppError
+from ...lru import LRU
 from ...rules.choices import REAL_REPO_ID
 from ...rules.values import check_length
 from .hub import Token, hub_errors
@@ -203,6 +205,25 @@ def _listing_errors() -> Iterator[None]:
                          f"{reason[:200]}): check the network connection (or HF_ENDPOINT) and retry.") from None
 
 
+class RecentSearches:
+    """Answers kept for ``seconds`` (at most ``entries``, least recently used first out), so that the same search
+    asked again within that time costs no request. The caller's key must hold everything that changes the answer
+    (endpoint, query, sort, limit, the token's digest)."""
+
+    def __init__(self, seconds: float, entries: int = 128) -> None:
+        self.seconds = seconds
+        self._held: LRU[Any, tuple[float, Any]] = LRU(entries)
+
+    def get_or_search(self, key: Any, search: Callable[[], Any]) -> Any:
+        """The answer kept for ``key`` while fresh, else ``search()`` (kept when it succeeds)."""
+        held = self._held.get(key)
+        if held is not None and time.monotonic() - held[0] < self.seconds:
+            return held[1]
+        answer = search()
+        self._held.put(key, (time.monotonic(), answer))
+        return answer
+
+
 def sort_results(results: Sequence[HubAdapter], sort: str) -> list[HubAdapter]:
     """``results`` in the asked order (largest first; the Hub's own order among equals)."""
     key: Callable[[HubAdapter], Any] = {
@@ -211,4 +232,4 @@ def sort_results(results: Sequence[HubAdapter], sort: str) -> list[HubAdapter]:
 
 
 __all__ = ["BASE_MODEL_TAG", "DEFAULT_LIMIT", "DEFAULT_SORT", "MAX_LIMIT", "SORTS", "HubAdapter", "HubFile",
-           "check_search", "search_adapters", "sort_results"]
+           "RecentSearches", "check_search", "search_adapters", "sort_results"]

@@ -13,6 +13,7 @@ import pytest
 
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.ui.app_ui import build_app, launch_kwargs
+from h3app.ui.fair_queue import UNKNOWN_ADDRESS
 from h3app.ui.mcp_tools import TOOL_NAMES
 
 pytestmark = pytest.mark.slow
@@ -31,16 +32,23 @@ def mcp_app(backend: Backend):
         demo.close()
 
 
-def talk(url: str, calls: list[tuple[str, dict[str, Any]]]) -> tuple[list[Any], list[Any]]:
-    """(the tools listed, each call's result) over MCP's streamable HTTP transport."""
+def talk(url: str, calls: list[tuple[str, dict[str, Any]]], progress: list[str] | None = None
+         ) -> tuple[list[Any], list[Any]]:
+    """(the tools listed, each call's result) over MCP's streamable HTTP transport; with ``progress`` (a list the
+    progress messages are appended to) every call asks for progress notifications."""
     from mcp import ClientSession
     from mcp.client.streamable_http import streamablehttp_client
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
 
     async def session() -> tuple[list[Any], list[Any]]:
         async with streamablehttp_client(url) as (read, write, _), ClientSession(read, write) as client:
             await client.initialize()
             tools = (await client.list_tools()).tools
-            results = [await client.call_tool(name, arguments) for name, arguments in calls]
+            results = [await client.call_tool(name, arguments,
+                                              progress_callback=on_progress if progress is not None else None)
+                       for name, arguments in calls]
             return tools, results
 
     return asyncio.run(asyncio.wait_for(session(), timeout=180))
@@ -79,6 +87,28 @@ def test_the_tools_are_listed_with_documented_parameters_and_inspect_runs(local_
     assert info["weight_files"] == [{"name": KOHYA.name, "size": KOHYA.stat().st_size}]
 
 
+def test_generate_and_check_run_through_mcp(local_url: str) -> None:
+    fast = {"steps": 2, "duration": 5.0, "height": 32, "width": 32, "seed": 3}
+    generate = ("generate_video", {"prompt": "a fox", "source": str(KOHYA), "alpha": "3", "scale": 0.5, **fast})
+    progress: list[str] = []
+    _, (video, check) = talk(local_url, [generate, ("check_alpha_equivalence",
+                                                    {"source": str(KOHYA), "prompt": "a fox", **fast})], progress)
+    assert not video.isError, video.content
+    assert any("Progress" in message for message in progress), progress
+    url, answer = video.content[0].text, json.loads(video.content[1].text)
+    assert url.startswith("http://127.0.0.1") and url.endswith(".mp4")
+    adapter = answer["adapters"][0]
+    assert adapter["source"] == str(KOHYA) and adapter["resolved_alpha"] == 3.0 and adapter["strength"] == 0.5
+    assert adapter["effective_scale"] == 3.0 / 4 * 0.5 and answer["steps"] == 2 and answer["seed"] == 3
+    assert not check.isError, check.content
+    verdict = json.loads(check.content[0].text)
+    assert verdict["identical"] is True and verdict["control_identical"] is True
+    # Gradio 6.31 answers a queued tool called without a progress token with str() of all its outputs at once
+    _, (plain,) = talk(local_url, [generate])
+    assert not plain.isError and len(plain.content) == 1 and ".mp4" in plain.content[0].text
+    assert answer["hash"] in plain.content[0].text  # the same seed and settings: the same output
+
+
 def test_without_mcp_the_tools_are_not_endpoints(backend) -> None:
     named = build_app(backend).get_api_info()["named_endpoints"]
     assert not set(f"/{name}" for name in TOOL_NAMES) & set(named)
@@ -89,15 +119,24 @@ def test_hosted_guards_answer_mcp_calls(tiny_model, tmp_path_factory, tmp_path) 
     outside = tmp_path / "secret.safetensors"
     outside.write_bytes(KOHYA.read_bytes())
     backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("mcp_hosted"))
+    visitor = ["session someone else", f"address {UNKNOWN_ADDRESS}"]  # an MCP call comes from loopback: unknown
     try:
         with mcp_app(backend) as url:
-            _, (refused, too_long, demo) = talk(url, [
-                ("inspect_adapter", {"source": str(outside)}),
-                ("search_h3_adapters", {"query": "x" * 100_000}),
-                ("inspect_adapter", {"source": str(KOHYA)})])
+            for _ in range(backend.admission.per_visitor):
+                backend.admission.acquire(visitor)  # that address already has its GPU jobs
+            try:
+                _, (refused, too_long, demo, busy) = talk(url, [
+                    ("inspect_adapter", {"source": str(outside)}),
+                    ("search_h3_adapters", {"query": "x" * 100_000}),
+                    ("inspect_adapter", {"source": str(KOHYA)}),
+                    ("generate_video", {"prompt": "a fox", "source": str(KOHYA)})])
+            finally:
+                for _ in range(backend.admission.per_visitor):
+                    backend.admission.release(visitor)
     finally:
         backend.binder.reset()
         backend.close()
+    assert busy.isError and "jobs waiting or running (at most 2 per visitor)" in busy.content[0].text
     assert refused.isError and "is not allowed on this server (only uploaded files" in refused.content[0].text
     assert too_long.isError and "query is 100,000 characters long, more than the 4,096 allowed" in \
         too_long.content[0].text

@@ -10,7 +10,8 @@ A repo whose sizes cannot be read keeps its files with ``size`` None (its check 
 
 Offline (``HF_HUB_OFFLINE=1``) there is no Hub to ask and nothing in the cache lists what exists: one
 ``H3AppError`` line saying so, before any request. A Hub that does not answer ends the search after
-``SEARCH_SECONDS`` with one line (huggingface_hub's listing has no timeout of its own and retries for ~25 s).
+``SEARCH_SECONDS`` with one line (huggingface_hub's listing has no timeout of its own, and retries a refused
+connection for ~25 s).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ DEFAULT_SORT = "downloads"
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50  # results of one search, so also the size requests it may make
 MAX_QUERY_CHARS = 96  # the Hub's longest repo name
-SEARCH_SECONDS = 20.0  # the longest a search waits for the Hub, listing and sizes together
+SEARCH_SECONDS = 15.0  # the longest a search waits for the Hub, listing and sizes together
 SIZE_SECONDS = 10.0  # one repo's size request
 SIZE_WORKERS = 8
 OFFLINE = ("searching the Hub needs the network, and HF_HUB_OFFLINE=1 is set: unset HF_HUB_OFFLINE to search, or "

@@ -1,4 +1,4 @@
-"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N] [--compile]`.
+"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N] [--compile] [--mcp]`.
 
 Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from --model
 or H3APP_MODEL (default: the embedded tiny checkpoint); hosted mode, adapter size cap and output folder from
@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_fp8_flags(parser)  # --fp8, --fp8-text-encoder (H3APP_FP8, H3APP_FP8_TEXT_ENCODER)
     add_parallel_arguments(parser)
     add_compile_flag(parser)
+    parser.add_argument("--mcp", action="store_true", default=os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true",
+                        help="also serve the tools to agents over MCP at /gradio_api/mcp/ (env GRADIO_MCP_SERVER=true)")
     return parser
 
 
@@ -73,7 +75,8 @@ def serve() -> None:
     try:
         if group is not None and not group.leader:
             sys.exit(follow(group, backend))
-        build_app(backend, hardware=hardware_line(args.model, options)).launch(**launch_kwargs(backend))
+        build_app(backend, hardware=hardware_line(args.model, options), mcp=args.mcp).launch(
+            **launch_kwargs(backend, mcp=args.mcp))
     finally:
         backend.close()
         close_ranks(group)

@@ -13,7 +13,7 @@ from typing import Any
 
 from .errors import H3AppError
 
-COMMANDS = ("inspect", "generate", "check", "export", "grid", "plan")
+COMMANDS = ("inspect", "generate", "check", "export", "grid", "plan", "search")
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -61,7 +61,7 @@ def quiet_libraries() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command != "inspect":  # inspect stays light: no torch-heavy imports
+    if args.command not in ("inspect", "search"):  # these stay light: no torch-heavy imports
         quiet_libraries()
     try:
         return int(args.run(args) or 0)

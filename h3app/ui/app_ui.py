@@ -34,6 +34,8 @@ from .generate_events import (
     workflow_inputs,
 )
 from .generate_tab import RequestControls, build_generate_tab, build_request_controls
+from .hub_events import HubEvents
+from .hub_panel import build_hub_panel, wire_hub_panel
 from .job_wiring import wire_jobs
 from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
@@ -86,9 +88,10 @@ def header_html(backend: Any, hardware: str | None = None) -> str:
             + "".join(chips) + "</div>")
 
 
-def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
+def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
     """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``); ``hardware``: the header's
-    GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point."""
+    GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point; ``mcp``: add the MCP tools
+    (``mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``)."""
     jobs = RunningJobs()
     adapter_events = AdapterEvents(backend, jobs)
     generate_events = GenerateEvents(backend, jobs)
@@ -96,6 +99,7 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
     with gr.Blocks(title=TITLE, delete_cache=(CACHE_SECONDS, CACHE_SECONDS)) as demo:
         session = gr.State(new_session())
         gr.HTML(header_html(backend, hardware))
+        hub = build_hub_panel()  # full width: the results table has room for its columns
         with gr.Row(equal_height=False, elem_id="h3-main"):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")
@@ -122,7 +126,14 @@ def build_app(backend: Any, hardware: str | None = None) -> gr.Blocks:
                         grid = build_grid_tab()
                     with gr.Tab("History", id="history-tab"):
                         history = build_history_tab()
-        build_api(ApiEvents(adapter_events, generate_events, comparisons), session)
+        api_events = ApiEvents(adapter_events, generate_events, comparisons)
+        build_api(api_events, session)
+        hub_events = HubEvents(backend)
+        wire_hub_panel(hub_events, hub, adapter_events, slot_1, token, request.workflow)
+        if mcp:
+            from .mcp_tools import McpTools, build_mcp_tools
+
+            build_mcp_tools(McpTools(api_events, hub_events), backend)
 
         for slot in (slot_1, slot_2):
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
@@ -159,9 +170,10 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
     slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
 
 
-def launch_kwargs(backend: Any) -> dict[str, Any]:
+def launch_kwargs(backend: Any, mcp: bool = False) -> dict[str, Any]:
     """What ``launch`` needs: outputs served from the backend's folder (never its uploads), theme and CSS, uploads
-    capped in hosted mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage)."""
+    capped in hosted mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage);
+    ``mcp``: Gradio's MCP server on (``app.py --mcp`` or ``GRADIO_MCP_SERVER=true``), with ``build_app(mcp=True)``."""
     kwargs: dict[str, Any] = {
         "allowed_paths": [str(backend.output_dir)],
         "blocked_paths": [str(backend.uploads_dir)],  # inside the output folder, but only results are served
@@ -170,6 +182,7 @@ def launch_kwargs(backend: Any) -> dict[str, Any]:
         "show_error": True,
         "run_history": False,
         "footer_links": ["api", "gradio", "settings"],
+        "mcp_server": mcp,
     }
     limit = getattr(backend.policy, "max_remote_bytes", None) if backend.hosted else None
     if limit:

@@ -132,10 +132,11 @@ class Backend:
         return sources.list_weight_files(source, revision, self.policy.token(token), **self.policy.local_rule())
 
     def inspect(self, source: str, weight_name: str | None = None, revision: str | None = None,
-                token: str | None = None, workflow: str = T2VA, qkv_layout: str = "auto") -> AdapterInfo:
+                token: str | None = None, workflow: str = T2VA, qkv_layout: str = "auto",
+                skip_parts: tuple[str, ...] = ()) -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the held model's shapes; no weights downloaded."""
         return self.policy.inspect(str(self.model.location.folder), source, weight_name, revision, token, workflow,
-                                   qkv_layout)
+                                   qkv_layout, skip_parts)
 
     # ----------------------------------------------------------------------------------------- worker jobs
     def submit_load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> JobHandle:

@@ -168,7 +168,8 @@ def plan_parts(view: HeaderView, keys: Sequence[str], strip: StripPrefix) -> tup
             raise H3AppError(f"{name}: {key!r} is {dtype}, not a floating-point tensor: the file is damaged; re-export it.")
         parts.append(PartPlan(key, kind, module, f"{module}.{_PARAMETER_OF[kind]}", tuple(shape), dtype, partition))
     _refuse_duplicate_parameters(name, parts)
-    banks = [_bank(view, partition, module, found) for (partition, module), found in sorted(heads.items())]
+    order = sorted(heads, key=lambda pair: (pair[0], BANK_MODULES.index(pair[1])))
+    banks = [_bank(view, partition, module, heads[(partition, module)]) for partition, module in order]
     return PartsPlan(tuple(parts), tuple(banks)), rest
 
 
@@ -176,8 +177,9 @@ def _module_of(name: str, key: str, stem: str, kind: str) -> str:
     """The canonical module a part's (prefix-stripped) stem names."""
     if _VSA_GATE.search(stem):
         raise H3AppError(
-            f"{name} carries FastVideo VSA attention gates (e.g. {key!r}): they need the VSA attention backend, which "
-            "the diffusers MiniMax-H3 transformer does not have; use the non-VSA (dense) file of this adapter.")
+            f"{name} carries FastVideo VSA attention gates (e.g. {key!r}) for a module the model does not have: the "
+            "file needs the VSA attention backend, which the diffusers MiniMax-H3 transformer does not have; use the "
+            "non-VSA (dense) file of this adapter.")
     found = match_name(stem, False)
     if found is not None:
         alternative, groups, _ = found

@@ -210,7 +210,9 @@ class LoRAEngine:
                 if deltas_move:
                     self._params.transaction(attached.exact.params, lambda: None)
             except BaseException:
-                self._layers.transaction(sorted(set(paths)), undo, mode=self.mode)
+                self._layers.transaction(sorted(set(paths)), undo, mode=self.mode)  # strengths back, weights too
+                for parameter in attached.exact.params:
+                    self._params.write(parameter)
                 raise
         attached.settings = new
         return new

@@ -50,6 +50,7 @@ def test_fasth3_parts_are_counted_and_shown(tmp_path: Path, capsys: pytest.Captu
     assert dict(info.parts) == {"lora": PAIRS, "diff": diffs, "diff_b": diff_bs, "set_weight": 0, "set_bias": 0,
                                 "head_bank": 0}
     assert info.partition is None and info.unmatched_keys == ()
+    assert (info.alpha, str(info.alpha_source), info.warnings) == (4.0, "metadata", ())  # its format: W + B@A
     code, out, err = run_cli(capsys, "inspect", str(path), "--model", "tiny", "--json")
     assert code == 0 and err == ""
     payload = json.loads(out)

@@ -233,3 +233,41 @@ def test_the_transformer_check_tells_the_truth_about_deltas(fasth3: tuple) -> No
     assert run_transformer_check(model, pairs_only, a=DEFAULT_A, b=DEFAULT_B)["identical"]
     assert state_hash(model) == base
     assert block_pairs()  # the fixture's pairs exist (the check above compared something)
+
+
+def test_the_cache_counts_exact_parts(fasth3: tuple) -> None:
+    from h3app.lora.cache import adapter_nbytes
+
+    _, adapter = fasth3
+    parts = sum(part.tensor.nbytes for part in adapter.parts.values())
+    assert adapter_nbytes(adapter) == adapter_nbytes(dataclasses.replace(adapter, parts={})) + parts
+
+
+def test_check_cli_offers_the_equivalent_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from cli_runner import run_cli
+
+    path = save(tmp_path / "fasth3.safetensors", fasth3_tensors(), FASTH3_METADATA)
+    code, out, _ = run_cli(capsys, "check", "--adapter", str(path))
+    assert code == 0 and "DIFFERENT" in out and "--low-rank-only" in out
+    code, out, _ = run_cli(capsys, "check", "--adapter", str(path), "--low-rank-only", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["identical"] and result["low_rank_only"] and result["parts"]["diff"] > 0
+
+
+@pytest.mark.slow
+def test_full_check_offers_the_equivalent_run(backend, tmp_path: Path) -> None:
+    """The whole pipeline with B rescaling only the low-rank parts is bit-identical (the plain pair differs, and
+    says why: transformer mode above and ``check_note``)."""
+    from h3app.backend.equivalence import run_equivalence
+    from h3app.backend.generation import GenerationRequest
+
+    path = save(tmp_path / "fasth3.safetensors", fasth3_tensors(), FASTH3_METADATA)
+    request = GenerationRequest(prompt="a paper boat", seed=2, steps=2)
+    result = run_equivalence(backend.binder, request, LoRASettings(source=str(path)), outputs=backend.outputs,
+                             low_rank_only=True)
+    payload = result.to_json()
+    assert result.identical and result.control_identical and payload["low_rank_only"]
+    assert "must be identical" in payload["parts_note"] and payload["parts"]["diff"] > 0
+    assert payload["max_abs_diff"] == 0.0 and payload["fallback_max_abs_diff"] > 0

@@ -56,7 +56,8 @@ def test_fasth3_parts_are_counted_and_shown(tmp_path: Path, capsys: pytest.Captu
     payload = json.loads(out)
     assert payload["parts"] == dict(info.parts) and payload["partition"] is None
     code, out, _ = run_cli(capsys, "inspect", str(path))
-    assert f"A/B {PAIRS} pairs, Δ {diffs + diff_bs} (diff {diffs}, diff_b {diff_bs}), replacements 0" in out
+    assert f"A/B {PAIRS} pairs ({2 * PAIRS} tensors), Δ {diffs + diff_bs} (diff {diffs}, diff_b {diff_bs}), " \
+           "replacements 0\n" in out
     assert "partition    unknown" in out
 
 

@@ -105,10 +105,11 @@ def part_counts(lora_pairs: int, parts: Iterable[PartPlan], banks: Sequence[Bank
 
 
 def describe_counts(counts: Mapping[str, int], banks: int) -> str:
-    """``A/B 362 pairs, Δ 85 (diff 40, diff_b 45), replacements 0, head bank 32 × 2``."""
+    """``A/B 362 pairs (724 tensors), Δ 85 (diff 40, diff_b 45), replacements 0, head bank 32 × 2``."""
     deltas = counts.get(DIFF, 0) + counts.get(DIFF_B, 0)
     replaced = counts.get(SET_WEIGHT, 0) + counts.get(SET_BIAS, 0)
-    text = f"A/B {counts.get(LORA, 0)} pairs, Δ {deltas}"
+    pairs = counts.get(LORA, 0)
+    text = f"A/B {pairs} pairs ({2 * pairs} tensors), Δ {deltas}"
     if deltas:
         text += f" (diff {counts.get(DIFF, 0)}, diff_b {counts.get(DIFF_B, 0)})"
     text += f", replacements {replaced}"

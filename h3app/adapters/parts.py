@@ -56,10 +56,6 @@ class PartPlan:
     dtype: str
     file_partition: str
 
-    @property
-    def is_delta(self) -> bool:
-        return self.kind in DELTAS
-
 
 @dataclass(frozen=True)
 class BankPlan:
@@ -136,10 +132,6 @@ def check_note(counts: Mapping[str, int], a_strength: float, b_strength: float,
             f"{b_strength:g} — A and B are not the same run although alpha × scale is equal. The low-rank parts "
             "alone are equivalent: rerun with --low-rank-only (B's deltas at A's strength) for the comparison that "
             "must be identical.")
-
-
-def is_part_key(key: str) -> bool:
-    return _PART_KEY.search(key) is not None
 
 
 def plan_parts(view: HeaderView, keys: Sequence[str], strip: StripPrefix) -> tuple[PartsPlan, list[str]]:

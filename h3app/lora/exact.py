@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..adapters.parts import HEAD_BANK, REPLACEMENTS
 from ..adapters.types import ExactPart, HeadBank, NormalisedAdapter
 from ..errors import H3AppError
 from .layers import FP8_DTYPES, is_mergeable
@@ -41,7 +42,7 @@ class ExactEntry:
         self.adapter = adapter
         self.parameter = part.parameter
         self.kind = part.kind
-        self.replaces = part.kind.startswith("set_")
+        self.replaces = part.kind in REPLACEMENTS
         self.tensor = tensor
         self.strength = strength
 
@@ -66,7 +67,7 @@ class BankHead:
     def __init__(self, adapter: str, parameter: str, bank: torch.Tensor) -> None:
         self.adapter = adapter
         self.parameter = parameter
-        self.kind = "head_bank"
+        self.kind = HEAD_BANK
         self.bank = bank  # [n, out, in] or [n, out], fp32 on the parameter's device
         self.current: torch.Tensor | None = None
 
@@ -131,8 +132,9 @@ def plan_exact(name: str, adapter: NormalisedAdapter, transformer: torch.nn.Modu
     written in place."""
     plan = ExactPlan(strength=strength)
     for parameter, part in adapter.parts.items():
-        target = _check_part(name, parameter, part.tensor.shape, transformer, slots, taken, part.kind.startswith("set_"))
-        dtype = torch.float32 if not part.kind.startswith("set_") else target.dtype
+        replaces = part.kind in REPLACEMENTS
+        target = _check_part(name, parameter, part.tensor.shape, transformer, slots, taken, replaces)
+        dtype = target.dtype if replaces else torch.float32
         entry = ExactEntry(name, part, part.tensor.detach().to(device=target.device, dtype=dtype).contiguous(), strength)
         _place(plan, parameter, entry, slots)
     for module, bank in adapter.banks.items():

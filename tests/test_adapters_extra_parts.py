@@ -155,6 +155,8 @@ def test_a_pruned_base_file_is_refused_then_applies_without_its_adaln_parts(
      "replaces the weight that the A/B pair"),
     ({"proj_out.set_weight": torch.zeros(3 * 16, 24)}, "3 stacked heads: a ComfyUI-converted head bank"),
     ({"proj_in.diff": torch.zeros(24, 16, dtype=torch.int8)}, "not a floating-point tensor"),
+    ({"proj_out.weight": torch.zeros(1025, 1, 1), "transformer_blocks.0.attn.to_q.lora_A": torch.zeros(2, 24),
+      "transformer_blocks.0.attn.to_q.lora_B": torch.zeros(32, 2)}, "is not a bank of heads (1 to 1024"),
 ])
 def test_exact_part_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], tensors: dict,
                                           fragment: str) -> None:

@@ -37,6 +37,7 @@ _PARAMETER_OF = {DIFF: WEIGHT, DIFF_B: BIAS, SET_WEIGHT: WEIGHT, SET_BIAS: BIAS}
 _PART_KEY = re.compile(r"\.(" + "|".join(PART_KINDS) + r")$")
 _VSA_GATE = re.compile(r"(^|\.)attn\.to_gate_compress$")
 _NATIVE_HEADS = {"final_layer.video_out": "proj_out", "final_layer.audio_out": "audio_proj_out"}
+MAX_BANK = 1024  # heads per bank: PDD ships 32; more is not a head bank (and would cost O(n) per evaluation)
 ADALN_PARTS = "adaln"  # --skip-parts adaln: every AdaLN part (pairs, deltas, replacements) is left out
 SKIPPABLE_PARTS = (ADALN_PARTS,)
 
@@ -229,8 +230,9 @@ def _bank(view: HeaderView, partition: str, module: str, found: Mapping[str, str
                          "is incomplete; re-download it.")
     dtype, shape = view.tensors[weight_key]
     size, out_features, in_features = shape
-    if dtype not in FLOAT_DTYPES or size < 1:
-        raise H3AppError(f"{name}: {weight_key!r} ({dtype} {list(shape)}) is not a bank of heads: re-export it.")
+    if dtype not in FLOAT_DTYPES or not 1 <= size <= MAX_BANK:
+        raise H3AppError(f"{name}: {weight_key!r} ({dtype} {list(shape)}) is not a bank of heads (1 to {MAX_BANK} "
+                         "floating-point heads): re-export it.")
     if bias_key is not None and tuple(view.tensors[bias_key][1]) != (size, out_features):
         raise H3AppError(f"{name}: {bias_key!r} is {list(view.tensors[bias_key][1])}, but its bank of weights "
                          f"{list(shape)} needs [{size}, {out_features}]: the file is damaged; re-export it.")

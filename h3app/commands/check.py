@@ -117,7 +117,8 @@ def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSett
             follow(group, backend)
             return None
         adapter, request = _full_job(args)
-        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"))
+        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"),
+                                           low_rank_only=args.low_rank_only)
         return {**result.to_json(), "model": backend.model_name, "output_dir": str(backend.output_dir)}
     finally:
         backend.close()

@@ -132,10 +132,11 @@ class Backend:
         return sources.list_weight_files(source, revision, self.policy.token(token), **self.policy.local_rule())
 
     def inspect(self, source: str, weight_name: str | None = None, revision: str | None = None,
-                token: str | None = None, workflow: str = T2VA, qkv_layout: str = "auto") -> AdapterInfo:
+                token: str | None = None, workflow: str = T2VA, qkv_layout: str = "auto",
+                skip_parts: tuple[str, ...] = ()) -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the held model's shapes; no weights downloaded."""
         return self.policy.inspect(str(self.model.location.folder), source, weight_name, revision, token, workflow,
-                                   qkv_layout)
+                                   qkv_layout, skip_parts)
 
     # ----------------------------------------------------------------------------------------- worker jobs
     def submit_load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> JobHandle:
@@ -178,18 +179,22 @@ class Backend:
         return self._submit(job, "generate", Backend.submit_generate, (request, adapters, token), request.workflow)
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
-                           b: CheckSetting = DEFAULT_B, token: str | None = None) -> JobHandle:
-        """A vs B vs fallback vs control through the full pipeline; result: EquivalenceResult."""
+                           b: CheckSetting = DEFAULT_B, token: str | None = None,
+                           low_rank_only: bool = False) -> JobHandle:
+        """A vs B vs fallback vs control through the full pipeline; result: EquivalenceResult. ``low_rank_only``: B
+        rescales only the low-rank parts (an adapter's exact deltas stay at A's strength)."""
         self.check_request(request)
 
         def job(ctx: JobContext) -> EquivalenceResult:
             self.cleanup_outputs()
             result = run_equivalence(self.binder, request, adapter, a=a, b=b, outputs=self.outputs, token=token,
-                                     on_step=ctx.on_step, should_cancel=ctx.should_cancel, on_phase=ctx.set_phase)
+                                     on_step=ctx.on_step, should_cancel=ctx.should_cancel, on_phase=ctx.set_phase,
+                                     low_rank_only=low_rank_only)
             self.last_seconds_per_run = result.seconds_per_run
             return result
 
-        return self._submit(job, "equivalence", Backend.submit_equivalence, (request, adapter, a, b, token),
+        return self._submit(job, "equivalence", Backend.submit_equivalence,
+                            (request, adapter, a, b, token, low_rank_only),
                             request.workflow)
 
     def submit_job(self, job: Job, label: str, again: Callable[[Any], Any], workflow: str = T2VA) -> JobHandle:
@@ -266,8 +271,9 @@ class Backend:
 
     def check_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                           b: CheckSetting = DEFAULT_B, token: str | None = None,
-                          on_step: Callable[[int, int], None] | None = None) -> EquivalenceResult:
-        return self.run(self.submit_equivalence(request, adapter, a, b, token), on_step)
+                          on_step: Callable[[int, int], None] | None = None,
+                          low_rank_only: bool = False) -> EquivalenceResult:
+        return self.run(self.submit_equivalence(request, adapter, a, b, token, low_rank_only), on_step)
 
     # ------------------------------------------------------------------------------------------------ files
     @property

@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=5, help="full mode only")
     p.add_argument("--height", type=int, default=None, help="full mode only")
     p.add_argument("--width", type=int, default=None, help="full mode only")
+    p.add_argument("--low-rank-only", action="store_true",
+                   help="B rescales only the low-rank parts: an adapter's exact deltas (.diff/.diff_b, which alpha "
+                        "does not scale) stay at A's strength, the equivalent comparison for such a file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
 
-            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b), os.environ.get("HF_TOKEN"))
+            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b, args.low_rank_only),
+                                     os.environ.get("HF_TOKEN"))
                       if group is None else _full_check_on_ranks(args, a, b, group))
         else:
             from ..model.loader import load_transformer
@@ -70,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
                 compile_blocks(transformer, options.device)
             adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
             result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,
-                                                                       seed=args.seed, source=args.adapter))
+                                                                       seed=args.seed, source=args.adapter,
+                                                                       low_rank_only=args.low_rank_only))
             result["model"] = args.model
     finally:
         close_ranks(group)
@@ -80,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
         result["parallel"] = group.spec.label
     result.update(compile_fields(args))
     verdict = "IDENTICAL" if result["identical"] else f"DIFFERENT (max |diff| {result['max_abs_diff']:.3g})"
+    note = f"\n{result['parts_note']}" if result.get("parts_note") else ""
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "
-         f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s")
+         f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s{note}")
     return 0
 
 
@@ -94,7 +100,8 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
 
     request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
                                 height=args.height, width=args.width)
-    return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision), request
+    return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
+                        skip_parts=tuple(args.skip_parts), any_partition=args.any_partition), request
 
 
 def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,
@@ -110,7 +117,8 @@ def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSett
             follow(group, backend)
             return None
         adapter, request = _full_job(args)
-        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"))
+        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"),
+                                           low_rank_only=args.low_rank_only)
         return {**result.to_json(), "model": backend.model_name, "output_dir": str(backend.output_dir)}
     finally:
         backend.close()
@@ -132,4 +140,5 @@ def load_check_adapter(args: argparse.Namespace, transformer: torch.nn.Module,
     fetched = fetch(args.adapter, weight_name=args.weight_name, revision=args.revision)
     return load_adapter(fetched.path, shapes=transformer_shapes(dict(transformer.config)),
                         adapter_config_path=fetched.adapter_config_path, repo_id=fetched.repo_id,
-                        filename=fetched.filename)
+                        filename=fetched.filename, skip_parts=tuple(args.skip_parts),
+                        any_partition=args.any_partition)

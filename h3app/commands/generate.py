@@ -72,7 +72,8 @@ def adapters_from_args(args: argparse.Namespace) -> list:
     adapters = []
     if args.adapter:
         adapters.append(LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                                     alpha=args.alpha, strength=args.scale, mode=args.lora_mode))
+                                     alpha=args.alpha, strength=args.scale, mode=args.lora_mode,
+                                     skip_parts=tuple(args.skip_parts), any_partition=args.any_partition))
     elif any(v is not None for v in (args.weight_name, args.revision, args.alpha)):
         raise H3AppError("--weight-name/--revision/--alpha belong to --adapter: add --adapter SOURCE.")
     adapters.extend(parse_adapter_spec(spec, args.lora_mode) for spec in args.adapter_spec)
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         known = None
         for adapter in adapters:  # header only: which adapter is known, before anything is downloaded
             info = backend.inspect(adapter.source, adapter.weight_name, adapter.revision, token,
-                                   workflow=args.workflow or T2VA)
+                                   workflow=args.workflow or T2VA, skip_parts=adapter.skip_parts)
             if info.known is not None:
                 from ..adapters.known import KnownAdapter
 

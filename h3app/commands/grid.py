@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=args.steps, duration=args.duration,
                                 height=args.height, width=args.width)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                           mode=args.lora_mode)
+                           mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition)
     out = Path(args.out_dir)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     backend = Backend(args.model, load_options(args))

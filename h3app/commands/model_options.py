@@ -72,6 +72,17 @@ def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) ->
                         help="LoRA: Hub repo id, HF URL, or local file/folder")
     parser.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder when it holds several")
     parser.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
+    add_part_flags(parser)
+
+
+def add_part_flags(parser: argparse.ArgumentParser) -> None:
+    """``--skip-parts KIND`` (repeatable; ``adaln``: leave out a pruned-base file's AdaLN parts) and
+    ``--any-partition`` (apply a file made for the other transformer partition): docs/adapters.md."""
+    parser.add_argument("--skip-parts", action="append", default=[], metavar="KIND",
+                        help="leave these parts of the adapter out (adaln: the AdaLN parts of a file built for a "
+                             "pruned H3 checkpoint); repeatable")
+    parser.add_argument("--any-partition", action="store_true",
+                        help="apply an adapter made for the other transformer partition (FL2VA vs Ref2VA) anyway")
 
 
 def add_lora_mode_flag(parser: argparse.ArgumentParser, mode_alias: bool = True) -> None:

@@ -24,8 +24,12 @@ from ..errors import H3AppError
 from ..rules import values
 from ..rules.choices import DTYPE_NAMES, MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
 from ..rules.h3_modules import QKV
-from . import conditioner, fp8, repo
+from . import conditioner, diffusers_compat, fp8, repo, torch_compat
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
+
+# The doors to diffusers' and torch's private API, imported at start-up (every path to a model comes here): each
+# refuses, in one line, a library version it was not written for, before anything is loaded.
+PRIVATE_API_DOORS = (diffusers_compat, torch_compat)
 
 
 @dataclass(frozen=True)

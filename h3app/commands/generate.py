@@ -36,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lora_mode_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
 
 
 def parse_adapter_spec(spec: str, mode: str) -> Any:

@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lora_mode_flag(p)
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
 
 
 def run(args: argparse.Namespace) -> int:

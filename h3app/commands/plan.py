@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-limits", action="store_true",
                    help="skip the search for the recommendation's longest clip (one rehearsal per length tried)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=check_plan_values)
 
 
 def run(args: argparse.Namespace) -> int:

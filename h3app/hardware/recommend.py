@@ -18,7 +18,7 @@ from ..errors import H3AppError
 from ..rules.choices import OFFLOAD_MODES
 from .flavors import FLAVORS, Flavor, flavor
 from .judge import DEFAULT_SETUP, PlannedRequest, Setup, Verdict, best, judge, limits, measured_for
-from .planner import Placement, dtype_name, placed_weights, run_options
+from .planner import Measured, Placement, dtype_name, placed_weights, run_options
 
 
 @dataclass
@@ -99,9 +99,10 @@ def recommendation(bests: dict[str, Verdict | None], setup: Setup, dtype: str,
 
 
 def make_plan(request: PlannedRequest, placement: Placement, setup: Setup = DEFAULT_SETUP, *,
-              hardware: str | None = None, with_limits: bool = True) -> Plan:
+              hardware: str | None = None, with_limits: bool = True, measured: Measured | None = None) -> Plan:
     """Judge ``request`` with ``placement`` on every flavor (or only ``hardware``), find each flavor's best
-    placement, recommend, and (``with_limits``) search the recommendation's limits."""
+    placement, recommend, and (``with_limits``) search the recommendation's limits. ``measured``: the request's
+    rehearsal numbers when already at hand (default: ``judge.measured_for``)."""
     started = time.perf_counter()
     if placement.offload not in OFFLOAD_MODES:
         raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {placement.offload!r}.")
@@ -110,7 +111,7 @@ def make_plan(request: PlannedRequest, placement: Placement, setup: Setup = DEFA
         raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
                          "use --lora-mode unmerged, or drop --fp8.")
     judged = (flavor(hardware),) if hardware else FLAVORS
-    measured = measured_for(request, setup)
+    measured = measured or measured_for(request, setup)
     dtype = dtype_name(setup.dtype)
     verdicts = {box.name: judge(request, placement, box, setup, measured) for box in judged}
     bests = {box.name: best(request, box, setup, measured=measured) for box in judged}

@@ -221,7 +221,7 @@ def limits(request: PlannedRequest, placement: Placement, box: Flavor, setup: Se
     else:
         low = high
     frames = grid[low]
-    return {"max_frames": frames, "max_duration_s": round(frames / RELEASED.fps, 4), "height": request.height,
+    return {"max_frames": frames, "max_duration_s": frames / RELEASED.fps, "height": request.height,
             "width": request.width, "max_pixels": request.height * request.width}
 
 

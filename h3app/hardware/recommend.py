@@ -89,7 +89,7 @@ def recommendation(bests: dict[str, Verdict | None], setup: Setup, dtype: str,
     chosen = min(eligible, key=lambda v: (v.prediction["usd_per_video"], v.box.usd_per_hour, v.box.gpu_bytes))
     box, placement = chosen.box, chosen.placement
     out = {"hardware": box.name, "space_hardware": box.space_hardware, "offload": placement.offload,
-           "fp8": placement.fp8, "fp8_text_encoder": placement.fp8_text_encoder, "ranks": placement.ranks,
+           "fp8": placement.fp8, "fp8_text_encoder": placement.fp8_text_encoder, "ranks": placement.ranks, "ring": placement.ring,
            "options": run_options(placement, dtype), "peak_gpu_bytes": chosen.peak_gpu_bytes,
            "gpu_bytes": box.gpu_bytes, "host_bytes": chosen.host_bytes, "host_ram_bytes": box.host_bytes,
            "usd_per_hour": box.usd_per_hour,

@@ -318,6 +318,7 @@ BAD_PLANS = [
     (["--frames", "1000"], "--frames"),
     (["--steps", "1"], "--steps must be between"),
     (["--dtype", "float99"], "unknown dtype"),
+    (["--device", "cpu"], "plan judges GPU boxes"),
     (["--hardware", "h300"], "unknown hardware"),
     (["--ulysses", "0"], "ulysses"),
     (["--model", "MiniMaxAI/MiniMax-H3"], "plan --model"),

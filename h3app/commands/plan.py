@@ -24,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="predict GPU and host memory, time and $ per video, and the hardware it fits")
     p.add_argument("--model", default=FULL, help="full (the published MiniMax-H3 sizes, no weights) or tiny")
     add_request_flags(p)
+    p.add_argument("--device", default="cuda", help="cuda (what every plan is for; taken so that a plan's options "
+                                                    "can be given back to it unchanged)")
     p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
     add_fp8_flags(p)
@@ -59,6 +61,8 @@ def check_plan_values(args: argparse.Namespace):
         raise H3AppError(f"plan --model {args.model!r}: use full (the published MiniMax-H3 sizes, no weights) or "
                          f"tiny; a downloaded copy of MiniMaxAI/MiniMax-H3 has the full sizes.")
     flags = request_flags(args, args.model)
+    if not str(args.device).startswith("cuda"):
+        raise H3AppError(f"plan judges GPU boxes: --device {args.device} is not one (use cuda, or leave it out).")
     if str(args.dtype).lower() not in DTYPE_NAMES:
         raise H3AppError(f"unknown dtype {args.dtype!r}: use float32 or bfloat16.")
     for flag in ("ulysses", "ring"):

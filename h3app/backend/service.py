@@ -24,6 +24,7 @@ from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import T2VA
+from ..rules.request_defaults import RequestDefaults, defaults_for
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
@@ -104,11 +105,22 @@ class Backend:
         return self.model.name
 
     @property
+    def defaults(self) -> RequestDefaults:
+        """The held model's request defaults (``rules.request_defaults``): the tiny checkpoint's, else the full
+        model's."""
+        tiny = self.model.location.folder.resolve() == repo.TINY_DIR.resolve()
+        return defaults_for(repo.TINY if tiny else self.model.name)
+
+    @property
     def limits(self) -> Limits:
         """The caps of the held model (tighter when hosted): canvas, steps, prompt tokens, grid cells."""
         if self._limits is None:
             self._limits = model_limits(self.model.pipeline(T2VA), hosted=self.hosted)
         return self._limits
+
+    def hold_to(self, max_seconds: float, max_pixels: int) -> None:
+        """Keep every request within what this box holds (the plan's limits, given by ``app.py``)."""
+        self._limits = self.limits.held_to(max_seconds, max_pixels)
 
     def check_request(self, request: GenerationRequest) -> None:
         """Refuse, before anything is queued, a request over the model's caps (one line naming the limit)."""

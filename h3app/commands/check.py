@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
+from ..rules.request_defaults import SEED, defaults_for
 from .model_options import add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
@@ -33,9 +34,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--b", default=DEFAULT_B.label, help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
     p.add_argument("--mode", default=TRANSFORMER_CHECK, choices=CHECK_MODES,
                    help="transformer: one forward on a seeded packed input; full: the whole pipeline (backend)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help=f"default {SEED}")
     p.add_argument("--prompt", default=None, help="full mode only")
-    p.add_argument("--steps", type=int, default=5, help="full mode only")
+    p.add_argument("--steps", type=int, default=None, help="full mode only; default: the model's")
     p.add_argument("--height", type=int, default=None, help="full mode only")
     p.add_argument("--width", type=int, default=None, help="full mode only")
     p.add_argument("--low-rank-only", action="store_true",
@@ -52,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
     from ..rules.check_pair import parse_setting
 
     a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
+    defaults = defaults_for(args.model)
+    args.seed = defaults.seed if args.seed is None else args.seed
+    args.steps = defaults.steps if args.steps is None else args.steps
     options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     try:

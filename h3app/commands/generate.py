@@ -6,26 +6,24 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import T2VA, WORKFLOWS
-from ..rules.frames import RELEASED
-from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
+from ..rules.choices import T2VA
+from ..rules.request_defaults import SEED, defaults_for
+from .model_options import (
+    add_lora_mode_flag,
+    add_request_flags,
+    add_run_flags,
+    compile_fields,
+    load_options,
+    request_flags,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_run_flags(p, adapter_required=False)
-    p.add_argument("--workflow", default=None, choices=WORKFLOWS,
-                   help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
-                        "adapter's, else t2va")
+    add_request_flags(p)  # --workflow --steps --duration|--frames --height --width, as plan takes them
     p.add_argument("--prompt", required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None,
-                   help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
-                        "evaluations (default: the known adapter's preset, else 5)")
-    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
-                   help=f"seconds, {RELEASED.describe()}")
-    p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
-    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help=f"default {SEED}")
     p.add_argument("--shift", type=float, default=None, help="video flow shift (default: preset, else 12)")
     p.add_argument("--audio-shift", type=float, default=None, help="audio flow shift (default: preset, else 3)")
     p.add_argument("--first-frame", default=None, help="fl2va: image the video starts from")
@@ -38,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lora_mode_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
 
 
 def parse_adapter_spec(spec: str, mode: str) -> Any:
@@ -92,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.out.endswith(".mp4"):
         raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
+    flags = request_flags(args, args.model)  # bad request values: one line before anything loads
+    defaults = defaults_for(args.model)
     adapters = adapters_from_args(args)
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
@@ -110,10 +110,11 @@ def run(args: argparse.Namespace) -> int:
 
                 known = KnownAdapter(**{k: v for k, v in info.known.items() if k != "source"})
                 break
-        resolved = resolve_presets({"steps": args.steps, "shift": args.shift, "audio_shift": args.audio_shift,
-                                    "workflow": args.workflow}, known)
-        request = GenerationRequest(prompt=args.prompt, seed=args.seed, duration=args.duration, height=args.height,
-                                    width=args.width, first_frame=args.first_frame, last_frame=args.last_frame,
+        resolved = resolve_presets({"steps": flags.steps, "shift": args.shift, "audio_shift": args.audio_shift,
+                                    "workflow": flags.workflow}, known, defaults)
+        seed = defaults.seed if args.seed is None else args.seed
+        request = GenerationRequest(prompt=args.prompt, seed=seed, duration=flags.duration, height=flags.height,
+                                    width=flags.width, first_frame=args.first_frame, last_frame=args.last_frame,
                                     references=tuple(args.reference), **resolved.fields)
         output = backend.generate(request, adapters, token)
     finally:

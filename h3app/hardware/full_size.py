@@ -23,13 +23,14 @@ from ..model.diffusers_compat import fp32_modules
 from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
 from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG
+from ..rules.request_defaults import FULL_DEFAULTS
 
 FULL = "full"
 SIZED = (*PARTITIONS, "vae", "audio_vae", "text_encoder")
 
 # The released pipeline's canvas settings (the embedded index holds the tiny checkpoint's small ones).
-CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344,
-                                 "reference_image_short_edge": 2048}
+CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": min(FULL_DEFAULTS.planned_canvas),
+                                 "canvas_max_pixels": FULL_DEFAULTS.max_pixels, "reference_image_short_edge": 2048}
 AUDIO_VAE_CONFIG: dict[str, Any] = {"latents_mean": [0.0] * 32, "latents_std": [1.0] * 32}
 
 # Qwen3-VL-32B: the conditioner MiniMax-H3 reads at layer 50 (62.1 GB in bf16).

@@ -86,6 +86,17 @@ def check_device(name: str) -> str:
     return str(name)
 
 
+def cuda_devices() -> list[tuple[str, int]]:
+    """``(name, total bytes)`` of every CUDA device this process sees (empty without a driver or a GPU)."""
+    if not torch.cuda.is_available():
+        return []
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        properties = torch.cuda.get_device_properties(index)
+        devices.append((properties.name, int(properties.total_memory)))
+    return devices
+
+
 def parse_dtype(name: str) -> torch.dtype:
     """``float32``/``fp32``/``bfloat16``/``bf16`` (any case) → the torch dtype."""
     attribute = DTYPE_NAMES.get(str(name).lower())

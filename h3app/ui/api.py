@@ -217,7 +217,7 @@ class ApiEvents:
             adapters = _adapters(session, adapters_json)
         except H3AppError as error:
             raise user_error(error) from error
-        form = JobForm(_probe(adapters), None, RequestForm(prompt=prompt, seed=0, steps=steps, duration=duration,
+        form = JobForm(_probe(adapters), None, RequestForm(prompt=prompt, steps=steps, duration=duration,
                                                            height=height, width=width), token)
         cells: list[dict[str, Any]] = []
         for cell in self.comparisons.grid_cells(form, GridForm(alphas, scales, seeds), request, progress):
@@ -252,6 +252,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
     """Hidden inputs and trigger buttons for the named endpoints (inside the current Blocks context). Each input's
     label is what the API page shows beside the parameter's name."""
     backend = events.adapters.backend
+    defaults = backend.defaults  # the held model's request defaults, as the UI's controls show them
     gpu = gpu_events(backend)
     gpu_fn = {name: admitted(getattr(events, name), backend) for name in ("load", "generate", "check_equivalence",
                                                                           "grid")}
@@ -267,12 +268,13 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("adapters_json", "", "adapters as JSON (empty: this session's)"),
             ("alpha_a", f"{DEFAULT_A.alpha:g}", "A: alpha (a number, or auto)"),
             ("alpha_b", f"{DEFAULT_B.alpha:g}", "B: alpha (a number, or auto)"),
-            ("alphas", "8, auto", "alphas, comma-separated (auto allowed)"),
-            ("scales", "0.5, 1.0", "scales, comma-separated"), ("seeds", "7", "seeds, comma-separated"))}
+            ("alphas", defaults.grid.alphas, "alphas, comma-separated (auto allowed)"),
+            ("scales", defaults.grid.scales, "scales, comma-separated"),
+            ("seeds", defaults.grid.seeds, "seeds, comma-separated"))}
         number = {name: gr.Number(value=value, label=label) for name, value, label in (
-            ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", 7, "seed"),
-            ("steps", 5, "steps (N steps run N-1 evaluations)"),
-            ("duration", RELEASED.shortest_seconds, f"duration in seconds, {RELEASED.describe()}"),
+            ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", defaults.seed, "seed"),
+            ("steps", defaults.steps, "steps (N steps run N-1 evaluations)"),
+            ("duration", defaults.duration, f"duration in seconds, {RELEASED.describe()}"),
             ("height", 0, "height in pixels (0: default)"), ("width", 0, "width in pixels (0: default)"),
             ("shift", 0, "video flow shift (0: default)"), ("audio_shift", 0, "audio flow shift (0: default)"),
             ("scale_a", DEFAULT_A.strength, "A: scale"), ("scale_b", DEFAULT_B.strength, "B: scale"))}

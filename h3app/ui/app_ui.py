@@ -115,7 +115,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
                     slot_2 = build_adapter_slot(adapter_events, "2")
             with gr.Column(scale=7, min_width=420):
                 gr.HTML("<div class='h3-step'>2 · Request</div>")
-                request = build_request_controls(backend.limits)
+                request = build_request_controls(backend.limits, backend.defaults)
                 gr.HTML("<div class='h3-step'>3 · Run and compare</div>")
                 with gr.Tabs():
                     with gr.Tab("Generate", id="generate-tab"):
@@ -123,7 +123,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
                     with gr.Tab("Equivalence", id="equivalence-tab"):
                         equivalence = build_equivalence_tab()
                     with gr.Tab("Grid", id="grid-tab"):
-                        grid = build_grid_tab()
+                        grid = build_grid_tab(backend.defaults.grid)
                     with gr.Tab("History", id="history-tab"):
                         history = build_history_tab()
         api_events = ApiEvents(adapter_events, generate_events, comparisons)

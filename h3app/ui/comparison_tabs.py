@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
+from ..rules.request_defaults import TINY_DEFAULTS, GridAxes
 from . import render
 from .comparison_events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
 from .comparison_view import build_comparison_view
@@ -109,13 +110,13 @@ class GridTab(JobControls):
     cells: gr.State
 
 
-def build_grid_tab() -> GridTab:
-    """The axes, the estimate above Run/Cancel, the cells' view and their table."""
+def build_grid_tab(axes: GridAxes = TINY_DEFAULTS.grid) -> GridTab:
+    """The axes (the held model's default ``axes``), the estimate above Run/Cancel, the cells' view and table."""
     gr.Markdown(GRID_INTRO, elem_classes=["h3-note"])
     with gr.Row():
-        alphas = gr.Textbox("1, 16", label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
-        scales = gr.Textbox("0.0625, 1", label="scales", elem_id="grid-scales")
-        seeds = gr.Textbox("7", label="seeds", elem_id="grid-seeds")
+        alphas = gr.Textbox(axes.alphas, label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
+        scales = gr.Textbox(axes.scales, label="scales", elem_id="grid-scales")
+        seeds = gr.Textbox(axes.seeds, label="seeds", elem_id="grid-seeds")
     controls = build_job_controls("Run grid", "grid-run", "grid", estimate_first=True)
     view = build_comparison_view("grid-view", "Run the grid: its cells appear here under their alpha and scale.")
     table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=True, elem_id="grid-table")

@@ -19,7 +19,7 @@ from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import FL2VA, REF2VA, T2VA
-from ..rules.frames import RELEASED
+from ..rules.request_defaults import SEED, TINY_DEFAULTS
 from ..rules.values import parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
@@ -76,10 +76,10 @@ class RequestForm:
 
     workflow: str = T2VA
     prompt: str = ""
-    seed: Any = 0
+    seed: Any = TINY_DEFAULTS.seed  # the app fills every field from its controls (the held model's defaults)
     randomize: bool = False
-    steps: Any = 5
-    duration: Any = RELEASED.shortest_seconds
+    steps: Any = TINY_DEFAULTS.steps
+    duration: Any = TINY_DEFAULTS.duration
     height: Any = None
     width: Any = None
     shift: Any = None
@@ -100,7 +100,8 @@ class RequestForm:
             if workflow != REF2VA:
                 refs = ()
         height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
-        used_seed = int(parse_number(self.seed or 0, "seed")) if seed is None else int(seed)
+        typed = SEED if self.seed is None or self.seed == "" else self.seed  # an emptied box: the default seed
+        used_seed = int(parse_number(typed, "seed")) if seed is None else int(seed)
         return GenerationRequest(
             prompt=self.prompt or "", seed=used_seed, steps=parse_number(self.steps, "steps"),  # 2.5 is refused
             duration=parse_number(self.duration, "duration"),
@@ -208,6 +209,6 @@ class CheckForm:
 class GridForm:
     """The Grid tab's axes as typed: comma-separated alphas (``auto`` allowed), scales and seeds."""
 
-    alphas: str = "8, auto"
-    scales: str = "0.5, 1.0"
-    seeds: str = "7"
+    alphas: str = TINY_DEFAULTS.grid.alphas
+    scales: str = TINY_DEFAULTS.grid.scales
+    seeds: str = TINY_DEFAULTS.grid.seeds

@@ -17,7 +17,7 @@ from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
-from ..rules.frames import RELEASED
+from ..rules.request_defaults import SEED, defaults_for
 from ..rules.steps import evaluations
 from . import render, snippets
 from .adapter_events import user_error
@@ -162,7 +162,7 @@ class GenerateView(Reproduction):
     """A finished generation: the video, the seed used (written back), its settings JSON and result card."""
 
     video: str = ""
-    seed: int = 0
+    seed: int = SEED
     settings_json: dict[str, Any] = field(default_factory=dict)
     result_html: str = ""
     session: dict[str, Any] = field(default_factory=dict)
@@ -224,7 +224,8 @@ def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
     adapters = list(data.get("adapters") or ([data["adapter"]] if data.get("adapter") else []))
     controls: dict[str, Any] = {
         "workflow": request.get("workflow", T2VA), "prompt": request.get("prompt", ""),
-        "seed": request.get("seed", 0), "steps": request.get("steps", 5), "duration": request.get("duration", RELEASED.shortest_seconds),
+        **{name: request.get(name, getattr(defaults_for(data.get("model")), name))  # missing: the model's default
+           for name in ("seed", "steps", "duration")},
         "height": request.get("height"), "width": request.get("width"), "shift": request.get("shift"),
         "audio_shift": request.get("audio_shift"),
         "mode": adapters[0].get("mode", "unmerged") if adapters else "unmerged",

@@ -8,6 +8,7 @@ import gradio as gr
 
 from ..backend.limits import Limits
 from ..rules.choices import T2VA, WORKFLOWS
+from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
 from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
 
@@ -43,9 +44,9 @@ def duration_step(limits: Limits) -> float:
     return 3 / limits.frames.fps
 
 
-def build_request_controls(limits: Limits) -> RequestControls:
+def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFAULTS) -> RequestControls:
     """Workflow, keyframes/references, prompt, seed, steps, duration, canvas and shifts; every range from the held
-    model's ``limits`` (read from its pipeline), so the controls offer only what the pipeline accepts."""
+    model's ``limits`` (read from its pipeline, held to what the box fits), every value from its ``defaults``."""
     with gr.Group(elem_classes=["h3-panel"]):
         workflow = gr.Radio(list(WORKFLOWS), value=T2VA, label="Workflow", elem_id="workflow",
                             info="t2va: text → video + audio · fl2va: first/last keyframes · ref2va: references")
@@ -58,15 +59,15 @@ def build_request_controls(limits: Limits) -> RequestControls:
             prompt = gr.Textbox(label="Prompt", value=DEFAULT_PROMPT, lines=2, scale=5, elem_id="prompt")
             trigger_button = gr.Button("Add trigger word", visible=False, size="sm", scale=1)
         with gr.Row(equal_height=True):
-            seed = gr.Number(label="Seed", value=7, precision=0, minimum=0, elem_id="seed")
+            seed = gr.Number(label="Seed", value=defaults.seed, precision=0, minimum=0, elem_id="seed")
             randomize = gr.Checkbox(label="Randomise seed (written back)", value=False)
-            steps = gr.Slider(limits.min_steps, min(UI_MAX_STEPS, limits.max_steps), value=5, step=1, label="Steps",
+            steps = gr.Slider(limits.min_steps, min(UI_MAX_STEPS, limits.max_steps), value=defaults.steps, step=1, label="Steps",
                               info=STEPS_HELP, elem_id="steps")
             rule = limits.frames
-            duration = gr.Slider(rule.shortest_seconds, rule.longest_seconds, value=rule.shortest_seconds,
+            duration = gr.Slider(rule.shortest_seconds, rule.longest_seconds, value=defaults.duration,
                                  step=duration_step(limits), label="Duration (s)", elem_id="duration",
                                  info=f"{rule.describe()}")
-        note = gr.Markdown(steps_note(5, None), elem_classes=["h3-note"])
+        note = gr.Markdown(steps_note(defaults.steps, None), elem_classes=["h3-note"])
         with gr.Accordion("Canvas and flow shifts (0 = model default)", open=False):
             with gr.Row():
                 canvas = (f"a multiple of {limits.canvas_multiple}; height × width at most {limits.max_pixels:,} "

@@ -19,10 +19,18 @@ from ..adapters.source.names import is_url
 from ..adapters.source.refs import parse_hf_url
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
-from ..rules.choices import MAIN_PARTITION, T2VA, workflow_partition
+from ..rules.choices import MAIN_PARTITION, REAL_REPO_ID, T2VA, workflow_partition
 from ..rules.frames import RELEASED
+from ..rules.request_defaults import defaults_for
 
-REAL_MODEL = "MiniMaxAI/MiniMax-H3"
+REAL_MODEL = REAL_REPO_ID
+
+
+def _request(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings' request, with its model's defaults (``rules.request_defaults``) where a field is missing."""
+    defaults = defaults_for(settings.get("model", TINY))
+    return {"seed": defaults.seed, "steps": defaults.steps, "duration": defaults.duration,
+            **settings.get("request", {})}
 TINY = "tiny"
 
 
@@ -41,11 +49,11 @@ def _pinned_revision(adapter: Mapping[str, Any]) -> str | None:
 
 def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     """``python -m h3app generate …`` reproducing ``settings`` (revision pinned to the commit when known)."""
-    request = settings.get("request", {})
+    request = _request(settings)
     parts = ["python -m h3app generate", f"--model {_q(settings.get('model', TINY))}",
              f"--workflow {_q(request.get('workflow', T2VA))}", f"--prompt {_q(request.get('prompt', ''))}",
-             f"--seed {int(request.get('seed', 0))}", f"--steps {int(request.get('steps', 5))}",
-             f"--duration {_num(request.get('duration', RELEASED.shortest_seconds))}"]
+             f"--seed {int(request['seed'])}", f"--steps {int(request['steps'])}",
+             f"--duration {_num(request['duration'])}"]
     if request.get("height") is not None:
         parts.append(f"--height {int(request['height'])} --width {int(request['width'])}")
     for key, flag in (("shift", "--shift"), ("audio_shift", "--audio-shift")):
@@ -99,7 +107,7 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
 
     ``infos`` are the adapters' ``AdapterInfo.to_json()`` (per-module alphas, ranks and ``sglang`` facts).
     """
-    request = settings.get("request", {})
+    request = _request(settings)
     model = settings.get("model", TINY)
     notes: list[str] = []
     if model == TINY:
@@ -107,8 +115,8 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
                      "tiny checkpoint, so only the adapter flags carry over.")
         model = REAL_MODEL
     parts = ["sglang generate", f"--model-path {_q(model)}", f"--prompt {_q(request.get('prompt', ''))}",
-             f"--seed {int(request.get('seed', 0))}",
-             f"--num-inference-steps {int(request.get('steps', 5))}"]
+             f"--seed {int(request['seed'])}",
+             f"--num-inference-steps {int(request['steps'])}"]
     adapters = list(settings.get("adapters") or ())
     if adapters:
         adapter = adapters[0]
@@ -169,7 +177,7 @@ def _sglang_flags(adapter: Mapping[str, Any], info: Mapping[str, Any] | None) ->
 
 def diffusers_snippet(settings: Mapping[str, Any]) -> str:
     """Python that reproduces the adapter part in diffusers: export with alpha × scale baked in, then load it."""
-    request = settings.get("request", {})
+    request = _request(settings)
     model = settings.get("model", TINY)
     model_path = "assets/tiny-h3" if model == TINY else model
     adapters = list(settings.get("adapters") or ())
@@ -206,9 +214,9 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
     for key, component in (("shift", "scheduler"), ("audio_shift", "audio_scheduler")):
         if request.get(key) is not None:
             lines.append(f"pipe.{component}.set_shift({float(request[key])!r})")
-    call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={int(request.get('steps', 5))}",
-            f"num_frames={RELEASED.requested_frames(float(request.get('duration', RELEASED.shortest_seconds)))}",
-            f"generator=torch.Generator('cpu').manual_seed({int(request.get('seed', 0))})", "output_type='np'"]
+    call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={int(request['steps'])}",
+            f"num_frames={RELEASED.requested_frames(float(request['duration']))}",
+            f"generator=torch.Generator('cpu').manual_seed({int(request['seed'])})", "output_type='np'"]
     if request.get("height") is not None:
         call.insert(2, f"height={int(request['height'])}, width={int(request['width'])}")
     lines.append("state = pipe(" + ", ".join(call) + ")")

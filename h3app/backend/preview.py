@@ -28,9 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import H3AppError
 from ..lora.evaluations import Evaluation, EvaluationListener
 from ..model import preview_decoders
 from ..model.preview_decoders import Decoders
+from ..rules import values
 
 AUDIO_BUDGET = 0.05  # the audio preview is kept while its decode costs at most this share of a step
 AUDIO_PROBE = 16  # audio latents decoded once to measure that share
@@ -238,7 +240,12 @@ class PreviewBoard:
     :data:`AUDIO_BUDGET`, True = always, False = never."""
 
     def __init__(self, folder: str | Path | None = None, decoder: str = "auto", audio: bool | None = None) -> None:
+        if decoder not in preview_decoders.DECODERS:
+            raise H3AppError(f"the preview decoder must be one of {', '.join(preview_decoders.DECODERS)}, "
+                             f"got {values.short(decoder)}.")
         self.folder = Path(folder) if folder is not None else None
+        if self.folder is not None and self.folder.exists() and not self.folder.is_dir():
+            raise H3AppError(f"the preview folder {str(self.folder)!r} is a file: give a folder (it is created).")
         self.decoder, self.audio = decoder, audio
         self._history: dict[str, list[Preview]] = {}
         self._started: dict[str, int] = {}  # column → the board version its first preview came at
@@ -315,13 +322,16 @@ class PreviewBoard:
             return [*self._notes, *([audio.note] if audio is not None and audio.note else [])]
 
     def summary(self) -> dict[str, Any]:
-        """For ``--json``: the folder, the files written, the decoder, the audio band, the mean preview cost and
-        its share of the step it followed, and notes."""
+        """For ``--json``: the folder, the files written, previews per column, the decoder, the audio band, the
+        mean preview cost (seconds) and its share of the step it followed, and notes."""
         with self._changed:
             every = [p for previews in self._history.values() for p in previews]
         seconds = sum(p.seconds for p in every) / len(every) if every else None
         steps = sum(p.step_seconds for p in every) / len(every) if every else None
+        with self._changed:
+            columns = {column: len(previews) for column, previews in self._history.items()}
         return {"dir": str(self.folder) if self.folder is not None else None, "files": sum(bool(p.path) for p in every),
+                "columns": columns,
                 "decoder": every[-1].decoder if every else None, "audio": bool(every and every[-1].audio),
                 "seconds_per_preview": round(seconds, 4) if seconds is not None else None,
                 "share_of_step": round(seconds / steps, 4) if seconds is not None and steps else None,

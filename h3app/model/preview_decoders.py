@@ -22,11 +22,14 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from ..errors import H3AppError
+from ..rules.choices import PREVIEW_DECODERS as DECODERS
+from ..rules.choices import PREVIEW_LATENT2RGB as LATENT2RGB
+from ..rules.choices import PREVIEW_PCA as PCA
+from ..rules.choices import PREVIEW_VAE as VAE
 from . import latent_rgb
 
 SMALL_VAE_PARAMETERS = 10_000_000  # below this the real decoder is cheap (tiny: 36 k parameters, ~0.4 s on a CPU)
-VAE, LATENT2RGB, PCA = "vae", "latent2rgb", "pca"
-DECODERS = ("auto", VAE, LATENT2RGB, PCA)
 
 
 class FrameDecoder(Protocol):
@@ -143,15 +146,13 @@ def build(pipe: Any, kind: str = "auto") -> Decoders:
         video: FrameDecoder = VAEFrames(vae, tuple(pipe.pixel_mean), tuple(pipe.pixel_std))
     elif kind == LATENT2RGB:
         if factors is None:
-            from ..errors import H3AppError
-
             raise H3AppError("no latent→RGB factors were fitted for this model's VAE: run "
                              "`python scripts/fit_latent_rgb.py --model NAME` once, or use the pca preview.")
         video = LinearFrames(factors)
     elif kind == PCA:
         video = PCAFrames()
     else:
-        raise ValueError(f"preview decoder must be one of {', '.join(DECODERS)}, got {kind!r}")
+        raise H3AppError(f"the preview decoder must be one of {', '.join(DECODERS)}, got {kind!r}.")
     return Decoders(video=video, audio=audio_decoder(pipe), factors=factors)
 
 

@@ -123,6 +123,7 @@ class Preview:
     seconds: float
     step_seconds: float
     path: str | None = None
+    read_bytes: int = 0  # device bytes it read: the packed rows and velocities, the weights of what decoded them
 
 
 def _resized(frame: np.ndarray, height: int) -> np.ndarray:
@@ -167,6 +168,10 @@ def strip(frames: np.ndarray, audio: np.ndarray | None, height: int = PREVIEW_HE
     return np.concatenate([image, gap, waveform_band(audio, width)])
 
 
+def _nbytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def _synchronised(device: torch.device) -> None:
     """Wait for the GPU's queued work, so that seconds measured are work done (a preview copies to the host and
     would wait anyway); nothing to wait for elsewhere."""
@@ -191,25 +196,31 @@ class StepPreview(EvaluationListener):
     def evaluated(self, evaluation: Evaluation, inputs: Mapping[str, Any], output: Any) -> None:
         if self.stopped:
             return
-        _synchronised(inputs["hidden_states"].device)
-        begun = time.perf_counter()
         try:
+            _synchronised(inputs["hidden_states"].device)
+            begun = time.perf_counter()
             with torch.inference_mode():
-                image, audio = self._picture(inputs, output, begun - self.started)
+                image, audio, read = self._picture(inputs, output, begun - self.started)
         except Exception as error:  # a preview must never fail the run: previews stop, the run goes on
             self.stopped = True
             self.board.note(f"previews stopped at step {evaluation.index + 1}: {type(error).__name__}: {error}")
             return
-        self.board.put(Preview(self.column, evaluation.index + 1, evaluation.count, image,
-                               self.decoders.video.name, audio, time.perf_counter() - begun, begun - self.started))
+        self.board.put(Preview(self.column, evaluation.index + 1, evaluation.count, image, self.decoders.video.name,
+                               audio, time.perf_counter() - begun, begun - self.started, read_bytes=read))
 
-    def _picture(self, inputs: Mapping[str, Any], output: Any, step_seconds: float) -> tuple[np.ndarray, bool]:
+    def _picture(self, inputs: Mapping[str, Any], output: Any,
+                 step_seconds: float) -> tuple[np.ndarray, bool, int]:
+        """The strip, whether it has the waveform band, and the device bytes the preview read."""
         if self.layout is None:
             self.layout = read_layout(inputs, self.patch, self.audio_channels)
         video, audio = clean_estimate(inputs, output, self.layout)
         frames = self.decoders.video.frames(video)
         wave = self._waveform(audio, step_seconds)
-        return strip(frames, wave), wave is not None
+        read = sum(_nbytes(t) for t in (inputs["hidden_states"], inputs["audio_hidden_states"], *velocities(output)))
+        read += _nbytes(*getattr(self.decoders.video, "vae", torch.nn.Module()).parameters())
+        if wave is not None:
+            read += _nbytes(*self.decoders.audio.vae.parameters())
+        return strip(frames, wave), wave is not None, read
 
     def _waveform(self, audio: torch.Tensor, step_seconds: float) -> np.ndarray | None:
         """The audio estimate's waveform when wanted (``board.audio``; None: while within :data:`AUDIO_BUDGET`

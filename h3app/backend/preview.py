@@ -340,7 +340,7 @@ class PreviewBoard:
         seconds = sum(p.seconds for p in every) / len(every) if every else None
         steps = sum(p.step_seconds for p in every) / len(every) if every else None
         with self._changed:
-            columns = {column: len(previews) for column, previews in self._history.items()}
+            columns = {column or "generation": len(previews) for column, previews in self._history.items()}
         return {"dir": str(self.folder) if self.folder is not None else None, "files": sum(bool(p.path) for p in every),
                 "columns": columns,
                 "decoder": every[-1].decoder if every else None, "audio": bool(every and every[-1].audio),

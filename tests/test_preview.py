@@ -213,3 +213,23 @@ def test_cli_check_previews_need_full_mode(capsys, tmp_path):
     done = run_cli(capsys, "check", "--model", "tiny", "--adapter", TURBO, "--preview-dir", str(tmp_path))
     assert done.code == 2
     assert_one_line(done.err, "--preview-dir needs --mode full")
+
+
+def test_two_visitors_each_see_only_their_own_previews(backend):
+    from h3app.backend.admission import OWNER
+
+    boards = {name: PreviewBoard(decoder="pca", audio=False) for name in ("ann", "bob")}
+    prompts = {"ann": "a red ball moving left over a grey floor", "bob": "a green ball moving up over a sand floor"}
+    handles = {}
+    for name, board in boards.items():  # queued back to back, served round-robin by owner
+        token = OWNER.set(name)
+        try:
+            handles[name] = backend.submit_generate(GenerationRequest(prompt=prompts[name], steps=3), previews=board)
+        finally:
+            OWNER.reset(token)
+    results = {name: handle.result(timeout=600).result for name, handle in handles.items()}
+    for name, board in boards.items():
+        assert [p.step for p in board.history()] == [1, 2] and board.summary()["columns"] == {"generation": 2}
+    # each board holds its own run: its last preview is drawn from its own x̂₀, the other's differs
+    ann, bob = (boards[n].latest().image.astype(float) for n in ("ann", "bob"))
+    assert not np.array_equal(ann, bob) and results["ann"].hash != results["bob"].hash

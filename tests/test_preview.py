@@ -233,3 +233,20 @@ def test_two_visitors_each_see_only_their_own_previews(backend):
     # each board holds its own run: its last preview is drawn from its own x̂₀, the other's differs
     ann, bob = (boards[n].latest().image.astype(float) for n in ("ann", "bob"))
     assert not np.array_equal(ann, bob) and results["ann"].hash != results["bob"].hash
+
+
+def test_watching_a_job_sees_each_preview_and_a_cancel_keeps_the_last(backend):
+    from h3app.backend.preview import watch
+
+    board = PreviewBoard(decoder="pca", audio=False)
+    handle = backend.submit_generate(GenerationRequest(prompt=PROMPT, steps=6), previews=board)
+    seen = []
+    for progress in watch(handle, board, poll=0.05):
+        latest = board.latest()
+        seen.append(latest.step if latest else 0)
+        if latest is not None and latest.step == 2:
+            handle.cancel()
+    with pytest.raises(Cancelled, match=r"after [23] of 5 steps") as stopped:
+        handle.result()
+    assert seen == sorted(seen) and 1 in seen and 2 in seen  # each step's preview was seen while it ran
+    assert board.latest().step == stopped.value.done  # the last preview is the last step run: it stays shown

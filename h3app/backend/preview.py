@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ from ..lora.evaluations import Evaluation, EvaluationListener
 from ..model import preview_decoders
 from ..model.preview_decoders import Decoders
 from ..rules import values
+from .worker import POLL_SECONDS, JobHandle, Progress
 
 AUDIO_BUDGET = 0.05  # the audio preview is kept while its decode costs at most this share of a step
 AUDIO_PROBE = 16  # audio latents decoded once to measure that share
@@ -347,3 +348,22 @@ class PreviewBoard:
                 "seconds_per_preview": round(seconds, 4) if seconds is not None else None,
                 "share_of_step": round(seconds / steps, 4) if seconds is not None and steps else None,
                 "notes": self.notes()}
+
+
+def watch(handle: JobHandle, board: PreviewBoard, abandoned: Callable[[], bool] | None = None,
+          poll: float = POLL_SECONDS) -> Iterator[Progress]:
+    """Follow a job whose previews go to ``board``: yield its progress each time the progress or the board changed,
+    until the job ends (then ``handle.result()`` gives its result or raises its error, a cancel included).
+    ``abandoned()`` is polled as in :func:`~h3app.backend.worker.wait`: the job is cancelled when nobody waits."""
+    seen = None
+    while True:
+        done = handle.done
+        progress = handle.progress
+        now = (progress.phase, progress.position, progress.done, progress.total, board.version)
+        if now != seen:
+            seen = now
+            yield progress
+        if done:
+            return
+        handle.wait_for_change(poll)
+        handle.cancel_if(abandoned)

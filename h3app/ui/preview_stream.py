@@ -50,7 +50,7 @@ def build_check_previews() -> CheckPreviews:
     note = gr.Markdown("A, B and the fallback appear here step by step while the check denoises, each at the same "
                        "step.", elem_id="check-preview-note", elem_classes=["h3-note"])
     with gr.Row(elem_id="check-previews"):
-        images = [gr.Image(label=f"{CHECK_LABELS[column]} — step preview", interactive=False, height=150, format="png",
+        images = [gr.Image(label=CHECK_LABELS[column], interactive=False, height=150, format="png",
                            elem_id=f"check-preview-{column.lower()}", buttons=[], min_width=160)
                   for column in CHECK_COLUMNS]
     return CheckPreviews(*images, note)

@@ -61,6 +61,10 @@ def test_previews_never_change_the_result_and_the_last_is_the_final_video(tiny_m
     reference = final_strip(watched.video)
     assert grey_r(previews[-1].image, reference) > 0.999  # x̂₀ at the last evaluation is the final latent
     assert previews[-1].image.shape[0] > reference.shape[0]  # the waveform band below the frames
+    for decoder in ("latent2rgb", "pca"):  # the other decoders leave the result alone too
+        board = PreviewBoard(decoder=decoder, audio=False)
+        assert run_generation(pipe, request, listeners=(board.listener(pipe),)).hash == plain.hash
+        assert len(board.history()) == watched.evaluations
 
 
 def test_the_estimate_uses_the_schedulers_sign_and_is_the_final_latent_at_the_end(tiny_model):

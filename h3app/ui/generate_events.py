@@ -45,8 +45,8 @@ class JobRunner:
         self.jobs = jobs
 
     def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
-        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when it was
-        cancelled (a toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
+        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when cancelled (a
+        toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
         key, handle, abandoned = self._begin(submit, request, what)
         if isinstance(handle, Stopped):
             return handle
@@ -70,16 +70,16 @@ class JobRunner:
             with self.jobs.track(key, handle):
                 last = None
                 for now in watch(handle, board, abandoned):
-                    if last is None or now.phase != last.phase:
-                        on_phase(now.phase if now.phase != "queued" else f"queued (position {now.position})")
-                    if now.total and (last is None or now.done != last.done):
-                        on_step(now.done, now.total)
-                    last = now
                     try:
                         yield now
                     except GeneratorExit:  # nobody reads on: stop at the next step
                         handle.cancel(CLIENT_GONE)
                         raise
+                    if last is None or now.phase != last.phase or not now.total:  # a yield clears the bar: redraw
+                        on_phase(now.phase if now.phase != "queued" else f"queued (position {now.position})")
+                    if now.total:
+                        on_step(now.done, now.total)
+                    last = now
                 return self.backend.run(handle)
         except Cancelled as error:
             return self.stopped(what, str(error))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import math
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,8 @@ import pandas as pd
 
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
+from ..backend.preview import PreviewBoard
+from ..backend.worker import Progress
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting, default_pair
@@ -126,6 +128,12 @@ class ComparisonEvents:
     # ------------------------------------------------------------------------------------------- equivalence
     def check(self, form: JobForm, check: CheckForm, http_request: Any, progress: Any) -> Any:
         """EquivalenceResult for the session's first adapter (Stopped when cancelled)."""
+        submit = self._check_job(form, check)
+        return self.runner.run(submit, http_request, progress, "equivalence check")
+
+    def _check_job(self, form: JobForm, check: CheckForm,
+                   board: PreviewBoard | None = None) -> Callable[[], Any]:
+        """The check's submit (refused inputs raise ``gr.Error`` here, before anything is queued)."""
         try:
             generation = form.request.to_request()
             adapters = job_adapters(form.session, form.mode)
@@ -134,9 +142,8 @@ class ComparisonEvents:
             a, b = check_setting(check.a_alpha, check.a_scale, "A"), check_setting(check.b_alpha, check.b_scale, "B")
         except H3AppError as error:
             raise user_error(error) from error
-        return self.runner.run(lambda: self.backend.submit_equivalence(generation, adapters[0], a, b,
-                                                                       form.token or None),
-                               http_request, progress, "equivalence check")
+        return lambda: self.backend.submit_equivalence(generation, adapters[0], a, b, form.token or None,
+                                                       previews=board)
 
     def check_view(self, form: JobForm, check: CheckForm, request: gr.Request = None,
                    progress: Any = gr.Progress()) -> CheckView | Stopped:
@@ -144,6 +151,17 @@ class ComparisonEvents:
         result = self.check(form, check, request, progress)
         if isinstance(result, Stopped):
             return result
+        return self._check_finished(form, result)
+
+    def check_views(self, form: JobForm, check: CheckForm, request: gr.Request, progress: Any,
+                    board: PreviewBoard) -> Iterator[Progress | CheckView | Stopped]:
+        """:meth:`check_view` with A, B and the fallback previewed on ``board`` after every step: the job's
+        progress while it runs, then the view (or Stopped)."""
+        result = yield from self.runner.stream(self._check_job(form, check, board), request, progress,
+                                               "equivalence check", board)
+        yield result if isinstance(result, Stopped) else self._check_finished(form, result)
+
+    def _check_finished(self, form: JobForm, result: Any) -> CheckView:
         data = result.to_json()
         runs = {"a": result.a, "b": result.b, "fallback": result.fallback}
         videos = {name: run.video_path for name, run in runs.items()}

@@ -11,6 +11,7 @@ from ..rules.request_defaults import TINY_DEFAULTS, GridAxes
 from . import render
 from .comparison_events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
 from .comparison_view import build_comparison_view
+from .preview_stream import build_check_previews
 
 EQUIVALENCE_INTRO = (
     "Does **A** give the same output as **B**? Their alpha × scale products are equal, so with an exact engine they "
@@ -64,6 +65,10 @@ class EquivalenceTab(JobControls):
     spectrogram_ab: gr.Image
     spectrogram_fallback: gr.Image
     result_json: gr.JSON
+    preview_a: gr.Image  # A, B and the fallback step by step while the check runs (preview_stream.py)
+    preview_b: gr.Image
+    preview_fallback: gr.Image
+    preview_note: gr.Markdown
 
 
 def build_equivalence_tab() -> EquivalenceTab:
@@ -76,6 +81,7 @@ def build_equivalence_tab() -> EquivalenceTab:
         b_alpha = gr.Number(DEFAULT_B.alpha, label="B: alpha (empty = auto)", elem_id="b-alpha", min_width=120)
         b_scale = gr.Number(DEFAULT_B.strength, label="B: scale", elem_id="b-scale", min_width=120)
     controls = build_job_controls("Run the equivalence check", "check", "check", estimate_first=False)
+    live = build_check_previews()
     verdict = gr.HTML(render.placeholder("The verdict appears here: identical bit for bit, or not."),
                       elem_id="verdict")
     view = build_comparison_view("check-view", "A, B and the fallback play here, in step, once the check has run.")
@@ -95,7 +101,7 @@ def build_equivalence_tab() -> EquivalenceTab:
     return EquivalenceTab(**vars(controls), a_alpha=a_alpha, a_scale=a_scale, b_alpha=b_alpha, b_scale=b_scale,
                           pair_note=pair_note, verdict=verdict, view=view, heat_ab=heat_ab,
                           heat_fallback=heat_fallback, psnr_plot=psnr_plot, spectrogram_ab=spectrogram_ab,
-                          spectrogram_fallback=spectrogram_fallback, result_json=result_json)
+                          spectrogram_fallback=spectrogram_fallback, result_json=result_json, **vars(live))
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,8 @@ import gradio as gr
 
 from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
+from ..backend.preview import PreviewBoard, watch
+from ..backend.worker import CLIENT_GONE, Progress
 from ..errors import H3AppError
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.request_defaults import SEED, defaults_for
@@ -43,36 +45,54 @@ class JobRunner:
         self.jobs = jobs
 
     def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
-        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when it was
-        cancelled (a toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
-        key = session_key(request)
-        abandoned = client_gone()
-        if self.jobs.start(key):
-            return self.stopped(what, "cancelled before it started.")
-        try:
-            handle = submit()
-        except H3AppError as error:
-            raise user_error(error) from error
-        phase = [what]
-
-        def on_step(done: int, total: int) -> None:
-            if progress is None:
-                return
-            if done == total and phase[0] in (what, "denoising"):
-                progress(None, desc=f"{what}: {total}/{total} steps done — decoding video and audio")
-            else:
-                progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
-
-        def on_phase(name: str) -> None:
-            phase[0] = describe_phase(what, name)
-            if progress is not None:
-                progress(None, desc=phase[0])
-
+        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when cancelled (a
+        toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
+        key, handle, abandoned = self._begin(submit, request, what)
+        if isinstance(handle, Stopped):
+            return handle
         try:
             with self.jobs.track(key, handle):
-                return self.backend.run(handle, on_step, on_phase, abandoned)
+                return self.backend.run(handle, *_reporters(progress, what), abandoned)
         except Cancelled as error:
             return self.stopped(what, str(error))
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    def stream(self, submit: Callable[[], Any], request: Any, progress: Any, what: str,
+               board: PreviewBoard) -> Generator[Progress, None, Any]:
+        """:meth:`run` for a generator event: yields the job's progress whenever it or ``board`` (its previews)
+        changed; returns what :meth:`run` returns. Closing it (the client went away) cancels the job."""
+        key, handle, abandoned = self._begin(submit, request, what)
+        if isinstance(handle, Stopped):
+            return handle
+        on_step, on_phase = _reporters(progress, what)
+        try:
+            with self.jobs.track(key, handle):
+                last = None
+                for now in watch(handle, board, abandoned):
+                    try:
+                        yield now
+                    except GeneratorExit:  # nobody reads on: stop at the next step
+                        handle.cancel(CLIENT_GONE)
+                        raise
+                    if last is None or now.phase != last.phase or not now.total:  # a yield clears the bar: redraw
+                        on_phase(now.phase if now.phase != "queued" else f"queued (position {now.position})")
+                    if now.total:
+                        on_step(now.done, now.total)
+                    last = now
+                return self.backend.run(handle)
+        except Cancelled as error:
+            return self.stopped(what, str(error))
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    def _begin(self, submit: Callable[[], Any], request: Any, what: str) -> tuple[str, Any, Callable[[], bool]]:
+        """(session key, the job's handle — Stopped when Cancel came first —, the client-gone check)."""
+        key, abandoned = session_key(request), client_gone()
+        if self.jobs.start(key):
+            return key, self.stopped(what, "cancelled before it started."), abandoned
+        try:
+            return key, submit(), abandoned
         except H3AppError as error:
             raise user_error(error) from error
 
@@ -95,6 +115,26 @@ class JobRunner:
         if label is None:
             return "Nothing of yours is running."
         return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
+
+
+def _reporters(progress: Any, what: str) -> tuple[Callable[[int, int], None], Callable[[str], None]]:
+    """``on_step(done, total)`` and ``on_phase(name)`` that draw a job's progress on ``gr.Progress`` (None: none)."""
+    phase = [what]
+
+    def on_step(done: int, total: int) -> None:
+        if progress is None:
+            return
+        if done == total and phase[0] in (what, "denoising"):
+            progress(None, desc=f"{what}: {total}/{total} steps done — decoding video and audio")
+        else:
+            progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
+
+    def on_phase(name: str) -> None:
+        phase[0] = describe_phase(what, name)
+        if progress is not None:
+            progress(None, desc=phase[0])
+
+    return on_step, on_phase
 
 
 EQUIVALENCE_RUNS = {"A": "A", "control": "determinism control (A's first step, twice)", "B": "B",
@@ -125,18 +165,36 @@ class GenerateEvents:
     def generate_view(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None] = (),
                       request: gr.Request = None, progress: Any = gr.Progress()) -> GenerateView | Stopped:
         """Generate with the session's adapters (``infos``: each slot's inspect JSON, for the sglang notes)."""
-        used_seed = random.randint(0, MAX_SEED) if form.request.randomize else None
-        try:
-            generation = form.request.to_request(used_seed)
-            adapters = job_adapters(form.session, form.mode)
-        except H3AppError as error:
-            raise user_error(error) from error
+        generation, adapters = self._job(form)
         output = self.generate(generation, adapters, form.token, request, progress)
         if isinstance(output, Stopped):
             return output
+        return self._finished(form, infos, generation, output)
+
+    def generate_views(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None], request: gr.Request,
+                       progress: Any, board: PreviewBoard) -> Iterator[Progress | GenerateView | Stopped]:
+        """:meth:`generate_view` with step previews on ``board``: the job's progress while it runs (each time it
+        or a preview changed), then the view (or Stopped)."""
+        generation, adapters = self._job(form)
+        output = yield from self.runner.stream(
+            lambda: self.backend.submit_generate(generation, adapters, form.token or None, previews=board), request,
+            progress, "generation", board)
+        yield output if isinstance(output, Stopped) else self._finished(form, infos, generation, output)
+
+    @staticmethod
+    def _job(form: JobForm) -> tuple[GenerationRequest, list[Any]]:
+        try:
+            return (form.request.to_request(random.randint(0, MAX_SEED) if form.request.randomize else None),
+                    job_adapters(form.session, form.mode))
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    @staticmethod
+    def _finished(form: JobForm, infos: Sequence[Mapping[str, Any] | None], generation: GenerationRequest,
+                  output: Any) -> GenerateView:
         summary = output.to_json()
         settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")}}
-        sglang = reproduction_views(settings, list(infos)[:len(adapters)])
+        sglang = reproduction_views(settings, list(infos)[:len(output.settings.get("adapters") or [])])
         label = _history_label(summary)
         session = add_history(form.session, {"kind": "generate", "label": label, "video": output.video_path,
                                              "thumbnail": output.thumbnail_path, "hash": summary["hash"],

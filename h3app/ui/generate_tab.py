@@ -11,6 +11,7 @@ from ..rules.choices import T2VA, WORKFLOWS
 from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
 from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
+from .preview_stream import build_generate_preview
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
@@ -98,6 +99,8 @@ class GenerateTab:
     sglang_command: gr.Code
     sglang_notes: gr.HTML
     diffusers_snippet: gr.Code
+    preview: gr.Image  # the step preview beside the video (preview_stream.py)
+    preview_note: gr.Markdown
 
 
 def build_generate_tab() -> GenerateTab:
@@ -108,8 +111,12 @@ def build_generate_tab() -> GenerateTab:
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel")
     cancel_note = gr.Markdown("", elem_id="generate-cancel-note")
     status = gr.Markdown("", elem_id="generate-status")
-    video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300, elem_id="video",
-                     autoplay=False)
+    with gr.Row():
+        with gr.Column(scale=3):
+            video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300,
+                             elem_id="video", autoplay=False)
+        with gr.Column(scale=2):
+            live = build_generate_preview()
     result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
                                              "appear here."), elem_id="result")
     with gr.Accordion("Reproduce: settings JSON, load settings, copy as CLI", open=False):
@@ -124,4 +131,5 @@ def build_generate_tab() -> GenerateTab:
         diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)
     return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html,
                        settings_json,
-                       settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet)
+                       settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet,
+                       live.preview, live.preview_note)

@@ -9,6 +9,8 @@ from typing import Any
 
 import gradio as gr
 
+from ..backend.preview import PreviewBoard
+from ..backend.worker import Progress
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
@@ -28,6 +30,14 @@ from .forms import (
 )
 from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view, refusal_status
 from .generate_tab import RequestControls
+from .preview_stream import (
+    CheckPreviews,
+    GeneratePreview,
+    check_finished,
+    check_update,
+    generate_finished,
+    generate_update,
+)
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
                     "audio_shift")
@@ -113,13 +123,20 @@ class JobWiring:
         generate_parts = {**parts(generate, [n for n in field_names(GenerateView) if n not in ("seed", "session")]),
                           "seed": seed, "session": self.session}
 
+        live = GeneratePreview(generate.preview, generate.preview_note)
+
         def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                         ) -> dict[Any, Any]:
-            return job_reply(generate.status, generate_parts, lambda: self.events.generate.generate_view(
-                self.job_form(values), (values[slot_1.info], values[slot_2.info]), request, progress))
+                         ) -> Iterator[dict[Any, Any]]:
+            board = PreviewBoard()  # this request's previews, streamed to this page only
+            views = self.events.generate.generate_views(self.job_form(values), (values[slot_1.info],
+                                                        values[slot_2.info]), request, progress, board)
+            yield from streamed_reply(generate.status, generate_parts, views,
+                                      lambda now: generate_update(live, board, now),
+                                      lambda stopped: generate_finished(live, board, stopped))
 
         generated = self.start(generate.generate_button, generate.status, run_generate,
-                               self.job_inputs(slot_1.info, slot_2.info), [*generate_parts.values(), generate.status],
+                               self.job_inputs(slot_1.info, slot_2.info),
+                               [*generate_parts.values(), generate.status, generate.preview, generate.preview_note],
                                scroll_to_output=False, show_progress_on=[generate.video])
         generated.then(self.grid_estimate, set(self.grid_parts.values()), [self.tabs.grid.estimate], **CHEAP)
         return generated
@@ -151,13 +168,21 @@ class JobWiring:
         check_outputs = {**parts(equivalence, [n for n in field_names(CheckView) if n != "session"]),
                          "session": self.session}
 
+        live = CheckPreviews(equivalence.preview_a, equivalence.preview_b, equivalence.preview_fallback,
+                             equivalence.preview_note)
+
         def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                      ) -> dict[Any, Any]:
-            return job_reply(equivalence.status, check_outputs, lambda: self.events.comparisons.check_view(
-                self.job_form(values), read(CheckForm, check_parts, values), request, progress))
+                      ) -> Iterator[dict[Any, Any]]:
+            board = PreviewBoard()  # A, B and the fallback of this request, streamed to this page only
+            views = self.events.comparisons.check_views(self.job_form(values), read(CheckForm, check_parts, values),
+                                                        request, progress, board)
+            yield from streamed_reply(equivalence.status, check_outputs, views,
+                                      lambda now: check_update(live, board, now),
+                                      lambda stopped: check_finished(live, board, stopped))
 
         checked = self.start(equivalence.run_button, equivalence.status, run_check,
-                             self.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
+                             self.job_inputs(*check_parts.values()),
+                             [*check_outputs.values(), equivalence.status, *vars(live).values()],
                              show_progress_on=[equivalence.verdict])
         checked.then(self.check_estimate, set(self.request_parts.values()), [equivalence.estimate], **CHEAP)
         return checked
@@ -254,6 +279,27 @@ def job_reply(status: Any, outputs: dict[str, Any], view_of: Callable[[], Any]) 
     if isinstance(view, Stopped):
         return {status: view.status}
     return {**write(view, outputs), status: ""}
+
+
+def streamed_reply(status: Any, outputs: dict[str, Any], views: Iterator[Any],
+                   shown: Callable[[Progress], dict[Any, Any]],
+                   finished: Callable[[bool], dict[Any, Any]]) -> Iterator[dict[Any, Any]]:
+    """The answers of a job event that streams step previews: ``shown(progress)`` while the job runs, then (as
+    :func:`job_reply`) its view written to ``outputs`` or the stopped / refused line, with ``finished(stopped)``."""
+    view = None
+    try:
+        for item in views:
+            if isinstance(item, Progress):
+                yield shown(item)
+            else:
+                view = item
+    except gr.Error as error:
+        yield refused_job(status, error)
+        return
+    if isinstance(view, Stopped):
+        yield {status: view.status, **finished(True)}
+    else:
+        yield {**write(view, outputs), status: "", **finished(False)}
 
 
 def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:

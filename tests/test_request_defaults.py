@@ -29,7 +29,7 @@ class StubBackend:
     def __init__(self, model, options=None, **kwargs):
         StubBackend.seen = {"model": model}
 
-    def generate(self, request, adapters, token):
+    def generate(self, request, adapters, token, previews=None):
         StubBackend.seen["request"] = request
         raise Captured
 
@@ -37,7 +37,7 @@ class StubBackend:
         StubBackend.seen["axes"] = (alphas, strengths, seeds)
         return object()
 
-    def grid(self, request, adapter, plan, token):
+    def grid(self, request, adapter, plan, token, previews=None):
         StubBackend.seen["request"] = request
         raise Captured
 

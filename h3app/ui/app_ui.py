@@ -68,8 +68,8 @@ CSS = """
 #grid-table th {white-space: nowrap;}
 /* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
 @media (max-width: 720px) {
-  #h3-main {flex-direction: column-reverse !important;}
-  #h3-main > .column {min-width: 0 !important;}
+  #h3-main {flex-direction: column-reverse !important; align-items: stretch !important;}
+  #h3-main > .column {min-width: 0 !important; width: 100% !important; max-width: 100%;}
 }
 """
 

@@ -18,6 +18,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from ..adapters.summary import AdapterSummary
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
 from ..errors import H3AppError
@@ -280,9 +281,9 @@ class ComparisonEvents:
         session = form.session
         adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells else {}
         request_json = form.request.to_request().to_json() if cells else {}
-        for cell in cells:
+        for cell in cells:  # each cell's own provenance: the resolution its run applied
             settings = {"request": {**request_json, "seed": cell.seed},
-                        "adapters": [{**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
+                        "adapters": [cell.adapter or {**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
             session = add_history(session, {"kind": "grid", "label": f"grid α{history_words.number(cell.alpha)}×"
                                                                      f"{cell.strength:g} seed {cell.seed}",
                                             "video": cell.video_path, "thumbnail": cell.thumbnail_path,
@@ -365,16 +366,23 @@ def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any
 
 def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> dict[str, Any]:
     """A check column's settings in the history's shape: the request, and the adapter at the column's alpha and
-    scale (the fallback: alpha = rank)."""
+    scale (the fallback: alpha = rank), its summary re-derived from the check's resolution through the one scale
+    formula (``AdapterSummary.at``)."""
     adapter = dict(settings.get("adapter") or {})
-    if column.get("label") == "fallback":
+    fallback = column.get("label") == "fallback"
+    if fallback:
         alpha, source = adapter.get("rank"), AlphaSource.RANK_FALLBACK
     elif column.get("alpha") is not None:
         alpha, source = column["alpha"], AlphaSource.EXPLICIT
     else:
         alpha, source = adapter.get("stored_alpha"), adapter.get("alpha_source")
-    adapter.update(alpha=column.get("alpha"), strength=column.get("strength"), resolved_alpha=alpha,
-                   resolved_alpha_source=source)
+    strength = float(column.get("strength") if column.get("strength") is not None else 1.0)
+    adapter.update(alpha=column.get("alpha"), strength=strength, resolved_alpha=alpha, resolved_alpha_source=source)
+    if isinstance(adapter.get("resolved"), Mapping):
+        at = AdapterSummary.from_json(adapter).at(None if fallback else column.get("alpha"), strength,
+                                                  rank_fallback=fallback)
+        adapter.update(resolved=at.to_json(), resolved_alpha=at.resolved_alpha,
+                       effective_scale=at.effective_scale)
     return {**settings, "adapters": [adapter]}
 
 

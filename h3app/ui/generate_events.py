@@ -13,13 +13,14 @@ from typing import Any
 
 import gradio as gr
 
+from ..adapters.summary import applied_lines
 from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
 from ..rules.steps import evaluations
-from . import render, snippets
+from . import history_words, render, snippets
 from .adapter_events import user_error
 from .client_gone import client_gone
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
@@ -135,9 +136,10 @@ class GenerateEvents:
         if isinstance(output, Stopped):
             return output
         summary = output.to_json()
-        settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")}}
+        settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")},
+                    "applied": applied_lines(output.settings.get("adapters") or ())}
         sglang = reproduction_views(settings, list(infos)[:len(adapters)])
-        label = _history_label(summary)
+        label = history_words.entry_label({"kind": "generate", "settings": output.settings})
         session = add_history(form.session, {"kind": "generate", "label": label, "video": output.video_path,
                                              "thumbnail": output.thumbnail_path, "hash": summary["hash"],
                                              "settings": output.settings})
@@ -179,18 +181,6 @@ def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str,
     else:
         notes = render.card("ok", "sglang with these flags applies the same alpha and scale.", testid="sglang-notes")
     return Reproduction(snippets.h3app_command(settings), sglang.command, notes, snippets.diffusers_snippet(settings))
-
-
-def _history_label(summary: Mapping[str, Any]) -> str:
-    adapters = summary.get("adapters") or []
-    parts = [f"seed {summary.get('seed')}"]
-    for a in adapters:
-        alpha = a.get("resolved_alpha")
-        parts.append(f"{Path(str(a.get('source'))).stem[:24]} α{'auto' if alpha is None else f'{float(alpha):g}'}"
-                     f"×{float(a.get('strength', 1.0)):g}")
-    if not adapters:
-        parts.append("no adapter")
-    return " · ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------- load settings

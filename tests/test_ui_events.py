@@ -272,7 +272,7 @@ def test_generate_writes_back_a_random_seed_and_shows_how_to_reproduce(adapters,
     assert adapter["resolved_alpha"] == 8.0 and adapter["resolved_alpha_source"] == "explicit"
     assert len(adapter["sha256"]) == 64 and "commit" in adapter
     assert settings["result"]["evaluations"] == 1 and "out" not in settings["result"]
-    assert f"seed {seed}" in result and "your override" in result
+    assert f"seed {seed}" in result and "alpha 8 (typed) × scale 1 → effective 0.0625" in result
     assert f"--seed {seed}" in h3app and "--alpha 8" in h3app
     assert "--lora-alpha 8" in sglang and "sglang serves the real weights" in notes
     assert "load_lora_weights" in snippet

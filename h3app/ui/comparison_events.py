@@ -29,7 +29,7 @@ from . import history_words, render
 from .adapter_events import user_error
 from .client_gone import client_gone
 from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
-from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
+from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
 from .session import RunningJobs, add_history, job_adapters, session_key, settings_to_json
@@ -351,9 +351,9 @@ def _compare_verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
 
 def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> tuple[float | None, str | None]:
-    """(alpha, its source) that adapter 1 runs at: the typed override when ticked and valid, else the file's
-    chain (inspect's ``alpha``/``alpha_source``)."""
-    if override:
+    """(alpha, its source) that adapter 1 runs at: the override (ticked, or typed in the box:
+    ``SlotForm.overrides``) when valid, else the file's chain (inspect's ``alpha``/``alpha_source``)."""
+    if SlotForm(override=override, alpha=alpha_text, info=info).overrides:
         try:
             typed = parse_alpha(alpha_text)
         except H3AppError:

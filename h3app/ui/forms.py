@@ -127,6 +127,7 @@ class SlotForm:
     qkv_layout: str = "auto"
     uploaded: Mapping[str, str] | None = None
     refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
+    info: Mapping[str, Any] | None = None  # what Inspect showed for this source (its alpha chain fills the box)
 
     @property
     def source_to_read(self) -> str:
@@ -145,10 +146,28 @@ class SlotForm:
                              f"applied at it; type a value in that range (the API and the CLI take larger ones).")
         return strength
 
+    @property
+    def typed_alpha(self) -> bool:
+        """The alpha box holds something other than what Inspect put there (the file's own alpha, or nothing):
+        a typed or pasted alpha — an override whether or not the Override tick has reached the page yet."""
+        text = str(self.alpha if self.alpha is not None else "").strip()
+        if not text:
+            return False
+        shown = chain_text(self.info)
+        try:
+            return not shown or float(text) != float(shown)
+        except ValueError:
+            return True  # not a number: the override that parse_alpha refuses in one line
+
+    @property
+    def overrides(self) -> bool:
+        """Override is ticked, or the alpha box holds a typed alpha."""
+        return bool(self.override) or self.typed_alpha
+
     def alpha_value(self) -> float | None:
-        """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha
-        box is text, so that an empty box reads as empty rather than 0)."""
-        return alpha_from_controls(self.override, self.alpha)
+        """None (auto: the alpha chain per module) unless the panel overrides it (:attr:`overrides`); then a
+        finite alpha > 0 (the alpha box is text, so that an empty box reads as empty rather than 0)."""
+        return alpha_from_controls(self.overrides, self.alpha)
 
     def settings(self, mode: str | None) -> LoRASettings | None:
         """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
@@ -163,6 +182,12 @@ class SlotForm:
 
 
 SLOT_FIELDS = field_names(SlotForm)
+
+
+def chain_text(info: Mapping[str, Any] | None) -> str:
+    """What the alpha box shows for a file when nothing overrides it: its one alpha, else empty."""
+    alpha = (info or {}).get("alpha")
+    return "" if alpha is None else f"{float(alpha):g}"
 
 
 def alpha_from_controls(override: bool, alpha: Any) -> float | None:

@@ -13,19 +13,11 @@ from . import render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
 from .fair_queue import admitted, gpu_events
 from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
+from .unclamped import unclamped
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 INSPECTED = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
-
-
-def unbounded(slider: gr.Slider) -> gr.Slider:
-    """``slider`` whose typed value reaches the app as typed: a value past its ends is then refused by
-    ``SlotForm.strength_value`` with a word where the person looks, not clamped (Gradio's own bound check answers a
-    queue-less event with an HTTP 500 the page never shows). An instance override: a subclass would be taken for a
-    custom component by the page."""
-    slider.preprocess = lambda payload: gr.Number.round_to_precision(payload, slider.precision)
-    return slider
 
 
 @dataclass
@@ -115,7 +107,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                    info="off = the file's alpha chain")
             alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
                                elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
-        strength = unbounded(gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
+        strength = unclamped(gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
                              elem_id=f"{prefix}-scale", buttons=["reset"],
                              info="negative values push the other way (slider LoRAs)"))
         if mode is not None:

@@ -186,6 +186,16 @@ class ComparisonEvents:
                     + (f", {stronger:g}× as strong as A." if abs(stronger - 1) > 1e-9 else ", the same as A."))
         return CheckPairView(a.alpha, a.strength, b.alpha, b.strength, note)
 
+    @staticmethod
+    def check_values_note(check: CheckForm) -> str:
+        """The check's status line while A and B are typed: a refused value in one line, else nothing."""
+        try:
+            check_setting(check.a_alpha, check.a_scale, "A")
+            check_setting(check.b_alpha, check.b_scale, "B")
+        except H3AppError as error:
+            return f"✖ Not applied: {error}"
+        return ""
+
     def check_estimate(self, request: RequestForm) -> str:
         """What the check will cost, before it starts: its runs and, once a generation has been timed on this
         server, the seconds they add up to."""

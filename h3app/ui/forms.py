@@ -20,10 +20,10 @@ from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import FL2VA, REF2VA, T2VA
 from ..rules.frames import RELEASED
-from ..rules.values import parse_alpha, parse_number, parse_strength
+from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number
 from ..settings import LoRASettings
 
-SCALE_RANGE = (-2.0, 4.0)  # the Scale slider's range; the API and the CLI take up to ±rules.values.MAX_STRENGTH
+SCALE_RANGE = (SCALE_SLIDER.low, SCALE_SLIDER.high)  # the Scale slider's ends: those of the rule that checks it
 
 Form = TypeVar("Form")
 
@@ -100,11 +100,12 @@ class RequestForm:
             if workflow != REF2VA:
                 refs = ()
         height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
-        used_seed = int(parse_number(self.seed or 0, "seed")) if seed is None else int(seed)
+        # numbers reach the request as typed: GenerationRequest refuses 7.5 as a seed, never rounds it
+        used_seed = (0 if self.seed in (None, "") else self.seed) if seed is None else int(seed)
         return GenerationRequest(
-            prompt=self.prompt or "", seed=used_seed, steps=parse_number(self.steps, "steps"),  # 2.5 is refused
+            prompt=self.prompt or "", seed=used_seed, steps=self.steps,  # 2.5 is refused
             duration=parse_number(self.duration, "duration"),
-            height=None if height is None else int(height), width=None if width is None else int(width),
+            height=height, width=width,
             shift=optional_number(self.shift, "shift"), audio_shift=optional_number(self.audio_shift, "audio shift"),
             workflow=workflow, first_frame=first or None, last_frame=last or None, references=refs)
 
@@ -138,13 +139,9 @@ class SlotForm:
         return text
 
     def strength_value(self) -> float:
-        """The Scale control's value: within the slider's range, else refused with a word (never clamped)."""
-        strength = parse_strength(self.strength)
-        low, high = SCALE_RANGE
-        if not low <= strength <= high:
-            raise H3AppError(f"scale {strength:g} is outside the Scale slider's {low:g} to {high:g}: nothing is "
-                             f"applied at it; type a value in that range (the API and the CLI take larger ones).")
-        return strength
+        """The Scale control's value: within the slider's range (``rules.values.SCALE_SLIDER``), else refused
+        in one line (never clamped)."""
+        return SCALE_SLIDER.check(parse_number(self.strength, "scale"), "scale")
 
     @property
     def typed_alpha(self) -> bool:

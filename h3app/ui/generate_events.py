@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from ..adapters.summary import applied_lines
+from ..adapters.resolved import resolve_adapter
+from ..adapters.summary import AdapterSummary, applied_lines, describe
 from ..backend import media
 from ..backend.generation import Cancelled, GenerationRequest
 from ..errors import H3AppError
@@ -297,15 +298,49 @@ def apply_note(form: SyncForm) -> str:
             continue
         loaded = ((form.session or {}).get("adapters") or {}).get(name) or {}
         same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
-        alpha = "auto (the file's chain)" if settings.alpha is None else f"{settings.alpha:g}"
         state = ("loaded" if same_file else
                  "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
-        lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at alpha {alpha} × scale "
-                     f"{settings.strength:g} — {state}.")
+        lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at "
+                     f"{applied_words(slot, settings)} — {state}.")
     return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY
 
 
+def applied_words(slot: SlotForm, settings: Any) -> str:
+    """What the slot will apply, in the one summary's words when Inspect has read the file (``alpha 1 (registry)
+    × scale 1 → effective 0.0625``), else the settings as given (``alpha 8 × scale 1``; auto: the file's chain)."""
+    info = slot.info or {}
+    if info.get("resolved") is not None and (info.get("adapter") or [None])[0] == slot.source_to_read:
+        # the settings passed SlotForm's checks, which are the resolver's: it cannot refuse them here
+        return describe(AdapterSummary.of(resolve_adapter(info, settings.alpha, settings.strength)))
+    alpha = "auto (the file's chain)" if settings.alpha is None else f"{settings.alpha:g}"
+    return f"alpha {alpha} × scale {settings.strength:g}"
+
+
 # ---------------------------------------------------------------------------------------- presets and prompts
+def request_problem(form: RequestForm, limits: Any) -> str | None:
+    """The one-line refusal of the request's numbers as they stand (seed, steps, duration, canvas, shifts), by
+    the rules a job is checked with (``GenerationRequest``, the held model's ``Limits``); None when they pass. The
+    prompt and the workflow's input files are judged when a job starts."""
+    numbers = replace(form, prompt="-", workflow=T2VA, first_frame=None, last_frame=None, references=())
+    try:
+        request = numbers.to_request()
+        limits.check_canvas(request.height, request.width)
+        limits.check_steps(request.steps)
+        limits.frames.check_duration(request.duration)
+    except H3AppError as error:
+        return str(error)
+    return None
+
+
+def request_note(form: RequestForm, limits: Any, info: Mapping[str, Any] | None) -> str:
+    """The line under the request's numbers: a refused value in one line (nothing is clamped; Generate,
+    Equivalence and Grid refuse it the same way), else what the steps mean (:func:`steps_note`)."""
+    problem = request_problem(form, limits)
+    if problem is not None:
+        return f"**✖ Not applied:** {problem}"
+    return steps_note(form.steps, info)
+
+
 def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
     """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
     steps = int(steps)

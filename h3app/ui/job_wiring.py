@@ -156,6 +156,11 @@ class JobWiring:
             return job_reply(equivalence.status, check_outputs, lambda: self.events.comparisons.check_view(
                 self.job_form(values), read(CheckForm, check_parts, values), request, progress))
 
+        def values_note(values: dict[Any, Any]) -> str:
+            return self.events.comparisons.check_values_note(read(CheckForm, check_parts, values))
+
+        gr.on([c.change for c in check_parts.values()], values_note, set(check_parts.values()), [equivalence.status],
+              **CHEAP)
         checked = self.start(equivalence.run_button, equivalence.status, run_check,
                              self.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
                              show_progress_on=[equivalence.verdict])

@@ -391,7 +391,7 @@ class AdapterEvents:
             try:
                 settings = slot.settings(form.mode)
             except H3AppError as error:
-                raise gr.Error(f"adapter {slot_name}: {error}", print_exception=False) from error
+                raise gr.Error(f"adapter {slot_name}: {error}", title="Not run", print_exception=False) from error
             updated = with_adapter(updated, slot_name, settings)
         return updated
 

@@ -76,13 +76,15 @@ class CheckView:
 
 @dataclass(frozen=True)
 class CheckPairView:
-    """The check's A and B as the adapter suggests them, and the line that says why."""
+    """The check's A and B as the adapter suggests them, and the line that says why; ``suggested`` is the pair
+    suggested (A and B stay KEEP when it was suggested already: what the person typed over it stays)."""
 
-    a_alpha: float | None
-    a_scale: float
-    b_alpha: float | None
-    b_scale: float
+    a_alpha: Any
+    a_scale: Any
+    b_alpha: Any
+    b_scale: Any
     pair_note: str
+    suggested: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -164,9 +166,11 @@ class ComparisonEvents:
                          session=session)
 
     @staticmethod
-    def check_pair(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> CheckPairView:
+    def check_pair(info: Mapping[str, Any] | None, override: bool, alpha_text: Any,
+                   suggested: Any = None) -> CheckPairView:
         """A = (alpha in use, 1) and B = (rank, alpha ÷ rank) for adapter 1 (``rules.check_pair.default_pair``);
-        the person may type any other pair afterwards."""
+        the person may type any other pair afterwards: when the pair is the one ``suggested`` last, A and B are
+        left as they are (Gradio fires change events more than once per edit)."""
         alpha, source = alpha_in_use(info, override, alpha_text)
         rank = (info or {}).get("rank")
         a, b = default_pair(alpha, rank)
@@ -184,7 +188,10 @@ class ComparisonEvents:
                     f"{b.strength:g}: alpha × scale is {product:g} in both, so an exact engine makes them "
                     f"identical bit for bit. The **fallback** runs at alpha = rank = {rank}"
                     + (f", {stronger:g}× as strong as A." if abs(stronger - 1) > 1e-9 else ", the same as A."))
-        return CheckPairView(a.alpha, a.strength, b.alpha, b.strength, note)
+        pair = [a.alpha, a.strength, b.alpha, b.strength]
+        if pair == suggested:
+            return CheckPairView(KEEP, KEEP, KEEP, KEEP, note, KEEP)
+        return CheckPairView(*pair, note, pair)
 
     @staticmethod
     def check_values_note(check: CheckForm) -> str:

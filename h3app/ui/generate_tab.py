@@ -97,6 +97,7 @@ def bind_limits(controls: RequestControls, limits: Limits) -> RequestControls:
                             ("duration", rule.shortest_seconds, rule.longest_seconds), ("height", 0, side),
                             ("width", 0, side), ("shift", 0, None), ("audio_shift", 0, None)):
         unclamped(getattr(controls, name), low, high)
+    controls.steps_note.elem_id = "request-note"  # where a refused number is said (request_note)
     return controls
 
 

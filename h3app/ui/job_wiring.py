@@ -135,12 +135,14 @@ class JobWiring:
 
     def wire_check_pair(self) -> None:
         """A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)."""
-        slot_1, pair_parts = self.slots[0], parts(self.tabs.equivalence, field_names(CheckPairView))
+        slot_1, suggested = self.slots[0], gr.State(None)
+        pair_parts = {**parts(self.tabs.equivalence, [n for n in field_names(CheckPairView) if n != "suggested"]),
+                      "suggested": suggested}
 
-        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any) -> dict[Any, Any]:
-            return write(self.events.comparisons.check_pair(info, override, alpha_text), pair_parts)
+        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any, last: Any) -> dict[Any, Any]:
+            return write(self.events.comparisons.check_pair(info, override, alpha_text, last), pair_parts)
 
-        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha]
+        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha, suggested]
         gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
               list(pair_parts.values()), **CHEAP)
         self.page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))

@@ -252,22 +252,27 @@ class AdapterEvents:
                      previous: dict[str, Any] | None = None) -> InspectView:
         """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point. An
         override set for another adapter (``previous``: the info the slot showed) is dropped, and the alpha card
-        says so: an alpha belongs to the file it was chosen for."""
+        says so: an alpha belongs to the file it was chosen for. The same file inspected again (Enter, a repeated
+        event) leaves Override and the alpha box as they are: its values were read before, and what the person
+        typed since must not be overwritten with them."""
         info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
         chain = chain_text(info)
+        same = bool(previous) and previous.get("adapter") == info["adapter"]
         overrides = replace(slot, info=previous).overrides  # an alpha typed for the file shown before, or now
-        switched = bool(overrides and previous and previous.get("adapter") != info["adapter"])
-        if switched:
+        switched = bool(overrides and previous and not same)
+        if switched or (same and DROPPED_OVERRIDE in previous):
             # the note rides with this inspect's info, so every later redraw of the alpha card keeps it
-            info = {**info, DROPPED_OVERRIDE: {"alpha": str(slot.alpha),
-                                                "name": previous.get("name", "the previous adapter")}}
+            dropped = previous.get(DROPPED_OVERRIDE) or {"alpha": str(slot.alpha),
+                                                         "name": previous.get("name", "the previous adapter")}
+            info = {**info, DROPPED_OVERRIDE: dropped}
         slot = replace(slot, override=overrides and not switched, info=info,
                        alpha=slot.alpha if overrides and not switched else chain)
-        alpha_box = KEEP if slot.override else chain
+        alpha_box = KEEP if same or slot.override else chain
+        tick = KEEP if same else slot.override
         shown = self.readout(info, slot)
         alpha_html = shown.alpha_html
         return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),
-                           alpha_html=alpha_html, readout=shown.readout, override=slot.override,
+                           alpha_html=alpha_html, readout=shown.readout, override=tick,
                            known_html=render.known_card(info.get("known")),
                            known_box=gr.update(visible=bool(info.get("known"))),
                            targets=pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS),

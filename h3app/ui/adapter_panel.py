@@ -223,7 +223,7 @@ def _wire_source_edits(ui: AdapterSlot) -> None:
 
     def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
         if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
-            return {}  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
+            return gr.skip()  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
         shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None,
                  ui.pending: None, ui.confirm_box: gr.update(visible=False)}
         if override and info:

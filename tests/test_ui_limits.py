@@ -33,10 +33,12 @@ def test_the_parsers_check_the_bounds_the_controls_show():
 def test_the_scale_slider_refuses_past_its_ends_in_one_line():
     assert SlotForm(strength=SCALE_SLIDER.high).strength_value() == 4.0
     with pytest.raises(H3AppError) as refused:
-        SlotForm(strength=1e9).strength_value()
+        SlotForm(strength=5).strength_value()
     message = str(refused.value)
-    assert "1e+09 is outside the Scale slider's range (between -2 and 4)" in message and "\n" not in message
+    assert "scale 5 is outside the Scale slider's range (between -2 and 4)" in message and "\n" not in message
     assert "not clamped" in message and "±100" in message
+    with pytest.raises(H3AppError, match="between -100 and 100"):  # past every entry point's rule: its line
+        SlotForm(strength=1e9).strength_value()
 
 
 def test_unclamped_controls_pass_what_was_typed_even_in_a_session_copy():

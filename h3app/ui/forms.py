@@ -20,7 +20,7 @@ from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import FL2VA, REF2VA, T2VA
 from ..rules.frames import RELEASED
-from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number
+from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
 SCALE_RANGE = (SCALE_SLIDER.low, SCALE_SLIDER.high)  # the Scale slider's ends: those of the rule that checks it
@@ -139,9 +139,10 @@ class SlotForm:
         return text
 
     def strength_value(self) -> float:
-        """The Scale control's value: within the slider's range (``rules.values.SCALE_SLIDER``), else refused
-        in one line (never clamped)."""
-        return SCALE_SLIDER.check(parse_number(self.strength, "scale"), "scale")
+        """The Scale control's value: a strength every entry point accepts (``parse_strength``, the same line as
+        the API's and the CLI's), and within the slider's narrower range (``rules.values.SCALE_SLIDER``); else
+        refused in one line, never clamped."""
+        return SCALE_SLIDER.check(parse_strength(self.strength), "scale")
 
     @property
     def typed_alpha(self) -> bool:

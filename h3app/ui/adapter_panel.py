@@ -247,7 +247,7 @@ def _wire_alpha_box(ui: AdapterSlot) -> None:
         slot = SlotForm(alpha=alpha, info=info)
         if slot.typed_alpha and not override:
             return True
-        return False if override and not str(alpha or "").strip() else bool(override)
+        return False if override and not str(alpha or "").strip() else gr.skip()  # never write back a stale read
 
     def follow_tick(override: bool, info: dict[str, Any] | None) -> Any:
         return gr.skip() if override else chain_text(info)

@@ -156,13 +156,15 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(output.video_path, out)
     Path(output.thumbnail_path).unlink(missing_ok=True)
+    from ..adapters.summary import applied_lines
+
+    applied = applied_lines(output.settings["adapters"])  # the one summary of what each adapter applied
     result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
-              **compile_fields(args)}
+              "applied": applied, **compile_fields(args)}
     result.pop("thumbnail", None)
     if previews is not None:
         result["previews"] = previews.summary()
-    names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
-                      f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"
+    names = "; ".join(applied) or "no adapter"
     emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
                             f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes)

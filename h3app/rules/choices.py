@@ -19,7 +19,8 @@ def workflow_partition(workflow: str) -> str:
 # check --mode: one transformer forward on a seeded input (a check mode, not a partition), or the whole pipeline
 TRANSFORMER_CHECK, FULL_CHECK = "transformer", "full"
 CHECK_MODES = (TRANSFORMER_CHECK, FULL_CHECK)
-LORA_MODES = ("unmerged", "merged")
+UNMERGED, MERGED = "unmerged", "merged"
+LORA_MODES = (UNMERGED, MERGED)
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")
 # dtype names accepted on the command line and in the UI → torch dtype attribute names

@@ -28,7 +28,7 @@ from .forms import (
     read,
     write,
 )
-from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view, refusal_status
+from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, refusal_status
 from .generate_tab import RequestControls
 from .preview_stream import (
     CheckPreviews,
@@ -38,6 +38,7 @@ from .preview_stream import (
     generate_finished,
     generate_update,
 )
+from .settings_file import load_settings_view
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
                     "audio_shift")
@@ -152,12 +153,14 @@ class JobWiring:
 
     def wire_check_pair(self) -> None:
         """A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)."""
-        slot_1, pair_parts = self.slots[0], parts(self.tabs.equivalence, field_names(CheckPairView))
+        slot_1, suggested = self.slots[0], gr.State(None)
+        pair_parts = {**parts(self.tabs.equivalence, [n for n in field_names(CheckPairView) if n != "suggested"]),
+                      "suggested": suggested}
 
-        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any) -> dict[Any, Any]:
-            return write(self.events.comparisons.check_pair(info, override, alpha_text), pair_parts)
+        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any, last: Any) -> dict[Any, Any]:
+            return write(self.events.comparisons.check_pair(info, override, alpha_text, last), pair_parts)
 
-        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha]
+        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha, suggested]
         gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
               list(pair_parts.values()), **CHEAP)
         self.page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
@@ -180,6 +183,11 @@ class JobWiring:
                                       lambda now: check_update(live, board, now),
                                       lambda stopped: check_finished(live, board, stopped))
 
+        def values_note(values: dict[Any, Any]) -> str:
+            return self.events.comparisons.check_values_note(read(CheckForm, check_parts, values))
+
+        gr.on([c.change for c in check_parts.values()], values_note, set(check_parts.values()), [equivalence.status],
+              **CHEAP)
         checked = self.start(equivalence.run_button, equivalence.status, run_check,
                              self.job_inputs(*check_parts.values()),
                              [*check_outputs.values(), equivalence.status, *vars(live).values()],

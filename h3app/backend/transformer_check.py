@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..adapters.types import NormalisedAdapter
+    from ..settings import LoRASettings
 
 CHECK_ADAPTER_NAME = "check"
 
@@ -122,19 +123,24 @@ def with_rank_alpha(adapter: NormalisedAdapter) -> NormalisedAdapter:
 
 
 def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapter, *, a: CheckSetting,
-                          b: CheckSetting, seed: int = 0, source: str = "", low_rank_only: bool = False
-                          ) -> dict[str, Any]:
+                          b: CheckSetting, seed: int = 0, source: str = "", low_rank_only: bool = False,
+                          advanced: LoRASettings | None = None) -> dict[str, Any]:
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 
     Runs with ``torch.use_deterministic_algorithms(True)`` and diffusers' ``native`` attention backend, unmerged.
     Returns the ``check --json`` object (docs/architecture.md) plus context fields. ``low_rank_only``: B rescales
-    only the low-rank parts (its exact deltas stay at A's strength: ``adapters.parts.check_note``).
+    only the low-rank parts (its exact deltas stay at A's strength: ``adapters.parts.check_note``). ``advanced``:
+    settings whose per-modality and block strengths every column runs at (its schedule applies per evaluation of a
+    generation, not to this one forward: a warning says so).
     """
     import torch
 
     from ..adapters.parts import check_note
     from ..lora.engine import LoRAEngine
     from ..settings import LoRASettings
+
+    base = dataclasses.replace(advanced or LoRASettings(source="adapter"), mode="unmerged",
+                               source=source or adapter.identity or "adapter")
 
     started = time.perf_counter()
     device = next(transformer.parameters()).device
@@ -149,8 +155,8 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
 
     ranks = {t: m.rank for t, m in adapter.modules.items()}
     try:
-        report = engine.attach(adapter, LoRASettings(source=source or adapter.identity or "adapter", alpha=a.alpha,
-                                                     strength=a.strength), CHECK_ADAPTER_NAME)
+        report = engine.attach(adapter, dataclasses.replace(base, alpha=a.alpha, strength=a.strength),
+                               CHECK_ADAPTER_NAME)
         bytes_a, *out_a = forward()
         bytes_control, *_ = forward()
         scales_a = engine.effective_scales(CHECK_ADAPTER_NAME)
@@ -159,7 +165,7 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         bytes_b, *out_b = forward()
         scales_b = engine.effective_scales(CHECK_ADAPTER_NAME)
         engine.detach()
-        engine.attach(with_rank_alpha(adapter), LoRASettings(source=source or "adapter", strength=1.0),
+        engine.attach(with_rank_alpha(adapter), dataclasses.replace(base, alpha=None, strength=1.0),
                       CHECK_ADAPTER_NAME)
         bytes_fallback, *out_fallback = forward()
     finally:
@@ -195,7 +201,9 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "attention_backend": "native",
         "warnings": list(report.warnings) + ([
             "the head bank applies per evaluation inside a generation; this one forward runs the original heads "
-            "(use --mode full)"] if report.head_banks else []),
+            "(use --mode full)"] if report.head_banks else []) + ([
+            "the strength schedule applies per evaluation inside a generation; this one forward runs at factor 1 "
+            "(use --mode full)"] if base.schedule is not None else []),
         "parts": dict(adapter.info.parts),
         "low_rank_only": low_rank_only,
         "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),

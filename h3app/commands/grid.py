@@ -7,7 +7,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.frames import RELEASED
-from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
+from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options, strength_fields
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=args.steps, duration=args.duration,
                                 height=args.height, width=args.width)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                           mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition)
+                           mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
+                           **strength_fields(args))
     out = Path(args.out_dir)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     backend = Backend(args.model, load_options(args))

@@ -59,7 +59,7 @@ def op_counter() -> Any:
             inputs = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
             outputs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
             devices = {t.device.type for t in (*inputs, *outputs)}
-            if "cuda" not in devices:
+            if not outputs or "cuda" not in devices:  # metadata queries (prim.device) and host work
                 return out
             if func._overloadpacket is torch.ops.aten.copy_ and "cpu" in devices:
                 self.copies.append(sum(t.nbytes for t in outputs))

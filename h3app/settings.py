@@ -32,7 +32,9 @@ class LoRASettings:
     """Everything needed to apply one adapter: where it is, and how strongly.
 
     ``alpha=None`` means the alpha chain's resolved value per module; an explicit alpha replaces alpha only
-    (an rsLoRA adapter stays rsLoRA). The effective scale per module is ``alpha * strength / rank``.
+    (an rsLoRA adapter stays rsLoRA). The effective scale per module is ``alpha * strength * group * block * step /
+    rank`` (``rules.scale``); per-modality factors multiply each token row's delta (docs/lora-engine.md, "Advanced
+    strength"). A modality factor other than 1 or a schedule in merged mode is refused here, in one line.
     """
 
     source: str

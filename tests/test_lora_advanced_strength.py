@@ -251,3 +251,30 @@ def test_transformer_check_is_identical_with_modality_and_block_factors(tiny):
     assert any("schedule" in warning for warning in result["warnings"])
     plain = run_transformer_check(model, adapter, a=CheckSetting(8.0, 1.0), b=CheckSetting(128.0, 0.0625))
     assert result["hash_a"] != plain["hash_a"]
+
+
+def test_a_schedule_moves_exact_deltas_per_evaluation_and_puts_them_back(tmp_path):
+    from adapter_fixtures import TINY_SHAPES, save
+    from extra_parts_fixtures import FASTH3_METADATA, apply_by_hand, fasth3_tensors
+    from lora_fixtures import max_rel_err, state_hash
+
+    from h3app.adapters.normalise import load_adapter
+
+    tensors = fasth3_tensors()
+    adapter = load_adapter(save(tmp_path / "fasth3.safetensors", tensors, FASTH3_METADATA), shapes=TINY_SHAPES)
+    model = build_tiny()
+    base = state_hash(model)
+    inputs = packed_check_input(model.config, 0)
+    engine = LoRAEngine(model)
+    engine.attach(adapter, LoRASettings(source="fast", strength=0.5, strength_schedule="1,0.5,0"), "fast")
+    attached = state_hash(model)
+    schedule = RunSchedule.of(4, 12.0, 3.0)
+    with evaluation_events(model, schedule):
+        outputs = [forward(model, inputs) for _ in range(schedule.count)]
+    assert state_hash(model) == attached  # the deltas are back at strength 0.5 after the run
+    engine.detach()
+    assert state_hash(model) == base
+    for factor, got in zip((1.0, 0.5, 0.0), outputs):
+        reference = build_tiny()
+        apply_by_hand(reference, tensors, 0.5 * factor)  # pairs and deltas both at strength × factor
+        assert max_rel_err(got, forward(reference, inputs)) < 1e-5, factor

@@ -119,12 +119,13 @@ def count_full_size(ctx: BenchContext, num_layers: int) -> dict[str, dict[str, f
     from h3app.lora.engine import LoRAEngine
     from h3app.lora.evaluations import RunSchedule, evaluation_events
     from h3app.model.loader import LoadOptions
+    from h3app.rules.choices import MAIN_PARTITION
     from h3app.rules.h3_modules import transformer_shapes
     from h3app.settings import LoRASettings
 
     config = {**full_size.transformer_config(), "num_layers": num_layers}
     ctx.log(f"P7: building the full-width transformer ({num_layers} blocks) on fake CUDA …")
-    model = full_size.build_meta("transformer", LoadOptions(dtype=torch.bfloat16), config)
+    model = full_size.build_meta(MAIN_PARTITION, LoadOptions(dtype=torch.bfloat16), config)
     rows = sequence_rows(544, 960, 124)
     results: dict[str, dict[str, float]] = {}
     with fake_cuda():

@@ -95,7 +95,7 @@ def test_audio_zero_leaves_every_audio_row_as_the_base_computes_it(tiny):
         engine.detach()
     tags = inputs["token_tags"]
     checked = {PACKED: 0, MODALITY_BLOCKS: 0, AUDIO: 0, VIDEO: 0}
-    for name, (x, out, base) in seen.items():
+    for name, (_, out, base) in seen.items():
         kind = rows_of(name)
         if kind == PACKED:
             audio = tags == TAG[AUDIO]
@@ -142,7 +142,7 @@ def test_per_block_strength_multiplies_the_group_strengths_and_shows_in_the_prof
     engine.attach(adapter, settings, "a")
     try:
         scales = engine.effective_scales("a")
-        for target, module in adapter.modules.items():
+        for target in adapter.modules:
             block = 3.0 if target.startswith("transformer_blocks.1.") else 1.0
             group = 0.5 if ".attn." in target and target.startswith("transformer_blocks.") else 1.0
             assert scales[target] == effective_scale(8, 1.0, 4, False, group, block), target

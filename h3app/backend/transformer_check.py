@@ -137,11 +137,8 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
 
     from ..adapters.parts import check_note
     from ..lora.engine import LoRAEngine
-    from ..settings import LoRASettings
 
-    base = dataclasses.replace(advanced or LoRASettings(source="adapter"), mode="unmerged",
-                               source=source or adapter.identity or "adapter")
-
+    base = _check_settings(advanced, source or adapter.identity or "adapter")
     started = time.perf_counter()
     device = next(transformer.parameters()).device
     inputs = packed_check_input(transformer.config, seed, device)
@@ -199,16 +196,27 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "dtype": str(next(transformer.parameters()).dtype).replace("torch.", ""),
         "deterministic": True,
         "attention_backend": "native",
-        "warnings": list(report.warnings) + ([
-            "the head bank applies per evaluation inside a generation; this one forward runs the original heads "
-            "(use --mode full)"] if report.head_banks else []) + ([
-            "the strength schedule applies per evaluation inside a generation; this one forward runs at factor 1 "
-            "(use --mode full)"] if base.schedule is not None else []),
+        "warnings": _check_warnings(report, base),
         "parts": dict(adapter.info.parts),
         "low_rank_only": low_rank_only,
         "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),
         "finite": all(math.isfinite(float(t.abs().max())) for t in (*out_a, *out_b) if t.numel()),
     }
+
+
+def _check_settings(advanced: LoRASettings | None, source: str) -> LoRASettings:
+    """The settings every column starts from: ``advanced``'s per-modality, schedule and block strengths, unmerged."""
+    from ..settings import LoRASettings
+
+    return dataclasses.replace(advanced or LoRASettings(source=source), mode="unmerged", source=source)
+
+
+def _check_warnings(report: Any, settings: LoRASettings) -> list[str]:
+    """The attach report's warnings, and what one forward outside a generation does not run."""
+    per_evaluation = "applies per evaluation inside a generation; this one forward runs"
+    return list(report.warnings) + (
+        [f"the head bank {per_evaluation} the original heads (use --mode full)"] if report.head_banks else []) + (
+        [f"the strength schedule {per_evaluation} at factor 1 (use --mode full)"] if settings.schedule else [])
 
 
 def _fixed_attention_backend():

@@ -61,9 +61,11 @@ def quiet_libraries() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command not in ("inspect", "search"):  # these stay light: no torch-heavy imports
-        quiet_libraries()
     try:
+        if getattr(args, "check", None) is not None:
+            args.check(args)  # a command's value checks: refused before any heavy library is imported
+        if args.command not in ("inspect", "search"):  # these stay light: no torch-heavy imports
+            quiet_libraries()
         return int(args.run(args) or 0)
     except H3AppError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -28,6 +28,7 @@ from ..model import repo
 from ..rules import values
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
+from ..rules.request_defaults import TINY_DEFAULTS
 from ..rules.steps import MIN_STEPS
 from . import media
 from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
@@ -41,8 +42,8 @@ class GenerationRequest:
     """Everything that determines one output (with the adapters, added by the backend)."""
 
     prompt: str
-    seed: int = 0
-    steps: int = 5
+    seed: int = TINY_DEFAULTS.seed  # a bare request is the tiny model's; every front end fills its model's defaults
+    steps: int = TINY_DEFAULTS.steps
     duration: float = RELEASED.shortest_seconds
     height: int | None = None
     width: int | None = None

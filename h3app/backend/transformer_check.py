@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting
 from ..rules.choices import TRANSFORMER_CHECK
+from ..rules.request_defaults import SEED
 
 if TYPE_CHECKING:
     import torch
@@ -123,7 +124,7 @@ def with_rank_alpha(adapter: NormalisedAdapter) -> NormalisedAdapter:
 
 
 def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapter, *, a: CheckSetting,
-                          b: CheckSetting, seed: int = 0, source: str = "", low_rank_only: bool = False,
+                          b: CheckSetting, seed: int = SEED, source: str = "", low_rank_only: bool = False,
                           advanced: LoRASettings | None = None) -> dict[str, Any]:
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import T2VA, WORKFLOWS
-from ..rules.frames import RELEASED
+from ..rules.choices import PREVIEW_DECODERS, T2VA
+from ..rules.request_defaults import SEED, defaults_for
 from .model_options import (  # noqa: F401 - parse_adapter_spec: importable from here as before
     add_lora_mode_flag,
+    add_request_flags,
     add_run_flags,
     compile_fields,
     load_options,
     parse_adapter_spec,
+    request_flags,
     strength_fields,
 )
 
@@ -20,18 +23,9 @@ from .model_options import (  # noqa: F401 - parse_adapter_spec: importable from
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_run_flags(p, adapter_required=False)
-    p.add_argument("--workflow", default=None, choices=WORKFLOWS,
-                   help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
-                        "adapter's, else t2va")
+    add_request_flags(p)  # --workflow --steps --duration|--frames --height --width, as plan takes them
     p.add_argument("--prompt", required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None,
-                   help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
-                        "evaluations (default: the known adapter's preset, else 5)")
-    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
-                   help=f"seconds, {RELEASED.describe()}")
-    p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
-    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help=f"default {SEED}")
     p.add_argument("--shift", type=float, default=None, help="video flow shift (default: preset, else 12)")
     p.add_argument("--audio-shift", type=float, default=None, help="audio flow shift (default: preset, else 3)")
     p.add_argument("--first-frame", default=None, help="fl2va: image the video starts from")
@@ -44,8 +38,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         'video=, text=, audio=, schedule=, blocks= (repeatable)')
     add_lora_mode_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
+    add_preview_flags(p, "DIR/step-K.png for each evaluation K (1-based)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
+
+
+def add_preview_flags(p: argparse.ArgumentParser, where: str) -> None:
+    """``--preview-dir`` (off unless given) and ``--preview-decoder`` (docs/cli.md, "Step previews")."""
+    p.add_argument("--preview-dir", default=None, metavar="DIR",
+                   help=f"write a preview of the clean-sample estimate after every evaluation: {where}")
+    p.add_argument("--preview-decoder", default="auto", choices=PREVIEW_DECODERS,
+                   help="auto: the model's own VAE when small, else fitted latent→RGB factors, else pca false colours")
+
+
+def preview_board(args: argparse.Namespace) -> Any:
+    """The run's PreviewBoard for ``--preview-dir`` (None without it)."""
+    if args.preview_dir is None:
+        return None
+    from ..backend.preview import PreviewBoard
+
+    return PreviewBoard(args.preview_dir, decoder=args.preview_decoder)
+
+
+def preview_line(summary: dict[str, Any] | None) -> str:
+    """The human line of ``--preview-dir``'s summary ("" without it)."""
+    if summary is None:
+        return ""
+    share = summary["share_of_step"]
+    cost = f", {share:.1%} of a step each" if share is not None else ""
+    return (f"\n  previews: {summary['files']} in {summary['dir']} ({summary['decoder']}{cost})"
+            + "".join(f"\n  preview note: {note}" for note in summary["notes"]))
 
 
 def adapters_from_args(args: argparse.Namespace) -> list:
@@ -76,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.out.endswith(".mp4"):
         raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
+    flags = request_flags(args, args.model)  # bad request values: one line before anything loads
+    defaults = defaults_for(args.model)
     adapters = adapters_from_args(args)
+    previews = preview_board(args)
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
@@ -94,12 +119,13 @@ def run(args: argparse.Namespace) -> int:
 
                 known = KnownAdapter(**{k: v for k, v in info.known.items() if k != "source"})
                 break
-        resolved = resolve_presets({"steps": args.steps, "shift": args.shift, "audio_shift": args.audio_shift,
-                                    "workflow": args.workflow}, known)
-        request = GenerationRequest(prompt=args.prompt, seed=args.seed, duration=args.duration, height=args.height,
-                                    width=args.width, first_frame=args.first_frame, last_frame=args.last_frame,
+        resolved = resolve_presets({"steps": flags.steps, "shift": args.shift, "audio_shift": args.audio_shift,
+                                    "workflow": flags.workflow}, known, defaults)
+        seed = defaults.seed if args.seed is None else args.seed
+        request = GenerationRequest(prompt=args.prompt, seed=seed, duration=flags.duration, height=flags.height,
+                                    width=flags.width, first_frame=args.first_frame, last_frame=args.last_frame,
                                     references=tuple(args.reference), **resolved.fields)
-        output = backend.generate(request, adapters, token)
+        output = backend.generate(request, adapters, token, previews=previews)
     finally:
         backend.close()
         close_ranks(group)
@@ -110,12 +136,17 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(output.video_path, out)
     Path(output.thumbnail_path).unlink(missing_ok=True)
+    from ..adapters.summary import applied_lines
+
+    applied = applied_lines(output.settings["adapters"])  # the one summary of what each adapter applied
     result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
-              **compile_fields(args)}
+              "applied": applied, **compile_fields(args)}
     result.pop("thumbnail", None)
-    names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
-                      f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"
+    if previews is not None:
+        result["previews"] = previews.summary()
+    names = "; ".join(applied) or "no adapter"
     emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
-                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes))
+                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes)
+                            + preview_line(result.get("previews")))
     return 0

@@ -357,7 +357,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
                 for name in ("inspect", "load", "set_lora", "generate", "check_equivalence", "grid")}
     gpu_fn = {name: admitted(endpoint[name], backend) for name in ("load", "generate", "check_equivalence", "grid")}
     with gr.Column(visible=False):
-        text = {name: gr.Textbox(value=value, label=label) for name, value, label in (
+        text = {name: gr.Textbox(value=value, label=label, elem_id=f"api-{name}") for name, value, label in (
             ("source", "", "adapter source: Hub repo id, HF URL or local path"),
             ("weight_name", "", "weight file name (empty: the only one)"),
             ("revision", "", "branch, tag or commit (empty: main)"),
@@ -373,7 +373,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("seeds", defaults.grid.seeds, "seeds, comma-separated"),
             ("strength_schedule", "", "strength schedule (empty: none)"),
             ("block_strength", "", "block strength (empty: none)"))}
-        number = {name: gr.Number(value=value, label=label) for name, value, label in (
+        number = {name: gr.Number(value=value, label=label, elem_id=f"api-{name}") for name, value, label in (
             ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", defaults.seed, "seed"),
             ("steps", defaults.steps, "steps (N steps run N-1 evaluations)"),
             ("duration", defaults.duration, f"duration in seconds, {RELEASED.describe()}"),

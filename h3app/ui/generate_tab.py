@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..backend.generation import MAX_SEED
+from ..backend.generation import MAX_SEED, MIN_SEED
 from ..backend.limits import MAX_STEPS, Limits
 from ..rules.choices import T2VA, WORKFLOWS
 from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
@@ -95,7 +95,7 @@ def bind_limits(controls: RequestControls, limits: Limits) -> RequestControls:
     outside is refused in one line (``generate_events.request_note``), never clamped."""
     rule = limits.frames
     side = limits.max_pixels // limits.canvas_multiple
-    for name, low, high in (("seed", 0, MAX_SEED), ("steps", limits.min_steps, limits.max_steps),
+    for name, low, high in (("seed", MIN_SEED, MAX_SEED), ("steps", limits.min_steps, limits.max_steps),
                             ("duration", rule.shortest_seconds, rule.longest_seconds), ("height", 0, side),
                             ("width", 0, side), ("shift", 0, None), ("audio_shift", 0, None)):
         unclamped(getattr(controls, name), low, high)

@@ -40,3 +40,21 @@ def test_the_plot_has_one_point_per_evaluation_at_the_schedule_factors():
     assert "2 values but this run has 4 evaluations" in refused and "<svg" not in refused
     assert "every evaluation at factor 1" in schedule_plot("", 5)
     assert "&lt;" in schedule_plot("<b>:1", 5)  # a typed value is shown escaped, never as markup
+
+
+def test_history_labels_and_differences_name_the_advanced_strengths():
+    from h3app.ui import history_words
+
+    plain = {"source": "/demo/style.safetensors", "rank": 4, "stored_alpha": 2.0, "alpha_source": "metadata",
+             "resolved_alpha": 2.0, "resolved_alpha_source": "metadata", "strength": 1.0, "mode": "unmerged"}
+    quiet = {**plain, "audio_strength": 0.0, "strength_schedule": "linear:1:0.5"}
+    request = {"prompt": "a red ball", "seed": 0, "steps": 9}
+    label = history_words.entry_label({"kind": "generate", "settings": {"request": request, "adapters": [quiet]}})
+    assert label.endswith("× 1; audio ×0, schedule linear:1:0.5"), label
+    assert "audio" not in history_words.entry_label({"kind": "generate",
+                                                      "settings": {"request": request, "adapters": [plain]}})
+    a, b = ({"request": request, "adapters": adapters} for adapters in ([plain], [quiet]))
+    assert history_words.differences(a, b) == [("audio strength", "1 → 0"), ("strength schedule", "none → linear:1:0.5")]
+    two = {"request": request, "adapters": [plain, {**plain, "block_strength": "0:2"}]}
+    assert history_words.differences(a, two)[-1] == ("block strength 2", "— → 0:2")
+    assert ("audio strength", "0 → —") in history_words.differences(b, {"request": request, "adapters": []})

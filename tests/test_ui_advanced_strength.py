@@ -9,7 +9,7 @@ import pytest
 
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from h3app.ui.advanced_strength import AdvancedForm, note, schedule_plot
+from h3app.ui.advanced_strength import FIELDS, AdvancedForm, note, schedule_plot
 
 
 def test_the_form_gives_canonical_settings_fields_and_refuses_bad_values():
@@ -58,3 +58,52 @@ def test_history_labels_and_differences_name_the_advanced_strengths():
     two = {"request": request, "adapters": [plain, {**plain, "block_strength": "0:2"}]}
     assert history_words.differences(a, two)[-1] == ("block strength 2", "— → 0:2")
     assert ("audio strength", "0 → —") in history_words.differences(b, {"request": request, "adapters": []})
+
+
+def test_load_settings_puts_the_advanced_strengths_back_in_their_slot(tmp_path):
+    import json
+
+    from h3app.ui.settings_file import load_settings_view
+
+    set_ = {"video_strength": 0.8, "text_strength": 1.0, "audio_strength": 0.0, "strength_schedule": "cosine:1:0",
+            "block_strength": "0-1:0.5"}
+    path = tmp_path / "settings.json"
+    path.write_text(json.dumps({"request": {"prompt": "a fox", "seed": 3, "steps": 5},
+                                "adapters": [{"source": "owner/repo", "alpha": None, "strength": 1.0, **set_},
+                                             {"source": "older/file", "alpha": None, "strength": 0.5}]}))
+    view = load_settings_view(str(path))
+    assert view.slots["1"].advanced().fields() == set_
+    assert view.slots["2"].advanced().fields() == AdvancedForm().fields()  # a file from before the section: all 1
+    assert LoRASettings(source="x", **view.slots["1"].advanced().fields()).audio_strength == 0.0
+
+
+def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_say_what_they_cannot():
+    import shlex
+
+    from h3app.cli import build_parser
+    from h3app.commands.generate import adapters_from_args
+    from h3app.ui import snippets
+
+    first = {"source": "owner/a", "alpha": None, "rank": 4, "resolved_alpha": 4.0, "strength": 1.0, "video_strength": 1.0,
+             "text_strength": 0.5, "audio_strength": 0.0, "strength_schedule": "linear:1:0.5@0-0.5",
+             "block_strength": "0-9:0.5,40-49:1.2"}
+    second = {"source": "owner/b", "alpha": 8.0, "rank": 4, "strength": 0.5, "audio_strength": 0.25,
+              "block_strength": "3:2"}
+    settings = {"request": {"prompt": "a fox", "seed": 1, "steps": 5}, "adapters": [first, second]}
+    command = snippets.h3app_command(settings)
+    argv = shlex.split(" ".join(line for line in command.splitlines() if not line.startswith("#")).replace("\\", ""))
+    assert argv[:3] == ["python", "-m", "h3app"]
+    ran = adapters_from_args(build_parser().parse_args(argv[3:]))
+    assert [a.source for a in ran] == ["owner/a", "owner/b"]
+    for got, want in zip(ran, (first, second)):
+        assert {f: getattr(got, f) for f in FIELDS} == {**AdvancedForm().fields(),
+                                                        **{f: want[f] for f in FIELDS if f in want}}
+    sglang = snippets.sglang_command(settings)
+    assert sglang.command.startswith("# this run") and "--lora-scale" in sglang.command  # a command, with notes:
+    notes = sglang.notes
+    assert any("per-modality strength (video 1, text 0.5, audio 0)" in n for n in notes)
+    assert any("strength schedule (linear:1:0.5@0-0.5) has no equivalent" in n for n in notes)
+    assert any("export --block-strength 3:2" in n for n in notes)
+    diffusers = snippets.diffusers_snippet(settings)
+    assert "--block-strength 0-9:0.5,40-49:1.2" in diffusers and "# NOTE: diffusers (set_adapters)" in diffusers
+    assert "has no equivalent there" in diffusers and "--audio-strength" not in diffusers

@@ -107,3 +107,17 @@ def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_sa
     diffusers = snippets.diffusers_snippet(settings)
     assert "--block-strength 0-9:0.5,40-49:1.2" in diffusers and "# NOTE: diffusers (set_adapters)" in diffusers
     assert "has no equivalent there" in diffusers and "--audio-strength" not in diffusers
+
+
+def test_the_profile_block_bars_follow_the_per_block_strength():
+    from test_ui_logic import basis
+
+    from h3app.ui.scales import profile_view, relative_updates
+
+    b = basis()
+    base = relative_updates(b, None, 1.0)
+    scaled = relative_updates(b, None, 1.0, "1:0.25")
+    assert all(scaled[t] == (base[t] * 0.25 if t.startswith("transformer_blocks.1.") else base[t]) for t in base)
+    bars = {row["block"]: row["relative update"] for row in profile_view(b, None, 1.0, "1:0.25").by_block}
+    plain = {row["block"]: row["relative update"] for row in profile_view(b, None, 1.0).by_block}
+    assert bars == {"block 0": plain["block 0"], "block 1": pytest.approx(plain["block 1"] * 0.25)}

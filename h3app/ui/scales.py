@@ -53,12 +53,12 @@ def profile_basis(report: Any, info: Mapping[str, Any], group_strengths: Mapping
 
 
 def relative_updates(basis: Mapping[str, Any], alpha: float | None, strength: float,
-                     blocks: Any = "") -> dict[str, float]:
-    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value), ``strength`` and per-block strength ``blocks``
+                     block_strength: Any = "") -> dict[str, float]:
+    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value), ``strength`` and ``block_strength``
     (``rules.blocks``): the measured ‖B·A‖_F/‖W‖_F times the resolved adapter's effective scale of that target
     times its block's factor (the engine's formula, ``rules.scale``)."""
     scales = resolve_adapter(basis["adapter"], alpha, strength, basis.get("group_strengths")).scales
-    factor = parse_block_strength(blocks or "").factor_of
+    factor = parse_block_strength(block_strength or "").factor_of
     return {target: abs(scales[target] * factor(target)) * t["update_norm"] / t["weight_norm"]
             if t["weight_norm"] > 0 else math.inf for target, t in basis["targets"].items()}
 
@@ -74,10 +74,11 @@ class ProfileView:
     warning: str | None
 
 
-def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float, blocks: Any = "") -> ProfileView:
+def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float,
+                 block_strength: Any = "") -> ProfileView:
     """The profile at ``alpha``/``strength``; the warning follows the engine's rule (alpha not stored anywhere,
     on auto, median far above the usual range) through :func:`h3app.rules.strength.suggest_alpha`."""
-    updates = relative_updates(basis, alpha, strength, blocks)
+    updates = relative_updates(basis, alpha, strength, block_strength)
     targets = basis["targets"]
     groups: dict[str, list[float]] = {}
     blocks: dict[str, list[float]] = {}

@@ -22,6 +22,10 @@ def test_the_form_gives_canonical_settings_fields_and_refuses_bad_values():
                       "strength_schedule": "linear:1:0.5", "block_strength": "0-9:0.5,40-49:1.2"}
     settings = LoRASettings(source="x", **fields)
     assert AdvancedForm.of(settings).fields() == fields  # load settings shows what the run used
+    with pytest.raises(H3AppError, match=r"audio strength 3 is outside the strength sliders' range \(between 0 and 2\)"
+                                         r".*not clamped.*the API and the CLI take up to ±100"):
+        AdvancedForm(audio_strength=3).fields()  # the slider's ends are its rule's; the text box takes ±100
+    assert AdvancedForm(text_strength=-3).fields()["text_strength"] == -3.0
 
 
 def test_the_note_says_what_the_values_mean_or_why_not():

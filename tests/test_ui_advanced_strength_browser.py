@@ -1,7 +1,7 @@
 """The "Advanced strength" section of adapter slot 1 in Debian's chromium (the app and browser of
 tests/test_ui_browser.py): a person sets audio 0, a schedule and a block range; the note and the schedule's plot
 follow as they type, the line above Generate names the values, and the run they start carries them (the result's
-settings JSON, its copy-as-CLI line). A bad schedule is one line in the note, and Generate refuses it."""
+settings JSON, its copy-as-CLI line). A bad value is one line in the note, kept as typed, and Generate refuses it."""
 
 from __future__ import annotations
 
@@ -64,6 +64,11 @@ def test_the_advanced_section_reaches_the_run(page):
 def test_a_bad_value_is_one_line_and_generate_refuses_it(page):
     pick_demo(page)
     page.locator("#advanced-1").get_by_text("Advanced strength").click()
+    set_slider(page, "#audio-strength-1", "3")  # past the slider's end: refused in the note, never clamped
+    expect(page.locator("#advanced-note-1")).to_contain_text("⚠ audio strength 3 is outside the strength sliders'")
+    assert page.locator("#audio-strength-1 input[type=number]").input_value() == "3"
+    set_slider(page, "#audio-strength-1", "0.5")
+    expect(page.locator("#advanced-note-1")).to_contain_text("audio ×0.5")
     type_into(page, "#block-strength-1", "0-9:0.5,5-6:1")
     expect(page.locator("#advanced-note-1")).to_contain_text("⚠ block strength: block 5 is in two ranges")
     expect(page.locator("#apply-note")).to_contain_text("⚠ adapter 1: block strength: block 5 is in two ranges")

@@ -25,6 +25,10 @@ PACKED = "packed"  # rows of the packed sequence, any modality: each row's token
 MODALITY_BLOCKS = "modality_blocks"  # the AdaLN projection: output features in one contiguous block per modality
 SHARED = "shared"  # timestep rows every modality reads (time embedder, output norm's modulation)
 
+# The page's video and audio strength sliders (the CLI and the API take any strength, ±values.MAX_STRENGTH)
+MODALITY_SLIDER = values.Bounds(0.0, 2.0, where="the strength sliders' range",
+                                elsewhere=f"the API and the CLI take up to ±{values.MAX_STRENGTH:g}")
+
 
 def rows_of(target: str) -> str:
     """Which rows the Linear of canonical ``target`` computes: a modality's own (``video``, ``text``, ``audio``),

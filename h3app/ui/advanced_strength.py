@@ -12,13 +12,15 @@ from typing import Any
 import gradio as gr
 
 from ..errors import H3AppError
-from ..rules.modality import MODALITIES
+from ..rules.modality import MODALITIES, MODALITY_SLIDER
 from ..rules.schedule import parse_schedule
 from ..rules.steps import evaluations
+from ..rules.values import STRENGTH
 from ..settings import LoRASettings
+from .unclamped import unclamped
 
 FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
-SLIDER_RANGE = (0.0, 2.0)  # the sliders' range; the CLI and the API take any strength (±rules.values.MAX_STRENGTH)
+SLIDERS = ("video_strength", "audio_strength")  # the two sliders (text: a number box with the API's range)
 SCHEDULE_HINT = "1,1,0.5,0.5 · linear:1:0.5 · cosine:1:0@0.2-0.8 · constant:0.5@0-0.5"
 BLOCKS_HINT = "0-9:0.5, 40-49:1.2"
 PLOT_SIZE = (260, 90)  # px of the schedule plot
@@ -35,10 +37,13 @@ class AdvancedForm:
     block_strength: Any = ""
 
     def fields(self) -> dict[str, Any]:
-        """The ``LoRASettings`` fields, checked (``H3AppError``, one line, for a bad value)."""
+        """The ``LoRASettings`` fields, checked (``H3AppError``, one line, for a bad value; a slider's value also
+        within the sliders' range, ``rules.modality.MODALITY_SLIDER``: refused, never clamped)."""
         given = {name: getattr(self, name) for name in FIELDS}
         given = {name: ("" if value is None else value) for name, value in given.items()}
         settings = LoRASettings(source="advanced", **given)
+        for name in SLIDERS:
+            MODALITY_SLIDER.check(getattr(settings, name), name.replace("_", " "))
         return {name: getattr(settings, name) for name in FIELDS}
 
     @classmethod
@@ -128,14 +133,17 @@ class AdvancedSection:
 
 def build(slot: str) -> AdvancedSection:
     """The "Advanced strength" accordion of adapter slot ``slot`` (closed; all factors 1)."""
-    low, high = SLIDER_RANGE
+    low, high = MODALITY_SLIDER.low, MODALITY_SLIDER.high  # the ends of the rule that checks them (never clamped)
     with gr.Accordion("Advanced strength", open=False, elem_id=f"advanced-{slot}"):
         with gr.Row():
-            video = gr.Slider(low, high, value=1.0, step=0.05, label="Video strength", elem_id=f"video-strength-{slot}",
-                              info="× on the adapter's delta of every video row")
-            audio = gr.Slider(low, high, value=1.0, step=0.05, label="Audio strength", elem_id=f"audio-strength-{slot}",
-                              info="0: keep the style, leave what audio rows compute")
-            text = gr.Number(value=1.0, label="Text", elem_id=f"text-strength-{slot}", min_width=80)
+            video = unclamped(gr.Slider(low, high, value=1.0, step=0.05, label="Video strength",
+                                        elem_id=f"video-strength-{slot}",
+                                        info="× on the adapter's delta of every video row"))
+            audio = unclamped(gr.Slider(low, high, value=1.0, step=0.05, label="Audio strength",
+                                        elem_id=f"audio-strength-{slot}",
+                                        info="0: keep the style, leave what audio rows compute"))
+            text = unclamped(gr.Number(value=1.0, label="Text", elem_id=f"text-strength-{slot}", min_width=80),
+                             STRENGTH.low, STRENGTH.high)
         with gr.Row():
             schedule = gr.Textbox(label="Strength over the steps", placeholder=SCHEDULE_HINT,
                                   elem_id=f"strength-schedule-{slot}",

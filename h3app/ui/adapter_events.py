@@ -9,7 +9,7 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 import pandas as pd
@@ -29,6 +29,9 @@ from .forms import KEEP, SlotForm, SyncForm, chain_text
 from .scales import profile_basis, profile_view
 from .session import RunningJobs, session_key, with_adapter
 from .upload_quota import discard, upload_quota
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
@@ -133,7 +136,7 @@ class LoadView:
 class AdapterEvents:
     """Event functions of the adapter panel, bound to one backend."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs | None = None) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs | None = None) -> None:
         self.backend = backend
         self.jobs = jobs or RunningJobs()
         self.upload_policy = UploadPolicy.of(backend.policy, backend.uploads_dir)

@@ -9,7 +9,7 @@ queue.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -40,6 +40,9 @@ from .job_wiring import wire_jobs
 from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
 from .unclamped import NO_CLAMP_JS
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 TITLE = "H3 LoRA Lab"
 CACHE_SECONDS = 3600
@@ -77,7 +80,7 @@ CSS = """
 """
 
 
-def header_html(backend: Any, hardware: str | None = None) -> str:
+def header_html(backend: Backend, hardware: str | None = None) -> str:
     """The title row: model, hosted or local mode, and (from the entry point) the GPU, planned peak and headroom."""
     hosted = ("hosted mode: local paths limited to the demo adapters" if backend.hosted else "local mode")
     chips = [f"<span class='h3-chip h3-chip-strong'>model {render.esc(backend.model_name)}</span>",
@@ -89,7 +92,7 @@ def header_html(backend: Any, hardware: str | None = None) -> str:
             + "".join(chips) + "</div>")
 
 
-def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
+def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
     """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``); ``hardware``: the header's
     GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point; ``mcp``: add the MCP tools
     (``mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``)."""
@@ -177,7 +180,7 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any) ->
     slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
 
 
-def launch_kwargs(backend: Any, mcp: bool = False) -> dict[str, Any]:
+def launch_kwargs(backend: Backend, mcp: bool = False) -> dict[str, Any]:
     """What ``launch`` needs: outputs served from the backend's folder (never its uploads), theme and CSS, uploads
     capped in hosted mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage);
     ``mcp``: Gradio's MCP server on (``app.py --mcp`` or ``GRADIO_MCP_SERVER=true``), with ``build_app(mcp=True)``."""
@@ -192,7 +195,7 @@ def launch_kwargs(backend: Any, mcp: bool = False) -> dict[str, Any]:
         "footer_links": ["api", "gradio", "settings"],
         "mcp_server": mcp,
     }
-    limit = getattr(backend.policy, "max_remote_bytes", None) if backend.hosted else None
+    limit = backend.policy.max_remote_bytes if backend.hosted else None
     if limit:
         kwargs["max_file_size"] = int(limit)
     if backend.hosted:

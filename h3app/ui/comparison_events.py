@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 import pandas as pd
@@ -35,6 +35,9 @@ from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
 from .session import RunningJobs, add_history, job_adapters, session_key, settings_to_json
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
@@ -123,7 +126,7 @@ class CompareView:
 class ComparisonEvents:
     """Event functions of the Equivalence, Grid and History tabs, bound to one backend."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs) -> None:
         self.backend = backend
         self.jobs = jobs
         self.runner = JobRunner(backend, jobs)

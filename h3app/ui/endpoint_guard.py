@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -32,6 +32,9 @@ from ..rules.values import MAX_FIELD_CHARS, check_length
 from .cheap_limit import InFlight, refusal
 from .comparison_view import FILE_DATA
 from .fair_queue import visitor_keys
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 ADAPTERS_JSON_CHARS = 8 * MAX_FIELD_CHARS  # two adapters' source, weight name and revision, with room for keys
 FIELD_CHARS = {"prompt": MAX_PROMPT_CHARS, "adapters_json": ADAPTERS_JSON_CHARS}
@@ -72,13 +75,14 @@ class Redactor:
     an allowed folder (the demo adapters) by its path inside it, anything under the working folder relative to
     it, and the output folder, the Hub cache and the home folder as a word."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Backend) -> None:
         from huggingface_hub import constants
 
         rules: list[tuple[str, str]] = []
-        uploads = getattr(backend, "uploads_dir", None)
-        folders = [(f, "") for f in getattr(backend.policy, "allowed_local_dirs", ()) if f != uploads]
-        folders += [(os.getcwd(), ""), (getattr(backend, "output_dir", None), "results/"),
+        uploads = backend.uploads_dir
+        policy = backend.policy  # the uploads are one of its allowed folders, shown by their own rule below
+        folders = [(f, "") for f in policy.allowed_local_dirs if f not in policy.unlisted_dirs]
+        folders += [(os.getcwd(), ""), (backend.output_dir, "results/"),
                     (constants.HF_HUB_CACHE, "hub-cache/"), (os.path.expanduser("~"), "~/")]
         for folder, shown in folders:
             for spelling in _spellings(folder):
@@ -203,7 +207,7 @@ def _answer_redactor(outputs: Iterable[Any], redactor: Redactor | None) -> Calla
     return redacted
 
 
-def guard_events(demo: gr.Blocks, backend: Any) -> None:
+def guard_events(demo: gr.Blocks, backend: Backend) -> None:
     """Wrap every event function of ``demo`` (built for ``backend``) in :func:`guarded`; hosted mode also redacts."""
     redactor = Redactor(backend) if backend.hosted else None
     off_queue = InFlight() if backend.hosted else None

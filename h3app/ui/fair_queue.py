@@ -24,12 +24,15 @@ import inspect
 import ipaddress
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from ..backend.admission import MAX_PENDING, OWNER, Refused
+from ..backend.admission import OWNER, Refused
 from .session import session_key
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 REFUSAL_SLOTS = 4
 GPU_CONCURRENCY_ID = "gpu"
@@ -37,15 +40,15 @@ UNKNOWN_ADDRESS = "unknown"  # every visitor whose address is not known shares o
 HOSTED_QUEUE_SIZE = 64  # Gradio's queue: cheap events waiting for their own slots (GPU events do not wait there)
 
 
-def gpu_events(backend: Any) -> dict[str, Any]:
+def gpu_events(backend: Backend) -> dict[str, Any]:
     """Event keyword arguments of a GPU event on ``backend``'s app."""
     limit = backend.admission.max_pending + REFUSAL_SLOTS if backend.hosted else 1
     return {"concurrency_id": GPU_CONCURRENCY_ID, "concurrency_limit": limit}
 
 
-def queue_size(backend: Any) -> int:
+def queue_size(backend: Backend) -> int:
     """Gradio's ``max_size`` for ``backend``'s app."""
-    return HOSTED_QUEUE_SIZE if backend.hosted else getattr(backend.worker, "max_queue", MAX_PENDING)
+    return HOSTED_QUEUE_SIZE if backend.hosted else backend.worker.max_queue
 
 
 def client_address(request: Any) -> str | None:
@@ -78,7 +81,7 @@ def visitor_keys(request: Any) -> list[str]:
     return [f"session {session_key(request)}", f"address {client_address(request) or UNKNOWN_ADDRESS}"]
 
 
-def admitted(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+def admitted(fn: Callable[..., Any], backend: Backend) -> Callable[..., Any]:
     """``fn`` (a GPU event taking a ``gr.Request`` argument) held in ``backend``'s admission in hosted mode;
     unchanged in local mode. A refusal is one ``gr.Error`` line, before anything waits."""
     if not backend.hosted:

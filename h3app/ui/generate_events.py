@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -28,6 +28,9 @@ from .client_gone import client_gone
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from .session import RunningJobs, add_history, job_adapters, session_key
 
+if TYPE_CHECKING:
+    from ..backend.service import Backend
+
 MAX_SEED = 2**31 - 1
 
 
@@ -41,7 +44,7 @@ class Stopped:
 class JobRunner:
     """Submit a worker job, forward its progress to ``gr.Progress``, let the session's Cancel stop it."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs) -> None:
         self.backend = backend
         self.jobs = jobs
 
@@ -153,7 +156,7 @@ def describe_phase(what: str, phase: str) -> str:
 class GenerateEvents:
     """Event functions of the Generate tab, bound to one backend."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs) -> None:
         self.backend = backend
         self.runner = JobRunner(backend, jobs)
 

@@ -20,10 +20,13 @@ import asyncio
 import math
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cheap_limit import CHEAP_PER_VISITOR, refusal
 from .fair_queue import GPU_CONCURRENCY_ID, visitor_keys
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 ABANDON_SECONDS = 5.0  # a join whose event stream is not open by then counts as abandoned
 
@@ -61,7 +64,7 @@ class _Request:
         self.headers, self.client, self.session_hash = request.headers, request.client, session_hash
 
 
-def install_queue_hooks(demo: Any, backend: Any) -> None:
+def install_queue_hooks(demo: Any, backend: Backend) -> None:
     """Hook ``demo``'s queue (see the module docstring); the per-visitor bound only in hosted mode."""
     queue = demo._queue
     events: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()

@@ -172,15 +172,12 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         engine.detach()
         torch.use_deterministic_algorithms(was_deterministic)
 
-    def sha(raw: bytes) -> str:
-        return hashlib.sha256(raw).hexdigest()
-
     matched_ranks = {m.target: m.rank for m in report.matched}
     return {
         "identical": bytes_a == bytes_b,
-        "hash_a": sha(bytes_a),
-        "hash_b": sha(bytes_b),
-        "hash_fallback": sha(bytes_fallback),
+        "hash_a": _sha(bytes_a),
+        "hash_b": _sha(bytes_b),
+        "hash_fallback": _sha(bytes_fallback),
         "max_abs_diff": _max_abs_diff(tuple(out_a), tuple(out_b)),
         "fallback_max_abs_diff": _max_abs_diff(tuple(out_fallback), tuple(out_a)),
         "control_identical": bytes_a == bytes_control,
@@ -205,6 +202,10 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),
         "finite": all(math.isfinite(float(t.abs().max())) for t in (*out_a, *out_b) if t.numel()),
     }
+
+
+def _sha(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _check_settings(advanced: LoRASettings | None, source: str) -> LoRASettings:

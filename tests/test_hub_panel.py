@@ -138,8 +138,8 @@ def test_local_searches_are_not_cached_and_use_the_users_token(catalog, fake_hub
 def test_the_panels_events_are_private_cheap_and_queued_where_the_visitor_bound_counts(tiny_model,
                                                                                       tmp_path_factory) -> None:
     from h3app.backend.service import Backend
+    from h3app.hosting.gpu_gate import GPU_CONCURRENCY_ID
     from h3app.ui.app_ui import build_app
-    from h3app.ui.fair_queue import GPU_CONCURRENCY_ID
 
     backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("hub_hosted"))
     try:

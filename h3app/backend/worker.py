@@ -1,8 +1,9 @@
 """One worker thread owns the GPU: a bounded line of jobs, per-step progress, cancel between steps.
 
-The line is round-robin across owners (a hosted app's visitors, ``admission.OWNER``, set by the UI's fair queue
-while it holds a visitor's GPU event): the next job is the oldest one of the owner served longest ago, so a visitor
-who queued first never makes a later visitor wait for all of theirs. Jobs without an owner share one.
+The line is round-robin across owners (a hosted app's visitors, ``hosting.admission.OWNER``, set by
+``hosting.gpu_gate`` while it holds a visitor's GPU event): the next job is the oldest one of the owner served
+longest ago, so a visitor who queued first never makes a later visitor wait for all of theirs. Jobs without an
+owner share one. The line's bound is ``hosting.limits.LIMITS.worker_line``.
 
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
 so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
@@ -24,16 +25,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import H3AppError
+from ..hosting.admission import OWNER
+from ..hosting.limits import LIMITS
+from ..hosting.refusals import Reason, Refused
 from ..rules.choices import T2VA
-from .admission import OWNER
 
-DEFAULT_QUEUE_SIZE = 16
+DEFAULT_QUEUE_SIZE = LIMITS.worker_line
 CLIENT_GONE = "cancelled (the client went away)"
 POLL_SECONDS = 0.25  # how often a waiting caller looks at progress and at its client
 
 
-class QueueFull(H3AppError):
-    """The queue is at its bound."""
+class QueueFull(Refused):
+    """The worker's line is at its bound."""
 
 
 class Cancelled(H3AppError):
@@ -197,7 +200,7 @@ class Worker:
         handle = JobHandle(id=next(self._ids), label=label, run=run, owner=owner or OWNER.get())
         with self._pending_lock:
             if len(self._pending) >= self._max_queue:
-                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting): try again in a minute.")
+                raise QueueFull(Reason.WORKER_FULL, limit=self.max_queue)
             self._pending.append(handle)
             self._renumber()
             self._pending_lock.notify_all()

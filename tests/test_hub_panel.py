@@ -147,7 +147,7 @@ def test_the_panels_events_are_private_cheap_and_queued_where_the_visitor_bound_
         named = {fn.fn.__qualname__.rpartition(".")[2]: fn for fn in demo.fns.values()
                  if fn.fn is not None and fn.fn.__qualname__.startswith("wire_hub_panel.")}
         assert set(named) == {"search", "check", "pick", "mark"}  # and, after the pick, the slot's own Inspect
-        for name in ("search", "check"):  # queued, not GPU: queue_hooks counts them against the visitor's bound
+        for name in ("search", "check"):  # queued, not GPU: hosting.join_bound counts them against the visitor's bound
             event = named[name]
             assert event.queue is not False and event.concurrency_id == "hub" != GPU_CONCURRENCY_ID
             assert event.api_visibility == "private" and getattr(event.fn, "__h3_guarded__", False)

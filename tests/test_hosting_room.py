@@ -8,12 +8,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from h3app.backend.worker import QueueFull, Worker
 from h3app.hosting.admission import Admission, InFlight
-from h3app.hosting.limits import GB, LIMITS, UPLOAD_CACHE_GB_ENV, UPLOADS_GB_ENV
+from h3app.hosting.join_bound import CheapJoinBound
+from h3app.hosting.limits import DOWNLOAD_CACHE_GB_ENV, GB, LIMITS, UPLOAD_CACHE_GB_ENV, UPLOADS_GB_ENV
 from h3app.hosting.refusals import Reason, Refused, why_refused
 from h3app.hosting.upload_quota import upload_quota
 
@@ -72,6 +74,31 @@ def test_upload_quotas_come_from_the_table_and_the_environment(monkeypatch, tmp_
     with pytest.raises(Refused) as refused:
         quota.reserve("visitor", 201)
     assert refused.value.reason is Reason.VISITOR_UPLOADS
+
+
+def test_the_download_cache_budget_is_the_tables_hosted_and_none_locally(monkeypatch):
+    monkeypatch.delenv(DOWNLOAD_CACHE_GB_ENV, raising=False)
+    assert (LIMITS.download_cache(True), LIMITS.download_cache(False)) == (int(LIMITS.download_cache_gb * GB), None)
+    monkeypatch.setenv(DOWNLOAD_CACHE_GB_ENV, "1.5")
+    assert LIMITS.download_cache(False) == int(1.5 * GB)
+
+
+def test_the_cheap_join_bound_counts_a_visitors_queued_events_only():
+    bound, live = CheapJoinBound(limit=2), set()
+
+    def join(session: str, concurrency_id: str | None = "inspect", queued: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(headers={}, client=None, session_hash=session, queued=queued,
+                               concurrency_id=concurrency_id)
+
+    for event_id in ("e1", "e2"):
+        assert bound.refusal(join("s1"), live.__contains__) is None
+        bound.joined(join("s1"), event_id)
+        live.add(event_id)
+    assert "at most 2 per visitor" in bound.refusal(join("s2"), live.__contains__)  # a new session, same address
+    assert bound.refusal(join("s1", concurrency_id="gpu"), live.__contains__) is None  # GPU events: the admission
+    assert bound.refusal(join("s1", queued=False), live.__contains__) is None  # off-queue events: InFlight
+    live.discard("e1")  # one answered
+    assert bound.refusal(join("s1"), live.__contains__) is None
 
 
 def test_no_bound_of_the_room_is_written_outside_its_table():

@@ -329,12 +329,10 @@ def backend_from_env(model: str | None = None, options: LoadOptions | None = Non
     """The app's backend configured from environment variables (README lists them)."""
     hosted = hosted_from_env()
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
-    cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
                    max_remote_bytes=adapter_size_cap(max_mb, hosted),
-                   max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
-                       20 * 1024**3 if hosted else None))
+                   max_download_cache_bytes=LIMITS.download_cache(hosted))
 
 
 def _submitted_again(submit: Callable[..., JobHandle], args: tuple, backend: Backend) -> Any:

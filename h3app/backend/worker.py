@@ -30,7 +30,6 @@ from ..hosting.limits import LIMITS
 from ..hosting.refusals import Reason, Refused
 from ..rules.choices import T2VA
 
-DEFAULT_QUEUE_SIZE = LIMITS.worker_line
 CLIENT_GONE = "cancelled (the client went away)"
 POLL_SECONDS = 0.25  # how often a waiting caller looks at progress and at its client
 
@@ -176,7 +175,7 @@ class JobHandle:
 class Worker:
     """Runs submitted jobs one at a time, round-robin across owners (see the module docstring), on its own thread."""
 
-    def __init__(self, max_queue: int = DEFAULT_QUEUE_SIZE,
+    def __init__(self, max_queue: int = LIMITS.worker_line,
                  on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._max_queue = max_queue
         self._ids = itertools.count(1)

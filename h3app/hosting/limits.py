@@ -1,6 +1,8 @@
 """The one table of a server's limits on shared work: how deep each queue is, each visitor's share, and the disk
 uploads may take. Every bound of the hosting room (and the worker's line) is read from :data:`LIMITS`; the two disk
-quotas can be set from the environment (read when a server builds its quotas, as ``README.md`` lists).
+quotas and the download cache's budget can be set from the environment (read when a server builds them, as
+``README.md`` lists). The size cap of one adapter file is the adapter sources' rule (``adapters.source.limits``:
+``H3APP_MAX_ADAPTER_MB``, 2,000 MB on a hosted server), since the CLI applies it too.
 
 The three lines a job passes, outermost first: Gradio's queue (``gradio_queue``: cheap events waiting for their own
 slots; hosted GPU events do not wait there), the admission (``gpu_pending`` GPU jobs waiting or running in all,
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 GB = 1024**3
 UPLOADS_GB_ENV = "H3APP_MAX_UPLOADS_GB"  # the total quota of upload copies, in GB
 UPLOAD_CACHE_GB_ENV = "H3APP_MAX_UPLOAD_CACHE_GB"  # Gradio's upload cache, in GB
+DOWNLOAD_CACHE_GB_ENV = "H3APP_MAX_DOWNLOAD_CACHE_GB"  # the Hugging Face cache's adapter downloads, in GB
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class HostingLimits:
     adapters_per_visitor: int = 2  # upload quota per visitor: the two adapter slots, each up to the adapter size cap
     upload_visitors: int = 8  # the total upload quota: this many visitors' full quotas (UPLOADS_GB_ENV overrides)
     upload_cache_gb: float = 32.0  # Gradio's upload cache: the total quota at the default 2,000 MB adapter cap
+    download_cache_gb: float = 20.0  # hosted: adapter downloads in the Hugging Face cache (LRU, never the model)
 
     def uploads_per_visitor(self, adapter_bytes: int) -> int:
         """Bytes of upload copies one visitor may keep, for adapters of at most ``adapter_bytes`` each."""
@@ -47,6 +51,12 @@ class HostingLimits:
         """Bytes Gradio's upload cache may hold before new uploads are refused: ``H3APP_MAX_UPLOAD_CACHE_GB``, else
         ``upload_cache_gb``."""
         return int(float(os.environ.get(UPLOAD_CACHE_GB_ENV) or self.upload_cache_gb) * GB)
+
+    def download_cache(self, hosted: bool) -> int | None:
+        """Bytes of adapter downloads the Hub cache may keep: ``H3APP_MAX_DOWNLOAD_CACHE_GB``, else
+        ``download_cache_gb`` on a hosted server and no budget on a local one (None)."""
+        cache_gb = os.environ.get(DOWNLOAD_CACHE_GB_ENV)
+        return int(float(cache_gb) * GB) if cache_gb else (int(self.download_cache_gb * GB) if hosted else None)
 
 
 LIMITS = HostingLimits()

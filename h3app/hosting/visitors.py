@@ -42,9 +42,13 @@ def _host_of(entry: str) -> str:
     return entry.rsplit(":", 1)[0] if entry.count(":") == 1 else entry
 
 
+def session_key(request: Any) -> str:
+    """The session hash of a Gradio request (``"local"`` when called outside a server, e.g. in tests)."""
+    return getattr(request, "session_hash", None) or "local"
+
+
 def visitor_keys(request: Any) -> list[str]:
     """The keys one visitor's jobs are counted under: its session (a Gradio request's session hash; ``"local"``
     outside a server) and its address — visitors whose address is not known all under one address key, so that new
     session hashes never buy new shares."""
-    session = getattr(request, "session_hash", None) or "local"
-    return [f"session {session}", f"address {client_address(request) or UNKNOWN_ADDRESS}"]
+    return [f"session {session_key(request)}", f"address {client_address(request) or UNKNOWN_ADDRESS}"]

@@ -19,7 +19,7 @@ from ..adapters.source import implied_weight
 from ..errors import H3AppError
 from ..hosting.upload_policy import UploadPolicy
 from ..hosting.upload_quota import discard, upload_quota
-from ..hosting.visitors import visitor_keys
+from ..hosting.visitors import session_key, visitor_keys
 from ..rules.choices import T2VA
 from ..rules.strength import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
@@ -28,7 +28,7 @@ from . import render
 from .forms import KEEP, SlotForm, SyncForm, chain_text
 from .gradio_compat import client_gone
 from .scales import profile_basis, profile_view
-from .session import RunningJobs, session_key, with_adapter
+from .session import RunningJobs, with_adapter
 
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3

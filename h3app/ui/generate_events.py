@@ -18,6 +18,7 @@ from ..backend.generation import Cancelled, GenerationRequest
 from ..backend.preview import PreviewBoard, watch
 from ..backend.worker import CLIENT_GONE, Progress
 from ..errors import H3AppError
+from ..hosting.visitors import session_key
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.request_defaults import SEED
 from ..rules.steps import evaluations
@@ -26,7 +27,7 @@ from .adapter_events import user_error
 from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from .gradio_compat import client_gone
-from .session import RunningJobs, add_history, job_adapters, session_key
+from .session import RunningJobs, add_history, job_adapters
 
 # A drawn seed stays below 2**53 so that the browser's number box (a JavaScript double) shows it exactly.
 RANDOM_SEED_TOP = 2**31 - 1

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from h3app.backend.adapter_binding import SourcePolicy
 from h3app.ui.comparison_view import file_data
 from h3app.ui.endpoint_guard import Redactor
 
@@ -14,7 +13,7 @@ def test_text_is_redacted_and_served_files_keep_their_path(tmp_path):
     outputs = tmp_path / "outputs"
     outputs.mkdir()
     video = str(outputs / "abc.mp4")
-    backend = SimpleNamespace(policy=SourcePolicy(), uploads_dir=None, output_dir=outputs)
+    backend = SimpleNamespace(policy=SimpleNamespace(allowed_local_dirs=()), uploads_dir=None, output_dir=outputs)
     answer = Redactor(backend).value({"note": f"wrote {video}", "columns": [{"video": file_data(video)}],
                                       "out": video})
     assert answer["note"] == "wrote results/abc.mp4"

@@ -20,6 +20,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gradio as gr
@@ -81,8 +82,8 @@ class Redactor:
 
         rules: list[tuple[str, str]] = []
         uploads = backend.uploads_dir
-        policy = backend.policy  # the uploads are one of its allowed folders, shown by their own rule below
-        folders = [(f, "") for f in policy.allowed_local_dirs if f not in policy.unlisted_dirs]
+        # Every allowed folder by the path inside it, the uploads folder too (an upload's own folder is "upload: ").
+        folders: list[tuple[str | Path, str]] = [(f, "") for f in backend.policy.allowed_local_dirs]
         folders += [(os.getcwd(), ""), (backend.output_dir, "results/"),
                     (constants.HF_HUB_CACHE, "hub-cache/"), (os.path.expanduser("~"), "~/")]
         for folder, shown in folders:

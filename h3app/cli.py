@@ -1,19 +1,22 @@
 """``python -m h3app …``: the command line. Contract in docs/architecture.md: exit 0 on success, 2 on bad input with one
 line on stderr, JSON on stdout with ``--json``. Each command lives in ``h3app/commands/<name>.py`` with
-``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``."""
+``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``; it prints through
+``h3app/commands/output.py`` and never imports this module back. A flag's value is parsed by its argparse ``type``
+(one of ``h3app/rules``' parsers) and checks across flags by the command's ``check_flags`` default, so a bad value
+is refused before torch (or the libraries :func:`quiet_libraries` configures) is imported."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
+from .commands import check, export, generate, grid, inspect, plan
 from .errors import H3AppError
 
-COMMANDS = ("inspect", "generate", "check", "export", "grid", "plan")
+COMMANDS = (inspect, generate, check, export, grid, plan)  # light modules: heavy imports live inside each ``run``
+# Warnings raised in these libraries' own modules are not the user's to act on; h3app's and any other stay visible.
+QUIET_MODULES = r"(torch|diffusers|transformers)(\.|$)"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -26,17 +29,9 @@ class _OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="python -m h3app", description="H3 LoRA Lab command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
-    for name in COMMANDS:
-        importlib.import_module(f"h3app.commands.{name}").add_parser(sub)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
-
-
-def emit(result: dict[str, Any], as_json: bool, summary: str) -> None:
-    """Print ``result`` as one JSON object (``--json``) or the human ``summary``."""
-    if as_json:
-        print(json.dumps(result, indent=2, sort_keys=False, default=str))
-    else:
-        print(summary)
 
 
 def quiet_libraries() -> None:
@@ -45,8 +40,8 @@ def quiet_libraries() -> None:
     import warnings
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning)
+    for category in (FutureWarning, UserWarning):  # torch's deprecation and kernel-override notes, on every run
+        warnings.filterwarnings("ignore", category=category, module=QUIET_MODULES)
     try:
         from diffusers.utils import logging as diffusers_logging
         from transformers.utils import logging as transformers_logging
@@ -60,10 +55,12 @@ def quiet_libraries() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.command != "inspect":  # inspect stays light: no torch-heavy imports
-        quiet_libraries()
     try:
+        args = parser.parse_args(argv)  # a flag's ``type`` refuses a bad value with H3AppError's one line
+        if hasattr(args, "check_flags"):  # a command's checks across flags, light too
+            args.check_flags(args)
+        if args.command != "inspect":  # inspect stays light: no torch-heavy imports
+            quiet_libraries()
         return int(args.run(args) or 0)
     except H3AppError as error:
         print(f"error: {error}", file=sys.stderr)

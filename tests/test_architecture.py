@@ -1,10 +1,11 @@
 """The package rules of docs/architecture.md, checked on the source: what each package may import, ``h3app/rules``
-and ``h3app/lru.py`` neutral (nothing heavy, no other h3app package), and the commands' parsers light (``--help`` and
-argument errors load no torch)."""
+and ``h3app/lru.py`` neutral (nothing heavy, no other h3app package), and the commands' parsers light (``--help``,
+argument errors and bad flag values load no torch)."""
 
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -94,13 +95,42 @@ def test_the_lru_is_neutral_and_torch_free() -> None:
     assert loaded_after_importing(["h3app.lru"]) == "[] ['lru']"
 
 
-@pytest.mark.parametrize("argv, status", [(["generate", "--help"], 0), (["check", "--help"], 0), (["grid", "--help"], 0),
-                                          (["generate", "--prompt", "x"], 2), (["check", "--steps", "many"], 2)])
-def test_command_help_and_argument_errors_load_no_torch(argv: list[str], status: int) -> None:
-    code = ("import sys\nfrom h3app.cli import main\ntry:\n    main(" + repr(argv) + ")\nexcept SystemExit as done:\n"
-            "    print(done.code, 'torch' in sys.modules)\n")
+# argv → (exit status, what its one stderr line names): --help, argparse's errors, and a bad value of each kind.
+OUT = ["--out", "x.mp4"]
+NO_TORCH_CASES = [
+    (["generate", "--help"], 0, None), (["check", "--help"], 0, None), (["grid", "--help"], 0, None),
+    (["generate", "--prompt", "x"], 2, "--out"), (["check", "--steps", "many"], 2, "--steps"),
+    (["generate", "--prompt", "x", "--dtype", "float99", *OUT], 2, "unknown dtype 'float99'"),
+    (["check", "--adapter", "a", "--dtype", "fp8"], 2, "unknown dtype 'fp8'"),
+    (["generate", "--prompt", "x", "--duration", "40", *OUT], 2, "--duration must be between"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--duration", "1", "--out-dir", "g"], 2, "--duration must be"),
+    (["generate", "--prompt", "x", "--out", "x.avi"], 2, "--out must end in .mp4"),
+    (["generate", "--prompt", "x", "--adapter-spec", "alpha=3", *OUT], 2, "--adapter-spec must start with"),
+    (["generate", "--prompt", "x", "--weight-name", "w.safetensors", *OUT], 2, "belong to --adapter"),
+    (["check", "--adapter", "a", "--a", "8"], 2, "--a must be ALPHA:SCALE"),
+    (["check", "--adapter", "a", "--b", "0:1"], 2, "--b alpha must be"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--seeds", "-1", "--out-dir", "g"], 2, "--seeds must be at least 0"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--seeds", ",", "--out-dir", "g"], 2, "--seeds needs at least one"),
+]
+
+
+def test_command_help_and_bad_values_are_answered_before_torch_is_imported() -> None:
+    """Every case in one fresh interpreter: its exit status, its one ``error:`` line, and torch still not loaded."""
+    code = ("import contextlib, io, json, sys\nfrom h3app.cli import main\nseen = []\n"
+            f"for argv in {[argv for argv, _, _ in NO_TORCH_CASES]!r}:\n"
+            "    out, err = io.StringIO(), io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+            "        try:\n            status = main(argv)\n"
+            "        except SystemExit as done:\n            status = done.code\n"
+            "    seen.append([status, err.getvalue(), 'torch' in sys.modules])\n"
+            "print(json.dumps(seen))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip().splitlines()[-1] == f"{status} False", (done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr
+    for (argv, status, names), (code_seen, err, torch_loaded) in zip(NO_TORCH_CASES, json.loads(done.stdout),
+                                                                    strict=True):
+        assert (code_seen, torch_loaded) == (status, False), (argv, err)
+        if names is not None:
+            assert err.startswith("error: ") and err.count("\n") == 1 and names in err, (argv, err)
 
 
 def module_imports(root: Path) -> dict[str, set[str]]:

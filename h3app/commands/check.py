@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
+from .flag_values import check_setting
 from .model_options import add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
@@ -28,9 +29,9 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="are two alpha/scale settings with the same product bit-identical?")
     add_run_flags(p)
-    p.add_argument("--a", default=DEFAULT_A.label,
+    p.add_argument("--a", default=DEFAULT_A.label, type=check_setting("--a"),
                    help=f"setting A as ALPHA:SCALE (ALPHA may be auto); default {DEFAULT_A.label}")
-    p.add_argument("--b", default=DEFAULT_B.label, help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
+    p.add_argument("--b", default=DEFAULT_B.label, type=check_setting("--b"), help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
     p.add_argument("--mode", default=TRANSFORMER_CHECK, choices=CHECK_MODES,
                    help="transformer: one forward on a seeded packed input; full: the whole pipeline (backend)")
     p.add_argument("--seed", type=int, default=0)
@@ -44,11 +45,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..backend.transformer_check import run_transformer_check
-    from ..cli import emit
     from ..parallel.launch import close_ranks, start_ranks
-    from ..rules.check_pair import parse_setting
+    from .output import emit
 
-    a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
+    a, b = args.a, args.b  # CheckSettings (parsed with the arguments)
     options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     try:

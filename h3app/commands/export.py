@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ..adapters.known import registry_identity
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
-    from ..cli import emit
+    from .output import emit
 
     dtype = parse_export_dtype(args.dtype)
     adapter_file = fetch(args.adapter, args.weight_name, args.revision, token=os.environ.get("HF_TOKEN"))

@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import H3AppError
 from ..rules.choices import T2VA, WORKFLOWS
 from ..rules.frames import RELEASED
+from .flag_values import duration_seconds, mp4_path
 from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
 
 
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
                         "evaluations (default: the known adapter's preset, else 5)")
-    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
+    p.add_argument("--duration", type=duration_seconds, default=RELEASED.shortest_seconds,
                    help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
     p.add_argument("--width", type=int, default=None)
@@ -36,9 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
     add_lora_mode_flag(p)
-    p.add_argument("--out", required=True, help="output .mp4 path")
+    p.add_argument("--out", required=True, type=mp4_path, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check_flags=adapters_from_args)  # cross-flag checks: before torch is imported
 
 
 def parse_adapter_spec(spec: str, mode: str) -> Any:
@@ -82,16 +83,14 @@ def adapters_from_args(args: argparse.Namespace) -> list:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    adapters = adapters_from_args(args)
     from ..backend.generation import GenerationRequest
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
-    from ..cli import emit
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
+    from .output import emit
 
-    if not args.out.endswith(".mp4"):
-        raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
-    adapters = adapters_from_args(args)
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)

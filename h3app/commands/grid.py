@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import H3AppError
 from ..rules.frames import RELEASED
+from .flag_values import duration_seconds, seed_list
 from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
 
 
@@ -15,10 +15,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_flags(p)
     p.add_argument("--alphas", default="auto", help='comma-separated alphas; "auto" = the file\'s alpha chain')
     p.add_argument("--scales", default="0.5,1", help="comma-separated scales (strength multipliers)")
-    p.add_argument("--seeds", default="0", help="comma-separated seeds")
+    p.add_argument("--seeds", default="0", type=seed_list, help="comma-separated seeds")
     p.add_argument("--prompt", required=True)
     p.add_argument("--steps", type=int, default=5, help="num_inference_steps (N steps = N-1 evaluations)")
-    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
+    p.add_argument("--duration", type=duration_seconds, default=RELEASED.shortest_seconds,
                    help=f"seconds, {RELEASED.describe()}")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--width", type=int, default=None)
@@ -36,17 +36,14 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.generation import GenerationRequest
     from ..backend.grid import parse_values
     from ..backend.service import Backend
-    from ..cli import emit
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
-    from ..rules import values
     from ..settings import LoRASettings
+    from .output import emit
 
     alphas = parse_values(args.alphas, "--alphas", allow_auto=True)
     strengths = parse_values(args.scales, "--scales")
-    seeds = values.parse_list(args.seeds, "--seeds", lambda item, what: values.parse_int(item, what, 0, None))
-    if not seeds:
-        raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
+    seeds = args.seeds
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=args.steps, duration=args.duration,
                                 height=args.height, width=args.width)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,

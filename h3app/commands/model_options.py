@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
 from ..rules.choices import DTYPE_NAMES, LORA_MODES, OFFLOAD_MODES
+from .flag_values import dtype_name
 
 if TYPE_CHECKING:
     from ..model.loader import LoadOptions
@@ -20,7 +21,7 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
                         required=required,
                         help="`tiny` (embedded checkpoint), a local folder, or a Hub repo id such as MiniMaxAI/MiniMax-H3")
     parser.add_argument("--model-revision", default=None, help="Hub revision of the model (branch, tag or commit)")
-    parser.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPE_NAMES)} (float32 on CPU, bfloat16 on GPU)")
+    parser.add_argument("--dtype", default="float32", type=dtype_name, help=f"{' | '.join(DTYPE_NAMES)} (float32 on CPU, bfloat16 on GPU)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 …")
     parser.add_argument("--offload", default="none", choices=OFFLOAD_MODES,
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")

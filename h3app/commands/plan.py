@@ -42,9 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import emit
     from ..hardware.planner import make_plan
     from ..hardware.summary import describe_plan
+    from .output import emit
 
     options, placement = plan_options(args)
     plan = make_plan(options, placement, model=args.model, hardware=args.hardware)

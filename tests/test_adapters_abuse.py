@@ -9,6 +9,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hub_server import FakeHub
 
 from h3app.adapters import header as header_module
 from h3app.adapters.header import parse_header, read_local_header
@@ -17,7 +18,6 @@ from h3app.adapters.source import implied_weight, parse_source, read_header
 from h3app.errors import H3AppError
 from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 from h3app.rules.values import short
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401
 
 
 def scalar_bomb(path: Path, count: int) -> Path:

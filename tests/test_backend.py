@@ -2,7 +2,6 @@
 
 import json
 import threading
-import time
 import wave
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import torch
 from cli_runner import run_cli_process
 from PIL import Image
+from polling import wait_until
 
 from h3app.backend import media
 from h3app.backend.generation import Cancelled, GenerationRequest
@@ -19,7 +19,6 @@ from h3app.backend.service import Backend
 from h3app.backend.worker import QueueFull, Worker
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from tests.hub_server import fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"
@@ -61,8 +60,7 @@ def test_progress_reports_n_minus_one_steps_and_cancel_leaves_next_job_clean(bac
 
     fresh = backend.generate(request, [LoRASettings(source=KOHYA)]).result.hash
     handle = backend.submit_generate(request, [LoRASettings(source=TURBO, alpha=32.0)])
-    while handle.progress.done < 2 and not handle.done:
-        handle.wait_for_change(0.05)
+    wait_until(lambda: handle.progress.done >= 2 or handle.done, "two steps of the job", wait=handle.wait_for_change)
     handle.cancel()
     with pytest.raises(Cancelled):
         handle.result(timeout=600)
@@ -156,8 +154,7 @@ def test_worker_queue_bound_and_queued_cancel():
     worker = Worker(max_queue=1)
     try:
         running = worker.submit(lambda ctx: release.wait(10), "block")
-        while worker.current is None:
-            time.sleep(0.01)
+        wait_until(lambda: worker.current is not None, "the worker to start the blocking job")
         queued = worker.submit(lambda ctx: "ran", "queued")
         with pytest.raises(QueueFull, match="queue is full"):
             worker.submit(lambda ctx: None, "overflow")

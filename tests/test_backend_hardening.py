@@ -18,7 +18,6 @@ from h3app.backend.worker import Worker
 from h3app.cli import main as cli_main
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from tests.hub_server import fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 TURBO = ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors"

@@ -10,13 +10,13 @@ import shlex
 
 import pytest
 import torch
+from cli_runner import assert_one_line, run_cli, run_cli_process
+from test_hardware_plan import _measured
 
 from h3app.errors import H3AppError
 from h3app.hardware.planner import PREFERENCE, Placement, recommend
 from h3app.model import conditioner, fp8
 from h3app.model.loader import LoadOptions, load_model
-from tests.cli_runner import assert_one_line, run_cli, run_cli_process
-from tests.test_hardware_plan import _measured
 
 PROMPT = "a red ball moving right over a grey floor, low loud hum"
 
@@ -105,9 +105,10 @@ def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys
     adapter), fed unchanged to app.py's and generate's parsers; then generate runs with exactly those options on the
     tiny model on a fake GPU box of the recommended flavor's memory (tests/test_offload_fake_cuda.py watches the
     hooks). Options that store weights in fp8 run for real on the CPU too."""
+    from test_offload_fake_cuda import STEPS, assert_ran_every_evaluation_on_the_device, run_generate_on_box
+
     from h3app.hardware.flavors import BY_NAME
     from h3app.rules.steps import evaluations
-    from tests.test_offload_fake_cuda import STEPS, assert_ran_every_evaluation_on_the_device, run_generate_on_box
 
     choice = recommend(_measured(lora=lora), "unmerged" if lora else None)
     argv = shlex.split(choice["options"])

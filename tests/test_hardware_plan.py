@@ -254,8 +254,9 @@ def test_every_space_flavor_is_a_valid_space_hardware_value():
 
 
 def test_hardware_line_for_cpu_and_gpu():
+    from test_hardware_preflight import _gpu_options
+
     from h3app.model.loader import LoadOptions
-    from tests.test_hardware_preflight import _gpu_options
 
     cpu = hardware_line("tiny", LoadOptions(), device=None)
     assert cpu.startswith("CPU") and "tiny" in cpu

@@ -21,11 +21,11 @@ import httpx
 import pytest
 from app_fixtures import running_app
 from gradio_client.exceptions import AppError
+from test_adapters_abuse import scalar_bomb
 
 from h3app.adapters.header_caps import MAX_TENSORS
 from h3app.backend.admission import PER_VISITOR
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
-from tests.test_adapters_abuse import scalar_bomb
 
 ROOT = Path(__file__).resolve().parents[1]
 GENERATE = dict(prompt="a red fox", seed=1, steps=2, duration=5.0, adapters_json="[]", api_name="/generate")

@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_public_space_abuse import ROOT, assert_clean, client, hosted_app, refusal
 
 from h3app.backend.service import DEMO_ADAPTERS_DIR
-from tests.test_public_space_abuse import ROOT, assert_clean, client, hosted_app, refusal
 
 
 def write_header(path: Path, raw: bytes, data: bytes = b"") -> Path:

@@ -14,13 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from app_fixtures import running_app
+from test_public_space_abuse import GENERATE, client, join
 
 from h3app.backend.admission import PER_VISITOR
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.backend.worker import CLIENT_GONE, Worker
 from h3app.ui.cheap_limit import CHEAP_PER_VISITOR
 from h3app.ui.queue_hooks import ABANDON_SECONDS
-from tests.test_public_space_abuse import GENERATE, client, join
 
 DEMO = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
 

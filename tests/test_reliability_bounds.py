@@ -20,6 +20,7 @@ import pytest
 import torch
 from adapter_fixtures import TINY_SHAPES
 from bad_inputs import native_factors
+from hub_server import FakeHub
 from lora_fixtures import state_hash
 from safetensors.torch import save_file
 
@@ -30,7 +31,6 @@ from h3app.errors import H3AppError
 from h3app.lora.cache import adapter_nbytes
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"

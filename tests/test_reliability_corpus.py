@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from bad_inputs import BadInput, corpus_entries, make_accepted, make_corpus
 from cli_runner import assert_one_line, run_cli
-from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
+from model_state import assert_at_base, close_server, open_server
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend

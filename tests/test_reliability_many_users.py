@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from app_fixtures import running_app
+from polling import wait_until
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
@@ -87,8 +88,7 @@ def test_the_queue_bound_answers_clearly_when_full_and_serves_on(tiny_model, tmp
     release = threading.Event()
     try:
         blocker = service.worker.submit(lambda ctx: release.wait(60), label="a long job")
-        while blocker.progress.phase != "running":
-            blocker.wait_for_change(0.05)
+        wait_until(lambda: blocker.progress.phase == "running", "the blocker to run", wait=blocker.wait_for_change)
         waiting = [service.submit_generate(REQUEST, USERS[i]) for i in (1, 3, 0)]
         assert [h.progress.position for h in waiting] == [1, 2, 3]
         with pytest.raises(QueueFull) as caught:

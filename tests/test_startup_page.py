@@ -12,7 +12,6 @@ import pytest
 
 from h3app.model import repo
 from h3app.ui.startup_page import StartupPage, progress_text, while_starting
-from tests.hub_server import fake_hub  # noqa: F401 - the fixture
 
 EXTRA = "transformer/extra-shard.safetensors"
 EXTRA_BYTES = 12_000_000

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from cli_runner import run_cli_process
+from cli_runner import assert_one_line, run_cli
 from PIL import Image
 from polling import wait_until
 
@@ -170,34 +170,35 @@ def test_worker_queue_bound_and_queued_cancel():
 
 
 @pytest.mark.slow
-def test_cli_check_full_mode_json():
-    done = run_cli_process("check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+def test_cli_check_full_mode_json(capsys):
+    done = run_cli(capsys, "check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
+    assert done.code == 0, done.err
+    result = json.loads(done.out)
     assert result["mode"] == "full" and result["identical"] is True and result["control_identical"] is True
     assert result["hash_a"] == result["hash_b"] != result["hash_fallback"] and result["fallback_max_abs_diff"] > 0
 
 
 @pytest.mark.slow
-def test_cli_generate_two_adapters_and_registry_presets(tmp_path):
+def test_cli_generate_two_adapters_and_registry_presets(tmp_path, capsys):
     # a file the registry knows, in a local HF cache layout: its preset (5 steps, shift 12) becomes the default
     snapshot = tmp_path / "hub" / "models--lightx2v--Minimax-h3-Turbo" / "snapshots" / ("a" * 40)
     snapshot.mkdir(parents=True)
     known_file = snapshot / "minimax_h3_t2v_turbo_4step_v0.1.safetensors"
     known_file.write_bytes(Path(TURBO).read_bytes())
     out = tmp_path / "two.mp4"
-    done = run_cli_process("generate", "--prompt", "two adapters", "--adapter", str(known_file),
+    done = run_cli(capsys, "generate", "--prompt", "two adapters", "--adapter", str(known_file),
                    "--adapter-spec", f"{KOHYA},alpha=3,scale=0.5", "--out", str(out), "--json")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    assert done.code == 0, done.err
+    result = json.loads(done.out)
     assert result["steps"] == 5 and result["evaluations"] == 4
     assert any("registry" in note for note in result["presets"])
     first, second = result["adapters"]
     assert first["resolved_alpha"] == 8.0 and first["resolved_alpha_source"] == "registry"
     assert second["resolved_alpha"] == 3.0 and second["strength"] == 0.5
     assert media.read_settings(out)["adapters"] == result["adapters"]
-    bad = run_cli_process("generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    bad = run_cli(capsys, "generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
+    assert bad.code == 2 and not (tmp_path / "b.mp4").exists()
+    assert_one_line(bad.err, "--adapter-spec must start with the source")
 
 
 def test_inspect_and_load_a_hub_weight_at_a_revision(backend, tmp_path, fake_hub):

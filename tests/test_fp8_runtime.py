@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 import torch
-from cli_runner import assert_one_line, run_cli, run_cli_process
+from cli_runner import assert_one_line, run_cli
 from test_hardware_plan import _measured
 
 from h3app.errors import H3AppError
@@ -132,17 +132,18 @@ def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys
 
 
 def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_line(tmp_path, capsys):
+    from h3app.model.repo import TINY_DIR
+
     out = tmp_path / "fp8.mp4"
     result = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3", "--out", str(out),
                      "--fp8", "--fp8-text-encoder", "--json")
     assert result.code == 0, result.err
     assert out.stat().st_size > 0
-    refused = run_cli_process("generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3",
-                              "--out", str(tmp_path / "m.mp4"), "--fp8", "--lora-mode", "merged",
-                              "--adapter", "assets/adapters/tiny_turbo_4step.safetensors",
-                              env={"HF_HUB_OFFLINE": "1"})
-    assert refused.returncode == 2
-    assert_one_line(refused.stderr, "merged LoRA would round")
+    refused = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3",
+                      "--out", str(tmp_path / "m.mp4"), "--fp8", "--lora-mode", "merged",
+                      "--adapter", str(TINY_DIR.parent / "adapters" / "tiny_turbo_4step.safetensors"))
+    assert refused.code == 2 and not (tmp_path / "m.mp4").exists()
+    assert_one_line(refused.err, "merged LoRA would round")
 
 
 def test_check_with_fp8_loads_the_fp8_transformer_and_the_pair_stays_identical(capsys, monkeypatch):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 
 from h3app.hardware.fake_cuda import PhaseBytes
 from h3app.hardware.flavors import BY_NAME, BY_PRICE, FLAVORS, GB
@@ -280,11 +281,11 @@ def test_hardware_line_for_cpu_and_gpu():
     (["--model", "MiniMaxAI/MiniMax-H3"], "plan --model"),
     (["--fp8", "--adapter", "x.safetensors", "--lora-mode", "merged"], "fp8"),
 ])
-def test_bad_plan_options_get_one_line_and_exit_2(argv, fragment, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "h3app", "plan", *argv], capture_output=True, text=True,
-                            cwd=ROOT, timeout=300, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+def test_bad_plan_options_get_one_line_and_exit_2(argv, fragment, capsys):
+    """In-process: the same ``main`` a process runs (the exit status and the one stderr line)."""
+    result = run_cli(capsys, "plan", *argv)
+    assert result.code == 2, result.err
+    lines = result.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
 
 

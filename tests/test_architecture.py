@@ -5,6 +5,7 @@ argument errors and bad flag values load no torch)."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def imported_packages(package: str) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in files:
         parts = path.relative_to(H3APP).with_suffix("").parts
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             names: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 if node.level:  # relative: resolve against the module's own package
@@ -143,7 +144,7 @@ def module_imports(root: Path) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
@@ -195,6 +196,12 @@ def test_no_module_imports_itself_through_others(tree: str) -> None:
     graph = module_imports(H3APP.parent / tree)
     assert len(graph) > 5, f"the scan found almost no modules in {tree}/"
     assert import_circles(graph) == []
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per session (the scans only read it)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def sources() -> list[Path]:
@@ -262,7 +269,7 @@ def test_each_vocabulary_is_written_once(vocabulary: str) -> None:
     for path in sources():
         if path == H3APP / home:
             continue
-        lines = spelled_out(ast.parse(path.read_text()), words)
+        lines = spelled_out(parsed(path), words)
         found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in lines]
     assert found == []
 
@@ -272,7 +279,7 @@ def test_the_frame_rate_is_written_once() -> None:
     found = []
     for path in sources():
         if path != H3APP / "rules/frames.py":
-            found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in literal_fps(ast.parse(path.read_text()))]
+            found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in literal_fps(parsed(path))]
     assert found == []
 
 
@@ -291,7 +298,7 @@ def test_no_function_is_longer_than_80_lines() -> None:
     """Functions and methods, nested ones included, from ``def`` to their last line."""
     long = {}
     for path in sources():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                     and (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
                 long[f"{path.relative_to(H3APP.parent)}:{node.lineno} {node.name}"] = lines

@@ -30,7 +30,7 @@ DRIVER = ROOT / "tests" / "parallel_driver.py"
 TOLERANCE = 1e-4
 RUN_TIMEOUT_S = 900  # a hang fails here instead of blocking CI
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S)]
 
 
 def _env(folder: Path) -> dict[str, str]:

@@ -5,12 +5,15 @@ and every poll with a deadline."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
 
 
+@functools.cache
 def parsed() -> dict[Path, ast.Module]:
+    """Every module of tests/, parsed once per session (read only by the scans)."""
     return {path: ast.parse(path.read_text(), str(path)) for path in sorted(TESTS.glob("*.py"))}
 
 

@@ -89,6 +89,7 @@ def test_a_header_length_over_the_cap_is_refused_from_its_8_byte_prefix(tmp_path
         read_local_header(bomb)
 
 
+@pytest.mark.slow
 def test_a_remote_header_bomb_is_refused_after_one_bounded_read(fake_hub: FakeHub, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     length_bomb(tmp_path / "long" / "lora.safetensors", 92_000_000, 92_000_100)

@@ -62,6 +62,7 @@ def test_safetensors_whose_length_looks_like_a_pickle_opcode_is_read(tmp_path: P
     assert (info.rank, info.alpha, info.alpha_source) == (4, 2.0, "module_tensor")
 
 
+@pytest.mark.slow
 def test_the_same_files_are_read_through_the_hub(fake_hub: FakeHub, tmp_path: Path) -> None:
     folder = tmp_path / "repo"
     folder.mkdir()

@@ -30,6 +30,7 @@ def weights_digest(module: torch.nn.Module) -> dict[str, bytes]:
     return {name: t.detach().cpu().numpy().tobytes() for name, t in module.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_interleaved_jobs_each_get_their_own_settings(backend):
     request = GenerationRequest(prompt="a lighthouse at night", seed=3, steps=3)
     settings_a = [LoRASettings(source=TURBO, alpha=8.0)]
@@ -42,6 +43,7 @@ def test_interleaved_jobs_each_get_their_own_settings(backend):
     assert solo_a != solo_b
 
 
+@pytest.mark.slow
 def test_no_adapter_job_runs_on_the_bitwise_base(backend, tiny_model):
     backend.binder.reset()
     base = weights_digest(tiny_model.transformer())
@@ -52,6 +54,7 @@ def test_no_adapter_job_runs_on_the_bitwise_base(backend, tiny_model):
     assert weights_digest(tiny_model.transformer()) == base
 
 
+@pytest.mark.slow
 def test_progress_reports_n_minus_one_steps_and_cancel_leaves_next_job_clean(backend):
     seen = []
     request = GenerationRequest(prompt="rain", seed=5, steps=6)
@@ -67,6 +70,7 @@ def test_progress_reports_n_minus_one_steps_and_cancel_leaves_next_job_clean(bac
     assert backend.generate(request, [LoRASettings(source=KOHYA)]).result.hash == fresh
 
 
+@pytest.mark.slow
 def test_failed_job_resets_to_base_and_worker_lives_on(backend, tiny_model):
     backend.binder.reset()
     base = weights_digest(tiny_model.transformer())
@@ -77,6 +81,7 @@ def test_failed_job_resets_to_base_and_worker_lives_on(backend, tiny_model):
     assert backend.generate(GenerationRequest(prompt="x", steps=2)).result.frames > 0
 
 
+@pytest.mark.slow
 def test_mp4_has_video_stereo_audio_and_its_settings(backend):
     output = backend.generate(GenerationRequest(prompt="waves", seed=2, steps=2), [LoRASettings(source=TURBO, alpha=8)])
     info = media.probe_mp4(output.video_path)
@@ -88,6 +93,7 @@ def test_mp4_has_video_stereo_audio_and_its_settings(backend):
     assert Path(output.thumbnail_path).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_full_mode_equivalence_identical_and_fallback_differs(backend, tiny_model):
     backend.binder.reset()
     base = weights_digest(tiny_model.transformer())
@@ -106,6 +112,7 @@ def test_full_mode_equivalence_identical_and_fallback_differs(backend, tiny_mode
     assert weights_digest(tiny_model.transformer()) == base  # left at base
 
 
+@pytest.mark.slow
 def test_grid_yields_rows_times_columns(backend):
     plan = backend.plan_grid([8.0, None], [0.5, 1.0, -1.0], [0])
     assert plan.cells == 6
@@ -116,6 +123,7 @@ def test_grid_yields_rows_times_columns(backend):
         backend.plan_grid(list(range(1, 10)), [1.0] * 10, [0])
 
 
+@pytest.mark.slow
 def test_fl2va_and_ref2va_workflows(backend, tmp_path):
     image = tmp_path / "key.png"
     Image.fromarray((np.random.RandomState(0).rand(64, 96, 3) * 255).astype(np.uint8)).save(image)

@@ -55,6 +55,7 @@ def test_the_fp8_variables_turn_the_flags_on(monkeypatch):
     assert _placement(_command_args("generate", ["--prompt", "x", "--out", "x.mp4"])) == Placement("none")
 
 
+@pytest.mark.slow
 def test_fp8_stores_transformer_and_conditioner_layers_in_float8_and_computes_in_the_load_dtype():
     model = load_model("tiny", options=LoadOptions(fp8=True, fp8_text_encoder=True))
     transformer, text_encoder = model.components["transformer"], model.components["text_encoder"]
@@ -66,6 +67,7 @@ def test_fp8_stores_transformer_and_conditioner_layers_in_float8_and_computes_in
     assert text_encoder.dtype == torch.float32 and transformer.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_fp8_output_is_close_to_full_precision_but_not_identical():
     from h3app.backend.generation import GenerationRequest, run_generation
     from h3app.backend.metrics import psnr
@@ -78,6 +80,7 @@ def test_fp8_output_is_close_to_full_precision_but_not_identical():
     assert 15.0 < quality < float("inf")  # fp8 changes the output (it ran) and keeps the picture (docs/hardware.md)
 
 
+@pytest.mark.slow
 def test_merged_lora_with_fp8_is_refused_in_one_line_and_the_weights_are_untouched():
     from lora_fixtures import state_hash
 
@@ -99,6 +102,7 @@ def test_offload_without_cuda_is_one_line_not_a_traceback():
         LoadOptions(offload="auto")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [True, False], ids=["lora-unmerged", "no-lora"])
 def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys, monkeypatch, lora):
     """The plan's recommendation for the issue's request (a 312-target rank-128 adapter, unmerged; and without an
@@ -131,6 +135,7 @@ def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys
         assert out.stat().st_size > 0 and json.loads(run.out)["evaluations"] == evaluations(STEPS)
 
 
+@pytest.mark.slow
 def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_line(tmp_path, capsys):
     from h3app.model.repo import TINY_DIR
 
@@ -146,6 +151,7 @@ def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_
     assert_one_line(refused.err, "merged LoRA would round")
 
 
+@pytest.mark.slow
 def test_check_with_fp8_loads_the_fp8_transformer_and_the_pair_stays_identical(capsys, monkeypatch):
     from h3app.model import loader
 

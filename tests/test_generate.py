@@ -14,6 +14,7 @@ from h3app.errors import H3AppError
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_cli_generate_json_and_mp4(tmp_path, capsys):
     """The command in-process (a real ``python -m h3app generate`` runs in tests/test_model_repo.py)."""
     out = tmp_path / "x.mp4"
@@ -34,6 +35,7 @@ def test_cli_generate_json_and_mp4(tmp_path, capsys):
     assert info.settings["hash"] == result["hash"] and info.settings["request"]["seed"] == 7
 
 
+@pytest.mark.slow
 def test_same_seed_identical_different_seed_differs(tiny_model):
     pipe = tiny_model.pipeline("t2va")
     a = run_generation(pipe, GenerationRequest(prompt="waves", seed=1, steps=3))
@@ -45,6 +47,7 @@ def test_same_seed_identical_different_seed_differs(tiny_model):
     assert a.audio.shape[0] == 2 and a.audio.shape[1] == round(a.frames / 24 * 40) * 800  # 40 audio latents/s, hop 800
 
 
+@pytest.mark.slow
 def test_progress_counts_evaluations_and_cancel_stops(tiny_model):
     pipe = tiny_model.pipeline("t2va")
     seen = []
@@ -59,6 +62,7 @@ def test_progress_counts_evaluations_and_cancel_stops(tiny_model):
     assert again.hash == result.hash  # a cancel leaves nothing behind
 
 
+@pytest.mark.slow
 def test_shift_changes_output(tiny_model):
     pipe = tiny_model.pipeline("t2va")
     a = run_generation(pipe, GenerationRequest(prompt="x y", seed=0, steps=3))

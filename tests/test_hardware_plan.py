@@ -289,6 +289,7 @@ def test_bad_plan_options_get_one_line_and_exit_2(argv, fragment, capsys):
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
 
 
+@pytest.mark.slow
 def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal():
     """The whole command on the tiny checkpoint: its rehearsal (identical layers replayed) gives every field."""
     import json

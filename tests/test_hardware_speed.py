@@ -123,6 +123,7 @@ def tiny_rank4():
     return measure(_tiny_options(4), repo.TINY)
 
 
+@pytest.mark.slow
 def test_tiny_lora_flops_are_linear_in_rank_and_base_flops_do_not_move(tiny_rank4):
     rank8 = measure(_tiny_options(8), repo.TINY)
     four, eight = tiny_rank4.rehearsal.flops["denoise"], rank8.rehearsal.flops["denoise"]
@@ -150,6 +151,7 @@ def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(t
     assert "h200" in describe_plan(plan).split("predicted")[1]
 
 
+@pytest.mark.slow
 def test_the_fp32_delta_costs_more_than_the_bf16_one_on_the_same_plan(monkeypatch, tiny_rank4):
     import h3app.lora.entries as entries_module
 

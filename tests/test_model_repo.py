@@ -36,6 +36,7 @@ def test_repo_id_loads_offline_from_local_cache(tmp_path):
     assert out.is_file() and result["frames"] == 124 and result["audio_channels"] == 2
 
 
+@pytest.mark.slow
 def test_repo_id_offline_and_not_cached_is_one_clear_line(tmp_path):
     done = run_cli_process("generate", "--model", "someone/not-cached", "--prompt", "x", "--out", str(tmp_path / "x.mp4"),
                    env={"HF_HOME": str(tmp_path / "empty")})

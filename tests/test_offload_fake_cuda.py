@@ -17,6 +17,8 @@ from h3app.hardware.fake_driver import FakeGpuBox, fake_gpu_box
 from h3app.hardware.flavors import BY_NAME
 from h3app.rules.steps import evaluations
 
+pytestmark = pytest.mark.slow  # every test here runs generate on a fake GPU box
+
 PROMPT = "a red ball moving right over a grey floor, low loud hum"
 STEPS = 3
 BOX = BY_NAME["a100-large"]  # the plan's recommended flavor for the request (tests/test_fp8_runtime.py)

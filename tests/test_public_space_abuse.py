@@ -107,6 +107,7 @@ def test_a_grid_and_a_megabyte_source_are_refused_in_one_line(hosted: Any) -> No
     assert len(message) < 1000  # the source is not echoed
 
 
+@pytest.mark.slow
 def test_one_client_cannot_fill_the_queue_and_a_second_visitor_is_served(hosted: Any,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Visitors told apart by address: a proxy on this machine (``FORWARDED_ALLOW_IPS``) names them."""
@@ -242,6 +243,7 @@ GRID = dict(prompt="a red fox", steps=2, duration=5.0, height=0, width=0, alphas
             adapters_json=json.dumps([{"source": str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")}]), token="")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api_name, values", [
     ("generate", {k: v for k, v in GENERATE.items() if k != "api_name"}),
     ("grid", GRID),  # a generator event: Gradio itself would stop it only at its next cell

@@ -22,6 +22,8 @@ from h3app.backend.worker import CLIENT_GONE, Worker
 from h3app.ui.cheap_limit import CHEAP_PER_VISITOR
 from h3app.ui.queue_hooks import ABANDON_SECONDS
 
+pytestmark = pytest.mark.slow  # every test here queues jobs on a launched hosted app
+
 DEMO = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
 
 

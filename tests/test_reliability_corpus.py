@@ -119,6 +119,7 @@ def test_corpus_has_at_least_thirty_kinds_and_every_file_exists(corpus_dir: Path
     assert not (corpus_dir / "missing.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_bad_inputs_script_writes_the_corpus(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "bad_inputs.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=120)

@@ -144,6 +144,7 @@ def test_an_exception_half_way_through_attach_rolls_back_to_the_bitwise_base(
     assert_next_job_is_clean(at_base)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["merge_from", "restore_from"])
 def test_an_exception_half_way_through_a_re_merge_rolls_back(method: str, at_base: dict[str, Any],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,6 +238,7 @@ def _out_of_memory() -> BaseException:
     return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["unmerged", "merged"])
 def test_out_of_memory_in_the_denoiser_is_one_line_with_advice_and_the_next_job_is_clean(
         mode: str, at_base: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

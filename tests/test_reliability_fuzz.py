@@ -113,6 +113,7 @@ def accepted_header(result: Any) -> bool:
     return True
 
 
+@pytest.mark.slow
 def test_parse_header_on_mutated_header_bytes() -> None:
     share = Share()
 
@@ -162,6 +163,7 @@ def header_dicts(draw: st.DrawFn) -> dict[str, Any]:
     return header
 
 
+@pytest.mark.slow
 def test_parse_header_on_random_header_objects() -> None:
     share = Share()
 
@@ -206,6 +208,7 @@ def mutated_files(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
+@pytest.mark.slow
 def test_read_local_header_on_mutated_files() -> None:
     from safetensors import safe_open
 
@@ -333,6 +336,7 @@ def header_views(draw: st.DrawFn) -> HeaderView:
                       file_bytes=draw(st.integers(0, 10**12)), name="fuzz.safetensors")
 
 
+@pytest.mark.slow
 def test_inspect_header_on_mutated_key_sets() -> None:
     share = Share()
 
@@ -360,6 +364,7 @@ def test_inspect_header_on_mutated_key_sets() -> None:
     share.assert_at_least(SHARES["mutated key sets"], "mutated key sets")
 
 
+@pytest.mark.slow
 def test_plan_adapter_maps_each_target_once() -> None:
     share = Share()
 

@@ -83,6 +83,7 @@ def test_eight_concurrent_users_each_get_their_own_result(backend: Backend, solo
     assert again == [[solo_hashes[i]] * 2 for i in reversed(range(len(USERS)))]
 
 
+@pytest.mark.slow
 def test_the_queue_bound_answers_clearly_when_full_and_serves_on(tiny_model, tmp_path: Path) -> None:
     service = Backend(loaded=tiny_model, output_dir=tmp_path, max_queue=3)
     release = threading.Event()

@@ -68,6 +68,7 @@ def _client(port: int):
     return Client(f"http://127.0.0.1:{port}/", verbose=False)
 
 
+@pytest.mark.slow
 def test_the_startup_page_shows_download_progress_from_the_stand_in_hub(fake_hub, tmp_path, monkeypatch):  # noqa: F811
     folder = tmp_path / "h3-big"
     shutil.copytree(repo.TINY_DIR, folder)

@@ -55,8 +55,11 @@ def _default_plan(argv: list[str]):
     return options, placement
 
 
-def test_the_readme_suggests_what_the_plan_recommends_and_its_gpu_command_fits():
+def test_the_readme_suggests_what_the_plan_recommends_and_its_gpu_command_fits(rehearsed, monkeypatch):
     import app
+    from h3app.hardware import planner
+
+    monkeypatch.setattr(planner, "rehearse", rehearsed)  # the default request's rehearsal, once in the session
 
     readme = (ROOT / "README.md").read_text()
     suggested = re.search(r"^suggested_hardware:\s*(\S+)", readme.split("---")[1], re.M).group(1)

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from browser_fixtures import GENERATION_TIMEOUT_MS, error_badges, open_app, set_
 from playwright.sync_api import expect
 
 from h3app.backend.generation import Cancelled
+from h3app.backend.service import Backend
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -173,22 +175,36 @@ def test_labels_read_as_meant(page):
     expect(differences).not_to_contain_text(re.compile(r"\{'|None|rank_fallback"))
 
 
+@contextmanager
+def held_steps(backend: Backend, seconds: float = 0.2):
+    """Each transformer evaluation of ``backend``'s model takes at least ``seconds``: a 60-step job runs for 12 s or
+    more, so that a click on Cancel lands while it runs however fast the machine (the tiny model's 59 evaluations
+    otherwise end in about a second)."""
+    hook = backend.model.transformer().register_forward_pre_hook(lambda *_: time.sleep(seconds))
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
 def test_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
     url, backend = app
-    set_number(page, "#steps", "60")
-    page.locator("#generate").click()
-    expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
-    page.locator("#cancel").click()
-    expect(page.locator("#generate-status")).to_contain_text(re.compile(r"Cancelled after \d+ of 59 steps"))
+    with held_steps(backend):
+        set_number(page, "#steps", "60")
+        page.locator("#generate").click()
+        expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
+        page.locator("#cancel").click()
+        expect(page.locator("#generate-status")).to_contain_text(re.compile(r"Cancelled after \d+ of 59 steps"))
 
-    other = open_app(browser, url)
-    set_number(other, "#steps", "60")
-    other.locator("#generate").click()
-    expect(other.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
-    handle = backend.worker.current
-    other.close()  # the person went away: the tab's unload or the dropped event stream stops the job at its next step
-    with pytest.raises(Cancelled, match=r"cancelled (\(the client went away\) )?after \d+ of 59 steps"):
-        handle.result(timeout=60)
+        other = open_app(browser, url)
+        set_number(other, "#steps", "60")
+        other.locator("#generate").click()
+        expect(other.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
+        handle = backend.worker.current
+        assert handle is not None, "the job ended before the tab was closed"
+        other.close()  # the person went away: the tab's unload or the dropped event stream stops the job at its next step
+        with pytest.raises(Cancelled, match=r"cancelled (\(the client went away\) )?after \d+ of 59 steps"):
+            handle.result(timeout=60)
 
 
 def test_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, browser, app):

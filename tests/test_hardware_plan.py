@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -290,14 +288,13 @@ def test_bad_plan_options_get_one_line_and_exit_2(argv, fragment, capsys):
 
 
 @pytest.mark.slow
-def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal():
+def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal(capsys):
     """The whole command on the tiny checkpoint: its rehearsal (identical layers replayed) gives every field."""
     import json
 
-    result = subprocess.run([sys.executable, "-m", "h3app", "plan", "--model", "tiny", "--json"], capture_output=True,
-                            text=True, cwd=ROOT, timeout=600, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 0, result.stderr[-2000:]
-    plan = json.loads(result.stdout)
+    result = run_cli(capsys, "plan", "--model", "tiny", "--json")
+    assert result.code == 0, result.err[-2000:]
+    plan = json.loads(result.out)
     assert {"peak_gpu_bytes", "host_bytes", "components", "phases", "fits", "recommended", "warnings"} <= set(plan)
     assert set(plan["components"]) >= {"transformer", "text_encoder", "vae", "audio_vae"}
     assert plan["tokens"]["video"] > 0 and plan["tokens"]["text"] > 0

@@ -18,31 +18,31 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def issue_plans():
+def lora_request_plans():
     """t2va, 544p, 5 s, bf16, a 312-target rank-128 adapter unmerged: each placement the runtime offers."""
     return {plan.placement: plan for plan in table.plans(128)}
 
 
-def test_an_h200_holds_everything_resident_in_bf16_within_138_gb(issue_plans):
-    plan = issue_plans[Placement("none")]
+def test_an_h200_holds_everything_resident_in_bf16_within_138_gb(lora_request_plans):
+    plan = lora_request_plans[Placement("none")]
     assert plan.peak_gpu_bytes <= 138 * GB and plan.fits["h200"]
 
 
 @pytest.mark.parametrize("card", ["rtx-pro-6000", "zero-gpu-xlarge"])
-def test_a_96_gb_card_holds_everything_resident_with_fp8(issue_plans, card):
-    assert issue_plans[Placement("none", fp8=True, fp8_text_encoder=True)].fits[card]
+def test_a_96_gb_card_holds_everything_resident_with_fp8(lora_request_plans, card):
+    assert lora_request_plans[Placement("none", fp8=True, fp8_text_encoder=True)].fits[card]
 
 
-def test_a100_large_has_a_placement_within_80_gb_of_gpu_and_142_gb_of_host(issue_plans):
-    fitting = [p for p, plan in issue_plans.items() if plan.fits["a100-large"]]
+def test_a100_large_has_a_placement_within_80_gb_of_gpu_and_142_gb_of_host(lora_request_plans):
+    fitting = [p for p, plan in lora_request_plans.items() if plan.fits["a100-large"]]
     assert fitting
-    row = next(r for r in issue_plans[fitting[0]].flavors if r["name"] == "a100-large")
+    row = next(r for r in lora_request_plans[fitting[0]].flavors if r["name"] == "a100-large")
     assert row["fits_gpu"] and row["fits_host"]
 
 
-def test_the_docs_table_is_the_plans_own(issue_plans):
+def test_the_docs_table_is_the_plans_own(lora_request_plans):
     docs = (ROOT / "docs" / "hardware.md").read_text()
-    assert table.markdown(list(issue_plans.values())) in docs
+    assert table.markdown(list(lora_request_plans.values())) in docs
 
 
 def _default_plan(argv: list[str]):

@@ -180,7 +180,7 @@ def test_the_fp8_text_encoder_stores_the_conditioner_in_fp8_and_upcasts_one_line
         + measured.largest_text_encoder_linear_bytes
 
 
-def test_the_issue_goals_hold_on_the_measured_sizes():
+def test_the_right_sizing_goals_hold_on_the_measured_sizes():
     measured = _measured(lora=True)
     h200, rtx, a100 = BY_NAME["h200"], BY_NAME["rtx-pro-6000"], BY_NAME["a100-large"]
     bf16, _ = compose(measured, Placement("none"), "unmerged")

@@ -1,8 +1,10 @@
-"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N] [--compile]`.
+"""H3 LoRA Lab — run the app: `python app.py [--model tiny|FOLDER|REPO_ID] [--ulysses N] [--compile] [--mcp]`.
 
-Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT); the model from --model
-or H3APP_MODEL (default: the embedded tiny checkpoint); hosted mode, adapter size cap and output folder from
-H3APP_HOSTED, H3APP_MAX_ADAPTER_MB and H3APP_OUTPUT_DIR. README.md lists every variable.
+Host and port come from Gradio's own variables (GRADIO_SERVER_NAME, GRADIO_SERVER_PORT). Model and placement: what
+--model/--device/--dtype/--offload/--fp8/--fp8-text-encoder/--ulysses/--ring or their H3APP_* variables set, the
+rest chosen for the box (``h3app.hardware.auto``: on a CUDA box MiniMaxAI/MiniMax-H3 in bf16, placed as fast as
+its GPUs and host RAM allow; without one the embedded tiny checkpoint on the CPU). Hosted mode, adapter size cap
+and output folder from H3APP_HOSTED, H3APP_MAX_ADAPTER_MB and H3APP_OUTPUT_DIR. README.md lists every variable.
 """
 
 import argparse
@@ -10,7 +12,7 @@ import os
 import sys
 
 from h3app.cli import quiet_libraries
-from h3app.commands.model_options import add_compile_flag, add_fp8_flags
+from h3app.commands.model_options import FP8_ENV, FP8_TEXT_ENCODER_ENV, add_compile_flag, add_fp8_flags
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
@@ -32,17 +34,67 @@ def main() -> None:
         sys.exit(2)
 
 
+def _env(name: str) -> str | None:
+    """An ``H3APP_*`` variable, None when unset or empty (then the app chooses for the box)."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _env_flag(name: str) -> bool | None:
+    value = _env(name)
+    return None if value is None else value.lower() in ("1", "true", "yes")
+
+
+def _env_int(name: str) -> int | None:
+    value = _env(name)
+    try:
+        return None if value is None else int(value)
+    except ValueError:
+        raise H3AppError(f"{name} must be a whole number such as 2, got {value!r}.") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The app's flags (each defaults from its environment variable)."""
+    """The app's flags; each defaults from its environment variable, and one left unset (None) is chosen for the
+    box by ``h3app.hardware.auto``."""
     parser = argparse.ArgumentParser(description="H3 LoRA Lab web app")
-    parser.add_argument("--model", default=os.environ.get("H3APP_MODEL", "tiny"))
-    parser.add_argument("--dtype", default=os.environ.get("H3APP_DTYPE", "float32"))
-    parser.add_argument("--device", default=os.environ.get("H3APP_DEVICE", "cpu"))
-    parser.add_argument("--offload", default=os.environ.get("H3APP_OFFLOAD", "none"))
+    parser.add_argument("--model", default=_env("H3APP_MODEL"),
+                        help="tiny, a local folder or a Hub repo id (default: MiniMaxAI/MiniMax-H3 on a CUDA box, "
+                             "tiny without one)")
+    parser.add_argument("--dtype", default=_env("H3APP_DTYPE"), help="default: bfloat16 on cuda, float32 on cpu")
+    parser.add_argument("--device", default=_env("H3APP_DEVICE"), help="default: cuda when a GPU is seen, else cpu")
+    parser.add_argument("--offload", default=_env("H3APP_OFFLOAD"),
+                        help="none | auto | group (default: the fastest placement that fits this box)")
     add_fp8_flags(parser)  # --fp8, --fp8-text-encoder (H3APP_FP8, H3APP_FP8_TEXT_ENCODER)
+    parser.set_defaults(fp8=_env_flag(FP8_ENV), fp8_text_encoder=_env_flag(FP8_TEXT_ENCODER_ENV))
     add_parallel_arguments(parser)
+    parser.set_defaults(ulysses=_env_int("H3APP_ULYSSES"), ring=_env_int("H3APP_RING"))
     add_compile_flag(parser)
+    parser.add_argument("--mcp", action="store_true", default=os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true",
+                        help="also serve the tools to agents over MCP at /gradio_api/mcp/ (env GRADIO_MCP_SERVER=true)")
     return parser
+
+
+def serving_of(args: argparse.Namespace):
+    """What the flags and variables set (``hardware.auto.Serving``; None: left to the app)."""
+    from h3app.hardware.auto import Serving
+
+    return Serving(model=args.model, device=args.device, dtype=args.dtype, offload=args.offload, fp8=args.fp8,
+                   fp8_text_encoder=args.fp8_text_encoder, ulysses=args.ulysses, ring=args.ring)
+
+
+def choose(args: argparse.Namespace, box=True):
+    """Fill ``args`` with the app's choice for ``box`` (True: this machine's; a flavor or None stands in for it) and
+    return the choice; its variables go to the environment, so that ranks started from this command line (which
+    re-run it) serve the same."""
+    from h3app.hardware.auto import choose as choose_for_box
+    from h3app.hardware.preflight import this_box
+
+    choice = choose_for_box(serving_of(args), this_box() if box is True else box)
+    serving = choice.serving
+    for name in ("model", "device", "dtype", "offload", "fp8", "fp8_text_encoder", "ulysses", "ring"):
+        setattr(args, name, getattr(serving, name))
+    os.environ.update(serving.environment())
+    return choice
 
 
 def serve() -> None:
@@ -51,7 +103,7 @@ def serve() -> None:
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env, hosted_from_env
-    from h3app.hardware.preflight import check_before_download
+    from h3app.hardware.preflight import check_before_download, held_limits
     from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
     from h3app.model.repo import pending_download
@@ -60,20 +112,27 @@ def serve() -> None:
     from h3app.ui.app_ui import build_app, launch_kwargs
     from h3app.ui.startup_page import while_starting
 
+    print(choose(args).line, flush=True)  # what runs here and why, before anything is downloaded
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                           fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
                           compile=args.compile)  # a bad dtype or a missing GPU: refused before any rank starts
-    check_before_download(args.model, options)  # a real model that cannot fit this GPU: refused before downloading
+    # the judge's verdict on this box (a real model that cannot fit: refused before downloading), and the longest
+    # clip and largest canvas it holds there: the UI's and the API's limits
+    verdict = check_before_download(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
+    held = held_limits(verdict, options)
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader
     download = pending_download(args.model, revision=options.revision, token=options.token) if leader else None
     with while_starting(download, show_log=not hosted_from_env()):  # first-start download progress on the app's port
         backend = backend_from_env(args.model, options)
+        if held is not None:
+            backend.hold_to(max_seconds=held["max_duration_s"], max_pixels=held["max_pixels"])
         bind(group, backend)  # ranks > 1: every job in lockstep (docs/multi-gpu.md)
     try:
         if group is not None and not group.leader:
             sys.exit(follow(group, backend))
-        build_app(backend, hardware=hardware_line(args.model, options)).launch(**launch_kwargs(backend))
+        build_app(backend, hardware=hardware_line(args.model, options), mcp=args.mcp).launch(
+            **launch_kwargs(backend, mcp=args.mcp))
     finally:
         backend.close()
         close_ranks(group)

@@ -2,8 +2,8 @@
 line on stderr, JSON on stdout with ``--json``. Each command lives in ``h3app/commands/<name>.py`` with
 ``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``; it prints through
 ``h3app/commands/output.py`` and never imports this module back. A flag's value is parsed by its argparse ``type``
-(one of ``h3app/rules``' parsers) and checks across flags by the command's ``check_flags`` default, so a bad value
-is refused before torch (or the libraries :func:`quiet_libraries` configures) is imported."""
+(one of ``h3app/rules``' parsers) and checks across flags (or for the chosen model) by the command's ``check``
+default, so a bad value is refused before torch (or the libraries :func:`quiet_libraries` configures) is imported."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import check, export, generate, grid, inspect, plan
+from .commands import check, export, generate, grid, inspect, plan, search
 from .errors import H3AppError
 
-COMMANDS = (inspect, generate, check, export, grid, plan)  # light modules: heavy imports live inside each ``run``
+COMMANDS = (inspect, generate, check, export, grid, plan, search)  # light modules: heavy imports inside each ``run``
+LIGHT = ("inspect", "search")  # commands that never import torch: the libraries are not configured for them
 # Warnings raised in these libraries' own modules are not the user's to act on; h3app's and any other stay visible.
 QUIET_MODULES = r"(torch|diffusers|transformers)(\.|$)"
 
@@ -57,9 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)  # a flag's ``type`` refuses a bad value with H3AppError's one line
-        if hasattr(args, "check_flags"):  # a command's checks across flags, light too
-            args.check_flags(args)
-        if args.command != "inspect":  # inspect stays light: no torch-heavy imports
+        if getattr(args, "check", None) is not None:
+            args.check(args)  # the command's checks across flags (or for its model), light too
+        if args.command not in LIGHT:
             quiet_libraries()
         return int(args.run(args) or 0)
     except H3AppError as error:

@@ -40,6 +40,8 @@ class LoRASettings:
     mode: str = "unmerged"
     group_strengths: Mapping[str, float] = field(default_factory=dict)
     qkv_layout: str = "auto"
+    skip_parts: tuple[str, ...] = ()  # part kinds left out (``adaln``: a pruned-base file's AdaLN parts)
+    any_partition: bool = False  # apply a file made for the other transformer partition anyway
 
     def __post_init__(self) -> None:
         source = os.fspath(self.source) if isinstance(self.source, os.PathLike) else self.source
@@ -62,3 +64,8 @@ class LoRASettings:
             raise H3AppError(f"mode must be one of {', '.join(LORA_MODES)}, got {self.mode!r}.")
         if self.qkv_layout not in QKV_LAYOUTS:
             raise H3AppError(f"qkv_layout must be one of {', '.join(QKV_LAYOUTS)}, got {self.qkv_layout!r}.")
+        skip = (self.skip_parts,) if isinstance(self.skip_parts, str) else self.skip_parts
+        if not all(isinstance(kind, str) for kind in skip):
+            raise H3AppError(f"skip_parts must be part kinds such as 'adaln', got {values.short(self.skip_parts)}.")
+        object.__setattr__(self, "skip_parts", tuple(sorted({kind.strip().lower() for kind in skip if kind.strip()})))
+        object.__setattr__(self, "any_partition", bool(self.any_partition))

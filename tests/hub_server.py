@@ -7,6 +7,8 @@ What it serves (what huggingface_hub 2.4 calls; read from its ``hf_api.py``, ``f
   ``repo_info``: ``id``, ``sha`` (the commit), ``gated``, ``siblings`` (with ``size``, ``blobId`` and ``lfs`` when
   the query has ``blobs=True``, i.e. ``files_metadata=True``).
 - ``GET /api/models/{repo}/tree/{rev}[/{path}]`` — ``HfApi.list_repo_tree`` (used by ``snapshot_download``).
+- ``GET /api/models`` — ``HfApi.list_models``: ``filter`` (tags, from ``set_card``), ``search``, ``sort``,
+  ``limit``, ``expand`` (``siblings`` without sizes, as on the Hub).
 - ``HEAD`` and ``GET /{repo}/resolve/{rev}/{path}`` — ``get_hf_file_metadata`` / ``hf_hub_download`` /
   ``parse_safetensors_file_metadata``: ``ETag`` (sha256 for LFS-like files, git blob sha1 for small text files),
   ``X-Repo-Commit``, ``Content-Length``, ``Accept-Ranges``, and single ``Range: bytes=a-b`` / ``a-`` / ``-n``
@@ -64,6 +66,8 @@ _LFS_POINTER_SIZE = 134
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*/[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 LOG_WAIT_SECONDS = 10.0  # longest wait for a request in flight to be logged before the log is read
 HOLD_SECONDS = 120.0  # longest a held download waits for release_held()
+LISTING_DEFAULT = ("downloads", "likes", "lastModified", "tags", "private", "gated")  # without ``expand``
+LISTING_SORTS = ("downloads", "likes", "lastModified", "createdAt", "trendingScore")
 
 
 def fake_commit(repo_id: str, revision: str = "main") -> str:
@@ -166,6 +170,7 @@ class FakeHub:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
+        self._cards: dict[str, dict[str, Any]] = {}  # repo id → what the model listing says of it (set_card)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     def start(self, port: int = 0) -> FakeHub:
@@ -258,6 +263,14 @@ class FakeHub:
     def clear_interruptions(self) -> None:
         with self._lock:
             self._interruptions.clear()
+
+    def set_card(self, repo_id: str, *, tags: tuple[str, ...] | list[str] = (), downloads: int = 0, likes: int = 0,
+                 last_modified: str = "2025-01-01T00:00:00.000Z") -> None:
+        """What the model listing (``GET /api/models``) says of an added repo: its tags (``base_model:adapter:…``),
+        downloads, likes and last change (ISO 8601). Repos without a card are listed with no tags."""
+        with self._lock:
+            self._cards[repo_id] = {"tags": list(tags), "downloads": downloads, "likes": likes,
+                                    "lastModified": last_modified}
 
     def release_held(self) -> None:
         """Send the rest of every download held by ``interrupt_download(..., then="hold")``."""
@@ -458,6 +471,8 @@ class _HubHandler(BaseHTTPRequestHandler):
     # -- routes ------------------------------------------------------------------------------------------------
     def _route(self, head: bool) -> int:
         parts = self._raw_path.strip("/").split("/")
+        if parts == ["api", "models"]:
+            return self._list_models(head)
         if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
             return self._api_models(parts[2:], head)
         if len(parts) >= 5 and parts[2] == "resolve":
@@ -649,6 +664,43 @@ class _HubHandler(BaseHTTPRequestHandler):
             pass
         return status
 
+    # -- the model listing (``python -m h3app search``) -----------------------------------------------------------
+    def _list_models(self, head: bool) -> int:
+        """``HfApi.list_models``: ``filter`` (every value a tag of the repo), ``search`` (in the repo id, any case),
+        ``sort`` (largest first, as the Hub; insertion order among equals), ``limit`` and ``expand`` (only those
+        properties; ``siblings`` with ``rfilename`` only — the Hub's listing gives no sizes). One page, no ``Link``."""
+        query = self._query
+        filters = query.get("filter", []) + query.get("filter[]", [])
+        search = (query.get("search", [""])[0] or "").lower()
+        sort = query.get("sort", [None])[0]
+        if sort is not None and sort not in LISTING_SORTS:
+            return self._error(400, None, f"Invalid sort: {sort}", head)
+        expand = query.get("expand", []) + query.get("expand[]", [])
+        hub = self.fake_hub
+        with hub._lock:
+            repos = list(hub._repos.values())
+            cards = {repo_id: dict(card) for repo_id, card in hub._cards.items()}
+        rows = []
+        for repo in repos:
+            card = cards.get(repo.repo_id, {"tags": [], "downloads": 0, "likes": 0,
+                                            "lastModified": "2025-01-01T00:00:00.000Z"})
+            if not all(f in card["tags"] for f in filters) or search not in repo.repo_id.lower():
+                continue
+            properties = {**card, "private": False, "gated": "manual" if repo.gated_token else False,
+                          "sha": repo.revisions["main"].commit, "createdAt": "2025-01-01T00:00:00.000Z",
+                          "siblings": [{"rfilename": name} for name in _files_of(repo.revisions["main"].folder)]}
+            shown = expand or LISTING_DEFAULT
+            rows.append({"_id": hashlib.md5(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id,
+                         **({"modelId": repo.repo_id} if not expand else {}),
+                         **{name: properties[name] for name in shown if name in properties}})
+        if sort is not None:
+            rows.sort(key=lambda row: cards.get(row["id"], {}).get(sort, 0) or 0, reverse=True)
+        limit = query.get("limit", [None])[0]
+        if limit is not None:
+            rows = rows[:int(limit)]
+        return self._send(200, json.dumps(rows).encode(), head=head)
+
+
 
 def _parse_range(value: str, size: int) -> tuple[int, int] | None:
     """One ``bytes=`` range → inclusive (start, end) clipped to the file, or None when unsatisfiable/multiple."""
@@ -666,3 +718,4 @@ def _parse_range(value: str, size: int) -> tuple[int, int] | None:
     if start >= size or end < start:
         return None
     return start, min(end, size - 1)
+

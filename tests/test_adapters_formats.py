@@ -232,9 +232,10 @@ def test_three_dimensional_qkv_stacks() -> None:
         ({"base_model.model.transformer_blocks.0.attn.to_q.lora_magnitude_vector": torch.zeros(32),
           "base_model.model.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(2, 24)}, "DoRA"),
         ({"lora_unet_blocks_0_attn_out_proj.dora_scale": torch.zeros(24, 1)}, "DoRA"),
-        ({"diffusion_model.blocks.0.attn.out_proj.diff": torch.zeros(24, 32)}, "full-weight diff"),
-        ({"diffusion_model.blocks.0.attn.out_proj.diff_b": torch.zeros(24)}, "full-weight diff"),
-        ({"diffusion_model.blocks.0.adaln_proj.diff_m": torch.zeros(24)}, "full-weight diff"),
+        # exact parts (.diff/.diff_b/.set_weight) are applied (tests/test_adapters_extra_parts.py); these cannot be
+        ({"diffusion_model.blocks.0.attn.qkv_proj.diff": torch.zeros(96, 24)}, "on the fused projection"),
+        ({"transformer_blocks.0.attn.to_gate_compress.set_weight": torch.zeros(2, 24)}, "VSA attention backend"),
+        ({"diffusion_model.blocks.0.adaln_proj.diff_m": torch.zeros(24)}, "modulation delta (.diff_m)"),
         ({"transformer.transformer_blocks.0.attn.to_q.lora_B.bias": torch.zeros(32)}, "lora_B.bias"),
         (lora_keys("diffusion_model.blocks.0.self_attn.q", torch.zeros(2, 24), torch.zeros(24, 2)), "made for Wan"),
         (lora_keys("lora_unet_blocks_3_cross_attn_k", torch.zeros(2, 24), torch.zeros(24, 2), "du"), "made for Wan"),

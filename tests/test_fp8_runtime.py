@@ -14,7 +14,9 @@ from cli_runner import assert_one_line, run_cli
 from test_hardware_plan import _measured
 
 from h3app.errors import H3AppError
-from h3app.hardware.planner import PREFERENCE, Placement, recommend
+from h3app.hardware.judge import Setup, default_request
+from h3app.hardware.planner import PREFERENCE, Placement
+from h3app.hardware.recommend import make_plan
 from h3app.model import conditioner, fp8
 from h3app.model.loader import LoadOptions, load_model
 
@@ -34,7 +36,8 @@ def _command_args(command: str, argv: list[str]):
 
 
 def _placement(args) -> Placement:
-    return Placement(args.offload, fp8=args.fp8, fp8_text_encoder=args.fp8_text_encoder)
+    """The placement the flags set (app.py leaves unset ones to its choice for the box: off here)."""
+    return Placement(args.offload or "none", fp8=bool(args.fp8), fp8_text_encoder=bool(args.fp8_text_encoder))
 
 
 @pytest.mark.parametrize("placement", PREFERENCE, ids=lambda p: p.label)
@@ -53,6 +56,8 @@ def test_the_fp8_variables_turn_the_flags_on(monkeypatch):
     monkeypatch.setenv("H3APP_FP8", "0")
     monkeypatch.delenv("H3APP_FP8_TEXT_ENCODER")
     assert _placement(_command_args("generate", ["--prompt", "x", "--out", "x.mp4"])) == Placement("none")
+    app_args = _app_args([])
+    assert app_args.fp8 is False and app_args.fp8_text_encoder is None  # set off, and left to the app's choice
 
 
 @pytest.mark.slow
@@ -112,9 +117,13 @@ def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys
     from test_offload_fake_cuda import STEPS, assert_ran_every_evaluation_on_the_device, run_generate_on_box
 
     from h3app.hardware.flavors import BY_NAME
+    from h3app.hardware.header_adapter import lightx2v_header
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
     from h3app.rules.steps import evaluations
 
-    choice = recommend(_measured(lora=lora), "unmerged" if lora else None)
+    header = lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=128, alpha=8.0) if lora else None
+    choice = make_plan(default_request(), Placement(), Setup(adapter=header), measured=_measured(lora=lora),
+                       with_limits=False).recommended
     argv = shlex.split(choice["options"])
     expected = ("cuda", "bfloat16", choice["offload"], choice["fp8"], choice["fp8_text_encoder"])
     app_args = _app_args(argv)

@@ -1,31 +1,27 @@
-"""The memory plan: composing measured bytes per placement, judging flavors, recommending; the plan command's
-one-line errors; the Space's hardware flavor; the UI's hardware line."""
+"""The memory plan: composing measured bytes per placement, the judge's verdicts per flavor, each flavor's best
+placement and the recommendation by $ per video; the plan command's cheap one-line errors; the Space's hardware
+flavor; the UI's hardware line. Measurements here are fixtures (no rehearsal): fast."""
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from cli_runner import run_cli
 
 from h3app.hardware.fake_cuda import PhaseBytes
 from h3app.hardware.flavors import BY_NAME, BY_PRICE, FLAVORS, GB
-from h3app.hardware.planner import (
-    HOST_RESERVE,
-    PREFERENCE,
-    RESERVE,
-    Measured,
-    Placement,
-    compose,
-    fits,
-    host_bytes,
-    judge,
-    recommend,
-)
+from h3app.hardware.header_adapter import lightx2v_header
+from h3app.hardware.judge import PlannedRequest, Setup, default_request, judge
+from h3app.hardware.planner import HOST_RESERVE, PREFERENCE, RESERVE, Measured, Placement, compose, fits, host_bytes
+from h3app.hardware.recommend import make_plan
 from h3app.hardware.rehearsal import Rehearsal, RehearsalOptions
 from h3app.hardware.summary import hardware_line, remember
+from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 
 GIB = 2**30
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +41,9 @@ def _measured(lora: bool = False) -> Measured:
                           pristine_host_bytes=0, phases=phases, device_peak=resident + int(3.6 * GB),
                           host_peak=GB, tokens={"video": 18870, "audio": 414, "text": 80, "total": 19364},
                           targets_bound=312 if lora else 0, evaluations=1, video_shape=(124, 544, 960, 3),
-                          audio_shape=(2, 165600))
+                          audio_shape=(2, 165600),  # FLOPs of one evaluation and the decode, as counted at 544p
+                          flops={"denoise": {"base": {"bfloat16": 1282 * 10**12}},
+                                 "vae_decode": {"base": {"float32": 1014 * 10**12}}})
     return Measured(rehearsal=rehearsal, weights=weights, fp8_transformer_bytes=int(33.2 * GB),
                     largest_linear_bytes=96768 * 2688 * 2, block_bytes=int(1.3 * GB),
                     lora_bytes=int(2.8 * GB) if lora else 0, fp8_text_encoder_bytes=int(27.6 * GB),
@@ -103,63 +101,105 @@ def test_lora_factors_and_merged_pristine_copies_are_counted():
         == 60 * GIB
 
 
-def test_recommended_is_the_cheapest_box_that_fits_gpu_and_host_then_the_fastest_placement():
+LORA = Setup(adapter=lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=128, alpha=8.0))
+REQUEST = default_request()
+
+
+def _plan(measured: Measured, setup: Setup = LORA, placement: Placement | None = None, **kwargs):
+    return make_plan(REQUEST, placement or Placement(), setup, measured=measured, with_limits=False, **kwargs)
+
+
+def test_each_flavor_best_is_its_fastest_fitting_placement_and_none_has_no_price():
     measured = _measured(lora=True)
-    choice = recommend(measured, "unmerged")
-    assert choice is not None
-    chosen = BY_NAME[choice["hardware"]]
-    placement = Placement(choice["offload"], fp8=choice["fp8"], fp8_text_encoder=choice["fp8_text_encoder"])
-    assert choice["options"] == f"--device cuda --dtype bfloat16 {placement.label}"
-    assert choice["host_bytes"] == host_bytes(measured, placement, "unmerged")
-    assert choice["usd_per_hour"] == chosen.usd_per_hour and choice["host_ram_bytes"] == chosen.host_bytes
-    assert judge(choice["peak_gpu_bytes"], choice["host_bytes"], chosen, placement)["fits"]
+    plan = _plan(measured)
+    for row in plan.flavors:
+        box = BY_NAME[row["name"]]
+        verdicts = [judge(REQUEST, replace(p, ranks=r), box, LORA, measured) for p in PREFERENCE
+                    for r in {1, box.gpus if 56 % box.gpus == 0 else 1}]
+        fitting = [v for v in verdicts if v.fits]
+        if not fitting:
+            assert row["best"] is None, row["name"]  # nothing fits: no placement and no price
+            continue
+        best = row["best"]
+        assert best is not None and judge(REQUEST, Placement(**{k: best[k] for k in (
+            "offload", "fp8", "fp8_text_encoder", "ranks", "ring")}), box, LORA, measured).fits
+        if best["video_s"] is not None:
+            assert best["video_s"] <= min(v.prediction["video_s"] for v in fitting) + 1e-6, row["name"]
+            assert best["usd_per_video"] == pytest.approx(best["video_s"] / 3600 * box.usd_per_hour, abs=1e-4) \
+                if box.usd_per_hour is not None else best["usd_per_video"] is None
+        assert best["options"] == f"--device cuda --dtype bfloat16 {best['placement']}"
 
-    def fits_both(box, p):
-        return judge(compose(measured, p, "unmerged")[0], host_bytes(measured, p, "unmerged"), box, p)["fits"]
 
-    for box in FLAVORS:  # nothing cheaper fits with any placement the runtime offers
-        if box.usd_per_hour is not None and box.usd_per_hour < chosen.usd_per_hour:
-            assert not any(fits_both(box, p) for p in PREFERENCE), box.name
-    faster = PREFERENCE[:PREFERENCE.index(placement)]
-    assert not any(fits_both(chosen, p) for p in faster)
-    assert recommend(measured, "merged")["fp8"] is False  # merged LoRA never rounds into fp8
+def test_recommended_is_the_space_flavor_with_the_fewest_dollars_per_video():
+    measured = _measured(lora=True)
+    plan = _plan(measured)
+    r = plan.recommended
+    assert r is not None and BY_NAME[r["hardware"]].space_hardware == r["space_hardware"]
+    priced = {row["name"]: row["best"]["usd_per_video"] for row in plan.flavors
+              if row["best"] and row["space_hardware"] and row["best"]["usd_per_video"] is not None}
+    assert r["usd_per_video"] == min(priced.values()) and r["hardware"] in priced
+    placement = Placement(r["offload"], fp8=r["fp8"], fp8_text_encoder=r["fp8_text_encoder"], ranks=r["ranks"])
+    verdict = judge(REQUEST, placement, BY_NAME[r["hardware"]], LORA, measured)
+    assert verdict.fits and r["peak_gpu_bytes"] == verdict.peak_gpu_bytes and r["host_bytes"] == verdict.host_bytes
+    assert r["options"] == f"--device cuda --dtype bfloat16 {placement.label}"
+    assert r["usd_per_hour"] == BY_NAME[r["hardware"]].usd_per_hour and r["limits"] is None  # with_limits=False
+    # every flavor that is not recommended says why, and Jobs-only and ZeroGPU boxes never are
+    assert set(plan.left_out) | set(priced) == {row["name"] for row in plan.flavors}
+    assert plan.left_out["h200"].startswith("Jobs only") and plan.left_out["zero-gpu-xlarge"].startswith("ZeroGPU")
+    merged = _plan(measured, replace(LORA, lora_mode="merged"))
+    assert merged.recommended["fp8"] is False  # merged LoRA never rounds into fp8
+    assert all(row["best"] is None or row["best"]["fp8"] is False for row in merged.flavors)
+
+
+def test_multi_gpu_flavors_are_priced_with_the_context_parallel_split_and_its_exchange():
+    measured = _measured(lora=True)
+    row = next(r for r in _plan(measured).flavors if r["name"] == "a100x4")
+    assert row["best"]["ranks"] == 4 and row["best"]["options"].endswith("--ulysses 4")
+    one = judge(REQUEST, replace(Placement(**{k: row["best"][k] for k in ("offload", "fp8", "fp8_text_encoder")}),
+                                 ranks=1), BY_NAME["a100x4"], LORA, measured)
+    four = judge(REQUEST, replace(one.placement, ranks=4), BY_NAME["a100x4"], LORA, measured)
+    assert four.prediction["exchange_s"] > 0 == one.prediction["exchange_s"]
+    assert four.prediction["step_s"] < one.prediction["step_s"]  # a quarter of the FLOPs, plus the exchange
+    assert four.host_bytes == 4 * one.host_bytes  # one process per rank, each with its own host copy
 
 
 def test_recommended_options_carry_the_context_parallel_ranks_the_plan_assumed():
-    """A plan for 4 ranks splits the denoising activations 4 ways: its options must start 4 ranks, as asked."""
+    """A recommendation on a multi-GPU box splits the denoising activations N ways: its options start N ranks."""
     import app
     from h3app.cli import build_parser
 
-    measured = _measured(lora=True)
-    for ulysses, ring, flags in ((4, 1, "--ulysses 4"), (2, 2, "--ulysses 2 --ring 2"), (1, 4, "--ring 4")):
-        choice = recommend(measured, "unmerged", ranks=ulysses * ring, ring=ring)
-        assert choice["options"].endswith(flags) and BY_NAME[choice["hardware"]].gpus >= 4
-        for args in (app.build_parser().parse_args(shlex.split(choice["options"])),
-                     build_parser().parse_args(["generate", *shlex.split(choice["options"]), "--prompt", "x",
-                                                "--out", "x.mp4"])):
-            assert (args.ulysses, args.ring) == (ulysses, ring)
-    assert "--ulysses" not in recommend(measured, "unmerged")["options"]
+    plan = _plan(_measured(lora=True), hardware="a100x4")
+    choice = plan.recommended
+    assert choice["options"].endswith("--ulysses 4") and choice["ranks"] == 4
+    for args in (app.build_parser().parse_args(shlex.split(choice["options"])),
+                 build_parser().parse_args(["generate", *shlex.split(choice["options"]), "--prompt", "x",
+                                            "--out", "x.mp4"])):
+        assert (args.ulysses, args.ring or 1) == (4, 1)
+    assert "--ulysses" not in _plan(_measured(lora=True), hardware="rtx-pro-6000").recommended["options"]
 
 
 def test_fits_is_true_only_when_gpu_and_host_both_fit():
     box = BY_NAME["a100-large"]  # 80 GB GPU, 142 GB host
-    placement = Placement("auto")
-    room = box.gpu_bytes - RESERVE
-    assert judge(room, box.host_bytes - HOST_RESERVE, box, placement)["fits"] is True
-    host_short = judge(room, box.host_bytes - HOST_RESERVE + 1, box, placement)
-    assert host_short["fits_gpu"] is True and host_short["fits_host"] is False and host_short["fits"] is False
-    gpu_short = judge(room + 1, GB, box, placement)
-    assert gpu_short["fits_gpu"] is False and gpu_short["fits_host"] is True and gpu_short["fits"] is False
+    measured = _measured()
+    verdict = judge(REQUEST, Placement("auto"), box, Setup(), measured)
+    room = box.gpu_bytes - RESERVE - verdict.peak_gpu_bytes
+    host_room = box.host_bytes - HOST_RESERVE - verdict.host_bytes
+    assert verdict.gpu_margin == room and verdict.host_margin == host_room
+    assert verdict.fits == (room >= 0 and host_room >= 0)
+    short_host = replace(box, host_bytes=box.host_bytes - host_room - 1)
+    row = judge(REQUEST, Placement("auto"), short_host, Setup(), measured)
+    assert row.fits_gpu == (room >= 0) and row.fits_host is False and row.fits is False
+    short_gpu = replace(box, gpu_bytes=box.gpu_bytes - room - 1, host_bytes=10**15)
+    row = judge(REQUEST, Placement("auto"), short_gpu, Setup(), measured)
+    assert row.fits_gpu is False and row.fits_host is True and row.fits is False
 
 
 def test_offloading_everything_onto_a100_large_is_judged_by_its_142_gb_of_host_ram():
     """The issue's finding: auto offload needed more host RAM than a100-large has, and the plan said it fit."""
     measured = _measured(lora=True)
     measured.weights["text_encoder"] = measured.text_encoder_load_bytes  # the whole, uncut conditioner
-    peak, _ = compose(measured, Placement("auto"), "unmerged")
-    host = host_bytes(measured, Placement("auto"), "unmerged")
-    row = judge(peak, host, BY_NAME["a100-large"], Placement("auto"))
-    assert row["fits_gpu"] and host > 142 * GB and row["fits"] is False
+    row = judge(REQUEST, Placement("auto"), BY_NAME["a100-large"], LORA, measured)
+    assert row.fits_gpu and row.host_bytes > 142 * GB and row.fits is False
 
 
 def test_host_ram_counts_the_load_dtype_and_the_uncut_conditioner():
@@ -180,15 +220,14 @@ def test_the_fp8_text_encoder_stores_the_conditioner_in_fp8_and_upcasts_one_line
         + measured.largest_text_encoder_linear_bytes
 
 
-def test_the_right_sizing_goals_hold_on_the_measured_sizes():
+def test_the_issue_goals_hold_on_the_measured_sizes():
     measured = _measured(lora=True)
     h200, rtx, a100 = BY_NAME["h200"], BY_NAME["rtx-pro-6000"], BY_NAME["a100-large"]
     bf16, _ = compose(measured, Placement("none"), "unmerged")
     assert bf16 <= 138 * GB and fits(bf16, h200, Placement("none"))
     both = Placement("none", fp8=True, fp8_text_encoder=True)
-    assert judge(compose(measured, both, "unmerged")[0], host_bytes(measured, both, "unmerged"), rtx, both)["fits"]
-    assert any(judge(compose(measured, p, "unmerged")[0], host_bytes(measured, p, "unmerged"), a100, p)["fits"]
-               for p in PREFERENCE)
+    assert judge(REQUEST, both, rtx, LORA, measured).fits
+    assert any(judge(REQUEST, p, a100, LORA, measured).fits for p in PREFERENCE)
 
 
 # The published table as Hugging Face prints it (hub-docs docs/hub/jobs-configuration.md, `hf jobs hardware`):
@@ -238,8 +277,9 @@ def test_zero_gpu_is_judged_as_half_and_whole_rtx_pro_6000_and_never_recommended
     zero = {f.name: f for f in FLAVORS if f.zero_gpu}
     assert {name: f.gpu_bytes for name, f in zero.items()} == {"zero-gpu-large": 48 * GB, "zero-gpu-xlarge": 96 * GB}
     assert all(f.space_hardware == "zero-a10g" and f.host_bytes is None for f in zero.values())
-    row = judge(GB, GB, zero["zero-gpu-xlarge"], Placement("none"))
-    assert row["fits_host"] is None and row["fits"] is True  # no published host RAM: the GPU decides
+    row = judge(REQUEST, Placement("none", fp8=True, fp8_text_encoder=True), zero["zero-gpu-xlarge"], Setup(),
+                _measured())
+    assert row.fits_host is None and row.fits is True  # no published host RAM: the GPU decides
     assert not any(f.zero_gpu for f in BY_PRICE)
 
 
@@ -253,9 +293,8 @@ def test_every_space_flavor_is_a_valid_space_hardware_value():
 
 
 def test_hardware_line_for_cpu_and_gpu():
-    from test_hardware_preflight import _gpu_options
-
     from h3app.model.loader import LoadOptions
+    from tests.test_hardware_preflight import _gpu_options
 
     cpu = hardware_line("tiny", LoadOptions(), device=None)
     assert cpu.startswith("CPU") and "tiny" in cpu
@@ -270,34 +309,84 @@ def test_hardware_line_for_cpu_and_gpu():
     assert "planned peak 70.0 GB" in line and "headroom 10.0 GB" in line
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--resolution", "1080p"], "resolution"),
+BAD_PLANS = [
+    (["--height", "100", "--width", "1344"], "--height must be a positive multiple of 32"),
+    (["--height", "768"], "give both --height and --width"),
+    (["--height", "1024", "--width", "1344"], "more than this model generates"),
     (["--offload", "disk"], "offload"),
     (["--duration", "40"], "duration"),
+    (["--frames", "1000"], "--frames"),
+    (["--steps", "1"], "--steps must be between"),
+    (["--dtype", "float99"], "unknown dtype"),
+    (["--device", "cpu"], "plan judges GPU boxes"),
     (["--hardware", "h300"], "unknown hardware"),
     (["--ulysses", "0"], "ulysses"),
     (["--model", "MiniMaxAI/MiniMax-H3"], "plan --model"),
     (["--fp8", "--adapter", "x.safetensors", "--lora-mode", "merged"], "fp8"),
-])
-def test_bad_plan_options_get_one_line_and_exit_2(argv, fragment, capsys):
-    """In-process: the same ``main`` a process runs (the exit status and the one stderr line)."""
-    result = run_cli(capsys, "plan", *argv)
-    assert result.code == 2, result.err
-    lines = result.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
+]
 
 
-@pytest.mark.slow
+def test_bad_plan_options_get_one_line_exit_2_and_load_no_torch():
+    """Every refusal in one interpreter: one line on stderr, exit 2, under a second each, torch never imported."""
+    import json
+    import os
+
+    code = ("import io, json, sys, time, contextlib\nfrom h3app.cli import main\nout = []\n"
+            f"for argv in {[argv for argv, _ in BAD_PLANS]!r}:\n"
+            "    err = io.StringIO(); started = time.perf_counter()\n"
+            "    with contextlib.redirect_stderr(err):\n"
+            "        try:\n            code = main(['plan', *argv])\n"
+            "        except SystemExit as done:\n            code = done.code\n"
+            "    out.append([code, err.getvalue(), time.perf_counter() - started])\n"
+            "print(json.dumps({'runs': out, 'torch': 'torch' in sys.modules}))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["torch"] is False
+    for (argv, fragment), (code, err, seconds) in zip(BAD_PLANS, result["runs"]):
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], (argv, err)
+        assert seconds < 1.0, argv
+
+
+def test_plan_takes_generates_request_flags_and_reports_the_request_it_judged():
+    from h3app.cli import build_parser
+    from h3app.commands.plan import plan_options
+
+    argv = ["--workflow", "fl2va", "--height", "544", "--width", "960", "--frames", "226", "--steps", "30"]
+    request, placement, setup = plan_options(build_parser().parse_args(["plan", *argv]))
+    assert request == PlannedRequest("fl2va", 544, 960, 226, 30)
+    generate = build_parser().parse_args(["generate", *argv, "--prompt", "x", "--out", "x.mp4"])
+    assert (generate.workflow, generate.height, generate.width, generate.frames, generate.steps) == \
+        ("fl2va", 544, 960, 226, 30)  # the same flags, parsed by the same add_request_flags
+    assert plan_options(build_parser().parse_args(["plan", "--duration", "9"]))[0].frames == 226
+    default, _, _ = plan_options(build_parser().parse_args(["plan"]))
+    assert default == REQUEST and (default.width, default.height, default.frames) == (1344, 768, 124)
+    assert default.steps >= 20  # the undistilled base's count, not a Turbo adapter's
+    tiny, _, _ = plan_options(build_parser().parse_args(["plan", "--model", "tiny"]))
+    assert tiny == default_request("tiny") and tiny.steps < default.steps
+    plan = _plan(_measured(), Setup(), placement)
+    assert plan.to_json()["request"] == {"workflow": "t2va", "height": 768, "width": 1344, "frames": 124,
+                                         "steps": default.steps}
+
+
 def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal(capsys):
-    """The whole command on the tiny checkpoint: its rehearsal (identical layers replayed) gives every field."""
+    """The whole command on the tiny checkpoint, in process: its rehearsal (identical layers replayed) gives every
+    field, each flavor's best and the recommendation's limits (the tiny model holds the longest clip)."""
     import json
 
-    result = run_cli(capsys, "plan", "--model", "tiny", "--json")
-    assert result.code == 0, result.err[-2000:]
-    plan = json.loads(result.out)
-    assert {"peak_gpu_bytes", "host_bytes", "components", "phases", "fits", "recommended", "warnings"} <= set(plan)
+    from h3app.cli import main
+
+    assert main(["plan", "--model", "tiny", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert {"request", "peak_gpu_bytes", "host_bytes", "components", "phases", "fits", "flavors", "recommended",
+            "left_out", "warnings"} <= set(plan)
+    assert plan["request"]["steps"] == default_request("tiny").steps
     assert set(plan["components"]) >= {"transformer", "text_encoder", "vae", "audio_vae"}
     assert plan["tokens"]["video"] > 0 and plan["tokens"]["text"] > 0
     for name in ("text_encoder", "denoise", "vae_decode", "audio_vae_decode"):
         assert plan["phases"][name]["transient"] > 0, name
     assert plan["peak_gpu_bytes"] >= sum(plan["components"].values())
+    assert all(row["best"] is not None for row in plan["flavors"])  # a few MB fit every box
+    assert plan["recommended"]["limits"]["max_frames"] == 345 and plan["recommended"]["limits"]["max_pixels"] == 6144

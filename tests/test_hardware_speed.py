@@ -12,7 +12,9 @@ from h3app.hardware import roofline
 from h3app.hardware.fake_cuda import PhaseBytes, fake_cuda, replay_repeats
 from h3app.hardware.flavors import BY_NAME
 from h3app.hardware.header_adapter import lightx2v_header
-from h3app.hardware.planner import Measured, Placement, make_plan, measure
+from h3app.hardware.judge import Setup, default_request
+from h3app.hardware.planner import Measured, Placement, measure
+from h3app.hardware.recommend import make_plan
 from h3app.hardware.rehearsal import Rehearsal, RehearsalOptions
 from h3app.hardware.summary import describe_plan
 from h3app.hardware.work import BASE, LORA, counting
@@ -97,11 +99,31 @@ def test_the_roofline_is_the_stated_arithmetic(offload):
 def test_flavors_without_peaks_or_enough_gpus_get_no_prediction_and_merged_no_check():
     measured = _synthetic(FLOPS)
     flavors = [BY_NAME["t4-small"], BY_NAME["h200"], BY_NAME["a100x4"]]
-    assert set(roofline.predict(measured, Placement("none", ranks=4), None, flavors)) == {"a100x4"}
-    merged = roofline.predict(measured, Placement(), "merged", flavors)
+    assert set(roofline.predict(measured, Placement("none", ranks=4), None, flavors, steps=5)) == {"a100x4"}
+    merged = roofline.predict(measured, Placement(), "merged", flavors, steps=5)
     assert merged["h200"]["check_s"] is None and merged["h200"]["step_s"] > 0
     unpriced = dataclasses.replace(BY_NAME["h200"], name="h200-unpriced", usd_per_hour=None)
-    assert roofline.predict(measured, Placement(), "unmerged", [unpriced])["h200-unpriced"]["usd_per_video"] is None
+    assert roofline.predict(measured, Placement(), "unmerged", [unpriced], steps=5)["h200-unpriced"]["usd_per_video"] is None
+
+
+@pytest.mark.parametrize("ulysses, ring", [(4, 1), (1, 4), (2, 2)])
+def test_context_parallel_pays_the_stated_exchange_over_the_host_link(ulysses, ring):
+    """Ulysses: four all-to-alls of a rank's [rows/N, width] shard per block, (N−1)/N of it sent; ring: K and V
+    shards passed N−1 times; over PCIe, not overlapped; added to every evaluation."""
+    measured = _synthetic(FLOPS)
+    measured.rehearsal.tokens = {"total": 40_000}
+    ranks = ulysses * ring
+    placement = Placement("none", ranks=ranks, ring=ring)
+    shard = 40_000 / ranks * measured.attention_width * measured.element_bytes
+    sent = (4 * shard * (ulysses - 1) / ulysses if ulysses > 1 else 0) + (2 * shard * (ring - 1) if ring > 1 else 0)
+    peaks = roofline.PEAKS["A100"]
+    assert roofline.exchange_seconds(measured, placement, peaks) == pytest.approx(
+        measured.num_layers * sent / peaks.host_bytes_per_s)
+    split = roofline.predict_one(measured, placement, None, BY_NAME["a100x4"], steps=5)
+    alone = roofline.predict_one(measured, Placement("none"), None, BY_NAME["a100x4"], steps=5)
+    assert split["exchange_s"] > 0 and split["step_s"] == pytest.approx(
+        roofline.step_seconds(measured, placement, peaks, None) + split["exchange_s"], abs=1e-4)
+    assert split["decode_s"] == alone["decode_s"]  # the decodes are not split
 
 
 def test_every_priced_flavor_reads_its_row():
@@ -133,7 +155,9 @@ def test_tiny_lora_flops_are_linear_in_rank_and_base_flops_do_not_move(tiny_rank
 
 
 def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(tiny_rank4):
-    plan = make_plan(_tiny_options(4), Placement(), model=repo.TINY, hardware="h200", measured=tiny_rank4)
+    request = default_request(repo.TINY)
+    plan = make_plan(request, Placement(), Setup(model=repo.TINY, adapter=_tiny_options(4).adapter), hardware="h200",
+                     measured=tiny_rank4, with_limits=False)
     data = plan.to_json()
     rehearsal = tiny_rank4.rehearsal
     per_eval = {p: n // rehearsal.evaluations for kind in (BASE, LORA)
@@ -145,10 +169,11 @@ def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(t
     compute = sum(n / (H200_BF16 if p == "bfloat16" else H200_FP32) for p, n in per_eval.items())
     reads = tiny_rank4.weights["transformer"] + tiny_rank4.lora_bytes
     assert out["step_s"] == pytest.approx(max(compute, reads / H200_HBM) / EFF, abs=1e-4)
-    assert set(out) == {"step_s", "video_s", "check_s", "usd_per_video", "lora_overhead"}
+    assert set(out) == {"step_s", "exchange_s", "decode_s", "video_s", "check_s", "usd_per_video", "lora_overhead"}
+    assert out["exchange_s"] == 0  # one rank exchanges nothing
     assert out["video_s"] >= out["step_s"] and out["check_s"] >= 3 * out["video_s"] - 0.01
-    assert "predicted (spec-sheet roofline, not measured)" in describe_plan(plan)
-    assert "h200" in describe_plan(plan).split("predicted")[1]
+    assert "fastest placement per flavor (spec-sheet prediction, not measured)" in describe_plan(plan)
+    assert "h200: --offload none: step" in describe_plan(plan)
 
 
 @pytest.mark.slow
@@ -158,6 +183,6 @@ def test_the_fp32_delta_costs_more_than_the_bf16_one_on_the_same_plan(monkeypatc
     monkeypatch.setattr(entries_module, "delta_dtype", lambda device, base: torch.float32)
     before = measure(_tiny_options(4), repo.TINY)
     assert set(before.rehearsal.flops["denoise"][LORA]) == {"float32"}
-    lora_fp32 = roofline.predict(before, Placement(), "unmerged", [BY_NAME["h200"]])["h200"]["lora_overhead"]
-    lora_bf16 = roofline.predict(tiny_rank4, Placement(), "unmerged", [BY_NAME["h200"]])["h200"]["lora_overhead"]
+    lora_fp32 = roofline.predict(before, Placement(), "unmerged", [BY_NAME["h200"]], steps=5)["h200"]["lora_overhead"]
+    lora_bf16 = roofline.predict(tiny_rank4, Placement(), "unmerged", [BY_NAME["h200"]], steps=5)["h200"]["lora_overhead"]
     assert lora_fp32 >= lora_bf16 >= 1.0

@@ -195,7 +195,8 @@ def test_report_lists_matches_unmatched_keys_and_uncovered_targets(tiny_setup):
     proj_out = next(m for m in as_json["matched"] if m["target"] == "proj_out")
     assert proj_out["scale"] == 8.0 * 0.5 / 2 and "effective_scale" not in proj_out  # the JSON key stays "scale"
     assert list(as_json) == ["name", "identity", "mode", "fused_qkv", "num_matched", "matched", "unmatched_keys",
-                             "absent_targets", "uncovered_targets", "shape_errors", "profile", "warnings"]
+                             "absent_targets", "uncovered_targets", "shape_errors", "profile", "warnings",
+                             "exact_parameters", "head_banks"]
 
 
 class _Boom(RuntimeError):

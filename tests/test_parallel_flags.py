@@ -1,5 +1,5 @@
-"""Context-parallel flags and guards that need no second process: validation, torchrun mismatches, the CPU shim,
-the plan check, and the 2-GPU bench section's refusal without GPUs."""
+"""Context-parallel flags and guards that need no second process: validation, torchrun mismatches, the CPU shim
+(in the diffusers door), the plan check, and the 2-GPU bench section's refusal without GPUs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 
 from h3app import cli
 from h3app.errors import H3AppError
+from h3app.model.diffusers_compat import one_device_without_accelerator
 from h3app.parallel.context_parallel import parallelize
-from h3app.parallel.cpu_shim import one_device_without_accelerator
 from h3app.parallel.launch import start_ranks
 from h3app.parallel.topology import ParallelSpec, add_parallel_arguments, spec_from_args
 

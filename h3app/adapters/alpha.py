@@ -176,6 +176,9 @@ class _Tally:
         return said
 
 
+FASTVIDEO_FORMAT = "fastvideo-lora-v2"  # FastVideo's LoRA files (FastH3): the format fixes the scale at 1
+
+
 def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, said: _FileSettings,
                 known: KnownAdapter | None, tally: _Tally) -> list[tuple[AlphaSource, float]]:
     """Every alpha the chain offers ``module``, highest tier first: explicit, its ``.alpha`` tensor,
@@ -197,6 +200,8 @@ def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, sa
                                            f"tensors have rank {module.rank}")
     if said.plain is not None:
         candidates.append((METADATA, said.plain))
+    elif view.metadata.get("format") == FASTVIDEO_FORMAT:  # its ``application``: W + B @ A, i.e. alpha = rank
+        candidates.append((METADATA, float(module.rank)))
     if known is not None and known.alpha is not None:
         candidates.append((REGISTRY, known.alpha))
     elif known is not None and known.alpha_equals_rank:

@@ -113,6 +113,10 @@ def export_adapter(
     strength = check_strength(strength)
     if strength == 0:
         raise H3AppError("scale 0 would export an adapter that does nothing: give a non-zero --scale.")
+    if adapter.has_exact_parts:
+        parts = len(adapter.parts) + 2 * len(adapter.banks)
+        raise H3AppError(f"the adapter carries {parts} exact parts (deltas, replacements or a head bank) that a PEFT "
+                         "LoRA cannot hold: export writes A/B pairs only, so nothing was written; use the file as it is.")
     if not adapter.modules:
         raise H3AppError("the adapter has no modules for this partition: nothing to export.")
     config, scales = lora_config_for(adapter, strength)

@@ -42,6 +42,7 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
     native_vocabulary,
 )
 from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_factors  # noqa: F401
+from .parts import PartsPlan, plan_parts, refuse_part_conflicts
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
 
@@ -121,7 +122,9 @@ class ModulePlan:
 @dataclass(frozen=True)
 class AdapterPlan:
     """Where every key of an adapter file goes. ``modules`` are for the requested partition; ``reference_modules``
-    are for ``transformer_ref`` and not applied (``partition="transformer"``); ``unmatched_keys`` matched nothing."""
+    are for ``transformer_ref`` and not applied (``partition="transformer"``); ``unmatched_keys`` matched nothing.
+    ``parts``: the exact parts and head banks for the requested partition (``h3app.adapters.parts``);
+    ``file_parts``: those of the whole file."""
 
     format: str
     suffix_style: str
@@ -131,6 +134,8 @@ class AdapterPlan:
     unmatched_keys: tuple[str, ...]
     warnings: tuple[str, ...]
     dtype: str
+    parts: PartsPlan = PartsPlan()
+    file_parts: PartsPlan = PartsPlan()
 
 
 @dataclass(slots=True)
@@ -145,6 +150,13 @@ class _Stem:
     alpha: str | None = None
     slots: frozenset[str] = frozenset()
     styles: frozenset[str] = frozenset()
+
+
+def strip_prefix(key: str) -> tuple[str, str, str]:
+    """``(file partition, wrapper prefix, the rest)`` of a key or a key's stem."""
+    start = _PREFIX.match(key).end() if key.startswith(_PREFIX_STARTS) else 0
+    partition = REFERENCE_PARTITION if start and "transformer_ref." in key[:start] else MAIN_PARTITION
+    return partition, key[:start], key[start:]
 
 
 def _collect_stems(name: str, keys: list[str]) -> tuple[dict[tuple[str, str], _Stem], list[str]]:
@@ -213,8 +225,9 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     if not keys:
         raise H3AppError(f"{name} holds no tensors: it is not an adapter.")
     refuse_families(name, keys)
+    file_parts, lora_keys = plan_parts(view, keys, strip_prefix)
 
-    stems, unparsed = _collect_stems(name, keys)
+    stems, unparsed = _collect_stems(name, lora_keys)
     slots = sorted({slot for entry in stems.values() for slot in entry.slots})
     if len(slots) > 1:
         raise H3AppError(
@@ -225,35 +238,42 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
                    for key, entry in stems.items() if entry.down or entry.up}
     # Foreign-model names are looked for only among stems no H3 rule claimed (the common case: none).
     refuse_foreign(name, [entry.name for key, entry in stems.items() if found_rules.get(key) is None] + unparsed)
-    if not found_rules:
+    if not found_rules and not file_parts:
         refuse_no_lora(name, keys, unparsed)
 
     plans, no_match, orphan_alphas, hybrid = _plan_modules(view, stems, found_rules, unparsed, qkv_layout)
 
-    if not plans:
+    if not plans and not file_parts:
         raise H3AppError(
             f"{name}: none of its {len(keys)} keys names an H3 module (first keys: {', '.join(sorted(keys)[:3])})"
             f"{_architecture_hint(view.metadata)}: it is not a MiniMax-H3 LoRA, or uses a layout h3app does not know."
         )
     _refuse_duplicate_targets(name, plans)
+    refuse_part_conflicts(name, file_parts, [(p.file_partition, t, p.stem) for p in plans for t in p.targets])
     plans.sort(key=lambda plan: natural_key(plan.targets[0]))
     warnings = _key_warnings(hybrid, no_match, orphan_alphas)
     applied, kept_apart, not_applied = _split_partitions(plans, partition, warnings)
+    has_reference = any(p.file_partition == REFERENCE_PARTITION for p in plans) or bool(
+        file_parts.only(REFERENCE_PARTITION))
+    parts = file_parts.only(REFERENCE_PARTITION if partition == REFERENCE_PARTITION and has_reference
+                            else MAIN_PARTITION)
 
-    formats = Counter([p.format for p in plans])
+    formats = Counter([p.format for p in plans] or ["peft"])  # a file of exact parts only: diffusers names
     if len(formats) > 1:
         warnings.append(f"the file mixes layouts ({', '.join(sorted(formats))}); each module is read by its own rule.")
     described = applied or plans
-    dtypes = sorted({p.dtype for p in plans})
+    dtypes = sorted({p.dtype for p in plans} | {p.dtype for p in parts.parts} | {b.dtype for b in parts.banks})
     return AdapterPlan(
         format=formats.most_common(1)[0][0],
-        suffix_style=Counter([p.suffix_style for p in plans]).most_common(1)[0][0],
-        prefix=Counter([p.prefix for p in described]).most_common(1)[0][0],
+        suffix_style=Counter([p.suffix_style for p in plans] or [SUFFIX_AB]).most_common(1)[0][0],
+        prefix=Counter([p.prefix for p in described] or [""]).most_common(1)[0][0],
         modules=tuple(applied),
         reference_modules=tuple(kept_apart),
         unmatched_keys=tuple(sorted(set(no_match + orphan_alphas + not_applied))),
         warnings=tuple(warnings),
         dtype=dtypes[0] if len(dtypes) == 1 else "mixed(" + ",".join(dtypes) + ")",
+        parts=parts,
+        file_parts=file_parts,
     )
 
 

@@ -19,6 +19,9 @@ from .fit import check_fit, check_ranks, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
 from .header import read_local_header
 from .known import KnownAdapter, find_known, registry_identity
+from .partition import file_partition, partition_mismatch
+from .parts import check_parts_fit, check_skip_parts, part_counts
+from .pruned import apply_skips
 from .sglang import sglang_facts
 from .types import AdapterInfo, HeaderView
 
@@ -45,36 +48,46 @@ def analyse_header(
     qkv_layout: str = "auto",
     partition: str = MAIN_PARTITION,
     explicit_alpha: float | None = None,
+    skip_parts: tuple[str, ...] = (),
 ) -> Analysis:
     """Plan the keys, check shapes, resolve alpha; ``H3AppError`` for anything h3app cannot apply correctly.
 
     Remembered per (view, options): the header readers hand out one view per file version, so inspecting an
     unchanged file again costs a ``stat`` and two look-ups. (A remembered ``Analysis`` holds its view, so that
-    view's ``id`` is not reused while it is remembered.)"""
+    view's ``id`` is not reused while it is remembered.) ``skip_parts``: part kinds left out (``adaln``: the AdaLN
+    parts of a file built for a pruned checkpoint)."""
     shapes_key = tuple(shapes.linears.items()) if shapes is not None else None
-    key = (id(view), shapes_key, repo_id, filename, qkv_layout, partition, explicit_alpha)
+    skip_parts = check_skip_parts(skip_parts)
+    key = (id(view), shapes_key, repo_id, filename, qkv_layout, partition, explicit_alpha, skip_parts)
     return memo.ANALYSES.get_or_compute(key, lambda: _analyse(
         view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
-        explicit_alpha=explicit_alpha))
+        explicit_alpha=explicit_alpha, skip_parts=skip_parts))
 
 
 def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str | None, filename: str | None,
-             qkv_layout: str, partition: str, explicit_alpha: float | None) -> Analysis:
+             qkv_layout: str, partition: str, explicit_alpha: float | None, skip_parts: tuple[str, ...]) -> Analysis:
     plan = plan_adapter(view, qkv_layout=qkv_layout, partition=partition)
-    all_modules = plan.modules + plan.reference_modules
     warnings = list(plan.warnings)
+    plan, skipped = apply_skips(plan, shapes, skip_parts, view.name, warnings)
+    all_modules = plan.modules + plan.reference_modules
     check_ranks(all_modules, view.name)  # from the header: a refused file's tensors are never read
+    warnings.extend(check_parts_fit(plan.file_parts, shapes, view.name))
     if shapes is not None:
         check_fit(all_modules, shapes, view.name)
     else:
         warnings.extend(f"{view.name} {w}" for w in full_size_warnings(all_modules))
+    file_kind, kind_source = file_partition(view.metadata, [p.file_partition for p in all_modules] + [
+        p.file_partition for p in plan.file_parts.parts] + [b.file_partition for b in plan.file_parts.banks], view.name)
+    mismatch = partition_mismatch(view.name, file_kind, kind_source, partition)
+    if mismatch is not None:
+        warnings.append(mismatch)
     known = find_known(repo_id, filename or view.name)
     described = plan.modules or plan.reference_modules
     alphas = resolve_alphas(described, view, explicit_alpha=explicit_alpha, known=known)
     reference_alphas = (resolve_alphas(plan.reference_modules, view, explicit_alpha=explicit_alpha, known=known)
                         if described is plan.modules else alphas)
     warnings.extend(alphas.warnings)
-    if not plan.modules:
+    if not plan.modules and not plan.parts:
         warnings.append(f"nothing in {view.name} applies to the {partition} partition.")
 
     ranks = {target: module.rank for module in described for target in module.targets}
@@ -103,6 +116,11 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         unmatched_keys=plan.unmatched_keys,
         reference_targets=tuple([t for m in plan.reference_modules for t in m.targets]),
         sglang=sglang_facts(view, described),
+        parts=part_counts(len(plan.modules), plan.parts.parts, plan.parts.banks),
+        partition=file_kind,
+        partition_source=kind_source,
+        skipped_parts=skipped,
+        head_bank_modules=tuple(b.module for b in plan.parts.banks),
     )
     return Analysis(view=view, plan=plan, alphas=alphas, reference_alphas=reference_alphas, known=known, info=info)
 

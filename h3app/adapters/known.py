@@ -16,11 +16,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..rules.alpha_source import AlphaSource
-from ..rules.choices import FL2VA, REF2VA, TINY_REPO_ID
+from ..rules.choices import FL2VA, REF2VA, T2VA, TINY_REPO_ID
 from .source.files import file_sha256
 from .source.names import is_url, looks_like_repo_id
 from .source.refs import parse_hf_url
 
+FASTH3_REPO = "FastVideo/FastVideo-FastH3-4-step-Preview-v1-LoRA"
+PDD_REPO = "alibaba-pai/MiniMax-H3-Acc-LoRAs"
 LIGHTX2V_REPO = "lightx2v/Minimax-h3-Turbo"
 LARRY_REPO = "larryvrh/MiniMax-H3-Turbo-Lora"
 FAL_REALISM_REPO = "fal/MiniMax-H3-Realism-People-LoRA"
@@ -35,7 +37,8 @@ class KnownAdapter:
     ``alpha`` is the training alpha when the file does not carry it (None: read it from the file);
     ``alpha_equals_rank`` records an author's statement that alpha = rank (so no fallback warning is due).
     ``steps`` is ``num_inference_steps`` (sigma points); ``shift``/``audio_shift`` the flow shifts it was
-    distilled for; ``scale`` the suggested strength.
+    distilled for; ``scale`` the suggested strength; ``sigmas`` the sigma positions its authors list when they are
+    not diffusers' own grid (a fact shown, not applied: diffusers' modular H3 pipeline builds its grid itself).
     """
 
     repo_id: str
@@ -52,6 +55,7 @@ class KnownAdapter:
     trigger: str | None = None
     scale: float | None = None
     notes: str = ""
+    sigmas: tuple[float, ...] | None = None
 
     def matches(self, repo_id: str, filename: str) -> bool:
         return repo_id.lower() == self.repo_id.lower() and re.search(self.file_pattern, filename) is not None
@@ -69,8 +73,22 @@ def _lightx2v(file_pattern: str, variant: str, resolution: str, steps: int, shif
 LIGHTX2V_V0_1 = {"alpha": 8.0, "rank": 128}  # the v0.1 files: rank 128, trained at alpha 8
 ALPHA_IN_FILE = "Alpha is read from the file's metadata."
 
+PDD_RECIPE = {"alpha": 64.0, "rank": 64, "steps": 9, "shift": 12.0, "audio_shift": 3.0, "scale": 1.0}
+PDD_NOTES = ("Rank-64 trunk (bare lora_down/lora_up, pdd_config lora_alpha 64) plus a bank of 32 output heads per "
+             "modality, combined per evaluation; 8 evaluations (9 steps) at shifts 12 / 3, Euler, no CFG. Other step "
+             "counts that leave the bank's grid are refused; do not stack with other distillations or a step cache.")
+
 # First match wins: specific files before the catch-all of their repo.
 KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
+    KnownAdapter(FASTH3_REPO, r"\.safetensors$", "FastVideo FastH3 4-step Preview v1", alpha_equals_rank=True,
+                 rank=64, steps=5, shift=12.0, audio_shift=3.0, workflow=T2VA, scale=1.0,
+                 sigmas=(0.999, 0.749, 0.5, 0.25, 0.0),
+                 notes="W = W + B@A (no alpha: scale 1) plus exact fp32 deltas (.diff/.diff_b) on the boundary modules "
+                       "and norms; 4 evaluations. FastVideo lists the sigma positions shown; h3app runs diffusers' "
+                       "5-step grid at shifts 12 / 3. The VSA variants' gates need FastVideo's VSA backend (refused)."),
+    KnownAdapter(PDD_REPO, r"Ref2VA", "alibaba-pai PDD Acc 8-step (Ref2VA)", workflow=REF2VA, notes=PDD_NOTES,
+                 **PDD_RECIPE),
+    KnownAdapter(PDD_REPO, r"\.safetensors$", "alibaba-pai PDD Acc 8-step (FL2VA)", notes=PDD_NOTES, **PDD_RECIPE),
     _lightx2v(r"fl2v.*4step_v0\.1", "FL2V 4-step v0.1", "544p", 5, 12.0, workflow=FL2VA, **LIGHTX2V_V0_1,
               notes="No alpha in the file; the reference script uses lora_alpha 8 (at alpha = rank it is 16× too "
                     "strong)."),

@@ -28,7 +28,9 @@ from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, Mod
 from .header import read_local_header
 from .inspect import Analysis, analyse_header
 from .known import registry_identity
-from .types import ModuleLoRA, NormalisedAdapter
+from .partition import check_partition
+from .parts import PartsPlan
+from .types import ExactPart, HeadBank, ModuleLoRA, NormalisedAdapter
 
 FactorReader = Callable[[str], torch.Tensor]  # a factor's key → its tensor (lora_A [r, in], lora_B [out, r], or 3D)
 
@@ -43,22 +45,26 @@ def load_adapter(
     repo_id: str | None = None,
     filename: str | None = None,
     adapter_config_path: str | Path | None = None,
+    skip_parts: tuple[str, ...] = (),
+    any_partition: bool = False,
 ) -> NormalisedAdapter:
     """Load ``path`` for the transformer described by ``shapes``; ``H3AppError`` for anything that would not apply
-    exactly (misfit shapes, NaN/Inf factors, unknown layouts, …)."""
+    exactly (misfit shapes, NaN/Inf factors, unknown layouts, a file made for the other partition unless
+    ``any_partition``, a pruned-base file unless ``skip_parts`` holds ``adaln``, …)."""
     path = Path(path)
     if repo_id is None:  # the one registry rule (a file in the Hugging Face cache, a demo adapter, …)
         repo_id, filename = registry_identity(str(path), None, filename or path.name)
     view = read_local_header(path, adapter_config_path)
     analysis = analyse_header(
         view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout, partition=partition,
-        explicit_alpha=explicit_alpha,
+        explicit_alpha=explicit_alpha, skip_parts=tuple(skip_parts),
     )
-    if not analysis.plan.modules:
+    if not analysis.plan.modules and not analysis.plan.parts:
         raise H3AppError(
             f"nothing in {view.name} applies to the {partition} partition "
             f"({len(analysis.plan.reference_modules)} modules are for transformer_ref): load it for the ref2va workflow."
         )
+    check_partition(view.name, analysis.info.partition, analysis.info.partition_source, partition, any_partition)
 
     from safetensors import safe_open
 
@@ -79,8 +85,17 @@ def normalise(analysis: Analysis, read_factor: FactorReader, *, shapes: Transfor
     their own resolution. Reads every module's lora_A then lora_B, in plan order."""
     modules = _targets(analysis.plan.modules, read_factor, shapes, analysis.alphas.choices)
     reference = _targets(analysis.plan.reference_modules, read_factor, shapes, analysis.reference_alphas.choices)
+    parts, banks = read_parts(analysis.plan.parts, read_factor)
     return NormalisedAdapter(info=analysis.info, modules=modules, unmatched_keys=analysis.plan.unmatched_keys,
-                             reference_modules=reference, identity=identity)
+                             reference_modules=reference, identity=identity, parts=parts, banks=banks)
+
+
+def read_parts(plan: PartsPlan, read_factor: FactorReader) -> tuple[dict[str, ExactPart], dict[str, HeadBank]]:
+    """The exact parts (by parameter) and head banks (by head module) ``plan`` names, read with ``read_factor``."""
+    parts = {p.parameter: ExactPart(p.parameter, p.kind, read_factor(p.key), p.key) for p in plan.parts}
+    banks = {b.module: HeadBank(b.module, read_factor(b.weight_key),
+                                read_factor(b.bias_key) if b.bias_key else None, b.keys) for b in plan.banks}
+    return parts, banks
 
 
 def _targets(plans: Sequence[ModulePlan], read_factor: FactorReader, shapes: TransformerShapes,

@@ -1,5 +1,5 @@
 """What h3app refuses to apply, recognised from key names alone, each refusal one line naming what was seen:
-other adapter families (LoHa, LoKr, DoRA, full-weight diffs, LoRA biases), LoRAs made for other models, and files
+other adapter families (LoHa, LoKr, DoRA, Wan's modulation deltas, LoRA biases), LoRAs made for other models, and files
 that hold no LoRA factors at all (a model checkpoint)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ _FAMILY_ENDINGS: tuple[tuple[str, str, str], ...] = (
      "h3app applies plain LoRA only; ask for a LoRA export"),
     (r"lora_magnitude_vector(\.[^.]+)?(\.weight)?|dora_scale", "a DoRA adapter (magnitude vectors)",
      "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
-    (r"diff|diff_b|diff_m|set_weight", "full-weight diff tensors (.diff/.diff_b/.diff_m)",
-     "these replace weights rather than add a low-rank delta; h3app applies LoRA factors only"),
+    (r"diff_m", "a Wan-style modulation delta (.diff_m)",
+     "MiniMax-H3 has no raw modulation parameter (its modulation is the adaln_proj.linear Linear); use an H3 adapter"),
     (r"lora_B(\.[^.]+)?\.bias", "LoRA biases (lora_B.bias, PEFT lora_bias=True)",
      "h3app applies the low-rank weight delta only; export the adapter without lora_bias"),
 )

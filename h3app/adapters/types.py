@@ -41,6 +41,37 @@ class ModuleLoRA:
 
 
 @dataclass(frozen=True)
+class ExactPart:
+    """One exact part on one model parameter (``h3app.adapters.parts``): ``kind`` ``diff``/``diff_b`` (a delta Δ,
+    applied as ``P + strength · Δ`` in fp32, no alpha or rank) or ``set_weight``/``set_bias`` (a replacement;
+    strength does not apply). ``tensor`` has the parameter's shape, in the file's dtype."""
+
+    parameter: str
+    kind: str
+    tensor: torch.Tensor
+    source_key: str = ""
+
+    @property
+    def module(self) -> str:
+        return self.parameter.rpartition(".")[0]
+
+
+@dataclass(frozen=True)
+class HeadBank:
+    """A bank of output heads for ``module`` (``proj_out`` / ``audio_proj_out``): ``weight [n, out, in]`` and
+    ``bias [n, out]`` (or None), combined per evaluation (``h3app.adapters.head_bank``)."""
+
+    module: str
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    source_keys: tuple[str, ...] = ()
+
+    @property
+    def size(self) -> int:
+        return int(self.weight.shape[0])
+
+
+@dataclass(frozen=True)
 class AdapterInfo:
     """What the header says (no weight data read): the ``inspect --json`` contract (docs/adapters.md)."""
 
@@ -64,6 +95,11 @@ class AdapterInfo:
     unmatched_keys: tuple[str, ...] = ()
     reference_targets: tuple[str, ...] = ()
     sglang: Mapping[str, Any] = field(default_factory=dict)  # what sglang's alpha rules read (adapters/sglang.py)
+    parts: Mapping[str, int] = field(default_factory=dict)  # A/B pairs, each exact part kind, head bank size
+    partition: str | None = None  # fl2va / ref2va (the workflow whose DiT the file is for) or None (unknown)
+    partition_source: str | None = None  # metadata / keys / name
+    skipped_parts: Mapping[str, int] = field(default_factory=dict)  # left out on request (--skip-parts), by kind
+    head_bank_modules: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -87,6 +123,11 @@ class AdapterInfo:
             "unmatched_keys": list(self.unmatched_keys),
             "reference_targets": list(self.reference_targets),
             "sglang": dict(self.sglang),
+            "parts": dict(self.parts),
+            "partition": self.partition,
+            "partition_source": self.partition_source,
+            "skipped_parts": dict(self.skipped_parts),
+            "head_bank_modules": list(self.head_bank_modules),
         }
         # What it runs at by default (auto alpha, scale 1): the resolved adapter every surface shows.
         data["resolved"] = resolve_adapter(data).to_json()
@@ -100,6 +141,7 @@ class NormalisedAdapter:
     ``unmatched_keys`` are adapter keys that matched no target of the model vocabulary (never dropped silently);
     ``reference_modules`` are targets for the ``transformer_ref`` partition, kept apart.
     ``identity`` is a stable id of the file (path or repo/revision/file plus size and sha256 when known).
+    ``parts`` (by parameter) and ``banks`` (by head module) are the exact parts and head banks for the partition.
     """
 
     info: AdapterInfo
@@ -107,6 +149,12 @@ class NormalisedAdapter:
     unmatched_keys: tuple[str, ...] = ()
     reference_modules: Mapping[str, ModuleLoRA] = field(default_factory=dict)
     identity: str = ""
+    parts: Mapping[str, ExactPart] = field(default_factory=dict)
+    banks: Mapping[str, HeadBank] = field(default_factory=dict)
+
+    @property
+    def has_exact_parts(self) -> bool:
+        return bool(self.parts or self.banks)
 
 
 @dataclass(frozen=True)

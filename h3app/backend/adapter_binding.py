@@ -71,9 +71,10 @@ class SourcePolicy:
         return {"allowed_local_dirs": list(self.allowed_local_dirs)} if self.hosted else {}
 
     def inspect(self, model_folder: str, source: str, weight_name: str | None, revision: str | None,
-                token: str | None, workflow: str, qkv_layout: str) -> AdapterInfo:
+                token: str | None, workflow: str, qkv_layout: str, skip_parts: tuple[str, ...] = ()) -> AdapterInfo:
         """Header only (remote: HTTP ranges), checked against the shapes of ``workflow``'s transformer in
-        ``model_folder``; no weights downloaded."""
+        ``model_folder`` (a file made for the other partition gets a warning; loading it is refused); no weights
+        downloaded."""
         self.check_source(source)
         ref = sources.parse_source(source, weight_name, revision, **self.local_rule())
         view = sources.read_header(ref, None, None, self.token(token), **self.local_rule())  # ref has them
@@ -82,7 +83,7 @@ class SourcePolicy:
         repo_id, filename = registry_identity(str(ref.local_path or source), weight_name, ref.filename or view.name,
                                               repo_id=ref.repo_id)
         return inspect_header(view, shapes=shapes, repo_id=repo_id, filename=filename, qkv_layout=qkv_layout,
-                              partition=partition)
+                              partition=partition, skip_parts=tuple(skip_parts))
 
     def fetch_kwargs(self) -> dict[str, Any]:
         if not self.hosted:
@@ -127,6 +128,9 @@ class LoadedAdapter:
             "group_strengths": dict(self.settings.group_strengths),
             "mode": self.settings.mode,
             "resolved": self.resolved.to_json(),
+            "parts": dict(self.adapter.info.parts),
+            "partition": self.adapter.info.partition,
+            "skipped_parts": dict(self.adapter.info.skipped_parts),
         }
 
     @cached_property
@@ -178,8 +182,11 @@ def _config_version(file: sources.AdapterFile) -> tuple[int, int] | None:
 
 
 def adapter_slot_name(settings: LoRASettings) -> str:
-    """The engine name of an adapter: which file it is, not how strongly it is applied."""
-    return f"{settings.source}|{settings.weight_name or ''}|{settings.revision or ''}|{settings.qkv_layout}"
+    """The engine name of an adapter: which file it is and what of it binds, not how strongly it is applied."""
+    name = f"{settings.source}|{settings.weight_name or ''}|{settings.revision or ''}|{settings.qkv_layout}"
+    if settings.skip_parts or settings.any_partition:  # what binds (and what was agreed to) is part of the name
+        name += f"|skip={','.join(settings.skip_parts)}|any_partition={settings.any_partition}"
+    return name
 
 
 class AdapterBinder:
@@ -228,7 +235,8 @@ class AdapterBinder:
             trim_hub_cache(self.policy.max_cache_bytes, keep_commits={file.commit},
                            protected_repos=self.policy.protected_repos)
         config = _config_version(file)
-        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}#{config}",
+        key = AdapterKey(source=f"{settings.source}#{partition}#{settings.qkv_layout}#{config}"
+                                f"#{settings.skip_parts}#{settings.any_partition}",
                          revision=file.commit or settings.revision, file=file.filename, size=file.size,
                          sha256=file.sha256())
 
@@ -239,7 +247,8 @@ class AdapterBinder:
         def read() -> NormalisedAdapter:
             return load_adapter(file.path, shapes=self.shapes(workflow), qkv_layout=settings.qkv_layout,
                                 partition=partition, repo_id=repo_id, filename=filename,
-                                adapter_config_path=file.adapter_config_path)
+                                adapter_config_path=file.adapter_config_path, skip_parts=settings.skip_parts,
+                                any_partition=settings.any_partition)
 
         adapter = self.cache.get_or_load(key, read)
         return LoadedAdapter(settings=settings, file=file, adapter=adapter, config_version=config)

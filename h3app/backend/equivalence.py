@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from ..adapters.parts import check_note
 from ..model.loader import LoadOptions
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import FULL_CHECK, REF2VA
@@ -42,6 +43,7 @@ from .generation import (
 )
 from .media import remux_with_settings, write_thumbnail
 from .outputs import Outputs
+from .preview import PreviewBoard
 from .transformer_check import summarise_scales, with_rank_alpha
 from .worker import Cancelled
 
@@ -83,6 +85,9 @@ class EquivalenceResult:
     seconds: float
     settings: dict[str, Any]
     seconds_per_run: float | None = None  # A's pipeline run: what the next check's estimate is based on
+    parts_note: str | None = None  # why A and B differ for an adapter with exact deltas (adapters.parts.check_note)
+    low_rank_only: bool = False  # B rescaled only the low-rank parts (its deltas at A's strength)
+    parts: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,6 +114,9 @@ class EquivalenceResult:
             "spectrogram_diff": self.spectrogram_diff_path,
             "fallback_spectrogram_diff": self.fallback_spectrogram_diff_path,
             "settings": self.settings,
+            "parts": dict(self.parts),
+            "low_rank_only": self.low_rank_only,
+            "parts_note": self.parts_note,
         }
 
 
@@ -133,8 +141,9 @@ class _CheckRuns:
     def __init__(self, pipe: Any, request: GenerationRequest, engine: Any, ranks: dict[str, int], *, total: int,
                  settings: dict[str, Any], output_dir: Path, stem: str,
                  on_step: Callable[[int, int], None] | None, should_cancel: Callable[[], bool] | None,
-                 on_phase: Callable[[str], None] | None) -> None:
+                 on_phase: Callable[[str], None] | None, previews: PreviewBoard | None = None) -> None:
         self.pipe, self.request, self.engine, self.ranks, self.total = pipe, request, engine, ranks, total
+        self.previews = previews  # one column per run, named by its label
         self.settings, self.output_dir, self.stem = settings, output_dir, stem
         self.on_step, self.should_cancel, self.on_phase = on_step, should_cancel, on_phase
         self.results: dict[str, GenerationResult] = {}
@@ -156,7 +165,9 @@ class _CheckRuns:
         self.phase(label)
         self.scales[label] = summarise_scales(self.engine.effective_scales(CHECK_NAME), self.ranks)
         try:
-            result = run_generation(self.pipe, self.request, on_step=self._steps, should_cancel=self.should_cancel)
+            listeners = (self.previews.listener(self.pipe, label),) if self.previews is not None else ()
+            result = run_generation(self.pipe, self.request, on_step=self._steps, should_cancel=self.should_cancel,
+                                    listeners=listeners)
         except Cancelled as stop:
             raise Cancelled(self.offset + (stop.done or 0), self.total) from None
         self.results[label] = result
@@ -214,14 +225,18 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
                     b: CheckSetting = DEFAULT_B, outputs: Outputs, token: str | None = None,
                     on_step: Callable[[int, int], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None,
-                    on_phase: Callable[[str], None] | None = None) -> EquivalenceResult:
+                    on_phase: Callable[[str], None] | None = None, low_rank_only: bool = False,
+                    previews: PreviewBoard | None = None) -> EquivalenceResult:
     """Run the fallback, A, the control (A's first denoising step again) and B; compare and save the media.
+    ``low_rank_only``: B rescales only the low-rank parts (an adapter's exact deltas stay at A's strength, the
+    comparison that is equivalent for such a file; ``adapters.parts.check_note`` says why).
 
     ``binder`` is the :class:`~h3app.backend.adapter_binding.AdapterBinder` of the held model. Every adapter is
     detached before and after, so the model is left at its bitwise base. Each column's mp4 is encoded on a second
     thread while the next column denoises. ``on_step(done, total)`` counts the whole check's denoising steps (a
     cancel says "cancelled after k of n steps" of the whole check). Files go to ``outputs``, the settings as it
-    records them.
+    records them. ``previews``: a preview of each of the fallback, A and B after every evaluation, in columns of
+    those names (the control step has none).
     """
     started = time.perf_counter()
     workflow = request.workflow
@@ -237,7 +252,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:12]
     runs = _CheckRuns(pipe, request, engine, ranks, total=total, settings=settings, output_dir=output_dir, stem=stem,
-                      on_step=on_step, should_cancel=should_cancel, on_phase=on_phase)
+                      on_step=on_step, should_cancel=should_cancel, on_phase=on_phase, previews=previews)
     try:
         with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
             # The fallback first: its mp4 is encoded while A denoises, and A, the control and B then run back to
@@ -253,7 +268,8 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
                 ra = runs.run("A")
             runs.encode("A", a.alpha, a.strength)
             control_identical = runs.control(first_a[0])
-            engine.set_lora(CHECK_NAME, alpha=b.alpha, strength=b.strength)
+            engine.set_lora(CHECK_NAME, alpha=b.alpha, strength=b.strength,
+                            exact_strength=a.strength if low_rank_only else None)
             rb = runs.run("B")
             runs.encode("B", b.alpha, b.strength, same_as="A", last=True)
         # Drawn here while the encoder finishes the last mp4 (this thread would only wait for it).
@@ -270,6 +286,8 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
         heatmap_path=paths["heat-ab"], fallback_heatmap_path=paths["heat-afallback"],
         spectrogram_diff_path=paths["spec-ab"], fallback_spectrogram_diff_path=paths["spec-afallback"],
         seconds=time.perf_counter() - started, settings=settings, seconds_per_run=ra.seconds,
+        parts_note=check_note(loaded.adapter.info.parts, a.strength, b.strength, low_rank_only),
+        low_rank_only=low_rank_only, parts=dict(loaded.adapter.info.parts),
     )
 
 
@@ -301,6 +319,8 @@ class FullCheck:
     request: GenerationRequest
     a: CheckSetting = DEFAULT_A
     b: CheckSetting = DEFAULT_B
+    low_rank_only: bool = False
+    previews: PreviewBoard | None = None  # --preview-dir: DIR/A, DIR/B, DIR/fallback
 
 
 def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]:
@@ -313,5 +333,6 @@ def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]
     model = load_model(check.model, check.request.workflow, check.options)
     output_dir = Path(tempfile.mkdtemp(prefix="h3app-check-"))
     result = run_equivalence(AdapterBinder(model), check.request, check.adapter, a=check.a, b=check.b,
-                             outputs=Outputs(output_dir), token=token)
+                             outputs=Outputs(output_dir), token=token, low_rank_only=check.low_rank_only,
+                             previews=check.previews)
     return {**result.to_json(), "model": model.name, "output_dir": str(output_dir)}

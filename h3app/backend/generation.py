@@ -1,8 +1,10 @@
 """One generation: a frozen request → decoded video + stereo audio (+ mp4), seeded and deterministic.
 
 ``num_inference_steps`` counts sigma points *including* the terminal one, so N steps run N−1 transformer
-evaluations (fewer if the shift collapses duplicate sigmas). Progress and cancel hook into the transformer's
-forward (diffusers' H3 denoise loop has no step callback).
+evaluations (fewer if the shift collapses duplicate sigmas). Every pipeline call runs inside
+``h3app.lora.evaluations.evaluation_events`` (diffusers' H3 denoise loop has no step callback): progress and cancel,
+and whatever the transformer's registered listeners do at each evaluation (a PDD head bank), hear each evaluation
+with its index, count and sigma interval.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ import numpy as np
 import torch
 
 from ..errors import H3AppError
+from ..lora.evaluations import Evaluation, EvaluationListener, RunSchedule, evaluation_events
 from ..model import repo
 from ..rules import values
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
+from ..rules.request_defaults import TINY_DEFAULTS
 from ..rules.steps import MIN_STEPS
 from . import media
 from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
 
-MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
+MIN_SEED, MAX_SEED = 0, 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,8 @@ class GenerationRequest:
     """Everything that determines one output (with the adapters, added by the backend)."""
 
     prompt: str
-    seed: int = 0
-    steps: int = 5
+    seed: int = TINY_DEFAULTS.seed  # a bare request is the tiny model's; every front end fills its model's defaults
+    steps: int = TINY_DEFAULTS.steps
     duration: float = RELEASED.shortest_seconds
     height: int | None = None
     width: int | None = None
@@ -58,7 +62,7 @@ class GenerationRequest:
                              f"{MAX_PROMPT_TOKENS:,} tokens (about {MAX_PROMPT_TOKENS * 4:,} characters of English): "
                              f"shorten it.")
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen: normalise in place
-        fix("seed", values.parse_int(self.seed, "seed", 0, MAX_SEED))
+        fix("seed", values.parse_int(self.seed, "seed", MIN_SEED, MAX_SEED))
         steps = values.parse_number(self.steps, "steps")
         if not MIN_STEPS <= steps <= MAX_STEPS or steps != int(steps):
             raise H3AppError(f"steps must be a whole number between {MIN_STEPS} and {MAX_STEPS} (N steps run N−1 "
@@ -217,9 +221,9 @@ def count_evaluations(steps: int, shift: float) -> int:
 
 
 @contextmanager
-def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str, Any], torch.nn.Module, int]]:
-    """The pipeline inputs of ``request``, the transformer it runs and its evaluation count, with the request's
-    shifts set on the schedulers for the duration (restored afterwards, also on errors)."""
+def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str, Any], torch.nn.Module, RunSchedule]]:
+    """The pipeline inputs of ``request``, the transformer it runs and its schedule (``count`` evaluations), with
+    the request's shifts set on the schedulers for the duration (restored afterwards, also on errors)."""
     model_limits(pipe).check_request(request, getattr(pipe, "tokenizer", None))
     video_shift = request_shift(pipe, request)
     audio_shift = request.audio_shift if request.audio_shift is not None else float(pipe.audio_scheduler.config.shift)
@@ -237,7 +241,7 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
     pipe.scheduler.set_shift(video_shift)
     pipe.audio_scheduler.set_shift(audio_shift)
     try:
-        yield inputs, transformer, count_evaluations(request.steps, video_shift)
+        yield inputs, transformer, RunSchedule.of(int(request.steps), video_shift, audio_shift)
     finally:
         pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
         pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))
@@ -269,33 +273,40 @@ def _call(pipe: Any, inputs: dict[str, Any]) -> Any:
         raise H3AppError(f"the pipeline refused the request: {values.short(str(error), 300)}") from error
 
 
+class _Progress(EvaluationListener):
+    """Progress and cancel: ``on_step(done, total)`` before every evaluation; a cancel asked for raises
+    :class:`Cancelled` there (``done`` evaluations run)."""
+
+    def __init__(self, on_step: Callable[[int, int], None] | None, should_cancel: Callable[[], bool] | None,
+                 total: int) -> None:
+        self.on_step, self.should_cancel, self.total = on_step, should_cancel, total
+
+    def before_evaluation(self, evaluation: Evaluation) -> None:
+        if self.should_cancel is not None and self.should_cancel():
+            raise Cancelled(evaluation.index, self.total)
+        if self.on_step is not None:
+            self.on_step(evaluation.index, self.total)
+
+
 def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[int, int], None] | None = None,
-                   should_cancel: Callable[[], bool] | None = None) -> GenerationResult:
+                   should_cancel: Callable[[], bool] | None = None,
+                   listeners: tuple[EvaluationListener, ...] = ()) -> GenerationResult:
     """Run ``pipe`` (a workflow pipeline from :class:`h3app.model.loader.LoadedModel`) on ``request``.
 
     ``on_step(done, total)`` is called before every transformer evaluation and once at the end;
     ``should_cancel()`` is polled at the same points and raises :class:`Cancelled` (``done`` of ``total`` steps
-    run). The transformer is untouched by a cancel (hooks are removed in all cases).
+    run). The transformer is untouched by a cancel (hooks are removed in all cases). ``listeners`` hear every
+    evaluation of this run besides the transformer's registered ones (``h3app.lora.evaluations``).
     """
-    done = [0]
-    with _prepared(pipe, request) as (inputs, transformer, total):
-
-        def pre_hook(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
-            if should_cancel is not None and should_cancel():
-                raise Cancelled(done[0], total)
-            if on_step is not None:
-                on_step(done[0], total)
-            done[0] += 1
-
-        handle = transformer.register_forward_pre_hook(pre_hook, with_kwargs=True)
+    with _prepared(pipe, request) as (inputs, transformer, schedule):
+        progress = _Progress(on_step, should_cancel, schedule.count)
         start = time.perf_counter()
-        try:
+        with evaluation_events(transformer, schedule, (progress, *listeners)) as started:
             state = _call(pipe, inputs)
-        finally:
-            handle.remove()
         seconds = time.perf_counter() - start
+    done = [started[0]]
     if on_step is not None:
-        on_step(done[0], total)
+        on_step(done[0], schedule.count)
     video = np.asarray(state.get("videos")[0], dtype=np.float32)
     audio = state.get("audio")[0].detach().float().cpu().numpy()
     if not (np.isfinite(video).all() and np.isfinite(audio).all()):
@@ -322,19 +333,18 @@ def first_step_digest(pipe: Any, request: GenerationRequest) -> str:
     velocity: what moves the latents); the run stops right after that step. Two equal digests at one setting show
     the device computes a denoising step deterministically, at 1/N of a full run's cost."""
     digests: list[str] = []
-    with _prepared(pipe, request) as (inputs, transformer, _):
 
-        def hook(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+    class FirstOutput(EvaluationListener):
+        def after_evaluation(self, evaluation: Evaluation, output: Any) -> None:
             digests.append(output_digest(output))
             raise _FirstStepDone
 
-        handle = transformer.register_forward_hook(hook, with_kwargs=True)
+    with _prepared(pipe, request) as (inputs, transformer, schedule):
         try:
-            _call(pipe, inputs)
+            with evaluation_events(transformer, schedule, (FirstOutput(),)):
+                _call(pipe, inputs)
         except _FirstStepDone:
             pass
-        finally:
-            handle.remove()
     if not digests:
         raise H3AppError("the pipeline finished without a denoising step: use at least 2 steps.")
     return digests[0]

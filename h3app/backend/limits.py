@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import H3AppError
@@ -43,6 +43,12 @@ class Limits:
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     max_grid_cells: int = MAX_GRID_CELLS
     min_steps: int = MIN_STEPS
+
+    def held_to(self, max_seconds: float, max_pixels: int) -> Limits:
+        """These limits within what a box holds (``app.py`` passes the plan's: the longest clip in seconds and the
+        largest canvas in pixels its placement fits), never beyond the model's own."""
+        frames = replace(self.frames, max_seconds=min(self.frames.max_seconds, float(max_seconds)))
+        return replace(self, frames=frames, max_pixels=min(self.max_pixels, int(max_pixels)))
 
     def check_canvas(self, height: int | None, width: int | None) -> None:
         """Sides a positive multiple of ``canvas_multiple``, area within ``max_pixels`` (None: the model's own)."""

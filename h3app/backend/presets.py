@@ -1,7 +1,8 @@
 """Turbo presets: when the registry knows an adapter, its steps, shifts and workflow become the defaults.
 
 Anything the user gave explicitly wins; every value taken from the registry is named in ``notes`` so the user
-sees why their run used 5 steps and shift 12.
+sees why their run used 5 steps and shift 12. Without a preset: the model's own defaults
+(``rules.request_defaults``; a bare call gets the tiny model's, as a bare ``GenerationRequest`` does).
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..adapters.known import KnownAdapter
-from ..rules.choices import T2VA
+from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
 
 PRESET_FIELDS = ("steps", "shift", "audio_shift", "workflow")
-FALLBACK_DEFAULTS: Mapping[str, Any] = {"steps": 5, "shift": None, "audio_shift": None, "workflow": T2VA}
 
 
 @dataclass(frozen=True)
@@ -25,9 +25,10 @@ class Resolved:
     notes: tuple[str, ...]
 
 
-def resolve_presets(given: Mapping[str, Any], known: KnownAdapter | None) -> Resolved:
+def resolve_presets(given: Mapping[str, Any], known: KnownAdapter | None,
+                    defaults: RequestDefaults = TINY_DEFAULTS) -> Resolved:
     """Fill the ``None`` entries of ``given`` (steps, shift, audio_shift, workflow) from ``known``, then from
-    the plain defaults."""
+    the model's ``defaults``."""
     fields = dict(given)
     notes = []
     for name in PRESET_FIELDS:
@@ -38,5 +39,5 @@ def resolve_presets(given: Mapping[str, Any], known: KnownAdapter | None) -> Res
             fields[name] = preset
             notes.append(f"{name}={preset} from the registry ({known.title})")
         else:
-            fields[name] = FALLBACK_DEFAULTS[name]
+            fields[name] = getattr(defaults, name)
     return Resolved(fields, tuple(notes))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting
 from ..rules.choices import TRANSFORMER_CHECK
+from ..rules.request_defaults import SEED
 
 if TYPE_CHECKING:
     import torch
@@ -122,14 +123,17 @@ def with_rank_alpha(adapter: NormalisedAdapter) -> NormalisedAdapter:
 
 
 def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapter, *, a: CheckSetting,
-                          b: CheckSetting, seed: int = 0, source: str = "") -> dict[str, Any]:
+                          b: CheckSetting, seed: int = SEED, source: str = "", low_rank_only: bool = False
+                          ) -> dict[str, Any]:
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 
     Runs with ``torch.use_deterministic_algorithms(True)`` and diffusers' ``native`` attention backend, unmerged.
-    Returns the ``check --json`` object (docs/architecture.md) plus context fields.
+    Returns the ``check --json`` object (docs/architecture.md) plus context fields. ``low_rank_only``: B rescales
+    only the low-rank parts (its exact deltas stay at A's strength: ``adapters.parts.check_note``).
     """
     import torch
 
+    from ..adapters.parts import check_note
     from ..lora.engine import LoRAEngine
     from ..settings import LoRASettings
 
@@ -151,7 +155,8 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         bytes_a, *out_a = forward()
         bytes_control, *_ = forward()
         scales_a = engine.effective_scales(CHECK_ADAPTER_NAME)
-        engine.set_lora(CHECK_ADAPTER_NAME, alpha=b.alpha, strength=b.strength)
+        engine.set_lora(CHECK_ADAPTER_NAME, alpha=b.alpha, strength=b.strength,
+                        exact_strength=a.strength if low_rank_only else None)
         bytes_b, *out_b = forward()
         scales_b = engine.effective_scales(CHECK_ADAPTER_NAME)
         engine.detach()
@@ -189,7 +194,12 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "dtype": str(next(transformer.parameters()).dtype).replace("torch.", ""),
         "deterministic": True,
         "attention_backend": "native",
-        "warnings": list(report.warnings),
+        "warnings": list(report.warnings) + ([
+            "the head bank applies per evaluation inside a generation; this one forward runs the original heads "
+            "(use --mode full)"] if report.head_banks else []),
+        "parts": dict(adapter.info.parts),
+        "low_rank_only": low_rank_only,
+        "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),
         "finite": all(math.isfinite(float(t.abs().max())) for t in (*out_a, *out_b) if t.numel()),
     }
 

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
+from ..rules.request_defaults import SEED, defaults_for
 from .flag_values import check_setting
+from .generate import add_preview_flags, preview_board, preview_line
 from .model_options import add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
@@ -21,6 +23,7 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 
     from ..adapters.types import NormalisedAdapter
     from ..backend.generation import GenerationRequest
+    from ..backend.preview import PreviewBoard
     from ..backend.transformer_check import CheckSetting
     from ..parallel.group import RankGroup
     from ..settings import LoRASettings
@@ -31,16 +34,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_flags(p)
     p.add_argument("--a", default=DEFAULT_A.label, type=check_setting("--a"),
                    help=f"setting A as ALPHA:SCALE (ALPHA may be auto); default {DEFAULT_A.label}")
-    p.add_argument("--b", default=DEFAULT_B.label, type=check_setting("--b"), help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
+    p.add_argument("--b", default=DEFAULT_B.label, type=check_setting("--b"),
+                   help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
     p.add_argument("--mode", default=TRANSFORMER_CHECK, choices=CHECK_MODES,
                    help="transformer: one forward on a seeded packed input; full: the whole pipeline (backend)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help=f"default {SEED}")
     p.add_argument("--prompt", default=None, help="full mode only")
-    p.add_argument("--steps", type=int, default=5, help="full mode only")
+    p.add_argument("--steps", type=int, default=None, help="full mode only; default: the model's")
     p.add_argument("--height", type=int, default=None, help="full mode only")
     p.add_argument("--width", type=int, default=None, help="full mode only")
+    p.add_argument("--low-rank-only", action="store_true",
+                   help="B rescales only the low-rank parts: an adapter's exact deltas (.diff/.diff_b, which alpha "
+                        "does not scale) stay at A's strength, the equivalent comparison for such a file")
+    add_preview_flags(p, "full mode only, DIR/A, DIR/B and DIR/fallback/step-K.png")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=check_values)  # refused before torch loads
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """The checks across flags (one line each): ``--preview-dir`` needs ``--mode full``."""
+    if args.preview_dir is not None and args.mode != FULL_CHECK:
+        from ..errors import H3AppError
+
+        raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
+                         "watch denoise.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,14 +66,20 @@ def run(args: argparse.Namespace) -> int:
     from .output import emit
 
     a, b = args.a, args.b  # CheckSettings (parsed with the arguments)
+    defaults = defaults_for(args.model)
+    args.seed = defaults.seed if args.seed is None else args.seed
+    args.steps = defaults.steps if args.steps is None else args.steps
+    check_values(args)
+    previews = preview_board(args)
     options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     try:
         if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
 
-            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b), os.environ.get("HF_TOKEN"))
-                      if group is None else _full_check_on_ranks(args, a, b, group))
+            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b, args.low_rank_only,
+                                               previews), os.environ.get("HF_TOKEN"))
+                      if group is None else _full_check_on_ranks(args, a, b, group, previews))
         else:
             from ..model.loader import load_transformer
             from ..parallel.lockstep import on_every_rank
@@ -70,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
                 compile_blocks(transformer, options.device)
             adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
             result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,
-                                                                       seed=args.seed, source=args.adapter))
+                                                                       seed=args.seed, source=args.adapter,
+                                                                       low_rank_only=args.low_rank_only))
             result["model"] = args.model
     finally:
         close_ranks(group)
@@ -79,10 +103,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         result["parallel"] = group.spec.label
     result.update(compile_fields(args))
+    if previews is not None:
+        result["previews"] = previews.summary()
     verdict = "IDENTICAL" if result["identical"] else f"DIFFERENT (max |diff| {result['max_abs_diff']:.3g})"
+    note = f"\n{result['parts_note']}" if result.get("parts_note") else ""
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "
-         f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s")
+         f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s{note}"
+         + preview_line(result.get("previews")))
     return 0
 
 
@@ -94,11 +122,12 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
 
     request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
                                 height=args.height, width=args.width)
-    return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision), request
+    return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
+                        skip_parts=tuple(args.skip_parts), any_partition=args.any_partition), request
 
 
 def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,
-                         group: RankGroup) -> dict | None:
+                         group: RankGroup, previews: PreviewBoard | None = None) -> dict | None:
     """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
     from ..backend.service import Backend
     from ..parallel.follower import bind, follow
@@ -110,7 +139,8 @@ def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSett
             follow(group, backend)
             return None
         adapter, request = _full_job(args)
-        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"))
+        result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"),
+                                           low_rank_only=args.low_rank_only, previews=previews)
         return {**result.to_json(), "model": backend.model_name, "output_dir": str(backend.output_dir)}
     finally:
         backend.close()
@@ -132,4 +162,5 @@ def load_check_adapter(args: argparse.Namespace, transformer: torch.nn.Module,
     fetched = fetch(args.adapter, weight_name=args.weight_name, revision=args.revision)
     return load_adapter(fetched.path, shapes=transformer_shapes(dict(transformer.config)),
                         adapter_config_path=fetched.adapter_config_path, repo_id=fetched.repo_id,
-                        filename=fetched.filename)
+                        filename=fetched.filename, skip_parts=tuple(args.skip_parts),
+                        any_partition=args.any_partition)

@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     adapter = load_adapter(
         path, shapes=shapes_for(path, args.model, args.partition, args.qkv_layout), explicit_alpha=args.alpha,
         qkv_layout=args.qkv_layout, partition=args.partition, repo_id=repo_id, filename=filename,
-        adapter_config_path=adapter_file.adapter_config_path,
+        adapter_config_path=adapter_file.adapter_config_path, skip_parts=tuple(args.skip_parts),
     )
     result = export_adapter(adapter, args.out, strength=args.scale, dtype=dtype, base_model=args.model,
                             source=adapter_file.describe(), partition=args.partition)

@@ -6,27 +6,25 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import T2VA, WORKFLOWS
-from ..rules.frames import RELEASED
-from .flag_values import duration_seconds, mp4_path
-from .model_options import add_lora_mode_flag, add_run_flags, compile_fields, load_options
+from ..rules.choices import PREVIEW_DECODERS, T2VA
+from ..rules.request_defaults import SEED, defaults_for
+from .flag_values import mp4_path
+from .model_options import (
+    add_lora_mode_flag,
+    add_request_flags,
+    add_run_flags,
+    compile_fields,
+    load_options,
+    request_flags,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate a video with stereo audio, optionally with LoRA adapters")
     add_run_flags(p, adapter_required=False)
-    p.add_argument("--workflow", default=None, choices=WORKFLOWS,
-                   help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
-                        "adapter's, else t2va")
+    add_request_flags(p)  # --workflow --steps --duration|--frames --height --width, as plan takes them
     p.add_argument("--prompt", required=True)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steps", type=int, default=None,
-                   help="num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
-                        "evaluations (default: the known adapter's preset, else 5)")
-    p.add_argument("--duration", type=duration_seconds, default=RELEASED.shortest_seconds,
-                   help=f"seconds, {RELEASED.describe()}")
-    p.add_argument("--height", type=int, default=None, help="pixels; multiple of the model's canvas multiple")
-    p.add_argument("--width", type=int, default=None)
+    p.add_argument("--seed", type=int, default=None, help=f"default {SEED}")
     p.add_argument("--shift", type=float, default=None, help="video flow shift (default: preset, else 12)")
     p.add_argument("--audio-shift", type=float, default=None, help="audio flow shift (default: preset, else 3)")
     p.add_argument("--first-frame", default=None, help="fl2va: image the video starts from")
@@ -38,8 +36,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
     add_lora_mode_flag(p)
     p.add_argument("--out", required=True, type=mp4_path, help="output .mp4 path")
+    add_preview_flags(p, "DIR/step-K.png for each evaluation K (1-based)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run, check_flags=adapters_from_args)  # cross-flag checks: before torch is imported
+    p.set_defaults(run=run, check=check_values)  # refused before torch loads
+
+
+def add_preview_flags(p: argparse.ArgumentParser, where: str) -> None:
+    """``--preview-dir`` (off unless given) and ``--preview-decoder`` (docs/cli.md, "Step previews")."""
+    p.add_argument("--preview-dir", default=None, metavar="DIR",
+                   help=f"write a preview of the clean-sample estimate after every evaluation: {where}")
+    p.add_argument("--preview-decoder", default="auto", choices=PREVIEW_DECODERS,
+                   help="auto: the model's own VAE when small, else fitted latent→RGB factors, else pca false colours")
+
+
+def preview_board(args: argparse.Namespace) -> Any:
+    """The run's PreviewBoard for ``--preview-dir`` (None without it)."""
+    if args.preview_dir is None:
+        return None
+    from ..backend.preview import PreviewBoard
+
+    return PreviewBoard(args.preview_dir, decoder=args.preview_decoder)
+
+
+def preview_line(summary: dict[str, Any] | None) -> str:
+    """The human line of ``--preview-dir``'s summary ("" without it)."""
+    if summary is None:
+        return ""
+    share = summary["share_of_step"]
+    cost = f", {share:.1%} of a step each" if share is not None else ""
+    return (f"\n  previews: {summary['files']} in {summary['dir']} ({summary['decoder']}{cost})"
+            + "".join(f"\n  preview note: {note}" for note in summary["notes"]))
 
 
 def parse_adapter_spec(spec: str, mode: str) -> Any:
@@ -67,13 +93,20 @@ def parse_adapter_spec(spec: str, mode: str) -> Any:
     return LoRASettings(**fields)
 
 
+def check_values(args: argparse.Namespace) -> None:
+    """The checks across flags: the request's values for ``--model`` and the adapters' flags (one line each)."""
+    request_flags(args, args.model)
+    adapters_from_args(args)
+
+
 def adapters_from_args(args: argparse.Namespace) -> list:
     from ..settings import LoRASettings
 
     adapters = []
     if args.adapter:
         adapters.append(LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                                     alpha=args.alpha, strength=args.scale, mode=args.lora_mode))
+                                     alpha=args.alpha, strength=args.scale, mode=args.lora_mode,
+                                     skip_parts=tuple(args.skip_parts), any_partition=args.any_partition))
     elif any(v is not None for v in (args.weight_name, args.revision, args.alpha)):
         raise H3AppError("--weight-name/--revision/--alpha belong to --adapter: add --adapter SOURCE.")
     adapters.extend(parse_adapter_spec(spec, args.lora_mode) for spec in args.adapter_spec)
@@ -91,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
     from ..parallel.launch import close_ranks, start_ranks
     from .output import emit
 
+    flags = request_flags(args, args.model)  # checked by ``check`` already when run from the command line
+    defaults = defaults_for(args.model)
+    adapters = adapters_from_args(args)
+    previews = preview_board(args)
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
@@ -102,18 +139,19 @@ def run(args: argparse.Namespace) -> int:
         known = None
         for adapter in adapters:  # header only: which adapter is known, before anything is downloaded
             info = backend.inspect(adapter.source, adapter.weight_name, adapter.revision, token,
-                                   workflow=args.workflow or T2VA)
+                                   workflow=args.workflow or T2VA, skip_parts=adapter.skip_parts)
             if info.known is not None:
                 from ..adapters.known import KnownAdapter
 
                 known = KnownAdapter(**{k: v for k, v in info.known.items() if k != "source"})
                 break
-        resolved = resolve_presets({"steps": args.steps, "shift": args.shift, "audio_shift": args.audio_shift,
-                                    "workflow": args.workflow}, known)
-        request = GenerationRequest(prompt=args.prompt, seed=args.seed, duration=args.duration, height=args.height,
-                                    width=args.width, first_frame=args.first_frame, last_frame=args.last_frame,
+        resolved = resolve_presets({"steps": flags.steps, "shift": args.shift, "audio_shift": args.audio_shift,
+                                    "workflow": flags.workflow}, known, defaults)
+        seed = defaults.seed if args.seed is None else args.seed
+        request = GenerationRequest(prompt=args.prompt, seed=seed, duration=flags.duration, height=flags.height,
+                                    width=flags.width, first_frame=args.first_frame, last_frame=args.last_frame,
                                     references=tuple(args.reference), **resolved.fields)
-        output = backend.generate(request, adapters, token)
+        output = backend.generate(request, adapters, token, previews=previews)
     finally:
         backend.close()
         close_ranks(group)
@@ -124,12 +162,17 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(output.video_path, out)
     Path(output.thumbnail_path).unlink(missing_ok=True)
+    from ..adapters.summary import applied_lines
+
+    applied = applied_lines(output.settings["adapters"])  # the one summary of what each adapter applied
     result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
-              **compile_fields(args)}
+              "applied": applied, **compile_fields(args)}
     result.pop("thumbnail", None)
-    names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
-                      f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"
+    if previews is not None:
+        result["previews"] = previews.summary()
+    names = "; ".join(applied) or "no adapter"
     emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
-                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes))
+                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes)
+                            + preview_line(result.get("previews")))
     return 0

@@ -28,6 +28,8 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
                    help="row order of fused QKV factors: auto (interleaved for DiffSynth), blocked or interleaved")
     p.add_argument("--partition", default=MAIN_PARTITION, choices=PARTITIONS,
                    help="transformer (t2va, fl2va) or transformer_ref (ref2va)")
+    p.add_argument("--skip-parts", action="append", default=[], metavar="KIND",
+                   help="leave these parts out (adaln: the AdaLN parts of a file built for a pruned H3); repeatable")
 
 
 def read_source_header(source: str, weight_name: str | None, revision: str | None) -> Any:
@@ -51,6 +53,9 @@ def model_shapes(model: str | None, partition: str) -> Any:
 
 def summary(info: dict[str, Any]) -> str:
     """Human-readable lines for an ``AdapterInfo.to_json()`` dict."""
+    from ..adapters.partition import runs_on
+    from ..adapters.parts import describe_counts
+
     rank = info["rank"] if info["rank"] is not None else "mixed " + ", ".join(str(r) for r in sorted(set(info["ranks"].values())))
     alpha = info["alpha"] if info["alpha"] is not None else "mixed " + ", ".join(f"{a:g}" for a in sorted(set(info["alphas"].values())))
     lines = [
@@ -60,6 +65,14 @@ def summary(info: dict[str, Any]) -> str:
         f"alpha        {alpha} ({info['alpha_source']})" + (" rsLoRA" if info["use_rslora"] else ""),
         f"dtype        {info['dtype']}, {info['file_bytes']:,} bytes",
     ]
+    lines.append(f"parts        {describe_counts(info['parts'], len(info['head_bank_modules']))}")
+    if info["skipped_parts"]:
+        lines.append("skipped      " + ", ".join(f"{kind} {n}" for kind, n in info["skipped_parts"].items())
+                     + " (--skip-parts)")
+    partition = info["partition"]
+    lines.append(f"partition    {partition} (from its {info['partition_source'].replace('file_', 'file ')}; binds to "
+                 f"{runs_on(partition)})"
+                 if partition else "partition    unknown (applies to either transformer)")
     if info["known"]:
         known = info["known"]
         extras = ", ".join(f"{k} {known[k]}" for k in ("steps", "shift", "audio_shift", "workflow", "trigger", "scale") if known.get(k) is not None)
@@ -81,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     repo_id, filename = registry_identity(args.source, args.weight_name, view.name)
     info = inspect_header(
         view, shapes=model_shapes(args.model, args.partition), repo_id=repo_id, filename=filename,
-        qkv_layout=args.qkv_layout, partition=args.partition,
+        qkv_layout=args.qkv_layout, partition=args.partition, skip_parts=tuple(args.skip_parts),
     ).to_json()
     emit(info, args.json, summary(info))
     return 0

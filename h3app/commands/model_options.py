@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
-from ..rules.choices import DTYPE_NAMES, LORA_MODES, OFFLOAD_MODES
+from ..rules.choices import DTYPE_NAMES, LORA_MODES, OFFLOAD_MODES, WORKFLOWS
+from ..rules.frames import RELEASED
+from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
+from ..rules.steps import MIN_STEPS
 from .flag_values import dtype_name
 
 if TYPE_CHECKING:
@@ -73,6 +78,17 @@ def add_adapter_flags(parser: argparse.ArgumentParser, required: bool = True) ->
                         help="LoRA: Hub repo id, HF URL, or local file/folder")
     parser.add_argument("--weight-name", default=None, help="file inside the adapter repo/folder when it holds several")
     parser.add_argument("--revision", default=None, help="Hub revision of the adapter (branch, tag or commit)")
+    add_part_flags(parser)
+
+
+def add_part_flags(parser: argparse.ArgumentParser) -> None:
+    """``--skip-parts KIND`` (repeatable; ``adaln``: leave out a pruned-base file's AdaLN parts) and
+    ``--any-partition`` (apply a file made for the other transformer partition): docs/adapters.md."""
+    parser.add_argument("--skip-parts", action="append", default=[], metavar="KIND",
+                        help="leave these parts of the adapter out (adaln: the AdaLN parts of a file built for a "
+                             "pruned H3 checkpoint); repeatable")
+    parser.add_argument("--any-partition", action="store_true",
+                        help="apply an adapter made for the other transformer partition (FL2VA vs Ref2VA) anyway")
 
 
 def add_lora_mode_flag(parser: argparse.ArgumentParser, mode_alias: bool = True) -> None:
@@ -101,3 +117,69 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
                        fp8_text_encoder=args.fp8_text_encoder, fuse_qkv=args.fuse_qkv,
                        revision=args.model_revision, token=os.environ.get("HF_TOKEN"),
                        compile=getattr(args, "compile", False))
+
+
+# --- the request's size: the same flags and the same checks on generate, grid and plan (torch-free) -----------
+def add_request_flags(parser: argparse.ArgumentParser, workflow: bool = True) -> None:
+    """``[--workflow W] [--steps N] [--duration S | --frames F] [--height H --width W]``; None: the default (a
+    known adapter's preset, else the model's, ``rules.request_defaults``)."""
+    if workflow:
+        parser.add_argument("--workflow", default=None, choices=WORKFLOWS,
+                            help="t2va (text), fl2va (first/last keyframe), ref2va (references); default: the known "
+                                 "adapter's, else t2va")
+    parser.add_argument("--steps", type=int, default=None,
+                        help=f"num_inference_steps: sigma points including the terminal one, so N steps = N-1 "
+                             f"evaluations (default: the known adapter's preset, else the model's: "
+                             f"{FULL_DEFAULTS.steps} full, {TINY_DEFAULTS.steps} tiny)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--duration", type=float, default=None,
+                        help=f"seconds, {RELEASED.describe()}; default {FULL_DEFAULTS.duration:g}")
+    length.add_argument("--frames", type=int, default=None,
+                        help="the clip's length in frames instead (snapped up to 17n+5)")
+    parser.add_argument("--height", type=int, default=None,
+                        help="pixels, a multiple of the model's canvas multiple (default: the model's canvas)")
+    parser.add_argument("--width", type=int, default=None)
+
+
+@dataclass(frozen=True)
+class RequestFlags:
+    """The request flags, checked: ``duration`` in seconds (``--frames`` converted), None where the default
+    applies (``steps``: a preset may still set it; ``height``/``width``: the pipeline's canvas)."""
+
+    workflow: str | None
+    steps: int | None
+    duration: float
+    height: int | None
+    width: int | None
+
+
+def request_flags(args: argparse.Namespace, model: str | None) -> RequestFlags:
+    """``args``' request flags for ``model``, refused in one line before any model (or torch) loads: steps out of
+    range, a clip shorter or longer than the pipeline makes, one side of a canvas, or a canvas ``model``'s pipeline
+    refuses (known before loading for ``tiny`` and the published model)."""
+    from ..backend.limits import MAX_STEPS
+
+    steps = getattr(args, "steps", None)
+    if steps is not None and not MIN_STEPS <= steps <= MAX_STEPS:
+        raise H3AppError(f"--steps must be between {MIN_STEPS} and {MAX_STEPS} (N steps run N-1 evaluations), "
+                         f"got {steps}.")
+    duration = defaults_for(model).duration if args.duration is None else args.duration
+    if getattr(args, "frames", None) is not None:
+        frames = RELEASED.aligned(args.frames) if args.frames > 0 else args.frames
+        if not RELEASED.frames(RELEASED.shortest_seconds) <= frames <= RELEASED.max_frames:
+            raise H3AppError(f"--frames must give a clip of {RELEASED.describe()}, got {args.frames}.")
+        duration = frames / RELEASED.fps
+    RELEASED.check_duration(duration, "--duration")
+    height, width = args.height, args.width
+    if (height is None) != (width is None):
+        raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
+    canvas = known_canvas(model)
+    if height is not None and canvas is not None:
+        for name, value in (("--height", height), ("--width", width)):
+            if value < canvas.canvas_multiple or value % canvas.canvas_multiple:
+                raise H3AppError(f"{name} must be a positive multiple of {canvas.canvas_multiple} for this model, "
+                                 f"got {value}.")
+        if height * width > canvas.max_pixels:
+            raise H3AppError(f"the canvas {height}×{width} has {height * width:,} pixels, more than this model "
+                             f"generates ({canvas.max_pixels:,}): use a smaller canvas.")
+    return RequestFlags(getattr(args, "workflow", None), steps, duration, height, width)

@@ -1,7 +1,9 @@
-"""``python -m h3app plan``: will this request fit that GPU? The memory plan from a full-size rehearsal on fake CUDA.
+"""``python -m h3app plan``: will this request fit that GPU, how fast, and for how much? The judge's verdicts from a
+full-size rehearsal on fake CUDA.
 
 No weights are read or downloaded: ``--model full`` is the published MiniMax-H3 sizes kept in the project,
-``--adapter`` is read from its header only. docs/hardware.md explains the numbers.
+``--adapter`` is read from its header only. The request flags are generate's (``add_request_flags``), checked the
+same way before anything heavy is imported. docs/hardware.md explains the numbers.
 """
 
 from __future__ import annotations
@@ -9,24 +11,23 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
-from ..rules.choices import OFFLOAD_MODES, T2VA, WORKFLOWS
-from ..rules.frames import RELEASED
-from .model_options import add_adapter_flags, add_fp8_flags, add_lora_mode_flag
+from ..rules.choices import OFFLOAD_MODES
+from ..rules.request_defaults import FULL, TINY, defaults_for
+from .flag_values import dtype_name
+from .model_options import add_adapter_flags, add_fp8_flags, add_lora_mode_flag, add_request_flags, request_flags
 
-RESOLUTION_NAMES = ("544p", "768p")
 MAX_RANKS = 64
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     from ..hardware.flavors import BY_NAME
 
-    p = sub.add_parser("plan", help="predict GPU and host memory for a request and the hardware it fits")
-    p.add_argument("--model", default="full", help="full (the published MiniMax-H3 sizes, no weights) or tiny")
-    p.add_argument("--workflow", default=T2VA, choices=WORKFLOWS)
-    p.add_argument("--resolution", default="544p", choices=RESOLUTION_NAMES)
-    p.add_argument("--duration", type=float, default=RELEASED.shortest_seconds,
-                   help=f"seconds of video, {RELEASED.describe()}")
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")
+    p = sub.add_parser("plan", help="predict GPU and host memory, time and $ per video, and the hardware it fits")
+    p.add_argument("--model", default=FULL, help="full (the published MiniMax-H3 sizes, no weights) or tiny")
+    add_request_flags(p)
+    p.add_argument("--device", default="cuda", help="cuda (what every plan is for; taken so that a plan's options "
+                                                    "can be given back to it unchanged)")
+    p.add_argument("--dtype", default="bfloat16", type=dtype_name, help="bfloat16 (GPU default) or float32")
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
     add_fp8_flags(p)
     p.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time")
@@ -37,33 +38,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", default=None, metavar="FLAVOR", help=f"judge only this flavor ({', '.join(BY_NAME)})")
     p.add_argument("--ulysses", type=int, default=1, help="context-parallel ranks (Ulysses): activations split N ways")
     p.add_argument("--ring", type=int, default=1, help="context-parallel ranks (ring attention)")
+    p.add_argument("--no-limits", action="store_true",
+                   help="skip the search for the recommendation's longest clip (one rehearsal per length tried)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=check_plan_values)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..hardware.planner import make_plan
+    request, placement, setup = plan_options(args)  # every value refused here loads no torch
+    from ..hardware.recommend import make_plan
     from ..hardware.summary import describe_plan
     from .output import emit
 
-    options, placement = plan_options(args)
-    plan = make_plan(options, placement, model=args.model, hardware=args.hardware)
+    plan = make_plan(request, placement, setup, hardware=args.hardware, with_limits=not args.no_limits)
     emit(plan.to_json(), args.json, describe_plan(plan))
     return 0
 
 
-def plan_options(args: argparse.Namespace):
-    """The rehearsal options and placement of ``args``; ``H3AppError`` (one line) for anything invalid."""
-    from ..hardware.planner import Placement
-    from ..hardware.rehearsal import RehearsalOptions
-    from ..model.loader import parse_dtype
-    from ..rules.frames import RELEASED
-    from ..rules.values import parse_alpha, parse_strength
-
-    if args.model not in ("full", "tiny"):
+def check_plan_values(args: argparse.Namespace):
+    """The checked request flags (``RequestFlags``); one line for anything invalid, before torch is imported."""
+    if args.model not in (FULL, TINY):
         raise H3AppError(f"plan --model {args.model!r}: use full (the published MiniMax-H3 sizes, no weights) or "
                          f"tiny; a downloaded copy of MiniMaxAI/MiniMax-H3 has the full sizes.")
-    RELEASED.check_duration(args.duration, "--duration")
+    flags = request_flags(args, args.model)
+    if not str(args.device).startswith("cuda"):
+        raise H3AppError(f"plan judges GPU boxes: --device {args.device} is not one (use cuda, or leave it out).")
     for flag in ("ulysses", "ring"):
         if not 1 <= getattr(args, flag) <= MAX_RANKS:
             raise H3AppError(f"--{flag} must be between 1 and {MAX_RANKS}, got {getattr(args, flag)}.")
@@ -74,14 +73,31 @@ def plan_options(args: argparse.Namespace):
         from ..hardware.flavors import flavor
 
         flavor(args.hardware)
+    return flags
+
+
+def plan_options(args: argparse.Namespace):
+    """``(PlannedRequest, Placement, Setup)`` of ``args``; ``H3AppError`` (one line) for anything invalid."""
+    from ..rules.values import parse_alpha, parse_strength
+
+    flags = check_plan_values(args)
+    alpha, scale = parse_alpha(args.alpha), parse_strength(args.scale)
     adapter = None
     if args.adapter is not None:
         from ..adapters.source import read_header
 
         adapter = read_header(args.adapter, args.weight_name, args.revision)
-    options = RehearsalOptions(workflow=args.workflow, resolution=args.resolution, duration=args.duration,
-                               dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
-                               alpha=parse_alpha(args.alpha), scale=parse_strength(args.scale),
-                               lora_mode=args.lora_mode)
-    return options, Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
-                              fp8_text_encoder=args.fp8_text_encoder)
+    from ..hardware.judge import PlannedRequest, Setup
+    from ..hardware.planner import Placement
+    from ..model.loader import parse_dtype
+    from ..rules.frames import RELEASED
+
+    defaults = defaults_for(args.model)
+    height, width = (flags.height, flags.width) if flags.height is not None else defaults.planned_canvas
+    request = PlannedRequest(flags.workflow or defaults.workflow, height, width, RELEASED.frames(flags.duration),
+                             flags.steps or defaults.steps)
+    setup = Setup(model=args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
+                  alpha=alpha, scale=scale, lora_mode=args.lora_mode)
+    placement = Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
+                          fp8_text_encoder=args.fp8_text_encoder)
+    return request, placement, setup

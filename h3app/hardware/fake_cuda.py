@@ -30,14 +30,22 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch._subclasses.fake_tensor import (
+from torch.overrides import TorchFunctionMode
+
+from ..model.torch_compat import (
+    EFFICIENT_ATTENTION,
+    FLASH_ATTENTION,
+    LOCAL_SCALAR_DENSE,
+    TO_COPY,
     DataDependentOutputException,
     DynamicOutputShapeException,
     FakeTensor,
     FakeTensorMode,
+    op_arguments,
+    tree_flatten,
+    tree_map,
+    tree_unflatten,
 )
-from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 aten = torch.ops.aten
 SHADOW_ELEMENTS = 1 << 16
@@ -45,8 +53,7 @@ HOST_FAKE_ELEMENTS = 1 << 20
 _CPU = torch.device("cpu")
 # Ops whose CUDA kernels refuse mixed input dtypes, which their meta kernels do not check.
 _SAME_DTYPE = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
-               aten.addmv.default, aten.convolution.default, aten._scaled_dot_product_flash_attention.default,
-               aten._scaled_dot_product_efficient_attention.default}
+               aten.addmv.default, aten.convolution.default, FLASH_ATTENTION.default, EFFICIENT_ATTENTION.default}
 _EMPTIES = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default}
 _FACTORIES = {aten.empty.memory_format, aten.empty_strided.default, aten.zeros.default, aten.ones.default,
               aten.full.default, aten.randn.default, aten.rand.default, aten.empty_like.default,
@@ -173,12 +180,12 @@ class FakeCuda(FakeTensorMode):
             if func in _EMPTIES:
                 out.zero_()  # host buffers filled from fake device data would otherwise hold garbage (NaN)
             return out
-        if func is aten._to_copy.default and not fakes and args[0].is_meta:
+        if func is TO_COPY and not fakes and args[0].is_meta:
             # A module built on meta and moved to the GPU: the weights "loaded" there, uninitialised.
             source = args[0]
             return self._dispatch_fake(aten.empty_strided.default, types, (source.shape, source.stride()),
                                        {"dtype": kwargs.get("dtype") or source.dtype, "device": torch.device("cuda")})
-        if func is aten._to_copy.default and not fakes and _plain_copy(kwargs):
+        if func is TO_COPY and not fakes and _plain_copy(kwargs):
             # A real host tensor moved to the GPU (a loaded module's .to("cuda")): a fake of its layout, carrying
             # the value when small — what the general path computes, without decomposing the copy.
             source = args[0]
@@ -189,7 +196,7 @@ class FakeCuda(FakeTensorMode):
                 out._h3_value = source.to(dtype=dtype, copy=True)
             return out
         shadows = _shadow_arguments(args, kwargs)
-        if func is aten._to_copy.default and fakes and _target_device(args, kwargs).type == "cpu" and shadows:
+        if func is TO_COPY and fakes and _target_device(args, kwargs).type == "cpu" and shadows:
             return func(*shadows[0], **shadows[1])  # a small value copied to the host: the real value
         if func in _SAME_DTYPE:
             _check_same_dtype(func, args)
@@ -197,7 +204,7 @@ class FakeCuda(FakeTensorMode):
             out = self._dispatch_fake(func, types, args, kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException):
             if shadows is None:
-                if func is aten._local_scalar_dense.default:
+                if func is LOCAL_SCALAR_DENSE:
                     return _placeholder_scalar(args[0].dtype)
                 if func is aten.equal.default:
                     return False  # unknown values: treat as different (never merges two factors wrongly)
@@ -211,7 +218,7 @@ class FakeCuda(FakeTensorMode):
                 if is_fake(fake) and isinstance(value, torch.Tensor):
                     fake._h3_value = value
         else:
-            for index, argument in enumerate(func._schema.arguments[:len(args)]):
+            for index, argument in enumerate(op_arguments(func)[:len(args)]):
                 if argument.alias_info is not None and argument.alias_info.is_write and is_fake(args[index]):
                     args[index].__dict__.pop("_h3_value", None)  # written without known values: value unknown
         return out
@@ -350,13 +357,11 @@ def fused_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
         repeat = query.shape[-3] // key.shape[-3]
         key, value = key.repeat_interleave(repeat, dim=-3), value.repeat_interleave(repeat, dim=-3)
     if attn_mask is None and query.dtype in (torch.bfloat16, torch.float16) and query.shape[-1] <= 256:
-        return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False,
-                                                        scale=scale)[0]
+        return FLASH_ATTENTION(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
     bias = attn_mask
     if bias is not None and bias.dtype == torch.bool:
         bias = torch.zeros(bias.shape, dtype=query.dtype, device=query.device).masked_fill(~bias, float("-inf"))
-    return aten._scaled_dot_product_efficient_attention(query, key, value, bias, False, dropout_p, is_causal,
-                                                        scale=scale)[0]
+    return EFFICIENT_ATTENTION(query, key, value, bias, False, dropout_p, is_causal, scale=scale)[0]
 
 
 @contextlib.contextmanager

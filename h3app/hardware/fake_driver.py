@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import fake_tensor_tls
 from torch.overrides import TorchFunctionMode
 
+from ..model.torch_compat import TENSOR_DATA, fake_tensor_tls
 from .fake_cuda import FakeCuda, fake_cuda, is_fake
 
 
@@ -113,7 +113,7 @@ def _driver_functions(box: FakeGpuBox) -> dict[str, Any]:
 
 
 def _is_data_setter(func: Any) -> bool:
-    return getattr(func, "__name__", "") == "__set__" and getattr(func, "__self__", None) is torch._C.TensorBase.data
+    return getattr(func, "__name__", "") == "__set__" and getattr(func, "__self__", None) is TENSOR_DATA
 
 
 def _forget_weak_references(tensor: torch.Tensor, mode: FakeCuda) -> None:

@@ -19,16 +19,18 @@ from typing import Any
 import torch
 
 from ..model import conditioner, fp8, repo
+from ..model.diffusers_compat import fp32_modules
 from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
 from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG
+from ..rules.request_defaults import FULL_DEFAULTS
 
 FULL = "full"
 SIZED = (*PARTITIONS, "vae", "audio_vae", "text_encoder")
 
 # The released pipeline's canvas settings (the embedded index holds the tiny checkpoint's small ones).
-CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": 768, "canvas_max_pixels": 768 * 1344,
-                                 "reference_image_short_edge": 2048}
+CANVAS_CONFIG: dict[str, Any] = {"canvas_short_edge": min(FULL_DEFAULTS.planned_canvas),
+                                 "canvas_max_pixels": FULL_DEFAULTS.max_pixels, "reference_image_short_edge": 2048}
 AUDIO_VAE_CONFIG: dict[str, Any] = {"latents_mean": [0.0] * 32, "latents_std": [1.0] * 32}
 
 # Qwen3-VL-32B: the conditioner MiniMax-H3 reads at layer 50 (62.1 GB in bf16).
@@ -67,7 +69,7 @@ def text_encoder_config() -> Any:
 def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None = None) -> torch.nn.Module:
     """Component ``name`` at full size (or ``config``) on the meta device, in the dtypes ``from_pretrained`` gives:
     transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, both VAEs fp32."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from ..model.torch_compat import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.device("meta"):  # real meta modules, also when called under fake CUDA
         if name in PARTITIONS:
@@ -96,7 +98,7 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
 
 def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
     module.to(dtype)
-    keep = tuple(getattr(module, "_keep_in_fp32_modules", None) or ())
+    keep = fp32_modules(module)
     for name, child in module.named_modules():
         if name and any(name == k or name.startswith(k + ".") for k in keep):
             child.to(torch.float32)
@@ -104,7 +106,7 @@ def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> No
 
 def build_text_encoder(options: LoadOptions, layers: int, config: Any = None) -> torch.nn.Module:
     """The full-size (or ``config``) conditioner on meta as the loader holds it (``loader.prepare_text_encoder``)."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from ..model.torch_compat import unset_fake_temporarily
 
     with unset_fake_temporarily():
         return prepare_text_encoder(build_meta("text_encoder", options, config), layers, options)
@@ -116,7 +118,7 @@ def build_sized(name: str, loc: repo.ModelLocation, options: LoadOptions) -> tor
         return build_text_encoder(options, conditioner.layers_read_from(str(loc.folder)))
     module = build_meta(name, options)
     if name in PARTITIONS and options.fp8:
-        from torch._subclasses.fake_tensor import unset_fake_temporarily
+        from ..model.torch_compat import unset_fake_temporarily
 
         with unset_fake_temporarily():
             fp8.store_transformer(module, options.dtype)

@@ -35,8 +35,7 @@ libraries). ZeroGPU publishes no host RAM: its host is not judged (``fits_host``
 
 from __future__ import annotations
 
-import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -45,14 +44,14 @@ from ..errors import H3AppError
 from ..model import repo
 from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES
 from ..rules.h3_modules import transformer_shapes
+from ..rules.request_defaults import TINY_DEFAULTS
 from . import full_size
 from .fake_cuda import PhaseBytes
-from .flavors import BY_PRICE, FLAVORS, GB, Flavor, flavor
-from .rehearsal import PHASE_COMPONENT, RESOLUTIONS, Rehearsal, RehearsalOptions, rehearse
+from .flavors import GB, Flavor
+from .rehearsal import PHASE_COMPONENT, Rehearsal, RehearsalOptions, rehearse
 
 RESERVE = 3 * GB
 HOST_RESERVE = 4 * GB
-TINY_CANVAS = (64, 96)  # the embedded tiny checkpoint's largest canvas (6,144 pixels); --resolution is for full
 
 
 @dataclass(frozen=True)
@@ -91,43 +90,26 @@ class Measured:
     fp8_text_encoder_bytes: int = 0  # the cut conditioner with fp8 decoder layers
     largest_text_encoder_linear_bytes: int = 0  # in the compute dtype: one upcast at a time
     text_encoder_load_bytes: int = 0  # the whole conditioner as read from disk, before its cut
+    attention_width: int = 7168  # heads × head dim: the rows' width context parallel exchanges
+    element_bytes: int = 2  # one activation element in the compute dtype
 
 
-@dataclass
-class Plan:
-    """The plan for one option set (the ``plan --json`` object)."""
-
-    model: str
-    workflow: str
-    resolution: str
-    duration: float
-    dtype: str
-    placement: Placement
-    lora_mode: str | None
-    peak_gpu_bytes: int
-    host_bytes: int
-    components: dict[str, int]
-    phases: dict[str, dict[str, int]]
-    fits: dict[str, bool]
-    flavors: list[dict[str, Any]]
-    recommended: dict[str, Any] | None
-    targets_bound: int | None
-    tokens: dict[str, int]
-    warnings: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    flops_per_evaluation: int = 0  # one transformer evaluation, counted on the rehearsal (``work.py``)
-    predicted: dict[str, dict[str, float | None]] = field(default_factory=dict)  # flavor → ``roofline.predict``
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["placement"] = asdict(self.placement)
-        data["offload"], data["fp8"] = self.placement.offload, self.placement.fp8
-        data["fp8_text_encoder"] = self.placement.fp8_text_encoder
-        return data
+# (options without the adapter, the adapter's identity, model) → (the adapter, its numbers): each request is
+# rehearsed once per process; every placement and box is composed from those numbers (the adapter is kept so that
+# its identity cannot be reused while its entry lives).
+_MEASURED: dict[tuple[Any, int, str], tuple[Any, Measured]] = {}
 
 
 def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
-    """Rehearse ``options`` on ``model`` (``full`` or ``tiny``) with everything resident and keep the numbers."""
+    """Rehearse ``options`` on ``model`` (``full`` or ``tiny``) with everything resident and keep the numbers;
+    once per distinct request in this process (the same :class:`Measured` is returned again: treat it as read-only)."""
+    key = (replace(options, adapter=None, offload="none"), id(options.adapter), model)
+    if key not in _MEASURED:
+        _MEASURED[key] = (options.adapter, _measure(options, model))
+    return _MEASURED[key][1]
+
+
+def _measure(options: RehearsalOptions, model: str) -> Measured:
     if model == full_size.FULL:
         rehearsal = rehearse(replace(options, offload="none"))
         config = full_size.transformer_config()
@@ -137,7 +119,7 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
 
         from ..model.loader import _load_components
 
-        small = replace(options, offload="none", size=options.size or TINY_CANVAS)
+        small = replace(options, offload="none", size=options.size or TINY_DEFAULTS.planned_canvas)
         location = repo.locate(repo.TINY, options.workflow)
         rehearsal = rehearse(small, component_source=_load_components, pipeline_config=None, location=location)
         config = repo.read_transformer_config(repo.TINY, repo.partition_for(options.workflow))
@@ -156,7 +138,9 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
     return Measured(rehearsal=rehearsal, weights=weights, fp8_transformer_bytes=fp8_bytes,
                     largest_linear_bytes=largest, block_bytes=block, lora_bytes=rehearsal.lora_bytes,
                     num_layers=shapes.num_layers, fp8_text_encoder_bytes=fp8_conditioner,
-                    largest_text_encoder_linear_bytes=conditioner_linear, text_encoder_load_bytes=whole)
+                    largest_text_encoder_linear_bytes=conditioner_linear, text_encoder_load_bytes=whole,
+                    attention_width=shapes.heads * shapes.head_dim,
+                    element_bytes=element)
 
 
 def _text_encoder_sizes(config: Any, folder: Any, options: RehearsalOptions) -> tuple[int, int, int]:
@@ -268,41 +252,10 @@ def fits_host(host: int, hardware: Flavor) -> bool | None:
     return host <= hardware.host_bytes - HOST_RESERVE
 
 
-def judge(peak: int, host: int, hardware: Flavor, placement: Placement) -> dict[str, Any]:
-    """One ``flavors`` row of ``plan --json``: the box's published numbers and both verdicts."""
-    gpu_ok, host_ok = fits(peak, hardware, placement), fits_host(host, hardware)
-    return {"name": hardware.name, "space_hardware": hardware.space_hardware, "gpu": hardware.gpu,
-            "gpus": hardware.gpus, "gpu_bytes": hardware.gpu_bytes, "host_bytes": hardware.host_bytes,
-            "usd_per_hour": hardware.usd_per_hour, "fits_gpu": gpu_ok, "fits_host": host_ok,
-            "fits": gpu_ok and host_ok is not False}
-
-
 # Fastest first: everything resident beats moving weights over PCIe, and fp8's per-layer upcast costs less than
 # offload's copies; the conditioner runs once per request, so its fp8 costs least of all.
 PREFERENCE = tuple(Placement(offload, fp8=fp8, fp8_text_encoder=both)
                    for offload in OFFLOAD_MODES for fp8, both in ((False, False), (True, False), (True, True)))
-
-
-def recommend(measured: Measured, lora_mode: str | None, ranks: int = 1, ring: int = 1) -> dict[str, Any] | None:
-    """The cheapest flavor whose GPU and host both fit, with the fastest placement that fits it at the request's
-    context-parallel ``ranks`` (``ring`` of them by ring attention); None: nothing fits. ``host_bytes`` is the
-    placement's host need, ``host_ram_bytes`` the box's. ZeroGPU is judged in ``fits`` but never recommended
-    (docs/hardware.md: why h3app does not run on it)."""
-    for hardware in BY_PRICE:
-        for placement in PREFERENCE:
-            placement = replace(placement, ranks=ranks, ring=ring)
-            if placement.fp8 and lora_mode == "merged":
-                continue
-            peak, _ = compose(measured, placement, lora_mode)
-            host = host_bytes(measured, placement, lora_mode)
-            if judge(peak, host, hardware, placement)["fits"]:
-                return {"hardware": hardware.name, "space_hardware": hardware.space_hardware,
-                        "offload": placement.offload, "fp8": placement.fp8,
-                        "fp8_text_encoder": placement.fp8_text_encoder, "peak_gpu_bytes": peak,
-                        "gpu_bytes": hardware.gpu_bytes, "host_bytes": host, "host_ram_bytes": hardware.host_bytes,
-                        "usd_per_hour": hardware.usd_per_hour,
-                        "options": run_options(placement, dtype_name(measured.rehearsal.options.dtype))}
-    return None
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -314,63 +267,3 @@ def run_options(placement: Placement, dtype: str) -> str:
     """The flags that run ``placement`` on a GPU box, for app.py and every command alike: the device and ``dtype``
     the plan was made for, then the placement's own (offload needs ``--device cuda``)."""
     return f"--device cuda --dtype {dtype} {placement.label}"
-
-
-def make_plan(options: RehearsalOptions, placement: Placement, *, model: str = full_size.FULL,
-              hardware: str | None = None, measured: Measured | None = None) -> Plan:
-    """Rehearse, compose for ``placement``, judge every flavor (or only ``hardware``), recommend."""
-    started = time.perf_counter()
-    if options.resolution not in RESOLUTIONS:
-        raise H3AppError(f"resolution must be one of {', '.join(RESOLUTIONS)}, got {options.resolution!r}.")
-    if placement.offload not in OFFLOAD_MODES:
-        raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {placement.offload!r}.")
-    lora_mode = options.lora_mode if options.adapter is not None else None
-    if placement.fp8 and lora_mode == "merged":
-        raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
-                         "use --lora-mode unmerged, or drop --fp8.")
-    judged = (flavor(hardware),) if hardware else FLAVORS
-    measured = measured or measure(options, model)
-    peak, phases = compose(measured, placement, lora_mode)
-    host = host_bytes(measured, placement, lora_mode)
-    rehearsal = measured.rehearsal
-    components = placed_weights(measured, placement)
-    if lora_mode:
-        components["lora_factors"] = measured.lora_bytes
-    rows = [judge(peak, host, f, placement) for f in judged]
-    warnings = _warnings(measured, placement, lora_mode, peak, host)
-    return Plan(
-        model=model, workflow=options.workflow, resolution=options.resolution, duration=options.duration,
-        dtype=dtype_name(options.dtype), placement=placement, lora_mode=lora_mode,
-        peak_gpu_bytes=peak, host_bytes=host, components=components,
-        phases=phases, fits={row["name"]: row["fits"] for row in rows}, flavors=rows,
-        recommended=recommend(measured, lora_mode, placement.ranks, placement.ring),
-        targets_bound=rehearsal.targets_bound if options.adapter is not None else None,
-        tokens=dict(rehearsal.tokens), warnings=warnings, seconds=round(time.perf_counter() - started, 2),
-        **_speed(measured, placement, lora_mode, judged))
-
-
-def _speed(measured: Measured, placement: Placement, lora_mode: str | None, judged) -> dict[str, Any]:
-    """The plan's speed fields: FLOPs per evaluation and the roofline prediction per judged flavor."""
-    from .roofline import flops_per_evaluation, predict
-
-    return {"flops_per_evaluation": sum(flops_per_evaluation(measured.rehearsal).values()),
-            "predicted": predict(measured, placement, lora_mode, judged)}
-
-
-def _warnings(measured: Measured, placement: Placement, lora_mode: str | None, peak: int,
-              host: int) -> list[str]:
-    warnings = []
-    if not any(fits(peak, f, placement) for f in FLAVORS):
-        warnings.append(f"{placement.label} needs {peak / GB:.1f} GB on one GPU: no flavor has that much; "
-                        f"see `recommended`.")
-    elif not any(judge(peak, host, f, placement)["fits"] for f in FLAVORS):
-        warnings.append(f"{placement.label} fits some GPUs but no box with {host / GB:.1f} GB of host RAM "
-                        f"beside them; see `recommended`.")
-    if lora_mode == "merged":
-        warnings.append(f"merged mode keeps pristine copies of the bound weights in host RAM "
-                        f"({measured.rehearsal.pristine_host_bytes / GB:.1f} GB).")
-    if placement.offload != "none":
-        warnings.append(f"offload keeps the offloaded weights in host RAM "
-                        f"({sum(placed_weights(measured, placement).values()) / GB:.1f} GB): the box needs that "
-                        f"much free.")
-    return warnings

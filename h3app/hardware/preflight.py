@@ -1,9 +1,10 @@
-"""Plan before downloading: the app asks whether the real model fits the GPU it sees before fetching ~124 GB.
+"""Plan before downloading: the app asks whether the real model fits the box it runs on before fetching ~124 GB.
 
-Runs only for a real model on a CUDA device (``tiny`` and CPU runs skip it). The plan is the full-size rehearsal at
-the model's default canvas (768p, 5 s) with the app's dtype and offload. When it does not fit, the app stops with
-one line naming placements that would; ``H3APP_SKIP_PLAN=1`` skips the check (at your own risk). The box's host
-RAM (its physical memory) is judged beside the GPU, as the plan judges a flavor's.
+Runs only for a real model on a CUDA device (``tiny`` and CPU runs skip it). It is the judge's verdict
+(``judge.judge``) on the app's default request (``rules.request_defaults``: 1344×768, 124 frames, the full model's
+steps) with the app's dtype, offload, fp8 flags and context-parallel ranks, against the box it sees: its GPUs
+(the smallest, when they differ) and its physical RAM. When that cannot fit, the app stops with one line naming
+placements that would; ``H3APP_SKIP_PLAN=1`` skips the check (at your own risk).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 from ..errors import H3AppError
 from ..model import repo
 from ..rules.units import format_bytes
-from .flavors import detected
-from .planner import PREFERENCE, RESERVE, Placement, Plan, compose, host_bytes, judge, make_plan, measure
-from .rehearsal import RehearsalOptions
-from .summary import gpu, remember
+from .flavors import Flavor
+from .judge import PlannedRequest, Setup, Verdict, default_request, fitting, judge, limits, nothing_fits
+from .planner import RESERVE, Placement
+from .summary import remember
+
+SKIP_PLAN_ENV = "H3APP_SKIP_PLAN"
 
 
 def host_ram() -> int | None:
@@ -28,30 +31,63 @@ def host_ram() -> int | None:
         return None
 
 
-def check_before_download(model: str, options: Any, device: tuple[str, int] | None | bool = True,
-                          host: int | None | bool = True) -> Plan | None:
-    """Plan ``model`` with ``options`` (``LoadOptions``) for the detected GPU and host RAM; ``H3AppError`` when it
-    cannot fit. ``device``/``host``: True reads this machine; a value (or None: unknown) stands in for it (tests)."""
-    if model == repo.TINY or not str(options.device).startswith("cuda") or os.environ.get("H3APP_SKIP_PLAN") == "1":
+def this_box(devices: list[tuple[str, int]] | None = None, host: int | None | bool = True) -> Flavor | None:
+    """The box this process runs on as a flavor — ``devices`` (``(name, bytes)`` per GPU; None: this machine's)
+    and ``host`` RAM (True: this machine's) — or None without a CUDA GPU."""
+    if devices is None:
+        from ..model.loader import cuda_devices
+
+        devices = cuda_devices()
+    if not devices:
         return None
-    found = gpu() if device is True else device
-    if found is None:
+    name, smallest = min(devices, key=lambda device: device[1])
+    return Flavor("detected", name, len(devices), int(smallest), host_ram() if host is True else host, None, None,
+                  None)
+
+
+def setup_of(options: Any) -> Setup:
+    """The judge's setup for ``options`` (a ``LoadOptions``): the published sizes in its dtype, no adapter."""
+    return Setup(dtype=options.dtype, fuse_qkv=bool(getattr(options, "fuse_qkv", False)))
+
+
+def placement_of(options: Any, ranks: int = 1, ring: int = 1) -> Placement:
+    return Placement(offload=options.offload, fp8=bool(getattr(options, "fp8", False)), ranks=ranks, ring=ring,
+                     fp8_text_encoder=bool(getattr(options, "fp8_text_encoder", False)))
+
+
+def check_before_download(model: str, options: Any, device: tuple[str, int] | None | bool = True,
+                          host: int | None | bool = True, *, ranks: int = 1, ring: int = 1,
+                          request: PlannedRequest | None = None) -> Verdict | None:
+    """Judge ``model`` with ``options`` (``LoadOptions``) and ``ranks`` on this box at ``request`` (default: the
+    app's); ``H3AppError`` when it cannot fit. ``device``/``host``: True reads this machine; a value (or None: none
+    or unknown) stands in for it (tests; ``device`` is one GPU, repeated ``ranks`` times)."""
+    if model == repo.TINY or not str(options.device).startswith("cuda") or os.environ.get(SKIP_PLAN_ENV) == "1":
+        return None
+    devices = None if device is True else ([device] * max(1, ranks) if device else [])
+    box = this_box(devices, host)
+    if box is None:
         raise H3AppError(f"--device {options.device} but no CUDA GPU is visible: use --device cpu, or check the driver.")
-    card = detected(*found, host_bytes=host_ram() if host is True else host)
-    rehearsal = RehearsalOptions(resolution="768p", dtype=options.dtype, fuse_qkv=options.fuse_qkv)
-    placement = Placement(offload=options.offload, fp8=bool(getattr(options, "fp8", False)),
-                          fp8_text_encoder=bool(getattr(options, "fp8_text_encoder", False)))
-    measured = measure(rehearsal)
-    plan = make_plan(rehearsal, placement, measured=measured)
-    remember(model, options, plan)
-    verdict = judge(plan.peak_gpu_bytes, plan.host_bytes, card, placement)
-    if verdict["fits"]:
-        return plan
-    working = [p.label for p in PREFERENCE
-               if judge(compose(measured, p, None)[0], host_bytes(measured, p, None), card, p)["fits"]]
-    advice = f"use {' or '.join(working)}" if working else "no placement fits this box; see `python -m h3app plan`"
-    need = (f"needs {format_bytes(plan.peak_gpu_bytes)} at 768p on {found[0]} ({format_bytes(found[1])}, less a "
-            f"{format_bytes(RESERVE)} reserve)")
-    if verdict["fits_gpu"]:
-        need = f"needs {format_bytes(plan.host_bytes)} of host RAM at 768p; this machine has {format_bytes(card.host_bytes)}"
+    request = request or default_request()
+    setup, placement = setup_of(options), placement_of(options, ranks, ring)
+    verdict = judge(request, placement, box, setup)
+    remember(model, options, verdict)
+    if verdict.fits:
+        return verdict
+    canvas = f"{request.width}×{request.height}, {request.frames} frames"
+    if not verdict.fits_gpu:
+        need = (f"needs {format_bytes(verdict.peak_gpu_bytes)} at {canvas} on {box.gpu} ({format_bytes(box.gpu_bytes)}"
+                f", less a {format_bytes(RESERVE)} reserve)")
+    else:
+        need = (f"needs {format_bytes(verdict.host_bytes)} of host RAM at {canvas}; this machine has "
+                f"{format_bytes(box.host_bytes)}")
+    working = [v.placement.label for v in fitting(request, box, setup)]
+    advice = f"use {' or '.join(working[:3])}" if working else nothing_fits(request, box, setup)
     raise H3AppError(f"{model} with {placement.label} {need}: {advice}; nothing was downloaded.")
+
+
+def held_limits(verdict: Verdict | None, options: Any) -> dict[str, Any] | None:
+    """The longest clip and largest canvas ``verdict``'s placement holds on its box (``judge.limits``): the limits
+    the app gives its UI and API. None for a run that was not judged (tiny, the CPU, ``H3APP_SKIP_PLAN``)."""
+    if verdict is None:
+        return None
+    return limits(verdict.request, verdict.placement, verdict.box, setup_of(options))

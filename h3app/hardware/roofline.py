@@ -5,11 +5,14 @@ precision ``p`` counted on the fake-CUDA rehearsal (``work.py``), the bytes its 
 peaks of ``PEAKS`` (dense, no sparsity; vendor datasheets named in docs/hardware.md) and ONE efficiency factor for
 everything. Offload adds host-link transfers: ``auto`` moves every component to the GPU once per request,
 ``group`` streams the transformer once per evaluation beside the compute (a step takes at least that transfer).
-Context parallel divides an evaluation's FLOPs by its ranks; the weights are read in full on every GPU.
+The weights are read in full on every GPU.
 
-Per flavor (``predict``): ``step_s`` (one transformer evaluation), ``video_s`` (the request's evaluations, the
-conditioner, the encodes and decodes, the transfers), ``check_s`` (the equivalence check: its full generations
-plus the control step; unmerged LoRA only), ``usd_per_video`` (``video_s`` at the flavor's hourly price) and
+Context parallel divides an evaluation's FLOPs by its ranks and adds the ranks' exchange of activations
+(``exchange_seconds``: over PCIe, not overlapped — the model is stated there).
+
+Per flavor (``predict_one``): ``step_s`` (one transformer evaluation), ``decode_s`` (video and audio decodes),
+``video_s`` (the request's evaluations, the conditioner, the encodes and decodes, the transfers), ``check_s``
+(the equivalence check: its full generations plus the control step; unmerged LoRA only), ``usd_per_video`` (``video_s`` at the flavor's hourly price) and
 ``lora_overhead`` (``step_s`` over the same step without the LoRA delta's FLOPs and factor reads).
 These are predictions: ``bench/gpu.py`` prints them beside what a GPU measures.
 """
@@ -88,11 +91,11 @@ def flops_per_evaluation(rehearsal: Any, kinds: tuple[str, ...] = (BASE, LORA)) 
     return {prec: count // evaluations for prec, count in total(rehearsal.flops, DENOISE, kinds).items()}
 
 
-def request_evaluations(rehearsal: Any, steps: int | None = None) -> int:
-    """Transformer evaluations of a request of ``steps`` (default: the request's default) at the pipeline's shift."""
-    from ..backend.generation import GenerationRequest, count_evaluations
+def request_evaluations(rehearsal: Any, steps: int) -> int:
+    """Transformer evaluations of a request of ``steps`` sigma points at the pipeline's shift."""
+    from ..backend.generation import count_evaluations
 
-    return count_evaluations(steps or GenerationRequest.steps, rehearsal.scheduler_shift)
+    return count_evaluations(steps, rehearsal.scheduler_shift)
 
 
 def peaks_for_device(name: str) -> Peaks | None:
@@ -118,33 +121,84 @@ def step_seconds(measured: Any, placement: Any, peaks: Peaks, lora: str | None) 
     return step
 
 
-def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Iterable[Flavor],
-            steps: int | None = None) -> dict[str, dict[str, float | None]]:
-    """``{flavor: {step_s, video_s, check_s, usd_per_video, lora_overhead}}`` for every flavor with known peaks
-    whose GPUs hold ``placement``'s ranks (``measured``: the planner's ``Measured``)."""
+def exchange_seconds(measured: Any, placement: Any, peaks: Peaks) -> float:
+    """Context parallel's communication in one evaluation, per rank, not overlapped with compute. Model: the ranks
+    exchange over the host link (PCIe; Hugging Face publishes no NVLink for its boxes, so this is the slow case).
+    Ulysses (N ranks): every main block swaps q, k, v before attention and the output after it, four all-to-alls
+    in which a rank sends (N−1)/N of its [rows/N, attention width] shard. Ring: K and V shards pass N−1 times round
+    the ring. Rows: the rehearsal's packed rows; elements in the compute dtype."""
+    ranks = max(1, placement.ranks)
+    if ranks == 1:
+        return 0.0
+    ring = max(1, placement.ring)
+    ulysses = ranks // ring
+    shard = measured.rehearsal.tokens.get("total", 0) / ranks * measured.attention_width * measured.element_bytes
+    sent = 0.0
+    if ulysses > 1:
+        sent += 4 * shard * (ulysses - 1) / ulysses
+    if ring > 1:
+        sent += 2 * shard * (ring - 1)
+    return measured.num_layers * sent / peaks.host_bytes_per_s
+
+
+def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: Flavor,
+                steps: int) -> dict[str, float | None] | None:
+    """``{step_s, exchange_s, decode_s, video_s, check_s, usd_per_video, lora_overhead}`` of a request of ``steps``
+    with ``placement`` on ``hardware``; None where its GPU has no spec-sheet peaks or too few GPUs for the ranks.
+    ``step_s`` is one evaluation (context parallel's exchange included), ``decode_s`` both decodes, ``video_s``
+    every evaluation, the conditioner, the encodes, the decodes and offload's transfers."""
     from ..backend.equivalence import CONTROL_STEPS, FULL_RUNS
     from .rehearsal import PHASE_COMPONENT
 
+    peaks = PEAKS.get(hardware.gpu) or peaks_for_device(hardware.gpu)  # a flavor's GPU, or one seen at run time
+    if peaks is None or placement.ranks > hardware.gpus:
+        return None
     rehearsal = measured.rehearsal
     partition = repo.partition_for(rehearsal.options.workflow)
-    evaluations = request_evaluations(rehearsal, steps)
-    others = {name: total(rehearsal.flops, name) for name in PHASES if name in rehearsal.flops}
+    exchange = exchange_seconds(measured, placement, peaks)
+    step = step_seconds(measured, placement, peaks, lora_mode) + exchange
+    base = step_seconds(measured, placement, peaks, None) + exchange
+    once = {name: phase_seconds(total(rehearsal.flops, name),
+                                measured.weights.get(PHASE_COMPONENT.get(name, name), 0), peaks)
+            for name in PHASES if name in rehearsal.flops}
     moved = sum(measured.weights.values()) if placement.offload == "auto" else \
         sum(size for name, size in measured.weights.items() if name != partition) if placement.offload == "group" else 0
-    out: dict[str, dict[str, float | None]] = {}
-    for hardware in flavors:
-        peaks = PEAKS.get(hardware.gpu)
-        if peaks is None or placement.ranks > hardware.gpus:
-            continue
-        step = step_seconds(measured, placement, peaks, lora_mode)
-        base = step_seconds(measured, placement, peaks, None)
-        once = sum(phase_seconds(flops, measured.weights.get(PHASE_COMPONENT.get(name, name), 0), peaks)
-                   for name, flops in others.items())
-        video = evaluations * step + once + moved / peaks.host_bytes_per_s
-        price = usd_per_hour(hardware)
-        out[hardware.name] = {
-            "step_s": round(step, 4), "video_s": round(video, 2),
+    video = request_evaluations(rehearsal, steps) * step + sum(once.values()) + moved / peaks.host_bytes_per_s
+    price = usd_per_hour(hardware)
+    return {"step_s": round(step, 4), "exchange_s": round(exchange, 4),
+            "decode_s": round(sum(s for name, s in once.items() if name.endswith("_decode")), 2),
+            "video_s": round(video, 2),
             "check_s": round(len(FULL_RUNS) * video + CONTROL_STEPS * step, 2) if lora_mode == "unmerged" else None,
             "usd_per_video": round(video / 3600 * price, 4) if price is not None else None,
             "lora_overhead": round(step / base, 4) if base > 0 else None}
+
+
+def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Iterable[Flavor],
+            steps: int) -> dict[str, dict[str, float | None]]:
+    """:func:`predict_one` for every flavor of ``flavors`` that has spec-sheet peaks and GPUs for the ranks."""
+    out = {}
+    for hardware in flavors:
+        one = predict_one(measured, placement, lora_mode, hardware, steps)
+        if one is not None:
+            out[hardware.name] = one
     return out
+
+
+PREVIEW_HOST_SECONDS = 0.01  # a preview's host side: copy three small frames and a waveform, compose the strip (~3 ms
+                             # measured on a 2-core CPU at 544p), write its PNG (~5 ms); a GPU sync it waits for anyway
+
+
+def preview_seconds(measured: Any, peaks: Peaks) -> float | None:
+    """One step preview (``backend.preview``) on ``peaks``: the FLOPs the full-size rehearsal counted under its
+    ``preview`` phase, per evaluation, against the bytes it read (``Rehearsal.preview_read_bytes``: the packed
+    rows, their velocities, the audio VAE's weights), plus :data:`PREVIEW_HOST_SECONDS`. None when the rehearsal
+    ran no preview (``RehearsalOptions(preview=True)``). Its share of a step is ``preview_seconds / step_seconds``:
+    the issue's budget is 5 % (docs/performance.md)."""
+    from .rehearsal import PREVIEW
+
+    rehearsal = measured.rehearsal
+    if not rehearsal.preview_read_bytes:
+        return None
+    evaluations = max(1, rehearsal.evaluations)
+    flops = {prec: count // evaluations for prec, count in total(rehearsal.flops, PREVIEW).items()}
+    return phase_seconds(flops, rehearsal.preview_read_bytes, peaks) + PREVIEW_HOST_SECONDS

@@ -12,19 +12,17 @@ from typing import TYPE_CHECKING, Any
 from ..rules.units import format_bytes
 
 if TYPE_CHECKING:
-    from .planner import Plan
+    from .recommend import Plan
 
 _PLANS: dict[tuple[str, str, str, bool, bool], Plan] = {}
 
 
 def gpu() -> tuple[str, int] | None:
     """(name, total bytes) of CUDA device 0, or None without CUDA."""
-    import torch
+    from ..model.loader import cuda_devices
 
-    if not torch.cuda.is_available():
-        return None
-    properties = torch.cuda.get_device_properties(0)
-    return properties.name, int(properties.total_memory)
+    devices = cuda_devices()
+    return devices[0] if devices else None
 
 
 def _key(model: str, options: Any) -> tuple[str, str, str, bool, bool]:
@@ -72,9 +70,10 @@ def _signed(value: int) -> str:
 
 def describe_plan(plan: Plan) -> str:
     """The human summary of ``plan`` printed by ``python -m h3app plan`` without ``--json``."""
-    lines = [f"{plan.model} {plan.workflow} {plan.resolution} {plan.duration:g}s, {plan.dtype}, "
-             f"{plan.placement.label}" + (f", LoRA {plan.lora_mode} ({plan.targets_bound} targets)"
-                                          if plan.lora_mode else "")]
+    r = plan.request
+    lines = [f"{plan.model} {r['workflow']} {r['width']}×{r['height']}, {r['frames']} frames ({plan.duration:g} s), "
+             f"{r['steps']} steps, {plan.dtype}, {plan.placement.label}"
+             + (f", LoRA {plan.lora_mode} ({plan.targets_bound} targets)" if plan.lora_mode else "")]
     lines.append(f"peak GPU {format_bytes(plan.peak_gpu_bytes)}; host RAM {format_bytes(plan.host_bytes)}; "
                  f"tokens {plan.tokens.get('total', 0):,}")
     for name, size in plan.components.items():
@@ -83,34 +82,40 @@ def describe_plan(plan: Plan) -> str:
         lines.append(f"  phase {name}: peak {format_bytes(phase['peak'])} "
                      f"(resident {format_bytes(phase['resident'])} + transient {format_bytes(phase['transient'])})")
     fitting = [name for name, ok in plan.fits.items() if ok]
-    lines.append("fits (GPU and host): " + (", ".join(fitting) if fitting else "none of the flavors"))
+    lines.append(f"{plan.placement.label} fits (GPU and host): "
+                 + (", ".join(fitting) if fitting else "none of the flavors"))
     if len(plan.flavors) == 1:
         row = plan.flavors[0]
         lines.append(f"{row['name']}: " + margins(plan.peak_gpu_bytes, plan.host_bytes, row["gpu_bytes"],
                                                    row["host_bytes"]))
+    lines.append("fastest placement per flavor (spec-sheet prediction, not measured):")
+    for row in plan.flavors:
+        lines.append(f"  {row['name']}: " + describe_best(row))
     if plan.recommended:
-        r = plan.recommended
-        price = f"${r['usd_per_hour']:.2f}/h, " if r["usd_per_hour"] is not None else ""
-        lines.append(f"recommended: {r['hardware']} ({price}cheapest that fits) with {r['options']}: "
-                     + margins(r["peak_gpu_bytes"], r["host_bytes"], r["gpu_bytes"], r["host_ram_bytes"]))
+        lines.append(describe_recommended(plan.recommended))
     else:
-        lines.append("recommended: no flavor fits both GPU and host")
+        lines.append("recommended: no Space flavor fits both GPU and host")
     lines.extend(f"warning: {w}" for w in plan.warnings)
-    lines.extend(describe_predictions(plan))
     return "\n".join(lines)
 
 
-def describe_predictions(plan: Plan) -> list[str]:
-    """The roofline lines of ``plan``: FLOPs per evaluation, then per flavor step, video, check, cost, LoRA
-    overhead (predicted from spec-sheet peaks, docs/hardware.md)."""
-    if not plan.predicted:
-        return []
-    lines = [f"predicted (spec-sheet roofline, not measured): {plan.flops_per_evaluation / 1e12:,.1f} TFLOP "
-             f"per evaluation"]
-    for name, p in plan.predicted.items():
-        check = f", check {p['check_s']:,.0f} s" if p.get("check_s") is not None else ""
-        cost = f", ${p['usd_per_video']:.3f}/video" if p.get("usd_per_video") is not None else ""
-        lora = f", LoRA ×{p['lora_overhead']:.3f}" if plan.lora_mode and p.get("lora_overhead") else ""
-        fits = "" if plan.fits.get(name) else " (does not fit)"
-        lines.append(f"  {name}{fits}: step {p['step_s']:.2f} s, video {p['video_s']:,.0f} s{check}{cost}{lora}")
-    return lines
+def describe_best(row: dict[str, Any]) -> str:
+    """``--offload none --fp8 …: step 8.70 s, decode 3 s, video 180 s, $0.138/video`` (or why nothing)."""
+    b = row.get("best")
+    if b is None:
+        return "nothing fits"
+    if b.get("video_s") is None:
+        return f"{b['placement']} (no spec-sheet peaks for {row['gpu']}: no time or price)"
+    price = f", ${b['usd_per_video']:.3f}/video" if b.get("usd_per_video") is not None else ""
+    return (f"{b['placement']}: step {b['step_s']:.2f} s, decode {b['decode_s']:,.0f} s, video "
+            f"{b['video_s']:,.0f} s{price}")
+
+
+def describe_recommended(r: dict[str, Any]) -> str:
+    """The recommendation: flavor, $/video, flags, margins, limits."""
+    held = r.get("limits")
+    limit = (f"; holds up to {held['max_duration_s']:g} s ({held['max_frames']} frames) at "
+             f"{held['width']}×{held['height']}" if held else "")
+    return (f"recommended: {r['hardware']} (${r['usd_per_video']:.3f} per video, ${r['usd_per_hour']:.2f}/h, the "
+            f"fewest dollars per video) with {r['options']}: "
+            + margins(r["peak_gpu_bytes"], r["host_bytes"], r["gpu_bytes"], r["host_ram_bytes"]) + limit)

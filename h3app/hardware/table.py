@@ -1,7 +1,9 @@
-"""The docs/hardware.md table, from the planner itself: ``python -m h3app.hardware.table [--adapter-rank 128]``.
+"""The docs/hardware.md tables, from the plan itself: ``python -m h3app.hardware.table [--limits]``.
 
-One full-size rehearsal (t2va, 544p, 5 s, bf16, a 312-target LightX2V-shaped adapter unmerged), composed for every
-placement the runtime offers (``planner.PREFERENCE``), judged against every flavor; prints Markdown.
+One full-size rehearsal of the default request (``rules.request_defaults``: t2va, 1344×768, 124 frames, the full
+model's steps, bf16, no adapter), judged for every flavor (``recommend.make_plan``): per flavor the fastest
+placement that fits, its GPU and host margins, seconds and dollars per video. ``--limits`` adds the longest clip
+each flavor's placement holds (``judge.limits``: a rehearsal per clip length tried, minutes each on two cores).
 """
 
 from __future__ import annotations
@@ -9,47 +11,83 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
-from .flavors import GB
-from .header_adapter import lightx2v_header
-from .planner import PREFERENCE, make_plan, measure
-from .rehearsal import RehearsalOptions
+from ..rules.units import format_bytes
+from .flavors import BY_NAME, GB
+from .judge import DEFAULT_SETUP, PLACEMENT_FIELDS, PlannedRequest, default_request, limits
+from .planner import Placement
+from .recommend import Plan, make_plan
 
 
-def plans(rank: int = 128) -> list[Any]:
-    """The plan of each placement for the default request with a ``rank`` adapter (one rehearsal for all)."""
-    options = RehearsalOptions(adapter=lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=rank, alpha=8.0))
-    measured = measure(options)
-    return [make_plan(options, placement, measured=measured) for placement in PREFERENCE]
+def default_plan(with_limits: bool = False) -> Plan:
+    """The plan of the default request (the ``plan`` command without flags)."""
+    return make_plan(default_request(), Placement(), DEFAULT_SETUP, with_limits=with_limits)
 
 
-def markdown(rows: list[Any]) -> str:
-    """``| placement | peak GPU | host RAM | fits (GPU and host) |`` and the recommendation under it."""
-    lines = ["| placement | peak GPU | host RAM | fits (GPU and host; multi-GPU variants of a fitting card omitted) |",
-             "|---|---|---|---|"]
-    for plan in rows:
-        fitting = [r["name"] for r in plan.flavors if r["fits"] and r["gpus"] == 1]
-        lines.append(f"| `{plan.placement.label}` | {plan.peak_gpu_bytes / GB:.1f} GB | {plan.host_bytes / GB:.1f} GB "
-                     f"| {', '.join(f'`{n}`' for n in fitting) or 'none'} |")
-    r = rows[0].recommended
-    if r:
-        lines.append("")
-        lines.append(f"Recommended: `{r['hardware']}` (${r['usd_per_hour']:.2f}/h) with `{r['options']}`: GPU peak "
-                     f"{r['peak_gpu_bytes'] / GB:.1f} of {r['gpu_bytes'] / GB:.0f} GB, host {r['host_bytes'] / GB:.1f} "
-                     f"of {r['host_ram_bytes'] / GB:.0f} GB.")
+def _margin(value: int | None) -> str:
+    if value is None:
+        return "not published"
+    return format_bytes(value) if value >= 0 else f"-{format_bytes(-value)}"
+
+
+def markdown(plan: Plan) -> str:
+    """``| flavor | fastest placement that fits | GPU peak (margin) | host (margin) | step | video | $/video |``,
+    one row per flavor, and the recommendation under it."""
+    r = plan.request
+    lines = [f"Request: {r['workflow']} {r['width']}×{r['height']}, {r['frames']} frames, {r['steps']} steps, "
+             f"{plan.dtype}, no adapter.", "",
+             "| flavor | $/h | fastest placement that fits | GPU peak (margin) | host RAM (margin) | step | video "
+             "| $/video |", "|---|---|---|---|---|---|---|---|"]
+    for row in plan.flavors:
+        best = row["best"]
+        price = f"{row['usd_per_hour']:.2f}" if row["usd_per_hour"] is not None else "—"
+        if best is None:
+            lines.append(f"| `{row['name']}` | {price} | nothing fits | | | | | |")
+            continue
+        seconds = (f"{best['step_s']:.2f} s | {best['video_s']:,.0f} s" if best["video_s"] is not None
+                   else "— | —")
+        dollars = f"{best['usd_per_video']:.3f}" if best["usd_per_video"] is not None else "—"
+        lines.append(f"| `{row['name']}` | {price} | `{best['placement']}` | "
+                     f"{best['peak_gpu_bytes'] / GB:.1f} GB ({_margin(best['gpu_margin_bytes'])}) | "
+                     f"{best['host_bytes'] / GB:.1f} GB ({_margin(best['host_margin_bytes'])}) | {seconds} | {dollars} |")
+    rec = plan.recommended
+    if rec:
+        lines += ["", f"Recommended: `{rec['hardware']}` (${rec['usd_per_video']:.3f} per video at "
+                      f"${rec['usd_per_hour']:.2f}/h) with `{rec['options']}`."]
     return "\n".join(lines)
+
+
+def limits_table(plan: Plan, request: PlannedRequest | None = None) -> str:
+    """``| flavor | placement | longest clip |``: what each fitting flavor's fastest placement holds."""
+    request = request or default_request()
+    lines = ["| flavor | placement | longest clip at 1344×768 |", "|---|---|---|"]
+    for row in plan.flavors:
+        best = row["best"]
+        if best is None:
+            continue
+        placement = _placement_of(best)
+        held: dict[str, Any] | None = limits(request, placement, BY_NAME[row["name"]], DEFAULT_SETUP)
+        clip = f"{held['max_duration_s']:g} s ({held['max_frames']} frames)" if held else "—"
+        lines.append(f"| `{row['name']}` | `{best['placement']}` | {clip} |")
+    return "\n".join(lines)
+
+
+def _placement_of(best: dict[str, Any]) -> Placement:
+    return Placement(**{name: best[name] for name in PLACEMENT_FIELDS})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--adapter-rank", type=int, default=128)
-    rows = plans(parser.parse_args().adapter_rank)
-    measured = rows[0]
-    print(markdown(rows))
+    parser.add_argument("--limits", action="store_true", help="also the longest clip per flavor (slow)")
+    args = parser.parse_args()
+    plan = default_plan()
+    print(markdown(plan))
+    if args.limits:
+        print()
+        print(limits_table(plan))
     print()
-    print("components:", {k: round(v / GB, 1) for k, v in measured.components.items()})
-    print("phases:", {k: round(v["transient"] / GB, 2) for k, v in measured.phases.items()})
-    print("tokens:", measured.tokens)
+    print("components:", {k: round(v / GB, 1) for k, v in plan.components.items()})
+    print("phases:", {k: round(v["transient"] / GB, 2) for k, v in plan.phases.items()})
+    print("tokens:", plan.tokens)
 
 
 if __name__ == "__main__":

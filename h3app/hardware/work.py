@@ -20,11 +20,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..lora.layers import LoRAFactors
+from ..model.torch_compat import CONVOLUTION_OPS as CONVOLUTIONS
 
 BASE, LORA = "base", "lora"
 TF32 = "tf32"
 OUTSIDE = "other"  # ops outside every named phase
-CONVOLUTIONS = {torch.ops.aten.convolution, torch.ops.aten._convolution}
 
 Flops = dict[str, dict[str, dict[str, int]]]  # phase → kind → precision → FLOPs
 

@@ -62,6 +62,8 @@ class BoundLayers:
             for entry in binding.wrapper.lora_entries:
                 for factor in (entry.down, entry.up):
                     seen[id(factor)] = factor.nbytes
+            for entry in binding.wrapper.exact_entries:
+                seen[id(entry)] = entry.nbytes
         return sum(seen.values())
 
     def binding(self, path: str) -> Binding:
@@ -95,15 +97,16 @@ class BoundLayers:
                 raise H3AppError(f"merged mode is not available: {path}: {reason}; use unmerged mode.")
 
     def transaction(self, paths: Iterable[str], change: Callable[[], None], *, mode: str,
-                    undo: Callable[[], None] | None = None) -> None:
+                    undo: Callable[[], None] | None = None, exact_paths: Iterable[str] = ()) -> None:
         """Run ``change`` (edits entry lists or scale state), then bring ``paths`` to ``mode``. On any exception:
         ``undo``, restore the entry lists and the previous mode, and bring every touched path back (weights
-        re-merged from, or restored to, the pristine copies — bitwise what they were)."""
+        re-merged from, or restored to, the pristine copies — bitwise what they were). ``exact_paths``: paths whose
+        weights exact parts will be written into whatever the mode (room is reserved for their pristine copies)."""
         paths = list(paths)
         old_mode = self.mode
-        if mode == "merged":
-            self._reserve(paths)
-        saved = {path: list(self.binding(path).wrapper.lora_entries) for path in paths}
+        self._reserve(paths if mode == "merged" else list(exact_paths))
+        saved = {path: (list(self.binding(path).wrapper.lora_entries), list(self.binding(path).wrapper.exact_entries))
+                 for path in paths}
         try:
             change()
             self.mode = mode
@@ -113,8 +116,9 @@ class BoundLayers:
             try:
                 if undo is not None:
                     undo()
-                for path, entries in saved.items():
+                for path, (entries, exact) in saved.items():
                     self._bindings[path].wrapper.lora_entries = entries
+                    self._bindings[path].wrapper.exact_entries = exact
                 self._bring_to_mode(paths, old_mode)
             except BaseException as rollback_error:  # pragma: no cover - a second failure; report both
                 raise H3AppError(
@@ -123,6 +127,11 @@ class BoundLayers:
             raise
         finally:
             self._release(paths)
+
+    def rewrite(self, paths: list[str]) -> None:
+        """Write ``paths``' weights again in the current mode (their entries' tensors or strengths changed in place:
+        a head bank's head at each evaluation)."""
+        self._bring_to_mode(paths, self.mode)
 
     def _reserve(self, paths: list[str]) -> None:
         """Room for the pristine copies ``paths`` do not have yet (refused with the reason when none fits)."""
@@ -134,7 +143,8 @@ class BoundLayers:
         """Forget the paths left with neither entries nor a pristine copy."""
         for path in paths:
             binding = self._bindings.get(path)
-            if binding is not None and not binding.wrapper.lora_entries and path not in self.pristine:
+            if binding is not None and not binding.wrapper.lora_entries and not binding.wrapper.exact_entries \
+                    and path not in self.pristine:
                 del self._bindings[path]
 
     def _bring_to_mode(self, paths: list[str], mode: str) -> None:
@@ -142,11 +152,15 @@ class BoundLayers:
         for path in paths:
             binding = self._bindings[path]
             wrapper = binding.wrapper
-            if mode == "merged" and wrapper.lora_entries:
-                binding.install(binding.original)
+            merged = mode == "merged" and bool(wrapper.lora_entries)
+            if merged or wrapper.exact_entries:  # the weight is written: W0 (+ exact parts) (+ Σ scale·BA merged)
+                binding.install(wrapper if wrapper.lora_entries and not merged else binding.original)
                 if path not in self.pristine:
                     self.pristine.put(path, binding.original.weight)
-                wrapper.merge_from(self.pristine, path)
+                if merged:
+                    wrapper.merge_from(self.pristine, path)
+                else:
+                    wrapper.write_from(self.pristine, path, with_lora=False)
                 continue
             if path in self.pristine:
                 wrapper.restore_from(self.pristine, path)

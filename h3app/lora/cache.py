@@ -25,20 +25,23 @@ class AdapterKey:
 
 
 def adapter_nbytes(adapter: NormalisedAdapter) -> int:
-    """Bytes of the tensors ``adapter`` holds (main and ``transformer_ref`` modules), each storage counted once."""
+    """Bytes of the tensors ``adapter`` holds (main and ``transformer_ref`` modules, exact parts, head banks), each
+    storage counted once."""
     seen: set[tuple[str, int]] = set()
     total = 0
     modules = list(adapter.modules.values()) + list(adapter.reference_modules.values())
-    for module in modules:
-        for tensor in (module.down, module.up):
-            if tensor.is_meta:
-                continue
-            storage = tensor.untyped_storage()
-            key = (str(tensor.device), storage.data_ptr())
-            if key in seen:
-                continue
-            seen.add(key)
-            total += storage.nbytes()
+    tensors = [t for module in modules for t in (module.down, module.up)]
+    tensors += [part.tensor for part in adapter.parts.values()]
+    tensors += [t for bank in adapter.banks.values() for t in (bank.weight, bank.bias) if t is not None]
+    for tensor in tensors:
+        if tensor.is_meta:
+            continue
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
+        if key in seen:
+            continue
+        seen.add(key)
+        total += storage.nbytes()
     return total
 
 

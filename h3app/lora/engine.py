@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
@@ -24,14 +24,18 @@ from ..settings import MODES, LoRASettings
 from .bound import BoundLayers
 from .delegate import read_through
 from .entries import build_entries
+from .evaluations import add_listener, remove_listener
+from .exact import BankHead, ExactPlan, PartStrength, plan_exact
+from .head_bank import BankListener
 from .layers import LoRAFactors
 from .matching import MatchPlan, adapter_scale, plan_match, target_match
 from .measure import StrengthMeter
+from .param_patches import ParamPatches
 from .pristine import PristineStore
 from .report import Coverage, MatchReport
 from .scaling import AdapterScale, ModuleAlpha
 from .targets import TargetSlot, discover_targets
-from .validation import UNCHANGED, changed_settings, check_groups, check_ranks, refuse_unfit
+from .validation import UNCHANGED, changed_settings, check_groups, check_ranks, check_strength, refuse_unfit
 
 
 @dataclass
@@ -46,6 +50,13 @@ class _Attached:
     modules: dict[str, ModuleLoRA]
     coverage: Coverage
     warnings: tuple[str, ...] = ()
+    exact: ExactPlan = field(default_factory=ExactPlan)  # exact parts and head banks (h3app.lora.exact)
+    bank_listener: BankListener | None = None
+
+    @property
+    def paths(self) -> list[str]:
+        """Every module path this adapter binds: its LoRA entries' and its exact Linear weights'."""
+        return sorted(set(self.entries) | set(self.exact.linear))
 
 
 class LoRAEngine:
@@ -66,6 +77,7 @@ class LoRAEngine:
         if not self._slots:
             raise H3AppError("the transformer has no Linear layers to attach LoRA to: is it an H3 transformer?")
         self._layers = BoundLayers(transformer, pristine if pristine is not None else PristineStore())
+        self._params = ParamPatches(transformer, self._layers.pristine)  # biases and norm weights of exact parts
         self._adapters: dict[str, _Attached] = {}
         self._meter = StrengthMeter(self._slots, self._layers, self._device_of)
 
@@ -119,25 +131,40 @@ class LoRAEngine:
             raise H3AppError(f"an adapter named {name!r} is already attached: detach it first, or change it with set_lora.")
         check_groups(settings.group_strengths)
         plan = self._plan(adapter, settings, name)
-        refuse_unfit(name, plan.report)
+        refuse_unfit(name, plan.report, has_parts=adapter.has_exact_parts)
         check_ranks(name, plan.matched, self._slots)
         mode = self._engine_mode(settings)
-        paths = sorted({self._slots[t].module for t in plan.matched})
+        taken = self._taken()
+        exact = plan_exact(name, adapter, self.transformer, self._slots, PartStrength(settings.strength), taken)
+        _refuse_replaced(name, plan.matched, taken)
+        lora_paths = sorted({self._slots[t].module for t in plan.matched})
         if mode == "merged":
-            self._layers.check_mergeable(paths)
+            self._layers.check_mergeable(lora_paths)
         state = adapter_scale(plan.matched, settings)
         entries = build_entries(name, plan.matched, self._slots, state, device_of=self._device_of,
                                 dtype_of=lambda path: self._layers.weight(path).dtype)
         attached = _Attached(settings=settings, state=state, entries=entries, adapter=adapter,
                              modules=dict(plan.matched), coverage=plan.report.coverage,
-                             warnings=self._warnings(adapter, plan.matched, settings, plan.report))
+                             warnings=self._warnings(adapter, plan.matched, settings, plan.report), exact=exact)
 
         def change() -> None:
             for path, entry in entries.items():
                 self._layers.binding(path).wrapper.add_entry(entry)
+            for path, items in exact.linear.items():
+                self._layers.binding(path).wrapper.exact_entries.extend(items)
 
-        self._layers.transaction(paths, change, mode=mode)
+        self._layers.transaction(attached.paths, change, mode=mode, exact_paths=exact.linear)
+        try:
+            self._params.transaction(exact.params, lambda: [self._params.add(parameter, entry)
+                                                            for parameter, items in exact.params.items()
+                                                            for entry in items])
+        except BaseException:
+            self._unbind([name], {name: attached})
+            raise
         self._adapters[name] = attached
+        if exact.banks:
+            attached.bank_listener = BankListener(name, exact.banks, self._write_heads)
+            add_listener(self.transformer, attached.bank_listener)
         if settings.mode != self.mode:
             try:
                 self.set_mode(settings.mode)
@@ -148,21 +175,45 @@ class LoRAEngine:
 
     # ------------------------------------------------------------------------------------------- set / mode
     def set_lora(self, name: str, *, alpha: float | None = UNCHANGED, strength: float = UNCHANGED,
-                 group_strengths: Mapping[str, float] = UNCHANGED) -> LoRASettings:
+                 group_strengths: Mapping[str, float] = UNCHANGED, exact_strength: float | None = UNCHANGED
+                 ) -> LoRASettings:
         """Change an attached adapter's alpha (None = each module's stored alpha), strength and/or group strengths
         without reading its file again; an argument left out (``UNCHANGED``) keeps its value. O(1) in unmerged
-        mode; merged mode re-merges its layers from the pristine copies. Returns the new settings."""
+        mode for the low-rank parts; merged mode re-merges its layers from the pristine copies. Exact deltas run at
+        the strength (alpha does not apply to them) unless ``exact_strength`` pins them (None: follow the strength);
+        when their strength changes, their parameters are rewritten from the pristine copies. Returns the new
+        settings."""
         attached = self._get(name)
         old = attached.settings
         new = changed_settings(old, alpha, strength, group_strengths)
-        if self.mode == "unmerged":
+        parts = attached.exact.strength or PartStrength(old.strength)
+        old_parts = (parts.strength, parts.pinned)
+        pinned = parts.pinned if exact_strength is UNCHANGED else (
+            None if exact_strength is None else check_strength(exact_strength, "exact-part strength"))
+        deltas_move = attached.exact.has_deltas and PartStrength(new.strength, pinned).value != parts.value
+
+        def change() -> None:
             attached.state.update(new.alpha, new.strength, new.group_strengths)
+            parts.strength, parts.pinned = new.strength, pinned
+
+        def undo() -> None:
+            attached.state.update(old.alpha, old.strength, old.group_strengths)
+            parts.strength, parts.pinned = old_parts
+
+        paths = (list(attached.entries) if self.mode == "merged" else []) + (
+            list(attached.exact.linear) if deltas_move else [])
+        if not paths and not deltas_move:
+            change()
         else:
-            self._layers.transaction(
-                list(attached.entries),
-                lambda: attached.state.update(new.alpha, new.strength, new.group_strengths),
-                undo=lambda: attached.state.update(old.alpha, old.strength, old.group_strengths),
-                mode=self.mode)
+            self._layers.transaction(sorted(set(paths)), change, undo=undo, mode=self.mode)
+            try:
+                if deltas_move:
+                    self._params.transaction(attached.exact.params, lambda: None)
+            except BaseException:
+                self._layers.transaction(sorted(set(paths)), undo, mode=self.mode)  # strengths back, weights too
+                for parameter in attached.exact.params:
+                    self._params.write(parameter)
+                raise
         attached.settings = new
         return new
 
@@ -185,16 +236,25 @@ class LoRAEngine:
         names = list(self._adapters) if name is None else [name]
         for each in names:
             self._get(each)
-        paths = sorted({path for each in names for path in self._adapters[each].entries})
+        self._unbind(names, self._adapters)
+        for each in names:
+            listener = self._adapters.pop(each).bank_listener
+            if listener is not None:
+                remove_listener(self.transformer, listener)
+
+    def _unbind(self, names: list[str], attached: Mapping[str, _Attached]) -> None:
+        """Take ``names``' entries off their layers and parameters (weights back to the base where nothing else
+        is bound)."""
+        paths = sorted({path for each in names for path in attached[each].paths})
+        params = sorted({param for each in names for param in attached[each].exact.params})
 
         def change() -> None:
             for each in names:
-                for path in self._adapters[each].entries:
+                for path in attached[each].paths:
                     self._layers.binding(path).wrapper.remove_adapter(each)
 
         self._layers.transaction(paths, change, mode=self.mode)
-        for each in names:
-            del self._adapters[each]
+        self._params.transaction(params, lambda: [self._params.remove_adapter(each, params) for each in names])
 
     # ----------------------------------------------------------------------------------------------- helpers
     def _get(self, name: str) -> _Attached:
@@ -203,6 +263,28 @@ class LoRAEngine:
         except KeyError:
             attached = ", ".join(self._adapters) or "none"
             raise H3AppError(f"no adapter named {name!r} is attached (attached: {attached}).") from None
+
+    def _taken(self) -> dict[str, list[tuple[str, bool]]]:
+        """Parameter → ``(adapter, replaces)`` of every attached adapter that changes it (pairs change weights)."""
+        taken: dict[str, list[tuple[str, bool]]] = {}
+        for name, attached in self._adapters.items():
+            for target in attached.modules:
+                taken.setdefault(f"{target}.weight", []).append((name, False))
+            for entries in (*attached.exact.linear.values(), *attached.exact.params.values()):
+                for entry in entries:
+                    taken.setdefault(entry.parameter, []).append((name, entry.replaces))
+        return taken
+
+    def _write_heads(self, heads: list[BankHead]) -> None:
+        """Write a head bank's current heads into their parameters (each evaluation of a run, and after it)."""
+        paths = []
+        for head in heads:
+            module, _, attr = head.parameter.rpartition(".")
+            if attr == "weight" and module in self._slots:
+                paths.append(self._slots[module].module)
+            else:
+                self._params.write(head.parameter)
+        self._layers.rewrite(paths)
 
     def _engine_mode(self, settings: LoRASettings) -> str:
         """The mode the engine runs in: its own while adapters are attached, else the settings'."""
@@ -226,7 +308,20 @@ class LoRAEngine:
     def _build_report(self, name: str, attached: _Attached) -> MatchReport:
         """The report at the current settings; its profile is measured on first access."""
         matches = tuple(target_match(self._slots[t], m, attached.state) for t, m in attached.modules.items())
+        exact = tuple(sorted(entry.parameter for entries in (*attached.exact.linear.values(),
+                                                            *attached.exact.params.values()) for entry in entries
+                             if not isinstance(entry, BankHead)))
         return MatchReport(
             name=name, identity=attached.adapter.identity, mode=self.mode, fused_qkv=self.fused_qkv, matched=matches,
             coverage=attached.coverage, warnings=attached.warnings,
-            measure=lambda: self._meter.profile(attached.adapter, attached.modules, matches))
+            measure=lambda: self._meter.profile(attached.adapter, attached.modules, matches),
+            exact_parameters=exact, head_banks=tuple(attached.exact.banks))
+
+
+def _refuse_replaced(name: str, matched: Mapping[str, ModuleLoRA], taken: Mapping[str, list[tuple[str, bool]]]) -> None:
+    """A pair on a weight another adapter replaces would be discarded by the replacement: refused."""
+    for target in matched:
+        for other, replaces in taken.get(f"{target}.weight", ()):
+            if replaces:
+                raise H3AppError(f"adapter {name!r} changes {target}.weight, which adapter {other!r} replaces: the "
+                                 "replacement would discard it; attach one of them.")

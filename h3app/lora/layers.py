@@ -128,6 +128,8 @@ class LoRALinear(nn.Module):
         super().__init__()
         self.base = base
         self.lora_entries: list[LoRAFactors] = []
+        # Exact parts on the weight (``h3app.lora.exact``): written into it in place, in both modes; never in forward.
+        self.exact_entries: list = []
 
     weight = read_through("base", "weight")
     bias = read_through("base", "bias")
@@ -142,6 +144,7 @@ class LoRALinear(nn.Module):
 
     def remove_adapter(self, adapter: str) -> None:
         self.lora_entries = [entry for entry in self.lora_entries if entry.adapter != adapter]
+        self.exact_entries = [entry for entry in self.exact_entries if entry.adapter != adapter]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base(x)
@@ -169,13 +172,21 @@ class LoRALinear(nn.Module):
             flat_out[start:start + step].add_(delta)
         return out
 
-    @torch.no_grad()
     def merge_from(self, pristine: PristineStore, key: str) -> None:
-        """``W = W0 + Σ scale · B @ A``: fp32 from the pristine ``W0``, cast once to the weight's dtype, by row chunks
-        (the chunk size depends on the shape only, so every merge of a layer runs the same arithmetic)."""
+        """``W = W0 (+ exact parts) + Σ scale · B @ A`` (merged mode): :meth:`write_from` with the LoRA products."""
+        self.write_from(pristine, key, with_lora=True)
+
+    @torch.no_grad()
+    def write_from(self, pristine: PristineStore, key: str, with_lora: bool) -> None:
+        """``W = W0 (+ exact parts) (+ Σ scale · B @ A)``: fp32 from the pristine ``W0``, the exact parts first (a
+        replacement, or ``strength · Δ``), then the LoRA products when ``with_lora`` (merged mode), cast once to the
+        weight's dtype, by row chunks (the chunk size depends on the shape only, so every merge of a layer runs the
+        same arithmetic)."""
         weight = self.base.weight
         for start, stop, merged in pristine.fp32_chunks(key, rows_per_chunk(weight.shape[1]), weight.device):
-            for entry in self.lora_entries:
+            for entry in self.exact_entries:
+                entry.apply(merged, start, stop)
+            for entry in self.lora_entries if with_lora else ():
                 entry.add_to_weight(merged, start, stop)
             weight[start:stop].copy_(merged)
 

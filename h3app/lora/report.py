@@ -98,6 +98,8 @@ class MatchReport:
     coverage: Coverage
     warnings: tuple[str, ...] = field(default_factory=tuple)
     measure: Callable[[], StrengthProfile | None] | None = field(default=None, repr=False, compare=False)
+    exact_parameters: tuple[str, ...] = ()  # parameters its exact deltas and replacements change
+    head_banks: tuple[str, ...] = ()  # head modules its head banks drive, per evaluation
 
     unmatched_keys = read_through("coverage", "unmatched_keys")
     absent_targets = read_through("coverage", "absent_targets")
@@ -110,7 +112,7 @@ class MatchReport:
 
     @property
     def ok(self) -> bool:
-        return bool(self.matched) and not self.shape_errors
+        return bool(self.matched or self.exact_parameters or self.head_banks) and not self.shape_errors
 
     def summary(self) -> str:
         """One line for logs and the CLI."""
@@ -118,6 +120,8 @@ class MatchReport:
             f"{self.name}: {len(self.matched)} targets matched, {len(self.unmatched_keys)} keys unmatched, "
             f"{len(self.uncovered_targets)} model targets not covered, {len(self.shape_errors)} shape errors"
         )
+        if self.exact_parameters or self.head_banks:
+            text += f", {len(self.exact_parameters)} parameters changed exactly, {len(self.head_banks)} head banks"
         if self.profile is not None:
             text += f", median relative update {self.profile.overall.median:.2g}"
         return text
@@ -130,6 +134,8 @@ class MatchReport:
             **self.coverage.to_json(),
             "profile": self.profile.to_json() if self.profile is not None else None,
             "warnings": list(self.warnings),
+            "exact_parameters": list(self.exact_parameters),
+            "head_banks": list(self.head_banks),
         }
 
 

@@ -46,8 +46,9 @@ def shape_problem(module: ModuleLoRA, slot: TargetSlot) -> str | None:
     return None
 
 
-def refuse_unfit(name: str, report: MatchReport) -> None:
-    """Raise ``MatchError`` (carrying ``report``) when any target has a shape error or nothing matched."""
+def refuse_unfit(name: str, report: MatchReport, has_parts: bool = False) -> None:
+    """Raise ``MatchError`` (carrying ``report``) when any target has a shape error or nothing matched (an adapter
+    with exact parts may have no pair at all: ``has_parts``)."""
     errors = report.shape_errors
     if errors:
         first = "; ".join(e.describe() for e in errors[:3])
@@ -55,7 +56,7 @@ def refuse_unfit(name: str, report: MatchReport) -> None:
         raise MatchError(
             f"adapter {name!r} does not fit this model: {len(errors)} shape errors: {first}{more}; "
             f"nothing was applied — is it for another model (e.g. a pruned H3)?", report)
-    if not report.matched:
+    if not report.matched and not has_parts:
         sample = ", ".join(list(report.unmatched_keys)[:3]) or "none"
         raise MatchError(
             f"adapter {name!r} matched no layer of this model ({len(report.unmatched_keys)} keys unmatched, "

@@ -41,7 +41,8 @@ def compile_blocks(transformer: torch.nn.Module, device: str | torch.device) -> 
 def compile_report() -> dict[str, int]:
     """``{graphs, recompiles}`` so far in this process, from dynamo's own counters: graphs built, and compiles
     caused by a guard failing on an already-compiled frame."""
-    from torch._dynamo.utils import counters, guard_failures
+    from .torch_compat import dynamo_counters
 
+    counters, guard_failures = dynamo_counters()
     return {"graphs": int(counters["stats"]["unique_graphs"]),
             "recompiles": int(sum(len(reasons) for reasons in guard_failures.values()))}

@@ -24,8 +24,12 @@ from ..errors import H3AppError
 from ..rules import values
 from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
 from ..rules.h3_modules import QKV
-from . import conditioner, fp8, repo
+from . import conditioner, diffusers_compat, fp8, repo, torch_compat
 from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
+
+# The doors to diffusers' and torch's private API, imported at start-up (every path to a model comes here): each
+# refuses, in one line, a library version it was not written for, before anything is loaded.
+PRIVATE_API_DOORS = (diffusers_compat, torch_compat)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,17 @@ def check_device(name: str) -> str:
     elif device.type not in ("cpu", "cuda", "mps"):
         raise H3AppError(f"--device {name}: h3app runs on cpu, cuda or mps.")
     return str(name)
+
+
+def cuda_devices() -> list[tuple[str, int]]:
+    """``(name, total bytes)`` of every CUDA device this process sees (empty without a driver or a GPU)."""
+    if not torch.cuda.is_available():
+        return []
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        properties = torch.cuda.get_device_properties(index)
+        devices.append((properties.name, int(properties.total_memory)))
+    return devices
 
 
 def parse_dtype(name: str) -> torch.dtype:

@@ -1,8 +1,8 @@
 """Shard an H3 transformer's sequence over the ranks with diffusers' context parallel (``enable_parallelism``).
 
-The model's own ``_cp_plan`` gathers the sequence at ``proj_out`` and ``audio_proj_out``; those two are LoRA targets,
-and our engine replaces a targeted Linear with a wrapper module, which would leave diffusers' hook on the replaced
-module (a local shard plus a gathered base output). So the gather moves one module up, to the output of
+The model's own context-parallel plan gathers the sequence at ``proj_out`` and ``audio_proj_out``; those two are
+LoRA targets, and our engine replaces a targeted Linear with a wrapper module, which would leave diffusers' hook on
+the replaced module (a local shard plus a gathered base output). So the gather moves one module up, to the output of
 ``norm_out`` (whose own child ``norm_out.linear`` may be wrapped freely): the two output projections then run on the
 whole sequence on every rank, a per-token linear that is a small fraction of one block's work. Weights are not
 sharded: every rank holds the whole transformer.
@@ -10,26 +10,24 @@ sharded: every rank holds the whole transformer.
 Prompts tokenise to any length, so the "anything" sharding modes are on (ranks may hold one row more than others).
 diffusers' own uneven gather needs a backend with uneven all-gather (gloo has none), so our gather pads each shard
 to the longest, gathers, and trims.
+
+What of this needs diffusers' private API goes through ``h3app.model.diffusers_compat`` (the plan, the mesh's group,
+the size gather, the ring backend, the CPU device count).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from diffusers.hooks.hooks import HookRegistry, ModelHook
+from diffusers.hooks import HookRegistry, ModelHook
 
 from ..errors import H3AppError
-from .cpu_shim import one_device_without_accelerator
+from ..model import diffusers_compat as private
 from .topology import ParallelSpec
 
 MOVED_GATHERS = ("proj_out", "audio_proj_out")
 GATHER_AT = "norm_out"
 GATHER_HOOK = "h3app_cp_gather_rows"
-RING_BACKEND = "_native_cudnn"  # returns the log-sum-exp ring attention merges with; native SDPA does not
-
-
-def is_parallel(transformer: Any) -> bool:
-    return getattr(transformer, "_parallel_config", None) is not None
 
 
 def parallelize(transformer: Any, spec: ParallelSpec) -> None:
@@ -37,22 +35,22 @@ def parallelize(transformer: Any, spec: ParallelSpec) -> None:
     initialised with ``spec.world_size`` ranks."""
     from diffusers import ContextParallelConfig
 
-    if is_parallel(transformer):
+    if private.is_parallel(transformer):
         return
-    plan = getattr(transformer, "_cp_plan", None)
+    plan = private.context_parallel_plan(transformer)
     if not plan or not all(name in plan for name in MOVED_GATHERS) or GATHER_AT in plan and \
             not isinstance(plan[GATHER_AT], dict):
         raise H3AppError(f"{type(transformer).__name__} has no context-parallel plan this version of h3app knows; "
                          f"run without --ulysses/--ring.")
     if spec.ring > 1:
-        transformer.set_attention_backend(RING_BACKEND)
+        transformer.set_attention_backend(private.RING_ATTENTION_BACKEND)
     # "anything" modes: any sequence length (prompts tokenise to any length) and any head count.
     config = ContextParallelConfig(ulysses_degree=spec.ulysses, ring_degree=spec.ring,
                                    ulysses_anything=spec.ring == 1, ring_anything=spec.ulysses == 1)
-    with one_device_without_accelerator():
+    with private.one_device_without_accelerator():
         transformer.enable_parallelism(config=config,
                                        cp_plan={k: v for k, v in plan.items() if k not in MOVED_GATHERS})
-    group = transformer._parallel_config.context_parallel_config._flattened_mesh.get_group()
+    group = private.context_parallel_group(transformer)
     registry = HookRegistry.check_if_exists_or_initialize(getattr(transformer, GATHER_AT))
     registry.register_hook(_GatherRows(group), GATHER_HOOK)
 
@@ -67,9 +65,8 @@ class _GatherRows(ModelHook):
     def post_forward(self, module: Any, output: Any) -> Any:
         import torch
         import torch.distributed as dist
-        from diffusers.models._modeling_parallel import gather_size_by_comm
 
-        rows = gather_size_by_comm(int(output.shape[1]), self.group)
+        rows = private.gather_sizes(int(output.shape[1]), self.group)
         longest = max(rows)
         padded = torch.nn.functional.pad(output.contiguous(), (0, 0, 0, longest - output.shape[1]))
         shards = [torch.empty_like(padded) for _ in rows]

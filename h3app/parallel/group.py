@@ -94,9 +94,9 @@ class RankGroup:
         self._store().delete_key(JOB_KEY.format(self._jobs - 1))
 
     def _store(self) -> Any:
-        from torch.distributed import distributed_c10d
+        from ..model.torch_compat import default_store
 
-        return distributed_c10d._get_default_store()
+        return default_store()
 
     # ------------------------------------------------------------------------------------------- agreements
     def check_usable(self) -> None:

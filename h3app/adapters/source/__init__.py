@@ -4,8 +4,9 @@
 One concern per module: ``names`` (repo ids, revisions, weight names: text checks), ``weights`` (a repo's or
 folder's files, choosing one), ``local`` (folder listing, the hosted allow-list), ``refs`` (what ``SOURCE`` names:
 ``parse_source``, HF URLs), ``hub`` (listing, pinned downloads, access, every Hub failure → one line),
-``remote_header`` (a Hub file's header by Range reads), ``limits`` (the hosted size cap) and ``files`` (the entry
-points: ``list_weight_files``, ``read_header``, ``fetch``, ``current_identity``).
+``remote_header`` (a Hub file's header by Range reads), ``limits`` (the hosted size cap), ``files`` (the entry
+points: ``list_weight_files``, ``read_header``, ``fetch``, ``current_identity``) and ``search`` (the Hub's
+MiniMax-H3 adapters, ``search_adapters``).
 """
 
 from __future__ import annotations

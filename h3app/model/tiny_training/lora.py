@@ -1,15 +1,27 @@
-"""LoRA for training: forward hooks that add ``(alpha / r) · B(A(x))`` to chosen ``nn.Linear`` outputs, and the two
-file layouts the demo adapters are written in."""
+"""The demo LoRAs while they train, and the two file layouts they are written in.
+
+Training runs through the project's own LoRA layer, the one the app applies the written files with: each target
+Linear is wrapped in ``h3app.lora.LoRALinear`` (bound by the engine's ``BoundLayers``) carrying one ``LoRAFactors``
+entry whose scale is the shared ``ScaleEntry`` of the one formula (``h3app.rules.scale.effective_scale``:
+``alpha / rank`` here). The factors are the trained parameters themselves, so gradients flow into them.
+"""
 
 from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ...rules.h3_modules import is_block_linear
+from ...lora.bound import BoundLayers
+from ...lora.layers import LoRAFactors
+from ...lora.pristine import PristineStore
+from ...lora.scaling import AdapterScale, ModuleAlpha
+from ...rules.h3_modules import group_of, is_block_linear
 
 
 def write_canonical(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> Path:
@@ -27,45 +39,75 @@ def write_canonical(path: Path, tensors: dict[str, torch.Tensor], metadata: dict
     return path
 
 
-
-
 def target_names(transformer: torch.nn.Module) -> list[str]:
     """The attention and FFN projections of every block and refiner block (LightX2V's Turbo targets)."""
     return sorted(name for name, module in transformer.named_modules()
                   if isinstance(module, torch.nn.Linear) and is_block_linear(name))
 
 
-class TrainingLora:
-    """Rank-``rank`` factors per target; ``A [r, in]`` seeded, ``B [out, r]`` zero (so training starts at the base)."""
+Factors = dict[str, tuple[torch.nn.Parameter, torch.nn.Parameter]]
 
-    def __init__(self, transformer: torch.nn.Module, rank: int, alpha: float, seed: int):
+
+@dataclass
+class TrainingLora:
+    """One adapter being trained: rank, alpha and fp32 factors per target (``A [r, in]``, ``B [out, r]``)."""
+
+    rank: int
+    alpha: float
+    factors: Factors
+
+    NAME = "training"  # the adapter's name on the wrappers while bound
+
+    @classmethod
+    def start(cls, transformer: torch.nn.Module, rank: int, alpha: float, seed: int) -> TrainingLora:
+        """``A`` seeded (``N(0, 1/in)``), ``B`` zero, so training starts at the base; targets: ``target_names``."""
         generator = torch.Generator().manual_seed(seed)
-        self.rank, self.alpha = rank, alpha
-        self.scale = alpha / rank
-        self.factors: dict[str, tuple[torch.nn.Parameter, torch.nn.Parameter]] = {}
-        self._handles = []
-        modules = dict(transformer.named_modules())
+        factors: Factors = {}
         for name in target_names(transformer):
-            linear = modules[name]
+            linear = transformer.get_submodule(name)
             down = torch.randn(rank, linear.in_features, generator=generator) / linear.in_features ** 0.5
             up = torch.zeros(linear.out_features, rank)
-            self.factors[name] = (torch.nn.Parameter(down), torch.nn.Parameter(up))
-            self._handles.append(linear.register_forward_hook(self._hook(name)))
-
-    def _hook(self, name: str):
-        def add_delta(module, inputs, output):
-            down, up = self.factors[name]
-            return output + self.scale * torch.nn.functional.linear(torch.nn.functional.linear(inputs[0], down), up)
-
-        return add_delta
+            factors[name] = (torch.nn.Parameter(down), torch.nn.Parameter(up))
+        return cls(rank, alpha, factors)
 
     def parameters(self) -> list[torch.nn.Parameter]:
         return [p for pair in self.factors.values() for p in pair]
 
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    @contextmanager
+    def bound(self, transformer: torch.nn.Module) -> Iterator[None]:
+        """While inside, every target runs ``base(x) + scale · (x Aᵀ) Bᵀ`` through a ``LoRALinear`` (unmerged, the
+        scale from ``rules/scale.py`` via ``AdapterScale``); on exit the original Linears are back in place."""
+        stored = ModuleAlpha(float(self.alpha), int(self.rank))
+        scale = AdapterScale((stored,), alpha=None, strength=1.0, group_strengths={})
+        layers = BoundLayers(transformer, PristineStore())
+        paths = sorted(self.factors)
+
+        def attach() -> None:
+            for path in paths:
+                down, up = self.factors[path]
+                entry = scale.entry_for(group_of(path), (stored,), down.device)
+                layers.binding(path).wrapper.add_entry(LoRAFactors(self.NAME, entry, down, up))
+
+        def detach() -> None:
+            for path in paths:
+                layers.binding(path).wrapper.remove_adapter(self.NAME)
+
+        layers.transaction(paths, attach, mode="unmerged")
+        try:
+            yield
+        finally:
+            layers.transaction(paths, detach, mode="unmerged")
+
+    def save(self, path: Path) -> None:
+        """The work folder's copy of a finished stage (``torch.save``: rank, alpha, factors)."""
+        torch.save({"rank": self.rank, "alpha": self.alpha,
+                    "factors": {k: (a.detach(), b.detach()) for k, (a, b) in self.factors.items()}}, path)
+
+    @classmethod
+    def load(cls, path: Path) -> TrainingLora:
+        saved = torch.load(path)
+        factors = {k: (torch.nn.Parameter(a), torch.nn.Parameter(b)) for k, (a, b) in saved["factors"].items()}
+        return cls(saved["rank"], saved["alpha"], factors)
 
 
 def write_turbo(lora: TrainingLora, path: Path) -> Path:

@@ -182,18 +182,16 @@ def train_style(components: dict[str, Any], steps: int, log: Progress) -> lora.T
     """A warm/orange style LoRA: flow matching towards :func:`scenes.warm_latents`, base frozen."""
     transformer = components[MAIN_PARTITION]
     ctx = flow.FlowContext(_pipeline(components), SHORT_FRAMES)
-    adapter = lora.TrainingLora(transformer, STYLE_RANK, STYLE_ALPHA, SEED + 30)
+    adapter = lora.TrainingLora.start(transformer, STYLE_RANK, STYLE_ALPHA, SEED + 30)
     optimiser = torch.optim.Adam(adapter.parameters(), lr=5e-3)
     batches = Batches(ctx, SEED + 31, warm=True)
-    try:
+    with adapter.bound(transformer):
         for step in range(steps):
             loss = _flow_loss(ctx, transformer, batches)
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
             log("style", step + 1, steps, float(loss.detach()))
-    finally:
-        adapter.remove()
     return adapter
 
 
@@ -225,9 +223,9 @@ def train_turbo(components: dict[str, Any], recipe: Recipe, log: Progress) -> lo
             target = ctx.sample(transformer, layout, noise_v, noise_a, recipe.teacher_steps)
             pairs.append((layout, noise_v, noise_a, target))
             log("teacher", index + 1, recipe.turbo_pairs, 0.0)
-    adapter = lora.TrainingLora(transformer, TURBO_RANK, TURBO_ALPHA, SEED + 40)
+    adapter = lora.TrainingLora.start(transformer, TURBO_RANK, TURBO_ALPHA, SEED + 40)
     optimiser = torch.optim.Adam(adapter.parameters(), lr=1e-2)
-    try:
+    with adapter.bound(transformer):
         for step in range(recipe.turbo_steps):
             layout, noise_v, noise_a, (target_v, target_a) = pairs[step % len(pairs)]
             video, audio = ctx.sample(transformer, layout, noise_v, noise_a, TURBO_STEPS)
@@ -236,23 +234,6 @@ def train_turbo(components: dict[str, Any], recipe: Recipe, log: Progress) -> lo
             loss.backward()
             optimiser.step()
             log("turbo", step + 1, recipe.turbo_steps, float(loss.detach()))
-    finally:
-        adapter.remove()
-    return adapter
-
-
-def _save_lora(adapter: lora.TrainingLora, path: Path) -> None:
-    torch.save({"rank": adapter.rank, "alpha": adapter.alpha,
-                "factors": {k: (a.detach(), b.detach()) for k, (a, b) in adapter.factors.items()}}, path)
-
-
-def _load_lora(path: Path) -> lora.TrainingLora:
-    saved = torch.load(path)
-    adapter = lora.TrainingLora.__new__(lora.TrainingLora)
-    adapter.rank, adapter.alpha = saved["rank"], saved["alpha"]
-    adapter.scale = adapter.alpha / adapter.rank
-    adapter.factors = {k: (torch.nn.Parameter(a), torch.nn.Parameter(b)) for k, (a, b) in saved["factors"].items()}
-    adapter._handles = []
     return adapter
 
 
@@ -304,6 +285,6 @@ def train(checkpoint: Checkpoint, out_dir: Path, adapters_dir: Path, work_dir: P
         if only is not None and only != stage:
             continue
         saved = work_dir / f"{stage}.pt"
-        adapter = _load_lora(saved) if saved.exists() else run()
-        _save_lora(adapter, saved)
+        adapter = lora.TrainingLora.load(saved) if saved.exists() else run()
+        adapter.save(saved)
         write(adapter, adapters_dir / file_name)

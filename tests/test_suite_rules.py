@@ -1,11 +1,12 @@
 """The suite's own conventions (tests/conftest.py, "How the suite is put together"), checked on its source: helper
 modules imported once by their bare name, shared fixtures never imported, every test asserting something itself,
-and every poll with a deadline."""
+every poll with a deadline, files and tests named for behaviour, and one browser per session."""
 
 from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
@@ -68,6 +69,37 @@ def test_every_poll_has_a_deadline() -> None:
             if waiting and "deadline" not in ast.unparse(loop):
                 found.append(f"{path.name}:{loop.lineno}")
     assert found == [], f"polls without a deadline (use polling.wait_until): {found}"
+
+
+def test_files_and_tests_are_named_for_behaviour() -> None:
+    """Not for history: no issue numbers (``test_ui_issue22.py``) and no numbered steps (``test_1_…``)."""
+    history = re.compile(r"issue|^test_\d+_")
+    found = [path.name for path in parsed() if history.search(path.stem)]
+    found += [f"{path.name}::{node.name}" for path, tree in parsed().items() for node in ast.walk(tree)
+              if isinstance(node, ast.FunctionDef) and node.name.startswith("test_") and history.search(node.name)]
+    assert found == [], f"name a file or test for the behaviour it holds: {found}"
+
+
+def test_browser_tests_share_the_sessions_browser_and_say_so() -> None:
+    """Chromium is started once, by the ``browser`` plugin (tests/browser_fixtures.py); no module defines its own
+    ``app``/``browser``/``page`` fixture (a second app and browser beside the shared ones); a module driving the
+    browser is marked ``browser`` and ``slow``."""
+    launches, shadows, unmarked = [], [], []
+    for path, tree in parsed().items():
+        if path.name == "browser_fixtures.py":
+            continue
+        launches += [f"{path.name}:{node.lineno}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Call) and called_name(node) == "chromium"]
+        shadows += [f"{path.name}::{node.name}" for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                    and node.name in ("app", "browser", "page")
+                    and any("fixture" in ast.unparse(d) for d in node.decorator_list)]
+        drives = any(isinstance(node, ast.arg) and node.arg in ("browser", "page") for node in ast.walk(tree))
+        source = ast.unparse(tree)
+        if path.name.startswith("test_") and drives and not ("mark.browser" in source and "mark.slow" in source):
+            unmarked.append(path.name)
+    assert launches == [], f"chromium started outside the session's browser fixture: {launches}"
+    assert shadows == [], f"use the session's app/browser/page (tests/browser_fixtures.py): {shadows}"
+    assert unmarked == [], f"browser tests are marked browser and slow: {unmarked}"
 
 
 def test_the_scans_find_what_they_look_for() -> None:

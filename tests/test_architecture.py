@@ -114,6 +114,11 @@ NO_TORCH_CASES = [
     (["check", "--adapter", "a", "--b", "0:1"], 2, "--b alpha must be"),
     (["grid", "--adapter", "a", "--prompt", "x", "--seeds", "-1", "--out-dir", "g"], 2, "--seeds must be at least 0"),
     (["grid", "--adapter", "a", "--prompt", "x", "--seeds", ",", "--out-dir", "g"], 2, "--seeds needs at least one"),
+    (["generate", "--prompt", "x", "--steps", "1", *OUT], 2, "--steps must be between"),
+    (["generate", "--prompt", "x", "--frames", "2000", *OUT], 2, "--frames must give"),
+    (["generate", "--prompt", "x", "--height", "64", *OUT], 2, "give both --height and --width"),
+    (["check", "--adapter", "a", "--preview-dir", "d"], 2, "--preview-dir needs --mode full"),
+    (["plan", "--dtype", "fp99"], 2, "unknown dtype 'fp99'"),
 ]
 
 

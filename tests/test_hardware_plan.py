@@ -372,6 +372,7 @@ def test_plan_takes_generates_request_flags_and_reports_the_request_it_judged():
                                          "steps": default.steps}
 
 
+@pytest.mark.slow
 def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal(capsys):
     """The whole command on the tiny checkpoint, in process: its rehearsal (identical layers replayed) gives every
     field, each flavor's best and the recommendation's limits (the tiny model holds the longest clip)."""

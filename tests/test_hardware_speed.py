@@ -154,6 +154,7 @@ def test_tiny_lora_flops_are_linear_in_rank_and_base_flops_do_not_move(tiny_rank
     assert eight[LORA]["bfloat16"] == 2 * four[LORA]["bfloat16"] > 0
 
 
+@pytest.mark.slow
 def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(tiny_rank4):
     request = default_request(repo.TINY)
     plan = make_plan(request, Placement(), Setup(model=repo.TINY, adapter=_tiny_options(4).adapter), hardware="h200",

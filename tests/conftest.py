@@ -11,9 +11,10 @@ How the suite is put together (tests/test_suite_rules.py checks the first four):
 1. Helper modules in ``tests/`` are imported by their bare name (``from hub_server import FakeHub``): pytest puts
    ``tests/`` on ``sys.path``. Never ``tests.hub_server``: that loads a second copy of the module.
 2. A fixture shared by several modules lives in a plugin module listed in ``pytest_plugins`` below (``fake_hub``,
-   ``at_base``, the browser tests' ``app``/``browser``/``page``, the full-size ``rehearsed``). Tests ask for it by parameter name and never
-   import it (ruff's F811 flags an imported fixture shadowed by a parameter). A new shared fixture: add it to one of
-   those modules, or add a module to the list. A fixture only one module needs stays in that module.
+   ``at_base``, the browser tests' ``app``/``browser``/``page``, the tiny rehearsal ``tiny_rank4_measured``). Tests
+   ask for it by parameter name and never import it (ruff's F811 flags an imported fixture shadowed by a
+   parameter). A new shared fixture: add it to one of those modules, or add a module to the list. A fixture only
+   one module needs stays in that module.
 3. Every test asserts something itself (``assert``, ``pytest.raises``, Playwright's ``expect``, an ``assert_*``
    helper), and every poll has a deadline: ``polling.wait_until(condition, what)``, never a bare
    ``while …: sleep``.

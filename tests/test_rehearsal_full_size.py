@@ -23,8 +23,8 @@ def header():
 
 
 @pytest.fixture(scope="module")
-def t2va(rehearsed):
-    return rehearsed(RehearsalOptions(workflow="t2va", resolution="544p"))  # the plan's default request too
+def t2va():
+    return rehearse(RehearsalOptions(workflow="t2va", resolution="544p"))
 
 
 @pytest.fixture(scope="module")

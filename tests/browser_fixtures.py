@@ -1,4 +1,4 @@
-"""The browser tests' app and browser, shared by every browser test of the session (a plugin: tests/conftest.py
+"""The app and the browser, shared by every browser and API test of the session (a plugin: tests/conftest.py
 lists it in ``pytest_plugins``; ask for ``app``, ``browser`` or ``page`` by name, never import them).
 
 - ``app``: one launch of the real app (``build_app`` + ``launch``, tests/app_fixtures.py) on a Backend over the

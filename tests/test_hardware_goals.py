@@ -19,7 +19,7 @@ from h3app.hardware.flavors import BY_NAME, GB
 from h3app.hardware.judge import default_request, judge
 from h3app.hardware.planner import Placement
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test builds the full plan with its limits
 ROOT = Path(__file__).resolve().parents[1]
 
 

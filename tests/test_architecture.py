@@ -119,6 +119,7 @@ NO_TORCH_CASES = [
     (["generate", "--prompt", "x", "--height", "64", *OUT], 2, "give both --height and --width"),
     (["check", "--adapter", "a", "--preview-dir", "d"], 2, "--preview-dir needs --mode full"),
     (["plan", "--dtype", "fp99"], 2, "unknown dtype 'fp99'"),
+    (["search", "--limit", "many"], 2, "--limit"),
 ]
 
 

@@ -101,10 +101,10 @@ def counting(phases: Any) -> Iterator[WorkCounter]:
     work = WorkCounter(phases)
     original = LoRAFactors.delta
 
-    def delta(self: LoRAFactors, x: torch.Tensor) -> torch.Tensor:
+    def delta(self: LoRAFactors, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         outer, work.kind = work.kind, LORA
         try:
-            return original(self, x)
+            return original(self, x, *args, **kwargs)
         finally:
             work.kind = outer
 

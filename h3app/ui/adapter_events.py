@@ -355,9 +355,10 @@ class AdapterEvents:
         try:
             used = slot.alpha_value()
             strength = slot.strength_value()
+            blocks = slot.advanced().fields()["block_strength"]
         except H3AppError:
             return ProfileBars(KEEP, KEEP, KEEP)
-        view = profile_view(basis, used, strength)
+        view = profile_view(basis, used, strength, blocks)
         low, high = basis["usual_range"]
         if basis.get("toy_weights"):  # the heuristic is shown, ranked below the file's facts and disarmed
             text = (f"<b>Size heuristic — meaningless on this model:</b> its weights are the embedded tiny "

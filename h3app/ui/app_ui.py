@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from ..rules.choices import LORA_MODES
-from . import render
+from . import advanced_strength, render
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
 from .api import ApiEvents, build_api
@@ -139,6 +139,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
         for slot in (slot_1, slot_2):
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
                               token=token)
+            advanced_strength.wire(slot.advanced, request.steps, **CHEAP)  # its note and the schedule's plot
         _wire_request(request, slot_1, backend.limits)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
                             adapter_events, generate_events, comparisons)

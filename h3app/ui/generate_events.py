@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from ..adapters.resolved import resolve_adapter
-from ..adapters.summary import AdapterSummary, applied_lines, describe
+from ..adapters.summary import AdapterSummary, advanced_words, applied_lines, describe
 from ..backend.generation import Cancelled, GenerationRequest
 from ..backend.preview import PreviewBoard, watch
 from ..backend.worker import CLIENT_GONE, Progress
@@ -23,6 +23,7 @@ from ..rules.request_defaults import SEED
 from ..rules.steps import evaluations
 from . import history_words, render, snippets
 from .adapter_events import user_error
+from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .client_gone import client_gone
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from .session import RunningJobs, add_history, job_adapters, session_key
@@ -274,8 +275,9 @@ def apply_note(form: SyncForm) -> str:
         same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
         state = ("loaded" if same_file else
                  "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
+        advanced = advanced_words({field: getattr(settings, field) for field in ADVANCED_FIELDS})
         lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at "
-                     f"{applied_words(slot, settings)} — {state}.")
+                     f"{applied_words(slot, settings)}{advanced} — {state}.")
     return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY
 
 

@@ -120,6 +120,10 @@ NO_TORCH_CASES = [
     (["check", "--adapter", "a", "--preview-dir", "d"], 2, "--preview-dir needs --mode full"),
     (["plan", "--dtype", "fp99"], 2, "unknown dtype 'fp99'"),
     (["search", "--limit", "many"], 2, "--limit"),
+    (["generate", "--prompt", "x", "--adapter", "a", "--audio-strength", "loud", *OUT], 2, "audio strength must be"),
+    (["check", "--adapter", "a", "--strength-schedule", "1,x"], 2, "strength schedule value must be"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--audio-strength", "0", "--lora-mode", "merged", "--out-dir", "g"],
+     2, "needs --lora-mode unmerged"),
 ]
 
 

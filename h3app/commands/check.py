@@ -16,7 +16,7 @@ from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
 from .flag_values import check_setting
 from .generate import add_preview_flags, preview_board, preview_line
-from .model_options import add_run_flags, compile_fields, load_options, strength_fields
+from .model_options import add_run_flags, check_strengths, compile_fields, load_options, strength_fields
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -52,12 +52,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def check_values(args: argparse.Namespace) -> None:
-    """The checks across flags (one line each): ``--preview-dir`` needs ``--mode full``."""
+    """The checks across flags (one line each): ``--preview-dir`` needs ``--mode full``; the adapter's strengths."""
     if args.preview_dir is not None and args.mode != FULL_CHECK:
         from ..errors import H3AppError
 
         raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
                          "watch denoise.")
+    check_strengths(args)
 
 
 def run(args: argparse.Namespace) -> int:

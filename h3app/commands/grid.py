@@ -12,6 +12,7 @@ from .model_options import (
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
+    check_strengths,
     compile_fields,
     load_options,
     request_flags,
@@ -34,7 +35,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     add_preview_flags(p, "DIR/<cell>/step-K.png, <cell> named as its mp4 (baselines: baseline-seedS)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
+    p.set_defaults(run=run, check=check_values)  # refused before torch loads
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """The checks across flags (one line each): the request's values for ``--model``, the adapter's strengths."""
+    request_flags(args, args.model)
+    check_strengths(args, mode=args.lora_mode)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -148,6 +148,14 @@ def strength_fields(args: argparse.Namespace) -> dict[str, Any]:
     return {field: getattr(args, field) for field in STRENGTH_FLAGS.values() if getattr(args, field, None) is not None}
 
 
+def check_strengths(args: argparse.Namespace, **fields: Any) -> None:
+    """The advanced-strength flags of ``--adapter``, checked as ``LoRASettings`` checks them (``rules``' parsers):
+    a bad value is one line before torch is imported (a command's ``check``)."""
+    from ..settings import LoRASettings
+
+    LoRASettings(source=args.adapter, **fields, **strength_fields(args))
+
+
 def parse_adapter_spec(spec: str, mode: str) -> Any:
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S,audio=0,schedule=1,1,0.5,blocks=0-9:0.5"`` → LoRASettings (SOURCE
     first; the rest optional, any order; a part without ``=`` after ``schedule=``/``blocks=`` continues its list)."""

@@ -8,10 +8,10 @@ from typing import Any
 
 import gradio as gr
 
+from ..hosting.gpu_gate import admitted, gpu_events
 from ..rules.choices import QKV_LAYOUTS
 from . import advanced_strength, render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
-from .fair_queue import admitted, gpu_events
 from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
 from .unclamped import unclamped
 

@@ -22,6 +22,7 @@ from ..adapters.summary import applied_lines
 from ..backend.generation import MAX_SEED
 from ..backend.limits import HOSTED_MAX_STEPS
 from ..errors import H3AppError
+from ..hosting.gpu_gate import admitted, gpu_events
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
@@ -31,7 +32,6 @@ from .adapter_events import AdapterEvents, user_error
 from .advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
 from .comparison_events import ComparisonEvents
 from .endpoint_guard import public_report
-from .fair_queue import admitted, gpu_events
 from .forms import CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import GenerateEvents, Stopped
 from .session import (

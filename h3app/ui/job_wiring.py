@@ -11,11 +11,11 @@ import gradio as gr
 
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
+from ..hosting.gpu_gate import admitted, gpu_events
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
-from .fair_queue import admitted, gpu_events
 from .forms import (
     REQUEST_FIELDS,
     CheckForm,

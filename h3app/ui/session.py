@@ -237,6 +237,3 @@ class RunningJobs:
             return self._handles.get(key)
 
 
-def session_key(request: Any) -> str:
-    """The session hash of a Gradio request (``"local"`` when called outside a server, e.g. in tests)."""
-    return getattr(request, "session_hash", None) or "local"

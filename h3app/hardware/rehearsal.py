@@ -29,7 +29,7 @@ from ..lora.layers import PristineStore
 from ..model import repo
 from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
-from ..model.step_cache import StepCache
+from ..model.sub_block_cache import SubBlockCache
 from ..rules.choices import FL2VA, T2VA
 from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
@@ -111,7 +111,7 @@ def rehearse(options: RehearsalOptions, *,
         counter = mode.counter
         # Decodes are never reused: a digest of fake latents is a digest of zeros, equal for every column.
         loaded = LoadedModel(location=location or full_size.location(), options=load,
-                             component_source=component_source, decode_cache=StepCache(max_entries=0, enabled=False))
+                             component_source=component_source, decode_cache=SubBlockCache(max_entries=0, enabled=False))
         with counter.phase("load"):
             pipe = loaded.pipeline(options.workflow)
         if pipeline_config:

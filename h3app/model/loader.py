@@ -25,7 +25,7 @@ from ..rules import values
 from ..rules.choices import DTYPE_NAMES, MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
 from ..rules.h3_modules import QKV
 from . import conditioner, diffusers_compat, fp8, repo, torch_compat
-from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
+from .sub_block_cache import DECODE_STEPS, TEXT_ENCODER_STEP, SubBlockCache, with_sub_block_caches
 
 # The doors to diffusers' and torch's private API, imported at start-up (every path to a model comes here): each
 # refuses, in one line, a library version it was not written for, before anything is loaded.
@@ -168,8 +168,8 @@ class LoadedModel:
     _pipelines: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _manager: Any = None
-    prompt_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=32))
-    decode_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=2, enabled=False))
+    prompt_cache: SubBlockCache = field(default_factory=lambda: SubBlockCache(max_entries=32))
+    decode_cache: SubBlockCache = field(default_factory=lambda: SubBlockCache(max_entries=2, enabled=False))
     # (location, names, options) → components; the hardware rehearsal builds full-size fake ones instead.
     component_source: Callable[[repo.ModelLocation, list[str], LoadOptions], dict[str, Any]] | None = None
 
@@ -193,7 +193,7 @@ class LoadedModel:
                 folder = str(self.location.folder)
                 blocks = ModularPipeline.from_pretrained(folder, workflow=workflow).blocks  # pruned copy
                 caches = {TEXT_ENCODER_STEP: self.prompt_cache, **{step: self.decode_cache for step in DECODE_STEPS}}
-                pipe = with_step_caches(blocks, caches).init_pipeline(folder)
+                pipe = with_sub_block_caches(blocks, caches).init_pipeline(folder)
                 needed = repo.components_for(workflow)
                 pipe.update_components(**{name: self.components[name] for name in needed})
                 pipe.set_progress_bar_config(disable=True)  # progress is reported per step by the caller

@@ -274,7 +274,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
         done = runs.finished()
     finally:
         runs.close()
-        binder.reset(workflow)
+        binder.baseline(workflow)  # detached; compiled: the adapter stays in place at strength 0
     return EquivalenceResult(
         identical=ra.hash == rb.hash, control_identical=control_identical,
         a=done["A"], b=done["B"], fallback=done["fallback"], a_vs_b=a_vs_b, a_vs_fallback=a_vs_fallback,

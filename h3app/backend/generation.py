@@ -25,6 +25,7 @@ import torch
 from ..errors import H3AppError
 from ..lora.evaluations import Evaluation, EvaluationListener, RunSchedule, evaluation_events
 from ..model import repo
+from ..model.compiled import compiled_runs
 from ..rules import values
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
@@ -241,7 +242,8 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
     pipe.scheduler.set_shift(video_shift)
     pipe.audio_scheduler.set_shift(audio_shift)
     try:
-        yield inputs, transformer, RunSchedule.of(int(request.steps), video_shift, audio_shift)
+        with compiled_runs(transformer):  # --compile: the switches the graphs were built under (model/compiled.py)
+            yield inputs, transformer, RunSchedule.of(int(request.steps), video_shift, audio_shift)
     finally:
         pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
         pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))

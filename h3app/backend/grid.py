@@ -128,7 +128,8 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
              on_step: Callable[[int, int], None] | None = None,
              should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
-    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left at its base afterwards.
+    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left with no adapter's effect
+    afterwards (``AdapterBinder.baseline``: detached, or at strength 0 in place when compiled).
     ``on_step(done, total)`` counts the whole grid's denoising steps (baselines included), so a cancel says
     "cancelled after k of n steps" of the grid. Files go to ``outputs``, their settings as it records them."""
     workflow = request.workflow
@@ -158,8 +159,9 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
         for seed in plan.seeds:
             seeded = dataclasses.replace(request, seed=seed)
             base = baselines.get(keys[seed])
-            if base is None:
-                binder.reset(workflow)
+            if base is None:  # compiled: the grid's adapter at strength 0 (no module class changes)
+                first = dataclasses.replace(adapter, alpha=plan.alphas[0], strength=plan.strengths[0])
+                binder.baseline(workflow, [first], token)
                 base = generate(seeded)
                 baselines.put(keys[seed], base)
             base_name = f"{stem}-baseline-{seed}"
@@ -181,4 +183,4 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                                    diff.video_psnr, diff.video_max_abs_diff, result.seconds,
                                    str(base_video), str(base_thumb), base.hash, recorded["adapters"][0])
     finally:
-        binder.reset(workflow)
+        binder.baseline(workflow)

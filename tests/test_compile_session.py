@@ -1,10 +1,11 @@
 """``--compile`` over what a person does in one session (aot_eager on the CPU): a grid with its no-LoRA baseline, the
-equivalence check, generates that change alpha, scale and group strengths, a swap to another adapter of the same
-ranks and the no-LoRA baseline again — zero recompiles by dynamo's own counters, and the baseline kept in place at
+equivalence check, generates that change alpha, scale and group strengths, one with the step cache, a swap to
+another adapter of the same ranks and the no-LoRA baseline again — zero recompiles by dynamo's own counters, and the baseline kept in place at
 strength 0 is bit for bit the detached model's."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,9 @@ def test_a_session_of_grid_check_settings_swap_and_baseline_never_recompiles(com
             ("swap", [LoRASettings(source=_same_ranks_other_adapter(tmp_path), alpha=2, strength=0.7)]),
             ("baseline again", [])):
         hashes[label] = backend.generate(request, adapters).to_json()["hash"]
+    cached = backend.generate(dataclasses.replace(request, steps=8, cache="fbc"),
+                              [LoRASettings(source=STYLE, alpha=8, strength=1.0)]).to_json()["cache"]
+    assert cached["kind"] == "fbc" and cached["evaluations"] == 7  # the step cache's hooks stay outside the graphs
     assert compile_report() == after_grid  # no new graph, no recompile, from the grid's first run to here
     assert hashes["a"] == hashes["b"]  # alpha × strength is what counts, compiled too
     assert hashes["baseline"] == hashes["baseline again"] == cells[0].baseline_hash

@@ -73,6 +73,7 @@ class GridCell:
     baseline_thumbnail_path: str = ""
     baseline_hash: str = ""
     adapter: dict[str, Any] | None = None  # the applied adapter's provenance (its ``resolved`` object included)
+    cache: dict[str, Any] | None = None  # the step cache's record of this cell's run (``GenerationResult.cache``)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -175,12 +176,13 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                     result = generate(seeded)
                     name = f"{stem}-{row}-{column}-{seed}"
                     recorded = outputs.record({"request": seeded.to_json(), "alpha": alpha, "strength": strength,
-                                               "adapters": [applied], "hash": result.hash})
+                                               "adapters": [applied], "hash": result.hash, "cache": result.cache})
                     video = save_result(result, output_dir / f"{name}.mp4", recorded)
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
                                    diff.video_psnr, diff.video_max_abs_diff, result.seconds,
-                                   str(base_video), str(base_thumb), base.hash, recorded["adapters"][0])
+                                   str(base_video), str(base_thumb), base.hash, recorded["adapters"][0],
+                                   result.cache)
     finally:
         binder.baseline(workflow)

@@ -186,7 +186,7 @@ class Backend:
             return self.outputs.save_generation(result, {
                 "h3app": "generate", "model": self.model.name, "model_commit": self.model.location.commit,
                 "request": result.request.to_json(), "adapters": [a.provenance() for a in applied],
-                "hash": result.hash})
+                "hash": result.hash, "cache": result.cache})
 
         return self._submit(job, "generate", Backend.submit_generate, (request, adapters, token), request.workflow)
 

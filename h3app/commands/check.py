@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
-from .model_options import add_run_flags, compile_fields, load_options
+from .model_options import add_cache_flag, add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -42,8 +42,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--low-rank-only", action="store_true",
                    help="B rescales only the low-rank parts: an adapter's exact deltas (.diff/.diff_b, which alpha "
                         "does not scale) stay at A's strength, the equivalent comparison for such a file")
+    add_cache_flag(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, check=_check_flags)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refused before torch loads: a step cache in transformer mode (one forward: nothing to skip)."""
+    from ..errors import H3AppError
+    from ..rules.choices import NO_CACHE
+
+    if args.cache != NO_CACHE and args.mode != FULL_CHECK:
+        raise H3AppError(f"--cache {args.cache} skips denoising steps: it needs --mode full (transformer mode runs "
+                         f"one forward).")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +114,7 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
     from ..settings import LoRASettings
 
     request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
-                                height=args.height, width=args.width)
+                                height=args.height, width=args.width, cache=args.cache)
     return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
                         skip_parts=tuple(args.skip_parts), any_partition=args.any_partition), request
 

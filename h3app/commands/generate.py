@@ -9,6 +9,7 @@ from ..errors import H3AppError
 from ..rules.choices import T2VA
 from ..rules.request_defaults import SEED, defaults_for
 from .model_options import (
+    add_cache_flag,
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
@@ -34,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
     add_lora_mode_flag(p)
+    add_cache_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         seed = defaults.seed if args.seed is None else args.seed
         request = GenerationRequest(prompt=args.prompt, seed=seed, duration=flags.duration, height=flags.height,
                                     width=flags.width, first_frame=args.first_frame, last_frame=args.last_frame,
-                                    references=tuple(args.reference), **resolved.fields)
+                                    references=tuple(args.reference), cache=args.cache, **resolved.fields)
         output = backend.generate(request, adapters, token)
     finally:
         backend.close()

@@ -8,6 +8,7 @@ import argparse
 from ..errors import H3AppError
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for
 from .model_options import (
+    add_cache_flag,
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
@@ -29,6 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", required=True)
     add_request_flags(p, workflow=False)  # --steps --duration|--frames --height --width, as generate and plan
     add_lora_mode_flag(p)
+    add_cache_flag(p)
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if not seeds:
         raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=flags.steps or defaults.steps,
-                                duration=flags.duration, height=flags.height, width=flags.width)
+                                duration=flags.duration, height=flags.height, width=flags.width, cache=args.cache)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
                            mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition)
     out = Path(args.out_dir)

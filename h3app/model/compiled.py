@@ -56,19 +56,24 @@ def blocks_of(module: torch.nn.Module, at_least: int = 1) -> list[torch.nn.Modul
 
 
 def compile_blocks(transformer: torch.nn.Module, device: str | torch.device) -> int:
-    """``torch.compile`` every block of ``transformer`` in place (``nn.Module.compile``); returns how many. The
-    transformer's timestep rows are kept in one graph's range (:func:`keep_timestep_rows`)."""
+    """``torch.compile`` every block's ``forward`` of ``transformer`` in place; returns how many. The transformer's
+    timestep rows are kept in one graph's range (:func:`keep_timestep_rows`).
+
+    The block's ``forward`` is compiled, not its whole call (``nn.Module.compile``): hooks put around a block
+    (diffusers' first-block cache decides in Python whether the block runs at all, ``model/denoise_cache.py``;
+    diffusers' group offload) stay outside the graph, so their state never becomes a guard."""
     blocks = blocks_of(transformer)
     backend = compile_backend(device)
     for block in blocks:
-        block.compile(backend=backend, dynamic=False)
+        block.forward = torch.compile(block.forward, backend=backend, dynamic=False)
+        block._h3app_compiled = True
     keep_timestep_rows(transformer)
     transformer._h3app_compiled = True
     return len(blocks)
 
 
 def is_compiled(module: torch.nn.Module) -> bool:
-    """Whether :func:`compile_blocks` compiled ``module``'s blocks."""
+    """Whether :func:`compile_blocks` compiled ``module``'s blocks (or ``module``, one of them)."""
     return bool(getattr(module, "_h3app_compiled", False))
 
 

@@ -42,7 +42,9 @@ class LoadOptions:
     and ``fp8_text_encoder`` the conditioner's decoder layers (``model/fp8.py``: compute stays ``dtype``; LoRA is then
     unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees the
     split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
-    ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``).
+    ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``). ``vae_dtype``:
+    what the video decoder's layers compute in (``--vae-dtype``; diffusers keeps the video VAE's encoder and norms
+    and the whole audio VAE in fp32 whatever it is; fp32, diffusers' documented pin, by default).
     """
 
     dtype: torch.dtype = torch.float32
@@ -54,6 +56,7 @@ class LoadOptions:
     revision: str | None = None
     token: str | None = None
     compile: bool = False
+    vae_dtype: torch.dtype = torch.float32
 
     def __post_init__(self) -> None:
         check_device(self.device)
@@ -251,7 +254,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
     other = [name for name in names if name not in PARTITIONS]
     if other:
         pipe = ModularPipeline.from_pretrained(folder)
-        dtypes = {"text_encoder": options.dtype, "default": torch.float32}
+        dtypes = {"text_encoder": options.dtype, "vae": options.vae_dtype, "default": torch.float32}
         try:
             pipe.load_components(names=other, dtype=dtypes)
         except (OSError, ValueError) as error:

@@ -65,6 +65,7 @@ class RehearsalOptions:
     scale: float = 1.0
     lora_mode: str = "unmerged"
     size: tuple[int, int] | None = None
+    vae_dtype: torch.dtype = torch.float32  # what the video decoder's layers compute in (``--vae-dtype``)
     equivalence: bool = False  # run the backend's equivalence check (fallback, A, control, B) with ``adapter``
 
     @property
@@ -94,6 +95,7 @@ class Rehearsal:
     warnings: list[str] = field(default_factory=list)
     check: CheckRehearsal | None = None  # what the equivalence check ran (``options.equivalence``)
     flops: Flops = field(default_factory=dict)  # phase → kind (base/lora) → precision → FLOPs (``work.py``)
+    moved: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → bytes of memory-bound ops
     scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
 
 
@@ -105,7 +107,8 @@ def rehearse(options: RehearsalOptions, *,
     ``pipeline_config``: canvas settings of the model rehearsed (None: the location's own)."""
     started = time.perf_counter()
     height, width = options.canvas
-    load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv)
+    load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv,
+                       vae_dtype=options.vae_dtype)
     object.__setattr__(load, "device", "cuda")  # the device exists on fake CUDA only: LoadOptions' check would refuse
     with tempfile.TemporaryDirectory(prefix="h3app-rehearsal-") as scratch, fake_cuda() as mode:
         counter = mode.counter
@@ -136,6 +139,7 @@ def rehearse(options: RehearsalOptions, *,
         worker = Worker(max_queue=1)
 
         flops: dict[str, Any] = {}
+        moved: dict[str, Any] = {}
 
         def job(ctx) -> Any:
             with mode.on_this_thread(), counting(counter) as work:
@@ -145,6 +149,7 @@ def rehearse(options: RehearsalOptions, *,
                     return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel)
                 finally:
                     flops.update(work.by_phase())
+                    moved.update(work.moved_by_phase())
 
         try:
             result = worker.run(job, label="rehearsal")
@@ -165,7 +170,7 @@ def rehearse(options: RehearsalOptions, *,
             evaluations=check.evaluations if check else result.evaluations,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
-            seconds=time.perf_counter() - started, check=check, flops=flops,
+            seconds=time.perf_counter() - started, check=check, flops=flops, moved=moved,
             scheduler_shift=request_shift(pipe, request))
 
 

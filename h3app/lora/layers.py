@@ -116,7 +116,7 @@ def rows_per_chunk(in_features: int) -> int:
     return max(1, MERGE_CHUNK_BYTES // max(1, in_features * 4))
 
 
-def _add_deltas(entries: list[LoRAFactors], x: torch.Tensor, out: torch.Tensor, dtype: torch.dtype) -> None:
+def add_deltas(entries: list[LoRAFactors], x: torch.Tensor, out: torch.Tensor, dtype: torch.dtype) -> None:
     """``out += Σ entry.delta(x)`` for rows ``x [n, in]`` → ``out [n, out]`` (x cast to ``dtype`` once)."""
     xd = x.to(dtype)
     delta = entries[0].delta(xd)
@@ -174,10 +174,10 @@ class LoRALinear(nn.Module):
         flat_out = out.view(-1, out.shape[-1])
         step = forward_rows_per_chunk(max(x.shape[-1], out.shape[-1]), dtype.itemsize)
         if flat_x.shape[0] <= step:  # one chunk, no loop: a compiled graph keeps the row count symbolic
-            _add_deltas(entries, flat_x, flat_out, dtype)
+            add_deltas(entries, flat_x, flat_out, dtype)
             return out
         for start in range(0, flat_x.shape[0], step):
-            _add_deltas(entries, flat_x[start:start + step], flat_out[start:start + step], dtype)
+            add_deltas(entries, flat_x[start:start + step], flat_out[start:start + step], dtype)
         return out
 
     def merge_from(self, pristine: PristineStore, key: str) -> None:

@@ -32,6 +32,10 @@ from ..rules.choices import FIRST_BLOCK_CACHE, NO_CACHE, STEP_CACHES
 # diffusers' own default (``FirstBlockCacheConfig.threshold``): the one value its documentation gives. Higher skips
 # more and drifts further from the uncached video; docs/performance.md has what it does on the trained tiny model.
 FBC_THRESHOLD = 0.05
+# The share of evaluations the cache skipped at FBC_THRESHOLD, measured on the trained tiny model at 30 steps
+# (``python -m bench.step_cache_quality``: two seeds, without LoRA and with each demo adapter; docs/performance.md).
+# The plan predicts a cached run from it; bench/gpu.py measures the full model's own.
+MEASURED_SKIP_SHARE = 0.448
 CACHE_CONTEXT = "h3app"  # the name diffusers keys the cache's state by (one denoising call per evaluation here)
 
 

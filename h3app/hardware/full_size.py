@@ -77,14 +77,14 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
             from diffusers import MiniMaxH3Transformer3DModel
 
             module = MiniMaxH3Transformer3DModel(**dict(config or transformer_config()))
-            _to_dtype_keeping_islands(module, options.dtype)
+            to_dtype_keeping_islands(module, options.dtype)
             if options.fuse_qkv:
                 fuse_qkv(module)
         elif name == "vae":
             from diffusers import AutoencoderKLMiniMaxH3
 
             module = AutoencoderKLMiniMaxH3(**dict(config or {}))
-            _to_dtype_keeping_islands(module, options.vae_dtype)  # from_pretrained's fp32 islands (encoder, norms)
+            to_dtype_keeping_islands(module, options.vae_dtype)  # from_pretrained's fp32 islands (encoder, norms)
         elif name == "audio_vae":
             from diffusers import AutoencoderKLMiniMaxH3Audio
 
@@ -98,7 +98,7 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
     return module.requires_grad_(False).eval()
 
 
-def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
+def to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
     """``module`` in ``dtype`` except what ``from_pretrained`` keeps fp32: every parameter and buffer with one of the
     ``_keep_in_fp32_modules`` names as a component of its path (diffusers' rule: ``norm1`` anywhere, ``scale1``)."""
     module.to(dtype)

@@ -165,6 +165,12 @@ def skipped_evaluations(evaluations: int, cache: str) -> int:
     return min(max(0, evaluations - 1), round(MEASURED_SKIP_SHARE * evaluations))
 
 
+def skipped_step_seconds(step: float, measured: Any) -> float:
+    """An evaluation the first-block cache skips: the leader of ``measured.num_layers`` main blocks runs, the others'
+    residual is reused (embeddings, token refiner and heads, a small share at full size, are left out)."""
+    return step / max(1, measured.num_layers)
+
+
 def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: Flavor,
                 steps: int, cache: str = NO_CACHE) -> dict[str, float | None] | None:
     """The prediction of a request of ``steps`` with ``placement`` on ``hardware`` (the module docstring's sum,
@@ -187,7 +193,7 @@ def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: 
         sum(size for name, size in measured.weights.items() if name != partition) if placement.offload == "group" else 0
     evaluations = request_evaluations(rehearsal, steps)
     skipped = skipped_evaluations(evaluations, cache)
-    skipped_step = step / max(1, measured.num_layers)  # the leader block runs; the rest is reused
+    skipped_step = skipped_step_seconds(step, measured)
     parts = {"text_encoder_s": once.get("text_encoder", 0.0), "encode_s": sum(once.get(n, 0.0) for n in ENCODES),
              "decode_s": sum(once.get(n, 0.0) for n in DECODES), "transfer_s": moved / peaks.host_bytes_per_s}
     video = (evaluations - skipped) * step + skipped * skipped_step + sum(parts.values())

@@ -72,6 +72,18 @@ def compile_blocks(transformer: torch.nn.Module, device: str | torch.device) -> 
     return len(blocks)
 
 
+def uncompile_blocks(transformer: torch.nn.Module) -> None:
+    """Undo :func:`compile_blocks`: the blocks run eagerly again, and the timestep hooks are gone."""
+    for block in blocks_of(transformer):
+        if is_compiled(block):
+            vars(block).pop("forward", None)
+            block._h3app_compiled = False
+    for handle in getattr(transformer, "_h3app_timestep_hooks", None) or ():
+        handle.remove()
+    transformer._h3app_timestep_hooks = None
+    transformer._h3app_compiled = False
+
+
 def is_compiled(module: torch.nn.Module) -> bool:
     """Whether :func:`compile_blocks` compiled ``module``'s blocks (or ``module``, one of them)."""
     return bool(getattr(module, "_h3app_compiled", False))
@@ -96,7 +108,7 @@ def keep_timestep_rows(transformer: torch.nn.Module) -> None:
     timestep gets it twice (``timestep_indices`` still point at row 0), and the embedding's first dimension is
     marked symbolic in ``[2, MAX_TIMESTEP_ROWS]``."""
     embedder = getattr(transformer, "time_embedder", None)
-    if embedder is None or getattr(transformer, "_h3app_timestep_rows", False):
+    if embedder is None or getattr(transformer, "_h3app_timestep_hooks", None):
         return
     from .torch_compat import mark_dynamic
 
@@ -110,9 +122,8 @@ def keep_timestep_rows(transformer: torch.nn.Module) -> None:
         if isinstance(output, torch.Tensor) and 2 <= output.shape[0] <= MAX_TIMESTEP_ROWS:
             mark_dynamic(output, 0)
 
-    transformer.register_forward_pre_hook(two_rows, with_kwargs=True)
-    embedder.register_forward_hook(symbolic)
-    transformer._h3app_timestep_rows = True
+    transformer._h3app_timestep_hooks = [transformer.register_forward_pre_hook(two_rows, with_kwargs=True),
+                                         embedder.register_forward_hook(symbolic)]
 
 
 def compile_report() -> dict[str, int]:

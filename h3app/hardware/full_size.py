@@ -99,15 +99,22 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
 
 
 def to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
-    """``module`` in ``dtype`` except what ``from_pretrained`` keeps fp32: every parameter and buffer with one of the
-    ``_keep_in_fp32_modules`` names as a component of its path (diffusers' rule: ``norm1`` anywhere, ``scale1``)."""
+    """``module`` in ``dtype`` except what ``from_pretrained`` keeps: every parameter and buffer with one of the
+    ``_keep_in_fp32_modules`` names as a component of its path in fp32 (diffusers' rule: ``norm1`` anywhere,
+    ``scale1``), and the buffers no checkpoint holds (non-persistent: RoPE's ``inv_freq``) in the dtype they were
+    built in."""
+    saved = set(module.state_dict())
+    built = {path: tensor.dtype for path, tensor in module.named_buffers() if path not in saved}
     module.to(dtype)
-    if dtype == torch.float32:
+    if dtype == torch.float32 and not built:
         return
     keep = set(fp32_modules(module))
     named = [*module.named_parameters(), *module.named_buffers()]
     for path, tensor in named:
-        if tensor.is_floating_point() and keep & set(path.split(".")):
+        if path in built and tensor.dtype != built[path]:
+            owner, _, key = path.rpartition(".")
+            setattr(module.get_submodule(owner) if owner else module, key, tensor.to(built[path]))
+        elif tensor.is_floating_point() and keep & set(path.split(".")):
             owner, _, key = path.rpartition(".")
             child = module.get_submodule(owner) if owner else module
             value = tensor.to(torch.float32)  # setattr keeps a buffer a buffer (persistent or not)

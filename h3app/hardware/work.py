@@ -108,10 +108,11 @@ class WorkCounter(FlopCounterMode):
 
 def bytes_moved(func_packet: Any, args: Any, kwargs: dict[str, Any], out: Any) -> int:
     """Bytes a memory-bound op moves through GPU memory: its GPU tensor inputs read and outputs written (a gather:
-    its output twice); 0 for views and for factories of uninitialised memory."""
-    if func_packet in _NO_DATA or _is_view(func_packet):
+    its output twice); 0 for views, factories of uninitialised memory and ops that return no tensor (metadata)."""
+    outputs = list(_tensors(out))
+    if not outputs or func_packet in _NO_DATA or _is_view(func_packet):  # metadata (``prim.device``), views
         return 0
-    written = sum(_gpu_bytes(t) for t in _tensors(out))
+    written = sum(_gpu_bytes(t) for t in outputs)
     if func_packet in _GATHERS:
         return 2 * written
     return written + sum(_gpu_bytes(t) for t in _tensors((args, kwargs)))

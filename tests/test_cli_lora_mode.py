@@ -31,14 +31,14 @@ class _StandInBackend:
     def inspect(self, *args: Any, **kwargs: Any) -> Any:
         return type("Info", (), {"known": None})()
 
-    def generate(self, request: Any, adapters: Any, token: Any = None) -> Any:
+    def generate(self, request: Any, adapters: Any, token: Any = None, previews: Any = None) -> Any:
         _StandInBackend.seen = list(adapters)
         raise _Seen("seen")
 
     def plan_grid(self, *args: Any) -> None:
         return None
 
-    def grid(self, request: Any, adapter: Any, *args: Any) -> Any:
+    def grid(self, request: Any, adapter: Any, *args: Any, previews: Any = None) -> Any:
         _StandInBackend.seen = [adapter]
         raise _Seen("seen")
 

@@ -123,7 +123,7 @@ def test_whole_flow_in_chromium(page, tmp_path):
     page.locator("#generate").click()
     result = page.locator("#result")
     expect(result).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
-    expect(result).to_contain_text("alpha 8 (your override)")
+    expect(result).to_contain_text("alpha 8 (typed) × scale 1 → effective 0.0625")
     expect(page.locator("#video video")).to_have_count(1)
     main_view = tmp_path / "main_view.png"
     page.screenshot(path=str(main_view), full_page=True)

@@ -49,7 +49,7 @@ def test_1_the_demo_turbo_shows_and_runs_alpha_1_from_the_registry(page):
     set_number(page, "#steps", "2")
     page.locator("#generate").click()
     result = page.locator("#result")
-    expect(result).to_contain_text("alpha 1 (the known-adapter registry) × scale 1 → effective 0.0625",
+    expect(result).to_contain_text("alpha 1 (registry) × scale 1 → effective 0.0625",
                                    timeout=GENERATION_TIMEOUT_MS)
 
 

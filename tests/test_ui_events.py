@@ -21,8 +21,9 @@ from h3app.ui.adapter_events import AdapterEvents, SourcePick, implied_weight
 from h3app.ui.app_ui import header_html, launch_kwargs
 from h3app.ui.comparison_events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
-from h3app.ui.generate_events import GenerateEvents, Stopped, load_settings_view
+from h3app.ui.generate_events import GenerateEvents, Stopped
 from h3app.ui.session import RunningJobs, new_session
+from h3app.ui.settings_file import load_settings_view
 
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
 KOHYA = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
@@ -272,7 +273,7 @@ def test_generate_writes_back_a_random_seed_and_shows_how_to_reproduce(adapters,
     assert adapter["resolved_alpha"] == 8.0 and adapter["resolved_alpha_source"] == "explicit"
     assert len(adapter["sha256"]) == 64 and "commit" in adapter
     assert settings["result"]["evaluations"] == 1 and "out" not in settings["result"]
-    assert f"seed {seed}" in result and "your override" in result
+    assert f"seed {seed}" in result and "alpha 8 (typed) × scale 1 → effective 0.0625" in result
     assert f"--seed {seed}" in h3app and "--alpha 8" in h3app
     assert "--lora-alpha 8" in sglang and "sglang serves the real weights" in notes
     assert "load_lora_weights" in snippet

@@ -16,8 +16,6 @@ from h3app.ui import render, snippets
 from h3app.ui.forms import KEEP
 from h3app.ui.generate_events import (
     apply_preset,
-    load_settings_view,
-    read_settings_file,
     steps_note,
     with_trigger,
     workflow_inputs,
@@ -32,6 +30,7 @@ from h3app.ui.session import (
     settings_from_json,
     with_adapter,
 )
+from h3app.ui.settings_file import load_settings_view, read_settings_file
 
 
 def mixed_info(alpha_source: str = "rank_fallback", rslora: bool = False) -> dict:

@@ -22,6 +22,7 @@ from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
 from ..rules.scale import effective_scale
 from ..rules.values import parse_alpha, parse_strength
+from .summary import per_group
 
 FAR = 4.0  # an effective scale more than FAR× (or less than 1/FAR×) the one the adapter's facts imply is flagged
 
@@ -65,8 +66,9 @@ class ResolvedAdapter:
     """One adapter at one setting. ``alphas``/``alpha_sources``: per canonical target, the alpha in use and where it
     comes from; ``alpha``/``alpha_source`` their common value (None / ``mixed`` when they differ);
     ``stored_alpha``/``stored_source`` what the chain alone gives (before an override); ``groups`` the effective
-    scales; ``effective_scale`` one number when every module runs at the same scale, else per rank
-    (``{"64": …, "16": …}``) or per group; ``warnings`` what is far from the adapter's own facts."""
+    scales; ``effective_scale`` and ``resolved_alpha`` one number when every module agrees, else per group
+    (``{"attention": 2.0, "feed_forward": [1.0, 2.0]}``: a group's distinct values never collide); ``warnings``
+    what is far from the adapter's own facts."""
 
     alphas: Mapping[str, float]
     alpha_sources: Mapping[str, AlphaSource]
@@ -83,25 +85,14 @@ class ResolvedAdapter:
     scales: Mapping[str, float] = field(default_factory=dict)
 
     @property
-    def effective_scale(self) -> float | dict[str, float] | None:
-        values = {round(g.scale, 15) for g in self.groups}
-        if not values:
-            return None
-        if len(values) == 1:
-            return self.groups[0].scale
-        per_rank: dict[str, set[float]] = {}
-        for g in self.groups:
-            per_rank.setdefault(str(g.rank), set()).add(g.scale)
-        if all(len(v) == 1 for v in per_rank.values()):
-            return {rank: next(iter(v)) for rank, v in sorted(per_rank.items(), key=lambda kv: -int(kv[0]))}
-        return {f"{g.group} rank {g.rank}": g.scale for g in self.groups}
+    def effective_scale(self) -> float | dict[str, Any] | None:
+        """One number when every module runs at the same scale, else per group (``summary.per_group``)."""
+        return per_group(self.groups, "scale")
 
     @property
-    def resolved_alpha(self) -> float | dict[str, float]:
-        """The alpha in use: one number, or ``{"rank 64": 64.0, …}`` when modules differ."""
-        if self.alpha is not None:
-            return self.alpha
-        return {f"rank {g.rank}": g.alpha for g in sorted(self.groups, key=lambda g: -g.rank)}
+    def resolved_alpha(self) -> float | dict[str, Any] | None:
+        """The alpha in use: one number, or per group when modules differ (``summary.per_group``)."""
+        return per_group(self.groups, "alpha")
 
     @property
     def relies_on_rank_fallback(self) -> bool:

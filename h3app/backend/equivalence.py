@@ -43,6 +43,7 @@ from .generation import (
 )
 from .media import remux_with_settings, write_thumbnail
 from .outputs import Outputs
+from .preview import PreviewBoard
 from .transformer_check import summarise_scales, with_rank_alpha
 from .worker import Cancelled
 
@@ -143,8 +144,9 @@ class _CheckRuns:
     def __init__(self, pipe: Any, request: GenerationRequest, engine: Any, ranks: dict[str, int], *, total: int,
                  settings: dict[str, Any], output_dir: Path, stem: str,
                  on_step: Callable[[int, int], None] | None, should_cancel: Callable[[], bool] | None,
-                 on_phase: Callable[[str], None] | None) -> None:
+                 on_phase: Callable[[str], None] | None, previews: PreviewBoard | None = None) -> None:
         self.pipe, self.request, self.engine, self.ranks, self.total = pipe, request, engine, ranks, total
+        self.previews = previews  # one column per run, named by its label
         self.settings, self.output_dir, self.stem = settings, output_dir, stem
         self.on_step, self.should_cancel, self.on_phase = on_step, should_cancel, on_phase
         self.results: dict[str, GenerationResult] = {}
@@ -166,7 +168,9 @@ class _CheckRuns:
         self.phase(label)
         self.scales[label] = summarise_scales(self.engine.effective_scales(CHECK_NAME), self.ranks)
         try:
-            result = run_generation(self.pipe, self.request, on_step=self._steps, should_cancel=self.should_cancel)
+            listeners = (self.previews.listener(self.pipe, label),) if self.previews is not None else ()
+            result = run_generation(self.pipe, self.request, on_step=self._steps, should_cancel=self.should_cancel,
+                                    listeners=listeners)
         except Cancelled as stop:
             raise Cancelled(self.offset + (stop.done or 0), self.total) from None
         self.results[label] = result
@@ -224,8 +228,8 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
                     b: CheckSetting = DEFAULT_B, outputs: Outputs, token: str | None = None,
                     on_step: Callable[[int, int], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None,
-                    on_phase: Callable[[str], None] | None = None, low_rank_only: bool = False
-                    ) -> EquivalenceResult:
+                    on_phase: Callable[[str], None] | None = None, low_rank_only: bool = False,
+                    previews: PreviewBoard | None = None) -> EquivalenceResult:
     """Run the fallback, A, the control (A's first denoising step again) and B; compare and save the media.
     ``low_rank_only``: B rescales only the low-rank parts (an adapter's exact deltas stay at A's strength, the
     comparison that is equivalent for such a file; ``adapters.parts.check_note`` says why).
@@ -234,7 +238,8 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     detached before and after, so the model is left at its bitwise base. Each column's mp4 is encoded on a second
     thread while the next column denoises. ``on_step(done, total)`` counts the whole check's denoising steps (a
     cancel says "cancelled after k of n steps" of the whole check). Files go to ``outputs``, the settings as it
-    records them.
+    records them. ``previews``: a preview of each of the fallback, A and B after every evaluation, in columns of
+    those names (the control step has none).
     """
     started = time.perf_counter()
     workflow = request.workflow
@@ -250,7 +255,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     output_dir.mkdir(parents=True, exist_ok=True)
     stem = uuid.uuid4().hex[:12]
     runs = _CheckRuns(pipe, request, engine, ranks, total=total, settings=settings, output_dir=output_dir, stem=stem,
-                      on_step=on_step, should_cancel=should_cancel, on_phase=on_phase)
+                      on_step=on_step, should_cancel=should_cancel, on_phase=on_phase, previews=previews)
     try:
         with deterministic(), binder.model.decode_cache.enabled():  # latents equal to A's are decoded once
             # The fallback first: its mp4 is encoded while A denoises, and A, the control and B then run back to
@@ -318,6 +323,7 @@ class FullCheck:
     a: CheckSetting = DEFAULT_A
     b: CheckSetting = DEFAULT_B
     low_rank_only: bool = False
+    previews: PreviewBoard | None = None  # --preview-dir: DIR/A, DIR/B, DIR/fallback
 
 
 def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]:
@@ -330,5 +336,6 @@ def run_full_check(check: FullCheck, token: str | None = None) -> dict[str, Any]
     model = load_model(check.model, check.request.workflow, check.options)
     output_dir = Path(tempfile.mkdtemp(prefix="h3app-check-"))
     result = run_equivalence(AdapterBinder(model), check.request, check.adapter, a=check.a, b=check.b,
-                             outputs=Outputs(output_dir), token=token, low_rank_only=check.low_rank_only)
+                             outputs=Outputs(output_dir), token=token, low_rank_only=check.low_rank_only,
+                             previews=check.previews)
     return {**result.to_json(), "model": model.name, "output_dir": str(output_dir)}

@@ -38,7 +38,7 @@ from . import media
 from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
 
-MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
+MIN_SEED, MAX_SEED = 0, 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class GenerationRequest:
                              f"{MAX_PROMPT_TOKENS:,} tokens (about {MAX_PROMPT_TOKENS * 4:,} characters of English): "
                              f"shorten it.")
         fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen: normalise in place
-        fix("seed", values.parse_int(self.seed, "seed", 0, MAX_SEED))
+        fix("seed", values.parse_int(self.seed, "seed", MIN_SEED, MAX_SEED))
         steps = values.parse_number(self.steps, "steps")
         if not MIN_STEPS <= steps <= MAX_STEPS or steps != int(steps):
             raise H3AppError(f"steps must be a whole number between {MIN_STEPS} and {MAX_STEPS} (N steps run N−1 "

@@ -19,6 +19,7 @@ from . import metrics
 from .generation import MAX_SEED, GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
 from .media import write_thumbnail
 from .outputs import Outputs
+from .preview import PreviewBoard
 from .worker import Cancelled
 
 BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
@@ -124,15 +125,25 @@ def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float |
     return values.parse_list(text, what, item)
 
 
+def cell_name(alpha: float | None, strength: float | None, seed: int) -> str:
+    """A cell's name in files and preview folders: ``alpha8-scale1-seed0`` (alpha ``auto`` for the file's own), or
+    ``baseline-seed0`` for the no-LoRA run (``strength`` None)."""
+    if strength is None:
+        return f"baseline-seed{seed}"
+    return f"alpha{'auto' if alpha is None else f'{alpha:g}'}-scale{strength:g}-seed{seed}"
+
+
 def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, outputs: Outputs,
              baselines: Baselines, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
-             should_cancel: Callable[[], bool] | None = None) -> Iterator[GridCell]:
+             should_cancel: Callable[[], bool] | None = None,
+             previews: PreviewBoard | None = None) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
     no-LoRA output per request (keyed by the request's JSON, bounded); the model is left with no adapter's effect
     afterwards (``AdapterBinder.baseline``: detached, or at strength 0 in place when compiled).
     ``on_step(done, total)`` counts the whole grid's denoising steps (baselines included), so a cancel says
-    "cancelled after k of n steps" of the grid. Files go to ``outputs``, their settings as it records them."""
+    "cancelled after k of n steps" of the grid. Files go to ``outputs``, their settings as it records them.
+    ``previews``: a preview after every evaluation, one column per cell and per baseline (:func:`cell_name`)."""
     workflow = request.workflow
     output_dir = outputs.folder
     pipe = binder.model.pipeline(workflow)
@@ -144,13 +155,14 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
     total = per_run * (plan.cells + missing)
     offset = [0]
 
-    def generate(seeded: GenerationRequest) -> GenerationResult:
+    def generate(seeded: GenerationRequest, column: str) -> GenerationResult:
         def steps(done: int, _: int) -> None:
             if on_step is not None:
                 on_step(offset[0] + done, total)
 
+        listeners = (previews.listener(pipe, column),) if previews is not None else ()
         try:
-            result = run_generation(pipe, seeded, on_step=steps, should_cancel=should_cancel)
+            result = run_generation(pipe, seeded, on_step=steps, should_cancel=should_cancel, listeners=listeners)
         except Cancelled as stop:
             raise Cancelled(offset[0] + (stop.done or 0), total) from None
         offset[0] += result.evaluations
@@ -163,7 +175,7 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
             if base is None:  # compiled: the grid's adapter at strength 0 (no module class changes)
                 first = dataclasses.replace(adapter, alpha=plan.alphas[0], strength=plan.strengths[0])
                 binder.baseline(workflow, [first], token)
-                base = generate(seeded)
+                base = generate(seeded, cell_name(None, None, seed))
                 baselines.put(keys[seed], base)
             base_name = f"{stem}-baseline-{seed}"
             base_video = save_result(base, output_dir / f"{base_name}.mp4",
@@ -173,7 +185,7 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                 for column, strength in enumerate(plan.strengths):
                     settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
                     applied = binder.apply([settings], workflow, token)[0].provenance()
-                    result = generate(seeded)
+                    result = generate(seeded, cell_name(alpha, strength, seed))
                     name = f"{stem}-{row}-{column}-{seed}"
                     recorded = outputs.record({"request": seeded.to_json(), "alpha": alpha, "strength": strength,
                                                "adapters": [applied], "hash": result.hash, "cache": result.cache})

@@ -34,6 +34,7 @@ from .generation import GenerationRequest, run_generation
 from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
 from .limits import Limits, model_limits
 from .outputs import OUTPUT_KEEP_SECONDS, GenerationOutput, Outputs, remove_older
+from .preview import PreviewBoard
 from .worker import Job, JobCall, JobContext, JobHandle, JobWrapper, Worker, alone, stream, wait
 
 DEMO_ADAPTERS_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"
@@ -169,8 +170,9 @@ class Backend:
         return self._submit(job, f"load {settings.source}", Backend.submit_load, (settings, workflow, token), workflow)
 
     def submit_generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings] = (),
-                        token: str | None = None) -> JobHandle:
-        """Apply exactly ``adapters`` (possibly none), generate, write the mp4; result: GenerationOutput."""
+                        token: str | None = None, previews: PreviewBoard | None = None) -> JobHandle:
+        """Apply exactly ``adapters`` (possibly none), generate, write the mp4; result: GenerationOutput.
+        ``previews``: the caller's board for a preview after every evaluation (this rank's; other ranks run none)."""
         adapters = tuple(adapters)
         self.check_request(request)
 
@@ -178,8 +180,9 @@ class Backend:
             ctx.set_phase("applying adapters")
             applied = self.binder.apply(adapters, request.workflow, token)
             ctx.set_phase("denoising")
-            result = run_generation(self.model.pipeline(request.workflow), request, on_step=ctx.on_step,
-                                    should_cancel=ctx.should_cancel)
+            pipe = self.model.pipeline(request.workflow)
+            result = run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
+                                    listeners=(previews.listener(pipe),) if previews is not None else ())
             self.last_seconds_per_run = result.seconds
             ctx.set_phase("encoding mp4")
             self.cleanup_outputs()
@@ -192,16 +195,17 @@ class Backend:
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                            b: CheckSetting = DEFAULT_B, token: str | None = None,
-                           low_rank_only: bool = False) -> JobHandle:
+                           low_rank_only: bool = False, previews: PreviewBoard | None = None) -> JobHandle:
         """A vs B vs fallback vs control through the full pipeline; result: EquivalenceResult. ``low_rank_only``: B
-        rescales only the low-rank parts (an adapter's exact deltas stay at A's strength)."""
+        rescales only the low-rank parts (an adapter's exact deltas stay at A's strength). ``previews``: columns
+        ``A``, ``B`` and ``fallback`` on the caller's board."""
         self.check_request(request)
 
         def job(ctx: JobContext) -> EquivalenceResult:
             self.cleanup_outputs()
             result = run_equivalence(self.binder, request, adapter, a=a, b=b, outputs=self.outputs, token=token,
                                      on_step=ctx.on_step, should_cancel=ctx.should_cancel, on_phase=ctx.set_phase,
-                                     low_rank_only=low_rank_only)
+                                     low_rank_only=low_rank_only, previews=previews)
             self.last_seconds_per_run = result.seconds_per_run
             return result
 
@@ -226,8 +230,10 @@ class Backend:
         return plan
 
     def submit_grid(self, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan,
-                    token: str | None = None, on_cell: Callable[[GridCell], None] | None = None) -> JobHandle:
-        """Run the grid as one worker job; ``on_cell`` receives each cell as it finishes; result: the cell count."""
+                    token: str | None = None, on_cell: Callable[[GridCell], None] | None = None,
+                    previews: PreviewBoard | None = None) -> JobHandle:
+        """Run the grid as one worker job; ``on_cell`` receives each cell as it finishes; result: the cell count.
+        ``previews``: one column per cell (and per baseline) on the caller's board (``grid.cell_name``)."""
         self.check_request(request)
         self.limits.check_grid(plan.cells)
 
@@ -235,7 +241,7 @@ class Backend:
             count = 0
             for cell in run_grid(self.binder, request, adapter, plan, outputs=self.outputs,
                                  baselines=self._baselines, token=token, on_step=ctx.on_step,
-                                 should_cancel=ctx.should_cancel):
+                                 should_cancel=ctx.should_cancel, previews=previews):
                 if on_cell is not None:
                     on_cell(cell)
                 count += 1
@@ -246,12 +252,12 @@ class Backend:
     def grid(self, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
              on_handle: Callable[[JobHandle], None] | None = None,
-             abandoned: Callable[[], bool] | None = None) -> Iterator[GridCell]:
+             abandoned: Callable[[], bool] | None = None, previews: PreviewBoard | None = None) -> Iterator[GridCell]:
         """Yield the grid's cells as they finish (errors re-raised here). ``on_handle`` receives the job's handle as
         soon as it is queued (to cancel it); ``abandoned()`` is polled while waiting and cancels the job when it says
         the client went away; so does closing this generator early."""
         cells: queue.Queue[GridCell] = queue.Queue()
-        handle = self.submit_grid(request, adapter, plan, token, on_cell=cells.put)
+        handle = self.submit_grid(request, adapter, plan, token, on_cell=cells.put, previews=previews)
         if on_handle is not None:
             on_handle(handle)
         yield from stream(handle, cells, on_step, abandoned)
@@ -275,8 +281,9 @@ class Backend:
 
     # Convenience for scripts and tests: submit and wait.
     def generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings] = (),
-                 token: str | None = None, on_step: Callable[[int, int], None] | None = None) -> GenerationOutput:
-        return self.run(self.submit_generate(request, adapters, token), on_step)
+                 token: str | None = None, on_step: Callable[[int, int], None] | None = None,
+                 previews: PreviewBoard | None = None) -> GenerationOutput:
+        return self.run(self.submit_generate(request, adapters, token, previews), on_step)
 
     def load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> LoadResult:
         return self.run(self.submit_load(settings, workflow, token))
@@ -284,8 +291,8 @@ class Backend:
     def check_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                           b: CheckSetting = DEFAULT_B, token: str | None = None,
                           on_step: Callable[[int, int], None] | None = None,
-                          low_rank_only: bool = False) -> EquivalenceResult:
-        return self.run(self.submit_equivalence(request, adapter, a, b, token, low_rank_only), on_step)
+                          low_rank_only: bool = False, previews: PreviewBoard | None = None) -> EquivalenceResult:
+        return self.run(self.submit_equivalence(request, adapter, a, b, token, low_rank_only, previews), on_step)
 
     # ------------------------------------------------------------------------------------------------ files
     @property

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
+from .generate import add_preview_flags, preview_board, preview_line
 from .model_options import add_cache_flag, add_run_flags, compile_fields, load_options
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
@@ -21,6 +22,7 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 
     from ..adapters.types import NormalisedAdapter
     from ..backend.generation import GenerationRequest
+    from ..backend.preview import PreviewBoard
     from ..backend.transformer_check import CheckSetting
     from ..parallel.group import RankGroup
     from ..settings import LoRASettings
@@ -43,6 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="B rescales only the low-rank parts: an adapter's exact deltas (.diff/.diff_b, which alpha "
                         "does not scale) stay at A's strength, the equivalent comparison for such a file")
     add_cache_flag(p)
+    add_preview_flags(p, "full mode only, DIR/A, DIR/B and DIR/fallback/step-K.png")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, check=_check_flags)
 
@@ -67,15 +70,21 @@ def run(args: argparse.Namespace) -> int:
     defaults = defaults_for(args.model)
     args.seed = defaults.seed if args.seed is None else args.seed
     args.steps = defaults.steps if args.steps is None else args.steps
+    if args.preview_dir is not None and args.mode != FULL_CHECK:
+        from ..errors import H3AppError
+
+        raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
+                         "watch denoise.")
+    previews = preview_board(args)
     options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     try:
         if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
 
-            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b, args.low_rank_only),
-                                     os.environ.get("HF_TOKEN"))
-                      if group is None else _full_check_on_ranks(args, a, b, group))
+            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b, args.low_rank_only,
+                                               previews), os.environ.get("HF_TOKEN"))
+                      if group is None else _full_check_on_ranks(args, a, b, group, previews))
         else:
             from ..model.loader import load_transformer
             from ..parallel.lockstep import on_every_rank
@@ -99,11 +108,14 @@ def run(args: argparse.Namespace) -> int:
             return 0
         result["parallel"] = group.spec.label
     result.update(compile_fields(args))
+    if previews is not None:
+        result["previews"] = previews.summary()
     verdict = "IDENTICAL" if result["identical"] else f"DIFFERENT (max |diff| {result['max_abs_diff']:.3g})"
     note = f"\n{result['parts_note']}" if result.get("parts_note") else ""
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "
-         f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s{note}")
+         f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s{note}"
+         + preview_line(result.get("previews")))
     return 0
 
 
@@ -120,7 +132,7 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
 
 
 def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,
-                         group: RankGroup) -> dict | None:
+                         group: RankGroup, previews: PreviewBoard | None = None) -> dict | None:
     """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
     from ..backend.service import Backend
     from ..parallel.follower import bind, follow
@@ -133,7 +145,7 @@ def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSett
             return None
         adapter, request = _full_job(args)
         result = backend.check_equivalence(request, adapter, a, b, token=os.environ.get("HF_TOKEN"),
-                                           low_rank_only=args.low_rank_only)
+                                           low_rank_only=args.low_rank_only, previews=previews)
         return {**result.to_json(), "model": backend.model_name, "output_dir": str(backend.output_dir)}
     finally:
         backend.close()

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import T2VA
+from ..rules.choices import PREVIEW_DECODERS, T2VA
 from ..rules.request_defaults import SEED, defaults_for
 from .model_options import (
     add_cache_flag,
@@ -37,8 +37,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lora_mode_flag(p)
     add_cache_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
+    add_preview_flags(p, "DIR/step-K.png for each evaluation K (1-based)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
+
+
+def add_preview_flags(p: argparse.ArgumentParser, where: str) -> None:
+    """``--preview-dir`` (off unless given) and ``--preview-decoder`` (docs/cli.md, "Step previews")."""
+    p.add_argument("--preview-dir", default=None, metavar="DIR",
+                   help=f"write a preview of the clean-sample estimate after every evaluation: {where}")
+    p.add_argument("--preview-decoder", default="auto", choices=PREVIEW_DECODERS,
+                   help="auto: the model's own VAE when small, else fitted latent→RGB factors, else pca false colours")
+
+
+def preview_board(args: argparse.Namespace) -> Any:
+    """The run's PreviewBoard for ``--preview-dir`` (None without it)."""
+    if args.preview_dir is None:
+        return None
+    from ..backend.preview import PreviewBoard
+
+    return PreviewBoard(args.preview_dir, decoder=args.preview_decoder)
+
+
+def preview_line(summary: dict[str, Any] | None) -> str:
+    """The human line of ``--preview-dir``'s summary ("" without it)."""
+    if summary is None:
+        return ""
+    share = summary["share_of_step"]
+    cost = f", {share:.1%} of a step each" if share is not None else ""
+    return (f"\n  previews: {summary['files']} in {summary['dir']} ({summary['decoder']}{cost})"
+            + "".join(f"\n  preview note: {note}" for note in summary["notes"]))
 
 
 def parse_adapter_spec(spec: str, mode: str) -> Any:
@@ -95,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
     flags = request_flags(args, args.model)  # bad request values: one line before anything loads
     defaults = defaults_for(args.model)
     adapters = adapters_from_args(args)
+    previews = preview_board(args)
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
@@ -118,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         request = GenerationRequest(prompt=args.prompt, seed=seed, duration=flags.duration, height=flags.height,
                                     width=flags.width, first_frame=args.first_frame, last_frame=args.last_frame,
                                     references=tuple(args.reference), cache=args.cache, **resolved.fields)
-        output = backend.generate(request, adapters, token)
+        output = backend.generate(request, adapters, token, previews=previews)
     finally:
         backend.close()
         close_ranks(group)
@@ -129,12 +158,17 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(output.video_path, out)
     Path(output.thumbnail_path).unlink(missing_ok=True)
+    from ..adapters.summary import applied_lines
+
+    applied = applied_lines(output.settings["adapters"])  # the one summary of what each adapter applied
     result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
-              **compile_fields(args)}
+              "applied": applied, **compile_fields(args)}
     result.pop("thumbnail", None)
-    names = ", ".join(f"{a['source']} (alpha {a['resolved_alpha']} from {a['resolved_alpha_source']}, "
-                      f"scale {a['strength']})" for a in result["adapters"]) or "no adapter"
+    if previews is not None:
+        result["previews"] = previews.summary()
+    names = "; ".join(applied) or "no adapter"
     emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
-                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes))
+                            f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes)
+                            + preview_line(result.get("previews")))
     return 0

@@ -7,6 +7,7 @@ import argparse
 
 from ..errors import H3AppError
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for
+from .generate import add_preview_flags, preview_board, preview_line
 from .model_options import (
     add_cache_flag,
     add_lora_mode_flag,
@@ -32,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_lora_mode_flag(p)
     add_cache_flag(p)
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
+    add_preview_flags(p, "DIR/<cell>/step-K.png, <cell> named as its mp4 (baselines: baseline-seedS)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
 
@@ -42,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..backend.generation import GenerationRequest
-    from ..backend.grid import parse_values
+    from ..backend.grid import cell_name, parse_values
     from ..backend.service import Backend
     from ..cli import emit
     from ..parallel.follower import bind, follow
@@ -63,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
                            mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition)
     out = Path(args.out_dir)
+    previews = preview_board(args)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     backend = Backend(args.model, load_options(args))
     bind(group, backend)
@@ -72,9 +75,8 @@ def run(args: argparse.Namespace) -> int:
             return follow(group, backend)
         plan = backend.plan_grid(alphas, strengths, seeds)
         out.mkdir(parents=True, exist_ok=True)
-        for cell in backend.grid(request, adapter, plan, os.environ.get("HF_TOKEN")):
-            alpha = "auto" if cell.alpha is None else f"{cell.alpha:g}"
-            video = out / f"alpha{alpha}-scale{cell.strength:g}-seed{cell.seed}.mp4"
+        for cell in backend.grid(request, adapter, plan, os.environ.get("HF_TOKEN"), previews=previews):
+            video = out / f"{cell_name(cell.alpha, cell.strength, cell.seed)}.mp4"
             shutil.move(cell.video_path, video)
             Path(cell.thumbnail_path).unlink(missing_ok=True)
             cells.append({**cell.to_json(), "video_path": str(video), "thumbnail_path": None})
@@ -83,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
         close_ranks(group)
     result = {"adapter": args.adapter, "prompt": args.prompt, "steps": request.steps, "out_dir": str(out),
               "parallel": group.spec.label if group is not None else "one rank", "cells": cells, **compile_fields(args)}
+    if previews is not None:
+        result["previews"] = previews.summary()
     lines = [f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
              f"{c['video_path']} (PSNR to no LoRA {c['baseline_psnr']} dB)" for c in cells]
-    emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]))
+    emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]) + preview_line(result.get("previews")))
     return 0

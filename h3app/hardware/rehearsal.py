@@ -22,6 +22,7 @@ import torch
 
 from ..adapters.types import HeaderView
 from ..backend.generation import GenerationRequest, request_shift, run_generation
+from ..backend.preview import PreviewBoard
 from ..backend.worker import Worker
 from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
@@ -48,6 +49,7 @@ RESOLUTIONS: dict[str, tuple[int, int]] = {"544p": (544, 960), "768p": (768, 134
 PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and distant thunder"
 ADAPTER_NAME = "rehearsal"
 ENCODERS = ("text_encoder",)
+PREVIEW = "preview"  # the phase a step preview's work is counted under
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class RehearsalOptions:
     size: tuple[int, int] | None = None
     vae_dtype: torch.dtype = torch.float32  # what the video decoder's layers compute in (``--vae-dtype``)
     equivalence: bool = False  # run the backend's equivalence check (fallback, A, control, B) with ``adapter``
+    preview: bool = False  # a step preview (backend.preview, waveform band included) after every evaluation
 
     @property
     def canvas(self) -> tuple[int, int]:
@@ -97,6 +100,8 @@ class Rehearsal:
     flops: Flops = field(default_factory=dict)  # phase → kind (base/lora) → precision → FLOPs (``work.py``)
     moved: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → bytes of memory-bound ops
     scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
+    preview_read_bytes: int = 0  # device bytes one step preview reads (``options.preview``; FLOPs: phase "preview")
+    preview_decoder: str | None = None
 
 
 def rehearse(options: RehearsalOptions, *,
@@ -140,13 +145,16 @@ def rehearse(options: RehearsalOptions, *,
 
         flops: dict[str, Any] = {}
         moved: dict[str, Any] = {}
+        board = PreviewBoard(audio=True) if options.preview else None
 
         def job(ctx) -> Any:
             with mode.on_this_thread(), counting(counter) as work:
                 try:
                     if options.equivalence:
                         return rehearse_check(loaded, options.adapter, request, Path(scratch))
-                    return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel)
+                    listeners = (_counted_preview(board.listener(pipe), counter),) if board is not None else ()
+                    return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
+                                          listeners=listeners)
                 finally:
                     flops.update(work.by_phase())
                     moved.update(work.moved_by_phase())
@@ -171,7 +179,21 @@ def rehearse(options: RehearsalOptions, *,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
             seconds=time.perf_counter() - started, check=check, flops=flops, moved=moved,
-            scheduler_shift=request_shift(pipe, request))
+            scheduler_shift=request_shift(pipe, request),
+            preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
+            preview_decoder=board.latest().decoder if board and board.latest() else None)
+
+
+def _counted_preview(listener: Any, counter) -> Any:
+    """``listener`` with its preview work (``evaluated``) counted under the phase :data:`PREVIEW`."""
+    evaluated = listener.evaluated
+
+    def counted(*args: Any, **kwargs: Any) -> None:
+        with counter.phase(PREVIEW):
+            evaluated(*args, **kwargs)
+
+    listener.evaluated = counted
+    return listener
 
 
 def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
@@ -220,6 +242,8 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
         original = getattr(component, method)
 
         def run(*args: Any, **kwargs: Any) -> Any:
+            if PREVIEW in counter.open_phases:  # a step preview's own decode is the preview's work
+                return original(*args, **kwargs)
             with counter.phase(name):
                 return original(*args, **kwargs)
 

@@ -215,3 +215,23 @@ def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Itera
         if one is not None:
             out[hardware.name] = one
     return out
+
+
+PREVIEW_HOST_SECONDS = 0.01  # a preview's host side: copy three small frames and a waveform, compose the strip (~3 ms
+                             # measured on a 2-core CPU at 544p), write its PNG (~5 ms); a GPU sync it waits for anyway
+
+
+def preview_seconds(measured: Any, peaks: Peaks) -> float | None:
+    """One step preview (``backend.preview``) on ``peaks``: the FLOPs the full-size rehearsal counted under its
+    ``preview`` phase, per evaluation, against the bytes it read (``Rehearsal.preview_read_bytes``: the packed
+    rows, their velocities, the audio VAE's weights), plus :data:`PREVIEW_HOST_SECONDS`. None when the rehearsal
+    ran no preview (``RehearsalOptions(preview=True)``). Its share of a step is ``preview_seconds / step_seconds``:
+    the issue's budget is 5 % (docs/performance.md)."""
+    from .rehearsal import PREVIEW
+
+    rehearsal = measured.rehearsal
+    if not rehearsal.preview_read_bytes:
+        return None
+    evaluations = max(1, rehearsal.evaluations)
+    flops = {prec: count // evaluations for prec, count in total(rehearsal.flops, PREVIEW).items()}
+    return phase_seconds(flops, rehearsal.preview_read_bytes, peaks) + PREVIEW_HOST_SECONDS

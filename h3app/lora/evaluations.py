@@ -10,14 +10,15 @@ Listeners (:class:`EvaluationListener`) hear ``run_starting`` (before anything r
 nothing), ``before_evaluation``, ``after_evaluation`` and ``run_finished`` (always: success, failure or cancel).
 They come from two places: the listeners registered on a transformer (:func:`add_listener`; the LoRA engine
 registers a PDD head bank's, a strength schedule would register its own), and the ones a caller passes for one run
-(progress and cancel; a preview decoder). ``h3app.backend.generation`` opens :func:`evaluation_events` around every
+(progress and cancel; a step preview, ``h3app.backend.preview``, which also reads the evaluation's inputs
+through ``evaluated``). ``h3app.backend.generation`` opens :func:`evaluation_events` around every
 pipeline call.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,11 @@ class EvaluationListener:
     def after_evaluation(self, evaluation: Evaluation, output: Any) -> None:
         """Right after it, with the transformer's output."""
 
+    def evaluated(self, evaluation: Evaluation, inputs: Mapping[str, Any], output: Any) -> None:
+        """Right after ``after_evaluation``, with the forward's keyword inputs too (the packed rows ``hidden_states``
+        / ``audio_hidden_states`` at this evaluation's σ, ``timestep``, ``timestep_indices``, the layout): what a
+        step preview needs to form the clean-sample estimate. Read them, never write them: the loop steps on."""
+
     def run_finished(self) -> None:
         """After the run, whatever its end (success, error, cancel)."""
 
@@ -124,6 +130,8 @@ def evaluation_events(transformer: torch.nn.Module, schedule: RunSchedule,
     def after(module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         for listener in every:
             listener.after_evaluation(current[0], output)
+        for listener in every:
+            listener.evaluated(current[0], kwargs, output)
 
     handles: list[Any] = []
 

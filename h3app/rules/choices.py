@@ -19,7 +19,8 @@ def workflow_partition(workflow: str) -> str:
 # check --mode: one transformer forward on a seeded input (a check mode, not a partition), or the whole pipeline
 TRANSFORMER_CHECK, FULL_CHECK = "transformer", "full"
 CHECK_MODES = (TRANSFORMER_CHECK, FULL_CHECK)
-LORA_MODES = ("unmerged", "merged")
+UNMERGED, MERGED = "unmerged", "merged"
+LORA_MODES = (UNMERGED, MERGED)
 QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")
 # dtype names accepted on the command line and in the UI → torch dtype attribute names
@@ -29,3 +30,7 @@ NO_CACHE, FIRST_BLOCK_CACHE = "none", "fbc"
 STEP_CACHES = (NO_CACHE, FIRST_BLOCK_CACHE)
 # --vae-dtype: what the video decoder computes in (the audio decoder stays fp32); default fp32, diffusers' pin
 VAE_DTYPES = ("float32", "bfloat16")
+# Step-preview decoders (h3app.model.preview_decoders): auto picks; the model's own VAE when it is small; fitted
+# latent→RGB factors; false colours from the latents' principal directions.
+PREVIEW_VAE, PREVIEW_LATENT2RGB, PREVIEW_PCA = "vae", "latent2rgb", "pca"
+PREVIEW_DECODERS = ("auto", PREVIEW_VAE, PREVIEW_LATENT2RGB, PREVIEW_PCA)

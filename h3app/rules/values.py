@@ -1,18 +1,58 @@
-"""One parser per kind of user-given value: numbers, alphas, strengths and comma-separated lists.
+"""One parser per kind of user-given value: numbers, alphas, strengths and comma-separated lists, and the limits
+each one checks.
 
 Every entry point (CLI flags, ``--adapter-spec``, UI boxes, API JSON, settings files) parses through these, so a
-value is accepted or refused with the same one-line message wherever it is typed.
+value is accepted or refused with the same one-line message wherever it is typed. A control that offers a value
+takes its ends from the :class:`Bounds` that checks it (``ALPHA``, ``STRENGTH``, ``SCALE_SLIDER``), so what a
+slider or a number box shows is what the rule accepts; a value past them is refused in one line, never clamped.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import H3AppError
 
 MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
 MAX_STRENGTH = 100.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The accepted range of one kind of value: ``low``..``high`` (``low_open``: ``low`` itself excluded);
+    ``where`` names the control that offers it in a refusal, ``elsewhere`` where a wider range is taken."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    where: str = ""
+    elsewhere: str = ""
+
+    def holds(self, value: float) -> bool:
+        return (self.low < value if self.low_open else self.low <= value) and value <= self.high
+
+    def describe(self) -> str:
+        """``between -2 and 4`` / ``> 0 and at most 1e+06``."""
+        if self.low_open:
+            return f"> {self.low:g} and at most {self.high:g}"
+        return f"between {self.low:g} and {self.high:g}"
+
+    def check(self, value: float, what: str) -> float:
+        """``value`` when it is inside, else one line naming the range (and where a wider one is taken)."""
+        if not self.holds(value):
+            where = f" {self.where}" if self.where else ""
+            wider = f" ({self.elsewhere})" if self.elsewhere else ""
+            raise H3AppError(f"{what} {value:g} is outside{where} ({self.describe()}): nothing runs at it, and it "
+                             f"is not clamped; type a value in range{wider}.")
+        return value
+
+
+ALPHA = Bounds(0.0, MAX_ALPHA, low_open=True)  # an override alpha, everywhere
+STRENGTH = Bounds(-MAX_STRENGTH, MAX_STRENGTH)  # the CLI's --scale, the API's scale, grid and check scales
+SCALE_SLIDER = Bounds(-2.0, 4.0, where="the Scale slider's range",
+                      elsewhere=f"the API and the CLI take up to ±{MAX_STRENGTH:g}")  # the page's Scale slider
 MAX_FIELD_CHARS = 4096  # a source, weight name, revision or path: PATH_MAX on Linux
 MAX_NAME_PART_CHARS = 255  # one file or folder name: NAME_MAX on Linux
 AUTO_WORDS = ("", "auto", "none", "null")
@@ -38,7 +78,7 @@ def parse_alpha(value: Any, what: str = "alpha") -> float | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in AUTO_WORDS):
         return None
     alpha = _number_or(value, f"{what} must be a number such as 8, or auto; got {short(value)}.")
-    if alpha is None or alpha <= 0 or alpha > MAX_ALPHA:
+    if alpha is None or not ALPHA.holds(alpha):
         raise H3AppError(f"{what} must be a finite number > 0 (at most {MAX_ALPHA:g}), got {short(value)}: give a "
                          f"positive number such as 8, or leave it on auto.")
     return alpha
@@ -47,7 +87,7 @@ def parse_alpha(value: Any, what: str = "alpha") -> float | None:
 def parse_strength(value: Any, what: str = "scale") -> float:
     """Strength (the ``--scale`` slider) may be negative (slider LoRAs) but must be finite and within ±100."""
     strength = _number_or(value, f"{what} must be a number such as 1.0, got {short(value)}.")
-    if strength is None or abs(strength) > MAX_STRENGTH:
+    if strength is None or not STRENGTH.holds(strength):
         raise H3AppError(f"{what} must be finite and between -{MAX_STRENGTH:g} and {MAX_STRENGTH:g}, got "
                          f"{short(value)}: use a value such as 1.0.")
     return strength

@@ -25,7 +25,7 @@ from ..settings import LoRASettings
 from . import render
 from .client_gone import client_gone
 from .fair_queue import visitor_keys
-from .forms import KEEP, SlotForm, SyncForm
+from .forms import KEEP, SlotForm, SyncForm, chain_text
 from .scales import profile_basis, profile_view
 from .session import RunningJobs, session_key, with_adapter
 from .upload_quota import discard, upload_quota
@@ -46,6 +46,12 @@ def shown_path(path: str) -> str:
 def adapter_identity(source: str, weight_name: str | None, revision: str | None) -> list[str]:
     """Which file an info describes (source, weight, revision): an override belongs to one of them."""
     return [str(source).strip(), weight_name or "", (revision or "").strip()]
+
+
+def demo_question(given: str, demo: str) -> str:
+    """The confirm row's question when a demo pick would replace a source the person gave."""
+    return render.card("info", f"The source box holds <b>{render.esc(given[:120])}</b>. Replace it with the demo "
+                               f"adapter <b>{render.esc(demo)}</b>?", testid="demo-question")
 
 
 def user_error(error: H3AppError) -> gr.Error:
@@ -72,10 +78,16 @@ class ProfileBars:
 
 @dataclass(frozen=True)
 class SourcePick:
-    """A file put in the slot (a demo pick, an upload): the source box and the weight dropdown (KEEP: unchanged)."""
+    """A file put in the slot (a demo pick, an upload): the source box and the weight dropdown (KEEP: unchanged).
+    A demo pick over a source the person gave waits for their word: ``pending`` holds the demo's path, the confirm
+    row (``confirm_box``, ``confirm_note``) asks, and the source box keeps what they gave."""
 
     source: Any = KEEP
     weight: Any = KEEP
+    pending: Any = KEEP
+    confirm_box: Any = KEEP
+    confirm_note: Any = KEEP
+    demo: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -147,11 +159,30 @@ class AdapterEvents:
         value = current if current in names else (names[0] if len(names) == 1 else None)
         return gr.update(choices=choices, value=value)
 
-    def pick_demo(self, path: str | None, revision: str | None = None, token: str | None = None) -> SourcePick:
-        """A demo adapter chosen: put its path in the source box and list its weight file(s)."""
+    def pick_demo(self, path: str | None, revision: str | None = None, token: str | None = None,
+                  current: str | None = None) -> SourcePick:
+        """A demo adapter chosen: put its path in the source box and list its weight file(s) — when the box is
+        empty or holds a demo adapter already. A source the person gave (``current``: typed, pasted or uploaded)
+        is never overwritten: the pick waits in ``pending`` and the confirm row asks first."""
         if not path:
             return SourcePick()
-        return SourcePick(path, self.list_weights(path, revision, token))
+        given = str(current or "").strip()
+        if given and given != path and given not in {value for _, value in self.demo_choices()}:
+            return SourcePick(pending=path, confirm_box=gr.update(visible=True),
+                              confirm_note=demo_question(given, Path(path).name))
+        return self.confirm_demo(path, revision, token)
+
+    def confirm_demo(self, path: str | None, revision: str | None = None, token: str | None = None) -> SourcePick:
+        """The demo pick confirmed (or nothing was lost by it): its path in the source box, its weight file(s)."""
+        if not path:
+            return SourcePick(pending=None, confirm_box=gr.update(visible=False))
+        return SourcePick(path, self.list_weights(path, revision, token), pending=None,
+                          confirm_box=gr.update(visible=False))
+
+    @staticmethod
+    def keep_source() -> SourcePick:
+        """The demo pick declined: the person's source stays, the demo dropdown lets go of the pick."""
+        return SourcePick(pending=None, confirm_box=gr.update(visible=False), demo=None)
 
     def upload(self, file_path: str | None, request: gr.Request = None) -> SourcePick:
         """Move an uploaded ``.safetensors`` where the backend's upload policy puts it (an allowed adapter folder,
@@ -221,20 +252,27 @@ class AdapterEvents:
                      previous: dict[str, Any] | None = None) -> InspectView:
         """Inspect and render. With Override off, the alpha box shows the chain's value as a starting point. An
         override set for another adapter (``previous``: the info the slot showed) is dropped, and the alpha card
-        says so: an alpha belongs to the file it was chosen for."""
+        says so: an alpha belongs to the file it was chosen for. The same file inspected again (Enter, a repeated
+        event) leaves Override and the alpha box as they are: its values were read before, and what the person
+        typed since must not be overwritten with them."""
         info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
-        chain = f"{info['alpha']:g}" if info.get("alpha") is not None else ""
-        switched = bool(slot.override and previous and previous.get("adapter") != info["adapter"])
-        if switched:
+        chain = chain_text(info)
+        same = bool(previous) and previous.get("adapter") == info["adapter"]
+        overrides = replace(slot, info=previous).overrides  # an alpha typed for the file shown before, or now
+        switched = bool(overrides and previous and not same)
+        if switched or (same and DROPPED_OVERRIDE in previous):
             # the note rides with this inspect's info, so every later redraw of the alpha card keeps it
-            info = {**info, DROPPED_OVERRIDE: {"alpha": str(slot.alpha),
-                                                "name": previous.get("name", "the previous adapter")}}
-            slot = replace(slot, override=False)
-        alpha_box = KEEP if slot.override else chain
+            dropped = previous.get(DROPPED_OVERRIDE) or {"alpha": str(slot.alpha),
+                                                         "name": previous.get("name", "the previous adapter")}
+            info = {**info, DROPPED_OVERRIDE: dropped}
+        slot = replace(slot, override=overrides and not switched, info=info,
+                       alpha=slot.alpha if overrides and not switched else chain)
+        alpha_box = KEEP if same or slot.override else chain
+        tick = KEEP if same else slot.override
         shown = self.readout(info, slot)
         alpha_html = shown.alpha_html
         return InspectView(info=info, inspect_html=render.inspect_card(info, info.get("name", "")),
-                           alpha_html=alpha_html, readout=shown.readout, override=False if switched else KEEP,
+                           alpha_html=alpha_html, readout=shown.readout, override=tick,
                            known_html=render.known_card(info.get("known")),
                            known_box=gr.update(visible=bool(info.get("known"))),
                            targets=pd.DataFrame(render.targets_table(info), columns=render.TARGET_COLUMNS),
@@ -251,7 +289,7 @@ class AdapterEvents:
             return Readout("", render.readout_html(None, used, strength))
         card = render.alpha_card(info, used)
         dropped = info.get(DROPPED_OVERRIDE)
-        if dropped and not slot.override:
+        if dropped and not slot.overrides:
             card = render.card("info", f"Override alpha {render.esc(dropped['alpha'])} was for "
                                        f"{render.esc(dropped['name'])}: dropped, this adapter runs its own alpha.",
                                testid="override-dropped") + card
@@ -358,10 +396,10 @@ class AdapterEvents:
             try:
                 settings = slot.settings(form.mode)
             except H3AppError as error:
-                raise gr.Error(f"adapter {slot_name}: {error}", print_exception=False) from error
+                raise gr.Error(f"adapter {slot_name}: {error}", title="Not run", print_exception=False) from error
             updated = with_adapter(updated, slot_name, settings)
         return updated
 
 
-__all__ = ["AdapterEvents", "InspectView", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView",
+__all__ = ["AdapterEvents", "InspectView", "demo_question", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView",
            "user_error"]

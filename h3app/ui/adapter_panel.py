@@ -12,20 +12,12 @@ from ..rules.choices import QKV_LAYOUTS
 from . import render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
 from .fair_queue import admitted, gpu_events
-from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, field_names, parts, read, write
+from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
+from .unclamped import unclamped
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 INSPECTED = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
-
-
-def unbounded(slider: gr.Slider) -> gr.Slider:
-    """``slider`` whose typed value reaches the app as typed: a value past its ends is then refused by
-    ``SlotForm.strength_value`` with a word where the person looks, not clamped (Gradio's own bound check answers a
-    queue-less event with an HTTP 500 the page never shows). An instance override: a subclass would be taken for a
-    custom component by the page."""
-    slider.preprocess = lambda payload: gr.Number.round_to_precision(payload, slider.precision)
-    return slider
 
 
 @dataclass
@@ -61,6 +53,11 @@ class AdapterSlot:
     basis: gr.State
     uploaded: gr.State
     refused: gr.State  # the one-line refusal of the source as it stands (None: not refused)
+    pending: gr.State  # a demo pick waiting for the person's word (it would replace the source they gave)
+    confirm_box: gr.Row
+    confirm_note: gr.HTML
+    replace_button: gr.Button
+    keep_button: gr.Button
 
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
@@ -76,6 +73,10 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
             demo = gr.Dropdown(choices=demos, value=None, label="…or a demo adapter", scale=2,
                                elem_id=f"{prefix}-demo", info="small adapters for the tiny model, one per format; "
                                     "tiny_turbo_4step and tiny_style_warm are trained on it")
+        with gr.Row(visible=False, equal_height=True, elem_id=f"{prefix}-demo-confirm") as confirm_box:
+            confirm_note = gr.HTML("", scale=3)
+            replace_button = gr.Button("Replace with the demo", size="sm", scale=1, elem_id=f"{prefix}-demo-replace")
+            keep_button = gr.Button("Keep my source", size="sm", scale=1, elem_id=f"{prefix}-demo-keep")
         with gr.Row(equal_height=True):
             weight = gr.Dropdown(choices=[], value=None, label="Weight file", scale=3, allow_custom_value=True,
                                  elem_id=f"{prefix}-weight", info="listed from the repo or folder, with sizes")
@@ -106,7 +107,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                    info="off = the file's alpha chain")
             alpha = gr.Textbox(label="alpha", value="", placeholder="e.g. 8", scale=1, max_lines=1,
                                elem_id=f"{prefix}-alpha", info="typing a value ticks Override")
-        strength = unbounded(gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
+        strength = unclamped(gr.Slider(*SCALE_RANGE, value=1.0, step=SCALE_STEP, label="Scale (strength)",
                              elem_id=f"{prefix}-scale", buttons=["reset"],
                              info="negative values push the other way (slider LoRAs)"))
         if mode is not None:
@@ -126,7 +127,8 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
     return AdapterSlot(slot, source, demo, weight, revision, upload, qkv_layout, inspect_button, load_button,
                        inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
                        alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
-                       gr.State(None), gr.State(None), gr.State(None), gr.State(None))
+                       gr.State(None), gr.State(None), gr.State(None), gr.State(None), gr.State(None), confirm_box,
+                       confirm_note, replace_button, keep_button)
 
 
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
@@ -175,6 +177,7 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.Sta
     """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
     _wire_inspect(events, ui, token, workflow)
     _wire_source_edits(ui)
+    _wire_alpha_box(ui)
     _wire_strength(events, ui)
     _wire_load(events, ui, session=session, mode=mode, workflow=workflow, token=token)
 
@@ -187,11 +190,23 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
           **INSPECTED)
     pick_parts = parts(ui, field_names(SourcePick))
 
-    def pick(path: str | None, revision: str | None, token_value: str | None) -> dict[Any, Any]:
-        return write(events.pick_demo(path, revision, token_value), pick_parts)
+    def pick(path: str | None, revision: str | None, token_value: str | None, current: str | None
+             ) -> dict[Any, Any]:
+        return write(events.pick_demo(path, revision, token_value, current), pick_parts)
 
-    picked = ui.demo.input(pick, [ui.demo, ui.revision, token], list(pick_parts.values()), **CHEAP)
-    picked.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+    def confirm(path: str | None, revision: str | None, token_value: str | None) -> dict[Any, Any]:
+        return write(events.confirm_demo(path, revision, token_value), pick_parts)
+
+    def inspect_picked(values: dict[Any, Any]) -> dict[Any, Any]:
+        """Inspect what a pick put in the box; nothing while the pick waits for the person's word."""
+        return gr.skip() if values[ui.pending] else inspect(values)
+
+    picked = ui.demo.input(pick, [ui.demo, ui.revision, token, ui.source], list(pick_parts.values()), **CHEAP)
+    picked.success(inspect_picked, {*inspect_inputs, ui.pending}, inspect_outputs(ui), **INSPECTED)
+    confirmed = ui.replace_button.click(confirm, [ui.pending, ui.revision, token], list(pick_parts.values()),
+                                        **CHEAP)
+    confirmed.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+    ui.keep_button.click(lambda: write(events.keep_source(), pick_parts), None, list(pick_parts.values()), **CHEAP)
     upload_parts = parts(ui, field_names(UploadView))
 
     def upload(path: str | None, request: gr.Request = None) -> dict[Any, Any]:
@@ -208,8 +223,9 @@ def _wire_source_edits(ui: AdapterSlot) -> None:
 
     def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
         if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
-            return {}  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
-        shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None}
+            return gr.skip()  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
+        shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None,
+                 ui.pending: None, ui.confirm_box: gr.update(visible=False)}
         if override and info:
             shown[ui.override] = False
             shown[ui.alpha_html] = render.card("info", f"Override alpha {render.esc(alpha)} was for "
@@ -218,12 +234,30 @@ def _wire_source_edits(ui: AdapterSlot) -> None:
         return shown
 
     ui.source.input(forget, [ui.source, ui.override, ui.alpha, ui.info],
-                    list(cleared_panel(ui, "")) + [ui.demo, ui.override], **CHEAP)
-    ui.alpha.input(lambda: True, None, [ui.override], **CHEAP)
+                    list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box], **CHEAP)
+
+
+def _wire_alpha_box(ui: AdapterSlot) -> None:
+    """The alpha box and Override agree however the box was filled: a value other than the file's own (typed,
+    pasted, dropped — ``SlotForm.typed_alpha``) ticks Override, an emptied box unticks it, and unticking puts
+    the file's alpha back in the box. The job and the line above Generate read the box by the same rule, so a
+    click that comes before the tick still applies the alpha shown."""
+
+    def follow_box(alpha: Any, info: dict[str, Any] | None, override: bool) -> Any:
+        slot = SlotForm(alpha=alpha, info=info)
+        if slot.typed_alpha and not override:
+            return True
+        return False if override and not str(alpha or "").strip() else gr.skip()  # never write back a stale read
+
+    def follow_tick(override: bool, info: dict[str, Any] | None) -> Any:
+        return gr.skip() if override else chain_text(info)
+
+    ui.alpha.change(follow_box, [ui.alpha, ui.info, ui.override], [ui.override], **CHEAP)
+    ui.override.input(follow_tick, [ui.override, ui.info], [ui.alpha], **CHEAP)
 
 
 def _strength_parts(ui: AdapterSlot) -> dict[str, Any]:
-    return {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength}
+    return {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength, "info": ui.info}
 
 
 def _readout_event(events: AdapterEvents, ui: AdapterSlot) -> Callable[[dict[Any, Any]], dict[Any, Any]]:

@@ -9,18 +9,23 @@ or — for clients without a session — the adapters given explicitly as JSON (
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import inspect
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from ..backend.limits import HOSTED_MAX_STEPS, MAX_STEPS
+from ..adapters.summary import applied_lines
+from ..backend.generation import MAX_SEED
+from ..backend.limits import HOSTED_MAX_STEPS
 from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
-from ..rules.steps import MIN_STEPS
+from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .comparison_events import ComparisonEvents
@@ -28,12 +33,20 @@ from .endpoint_guard import public_report
 from .fair_queue import admitted, gpu_events
 from .forms import CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import GenerateEvents, Stopped
-from .session import check_slot, job_adapters, parse_adapters_json, settings_from_json, settings_to_json, with_adapter
+from .session import (
+    adapters_json_words,
+    check_slot,
+    job_adapters,
+    parse_adapters_json,
+    settings_from_json,
+    settings_to_json,
+    with_adapter,
+)
 
 
 class ApiEvents:
     """The functions behind the named endpoints. Their docstrings are what the app's API page shows: plain text
-    (the ranges are filled in from ``rules.frames`` and ``backend.limits`` below the class)."""
+    (the ranges of the rules that check each parameter are filled in per app by :func:`api_doc`)."""
 
     def __init__(self, adapters: AdapterEvents, generate: GenerateEvents, comparisons: ComparisonEvents) -> None:
         self.adapters = adapters
@@ -45,10 +58,10 @@ class ApiEvents:
         from, match against this model, and the weight files of its repo or folder with their sizes.
 
         Parameters:
-            source: a Hub repo id (owner/name), an HF URL or a local path
-            weight_name: the .safetensors file in the repo or folder (empty when there is only one)
-            revision: branch, tag or commit (empty: main)
-            token: a Hugging Face token for private or gated repos (empty: none)
+            source: text, at most TEXT_CHARS characters: a Hub repo id (owner/name), an HF URL or a local path
+            weight_name: text: the .safetensors file in the repo or folder (empty when there is only one)
+            revision: text: branch, tag or commit (empty: main)
+            token: text: a Hugging Face token for private or gated repos (empty: none)
         Returns:
             the same object as `python -m h3app inspect --json`, plus weight_files: a list of {name, size}
         """
@@ -67,13 +80,13 @@ class ApiEvents:
 
         Parameters:
             slot: 1 or 2
-            source: a Hub repo id, an HF URL or a local path
-            weight_name: the .safetensors file (empty when there is only one)
-            revision: branch, tag or commit (empty: main)
-            alpha: a number, or auto (the file's own alpha chain)
-            scale: the strength multiplier (1.0 = as trained; negative pushes the other way)
-            mode: unmerged (exact, free alpha/scale changes) or merged (faster steps)
-            token: a Hugging Face token (empty: none)
+            source: text, at most TEXT_CHARS characters: a Hub repo id, an HF URL or a local path
+            weight_name: text: the .safetensors file (empty when there is only one)
+            revision: text: branch, tag or commit (empty: main)
+            alpha: text: a number ALPHA_RANGE, or auto (the file's own alpha chain)
+            scale: number SCALE_RANGE: the strength multiplier (1.0 = as trained; negative pushes the other way)
+            mode: text: unmerged (exact, free alpha/scale changes) or merged (faster steps)
+            token: text: a Hugging Face token (empty: none)
         Returns:
             {slot, settings, report (matched/unmatched keys), provenance (commit, sha256, alpha source), summary}
         """
@@ -95,13 +108,13 @@ class ApiEvents:
 
         Parameters:
             slot: 1 or 2
-            alpha: a number, or auto
-            scale: the strength multiplier
-            mode: unmerged or merged
-            source: a new adapter for the slot (empty: keep the slot's adapter)
-            weight_name: the new adapter's weight file (with source)
-            revision: the new adapter's revision (with source)
-            enabled: false removes the slot's adapter
+            alpha: text: a number ALPHA_RANGE, or auto
+            scale: number SCALE_RANGE: the strength multiplier
+            mode: text: unmerged or merged
+            source: text: a new adapter for the slot (empty: keep the slot's adapter)
+            weight_name: text: the new adapter's weight file (with source)
+            revision: text: the new adapter's revision (with source)
+            enabled: boolean: false removes the slot's adapter
         Returns:
             {adapters: slot -> settings} after the edit
         """
@@ -129,22 +142,22 @@ class ApiEvents:
         """Generate one video with stereo audio, with this session's adapters or the ones given in adapters_json.
 
         Parameters:
-            prompt: what the video shows and sounds like
-            seed: the random seed (same seed and settings: the same output, bit for bit)
-            steps: sigma points including the terminal one (N steps run N-1 transformer evaluations), STEPS_RANGE
-            duration: seconds, DURATION_RANGE
-            height: pixels (0: the model's default canvas; give width too)
-            width: pixels (0: the model's default)
-            shift: the video flow shift (0: the model's default)
-            audio_shift: the audio flow shift (0: the model's default)
-            workflow: t2va (text), fl2va (first/last keyframes) or ref2va (references)
-            first_frame: fl2va's first keyframe image
-            last_frame: fl2va's last keyframe image
-            references: ref2va's reference images, videos or audio
-            adapters_json: empty (this session's adapters), [] (none) or a JSON list of {source, alpha, scale}
-            token: a Hugging Face token (empty: none)
+            prompt: text: what the video shows and sounds like (PROMPT_RULE)
+            seed: whole number SEED_RANGE (same seed and settings: the same output, bit for bit)
+            steps: whole number STEPS_RANGE: sigma points including the terminal one (N steps run N-1 evaluations)
+            duration: number, seconds: DURATION_RANGE
+            height: whole number, pixels: CANVAS_RULE (0: the model's default canvas; give width too)
+            width: whole number, pixels: CANVAS_RULE (0: the model's default)
+            shift: number > 0: the video flow shift (0: the model's default)
+            audio_shift: number > 0: the audio flow shift (0: the model's default)
+            workflow: text: t2va (text), fl2va (first/last keyframes) or ref2va (references)
+            first_frame: file: fl2va's first keyframe image
+            last_frame: file: fl2va's last keyframe image
+            references: files: ref2va's reference images, videos or audio
+            adapters_json: ADAPTERS_JSON
+            token: text: a Hugging Face token (empty: none)
         Returns:
-            the mp4, and the `generate --json` object with the run's full settings
+            the mp4, and the `generate --json` object with the run's full settings and applied: one line per adapter
         """
         form = RequestForm(workflow=workflow, prompt=prompt, seed=seed, steps=steps, duration=duration,
                            height=height, width=width, shift=shift, audio_shift=audio_shift, first_frame=first_frame,
@@ -157,7 +170,8 @@ class ApiEvents:
         output = self.generate_events.generate(generation, adapters, token, request, progress)
         if isinstance(output, Stopped):
             raise gr.Error("the generation was cancelled.", print_exception=False)
-        return output.video_path, {**output.to_json(), "settings": output.settings}
+        return output.video_path, {**output.to_json(), "settings": output.settings,
+                                   "applied": applied_lines(output.settings.get("adapters") or ())}
 
     def check_equivalence(self, session: dict[str, Any] | None, prompt: str, seed: float, steps: float,
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
@@ -167,18 +181,18 @@ class ApiEvents:
         pipeline with the first adapter, and say whether A and B are bit-identical.
 
         Parameters:
-            prompt: the request's prompt
-            seed: the random seed
-            steps: sigma points including the terminal one, STEPS_RANGE
-            duration: seconds, DURATION_RANGE
-            height: pixels (0: default)
-            width: pixels (0: default)
-            alpha_a: A's alpha (a number, or auto)
-            scale_a: A's scale
-            alpha_b: B's alpha (a number, or auto)
-            scale_b: B's scale
-            adapters_json: empty (this session's adapters) or a JSON list of {source, alpha, scale}
-            token: a Hugging Face token (empty: none)
+            prompt: text: the request's prompt (PROMPT_RULE)
+            seed: whole number SEED_RANGE
+            steps: whole number STEPS_RANGE: sigma points including the terminal one
+            duration: number, seconds: DURATION_RANGE
+            height: whole number, pixels: CANVAS_RULE (0: default)
+            width: whole number, pixels: CANVAS_RULE (0: default)
+            alpha_a: text: A's alpha, a number ALPHA_RANGE, or auto
+            scale_a: number SCALE_RANGE: A's scale
+            alpha_b: text: B's alpha, a number ALPHA_RANGE, or auto
+            scale_b: number SCALE_RANGE: B's scale
+            adapters_json: ADAPTERS_JSON (the first adapter is checked)
+            token: text: a Hugging Face token (empty: none)
         Returns:
             the `check --json` object: identical, control_identical, hashes, max |A-B|, effective scales
         """
@@ -200,16 +214,16 @@ class ApiEvents:
         distance to the same request without the LoRA.
 
         Parameters:
-            prompt: the request's prompt
-            steps: sigma points including the terminal one, STEPS_RANGE
-            duration: seconds, DURATION_RANGE
-            height: pixels (0: default)
-            width: pixels (0: default)
-            alphas: comma-separated alphas; auto = the file's own chain
-            scales: comma-separated scales
-            seeds: comma-separated seeds
-            adapters_json: empty (this session's adapters) or a JSON list of {source, alpha, scale}
-            token: a Hugging Face token (empty: none)
+            prompt: text: the request's prompt (PROMPT_RULE)
+            steps: whole number STEPS_RANGE: sigma points including the terminal one
+            duration: number, seconds: DURATION_RANGE
+            height: whole number, pixels: CANVAS_RULE (0: default)
+            width: whole number, pixels: CANVAS_RULE (0: default)
+            alphas: text: comma-separated alphas, each ALPHA_RANGE or auto (the file's own chain); GRID_CELLS
+            scales: text: comma-separated scales, each SCALE_RANGE
+            seeds: text: comma-separated whole numbers, each SEED_RANGE
+            adapters_json: ADAPTERS_JSON (the first adapter is swept)
+            token: text: a Hugging Face token (empty: none)
         Returns:
             a growing list of cells: {alpha, strength, seed, hash, baseline_psnr, baseline_max_abs_diff, seconds}
         """
@@ -227,14 +241,69 @@ class ApiEvents:
             yield []
 
 
-def _fill_ranges(function: Any) -> None:
-    """Put the accepted ranges into an endpoint's docstring (what the API page shows)."""
-    steps = f"{MIN_STEPS} to {MAX_STEPS} ({HOSTED_MAX_STEPS} on a hosted server)"
-    function.__doc__ = function.__doc__.replace("DURATION_RANGE", RELEASED.describe()).replace("STEPS_RANGE", steps)
+def api_doc(function: Any, limits: Any, hosted: bool) -> str:
+    """``function``'s docstring with the ranges of the rules that check each parameter filled in (what the API
+    page shows): the held model's ``limits``, ``rules.values`` and the ``adapters_json`` schema."""
+    return fill(function.__doc__ or "", limits, hosted)
 
 
-for _endpoint in (ApiEvents.generate, ApiEvents.check_equivalence, ApiEvents.grid):
-    _fill_ranges(_endpoint)
+def api_words(limits: Any, hosted: bool) -> dict[str, str]:
+    """The range words of the API page: the held model's ``limits``, ``rules.values`` and the adapters schema."""
+    rule = limits.frames
+    return {
+        "STEPS_RANGE": f"{limits.min_steps} to {limits.max_steps}" + ("" if hosted else
+                                                                       f" ({HOSTED_MAX_STEPS} on a hosted server)"),
+        "DURATION_RANGE": rule.describe(), "SEED_RANGE": f"0 to {MAX_SEED}",
+        "CANVAS_RULE": (f"a multiple of {limits.canvas_multiple}, height × width at most {limits.max_pixels:,} "
+                        f"pixels"),
+        "ALPHA_RANGE": ALPHA.describe(), "SCALE_RANGE": STRENGTH.describe(), "TEXT_CHARS": f"{MAX_FIELD_CHARS:,}",
+        "PROMPT_RULE": f"not empty, at most {limits.max_prompt_tokens:,} tokens",
+        "GRID_CELLS": f"alphas × scales × seeds at most {limits.max_grid_cells} cells",
+        "ADAPTERS_JSON": adapters_json_words(),
+    }
+
+
+def fill(text: str, limits: Any, hosted: bool) -> str:
+    """``text`` with each range word (STEPS_RANGE, ADAPTERS_JSON, …) replaced by the rule's own words."""
+    words = api_words(limits, hosted)
+    return re.sub("|".join(words), lambda match: words[match.group(0)], text)
+
+
+# What the API page shows beside each parameter (the hidden inputs' labels), from the rule that checks it.
+API_LABELS = {
+    "source": "adapter source: Hub repo id, HF URL or local path (text, at most TEXT_CHARS characters)",
+    "alpha": "alpha: a number ALPHA_RANGE, or auto (the file's own)",
+    "scale": "scale (strength): a number SCALE_RANGE",
+    "prompt": "prompt: text, PROMPT_RULE",
+    "adapters_json": "adapters_json: ADAPTERS_JSON",
+    "alpha_a": "A: alpha, a number ALPHA_RANGE, or auto", "alpha_b": "B: alpha, a number ALPHA_RANGE, or auto",
+    "scale_a": "A: scale, SCALE_RANGE", "scale_b": "B: scale, SCALE_RANGE",
+    "alphas": "alphas, comma-separated: each ALPHA_RANGE or auto; GRID_CELLS",
+    "scales": "scales, comma-separated: each SCALE_RANGE", "seeds": "seeds, comma-separated: each SEED_RANGE",
+    "seed": "seed: a whole number SEED_RANGE", "steps": "steps: a whole number STEPS_RANGE (N steps run N-1 "
+                                                       "evaluations)",
+    "duration": "duration in seconds, DURATION_RANGE",
+    "height": "height in pixels: CANVAS_RULE (0: the model's default)",
+    "width": "width in pixels: CANVAS_RULE (0: the model's default)",
+    "shift": "video flow shift: a number > 0 (0: the model's default)",
+    "audio_shift": "audio flow shift: a number > 0 (0: the model's default)",
+}
+
+
+def documented(function: Callable[..., Any], doc: str) -> Callable[..., Any]:
+    """``function`` (a bound method; a generator stays a generator) under its own docstring ``doc``."""
+    if inspect.isgeneratorfunction(function):
+        @functools.wraps(function)
+        def stream(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            yield from function(*args, **kwargs)
+        stream.__doc__ = doc
+        return stream
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+    call.__doc__ = doc
+    return call
 
 
 def _adapters(session: dict[str, Any] | None, adapters_json: str | None) -> list[LoRASettings]:
@@ -254,10 +323,12 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
     backend = events.adapters.backend
     defaults = backend.defaults  # the held model's request defaults, as the UI's controls show them
     gpu = gpu_events(backend)
-    gpu_fn = {name: admitted(getattr(events, name), backend) for name in ("load", "generate", "check_equivalence",
-                                                                          "grid")}
+    endpoint = {name: documented(getattr(events, name), api_doc(getattr(ApiEvents, name), backend.limits,
+                                                                backend.hosted))
+                for name in ("inspect", "load", "set_lora", "generate", "check_equivalence", "grid")}
+    gpu_fn = {name: admitted(endpoint[name], backend) for name in ("load", "generate", "check_equivalence", "grid")}
     with gr.Column(visible=False):
-        text = {name: gr.Textbox(value=value, label=label) for name, value, label in (
+        text = {name: gr.Textbox(value=value, label=label, elem_id=f"api-{name}") for name, value, label in (
             ("source", "", "adapter source: Hub repo id, HF URL or local path"),
             ("weight_name", "", "weight file name (empty: the only one)"),
             ("revision", "", "branch, tag or commit (empty: main)"),
@@ -271,7 +342,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("alphas", defaults.grid.alphas, "alphas, comma-separated (auto allowed)"),
             ("scales", defaults.grid.scales, "scales, comma-separated"),
             ("seeds", defaults.grid.seeds, "seeds, comma-separated"))}
-        number = {name: gr.Number(value=value, label=label) for name, value, label in (
+        number = {name: gr.Number(value=value, label=label, elem_id=f"api-{name}") for name, value, label in (
             ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", defaults.seed, "seed"),
             ("steps", defaults.steps, "steps (N steps run N-1 evaluations)"),
             ("duration", defaults.duration, f"duration in seconds, {RELEASED.describe()}"),
@@ -289,15 +360,18 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("check_equivalence", "check --json: identical, control, hashes, effective scales"),
             ("grid", "grid cells so far"))}
         video = gr.Video(label="mp4 with stereo audio")
+    for name, words in API_LABELS.items():  # the ranges beside each parameter on the API page
+        (text.get(name) or number[name]).label = fill(words, backend.limits, backend.hosted)
+    with gr.Column(visible=False):
         buttons = {name: gr.Button(name) for name in ("inspect", "load", "set_lora", "generate",
                                                        "check_equivalence", "grid")}
 
-    buttons["inspect"].click(events.inspect, [text["source"], text["weight_name"], text["revision"], text["token"]],
+    buttons["inspect"].click(endpoint["inspect"], [text["source"], text["weight_name"], text["revision"], text["token"]],
                              [result["inspect"]], api_name="inspect", concurrency_id="inspect", concurrency_limit=4)
     buttons["load"].click(gpu_fn["load"], [session, number["slot"], text["source"], text["weight_name"],
                                         text["revision"], text["alpha"], number["scale"], text["mode"], text["token"]],
                           [session, result["load"]], api_name="load", **gpu)
-    buttons["set_lora"].click(events.set_lora, [session, number["slot"], text["alpha"], number["scale"], text["mode"],
+    buttons["set_lora"].click(endpoint["set_lora"], [session, number["slot"], text["alpha"], number["scale"], text["mode"],
                                                 text["source"], text["weight_name"], text["revision"], enabled],
                               [session, result["set_lora"]], api_name="set_lora", queue=False)
     buttons["generate"].click(gpu_fn["generate"], [session, text["prompt"], number["seed"], number["steps"],

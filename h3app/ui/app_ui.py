@@ -23,22 +23,23 @@ from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_histor
 from .comparison_view import VIEW_CSS
 from .endpoint_guard import guard_events
 from .fair_queue import queue_size
-from .forms import field_names, parts, write
+from .forms import RequestForm, field_names, parts, read, write
 from .generate_events import (
     GenerateEvents,
     WorkflowInputs,
     apply_preset,
-    steps_note,
+    request_note,
     trigger_button,
     with_trigger,
     workflow_inputs,
 )
-from .generate_tab import RequestControls, build_generate_tab, build_request_controls
+from .generate_tab import NUMBER_FIELDS, RequestControls, bind_limits, build_generate_tab, build_request_controls
 from .hub_events import HubEvents
 from .hub_panel import build_hub_panel, wire_hub_panel
 from .job_wiring import wire_jobs
 from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
+from .unclamped import NO_CLAMP_JS
 
 TITLE = "H3 LoRA Lab"
 CACHE_SECONDS = 3600
@@ -70,8 +71,8 @@ CSS = """
 #grid-table th {white-space: nowrap;}
 /* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
 @media (max-width: 720px) {
-  #h3-main {flex-direction: column-reverse !important;}
-  #h3-main > .column {min-width: 0 !important;}
+  #h3-main {flex-direction: column-reverse !important; align-items: stretch !important;}
+  #h3-main > .column {min-width: 0 !important; width: 100% !important; max-width: 100%;}
 }
 """
 
@@ -115,7 +116,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
                     slot_2 = build_adapter_slot(adapter_events, "2")
             with gr.Column(scale=7, min_width=420):
                 gr.HTML("<div class='h3-step'>2 · Request</div>")
-                request = build_request_controls(backend.limits, backend.defaults)
+                request = bind_limits(build_request_controls(backend.limits, backend.defaults), backend.limits)
                 gr.HTML("<div class='h3-step'>3 · Run and compare</div>")
                 with gr.Tabs():
                     with gr.Tab("Generate", id="generate-tab"):
@@ -138,7 +139,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
         for slot in (slot_1, slot_2):
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
                               token=token)
-        _wire_request(request, slot_1)
+        _wire_request(request, slot_1, backend.limits)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
                             adapter_events, generate_events, comparisons)
         for fn, inputs, outputs in on_load:
@@ -150,15 +151,20 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
     return demo
 
 
-def _wire_request(request: RequestControls, slot_1: AdapterSlot) -> None:
+def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any) -> None:
     shown_inputs = parts(request, field_names(WorkflowInputs))
 
     def show_inputs(workflow: str) -> dict[Any, Any]:
         return write(workflow_inputs(workflow), shown_inputs)
 
     request.workflow.change(show_inputs, [request.workflow], list(shown_inputs.values()), **CHEAP)
-    gr.on([request.steps.change, slot_1.info.change], steps_note, [request.steps, slot_1.info], [request.steps_note],
-          **CHEAP)
+    numbers = parts(request, NUMBER_FIELDS)
+
+    def note(values: dict[Any, Any]) -> str:
+        return request_note(read(RequestForm, numbers, values), limits, values[slot_1.info])
+
+    gr.on([c.change for c in numbers.values()] + [slot_1.info.change], note, {*numbers.values(), slot_1.info},
+          [request.steps_note], **CHEAP)
     slot_1.info.change(trigger_button, [slot_1.info], [request.trigger_button], **CHEAP)
     request.trigger_button.click(with_trigger, [request.prompt, slot_1.info], [request.prompt], **CHEAP)
     preset_parts = {"strength": slot_1.strength, "override": slot_1.override, "alpha": slot_1.alpha,
@@ -179,6 +185,7 @@ def launch_kwargs(backend: Any, mcp: bool = False) -> dict[str, Any]:
         "blocked_paths": [str(backend.uploads_dir)],  # inside the output folder, but only results are served
         "theme": gr.themes.Default(primary_hue="indigo", secondary_hue="pink"),
         "css": CSS + VIEW_CSS,
+        "js": NO_CLAMP_JS,
         "show_error": True,
         "run_history": False,
         "footer_links": ["api", "gradio", "settings"],

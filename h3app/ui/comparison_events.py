@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextvars
 import math
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,11 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
+from ..adapters.summary import AdapterSummary
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
+from ..backend.preview import PreviewBoard
+from ..backend.worker import Progress
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting, default_pair
@@ -28,7 +31,7 @@ from . import history_words, render
 from .adapter_events import user_error
 from .client_gone import client_gone
 from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
-from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm
+from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from .generate_events import JobRunner, Stopped
 from .media_tools import decode_video, extract_audio
 from .session import RunningJobs, add_history, job_adapters, session_key, settings_to_json
@@ -75,13 +78,15 @@ class CheckView:
 
 @dataclass(frozen=True)
 class CheckPairView:
-    """The check's A and B as the adapter suggests them, and the line that says why."""
+    """The check's A and B as the adapter suggests them, and the line that says why; ``suggested`` is the pair
+    suggested (A and B stay KEEP when it was suggested already: what the person typed over it stays)."""
 
-    a_alpha: float | None
-    a_scale: float
-    b_alpha: float | None
-    b_scale: float
+    a_alpha: Any
+    a_scale: Any
+    b_alpha: Any
+    b_scale: Any
     pair_note: str
+    suggested: Any = KEEP
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,12 @@ class ComparisonEvents:
     # ------------------------------------------------------------------------------------------- equivalence
     def check(self, form: JobForm, check: CheckForm, http_request: Any, progress: Any) -> Any:
         """EquivalenceResult for the session's first adapter (Stopped when cancelled)."""
+        submit = self._check_job(form, check)
+        return self.runner.run(submit, http_request, progress, "equivalence check")
+
+    def _check_job(self, form: JobForm, check: CheckForm,
+                   board: PreviewBoard | None = None) -> Callable[[], Any]:
+        """The check's submit (refused inputs raise ``gr.Error`` here, before anything is queued)."""
         try:
             generation = form.request.to_request()
             adapters = job_adapters(form.session, form.mode)
@@ -134,9 +145,8 @@ class ComparisonEvents:
             a, b = check_setting(check.a_alpha, check.a_scale, "A"), check_setting(check.b_alpha, check.b_scale, "B")
         except H3AppError as error:
             raise user_error(error) from error
-        return self.runner.run(lambda: self.backend.submit_equivalence(generation, adapters[0], a, b,
-                                                                       form.token or None),
-                               http_request, progress, "equivalence check")
+        return lambda: self.backend.submit_equivalence(generation, adapters[0], a, b, form.token or None,
+                                                       previews=board)
 
     def check_view(self, form: JobForm, check: CheckForm, request: gr.Request = None,
                    progress: Any = gr.Progress()) -> CheckView | Stopped:
@@ -144,6 +154,17 @@ class ComparisonEvents:
         result = self.check(form, check, request, progress)
         if isinstance(result, Stopped):
             return result
+        return self._check_finished(form, result)
+
+    def check_views(self, form: JobForm, check: CheckForm, request: gr.Request, progress: Any,
+                    board: PreviewBoard) -> Iterator[Progress | CheckView | Stopped]:
+        """:meth:`check_view` with A, B and the fallback previewed on ``board`` after every step: the job's
+        progress while it runs, then the view (or Stopped)."""
+        result = yield from self.runner.stream(self._check_job(form, check, board), request, progress,
+                                               "equivalence check", board)
+        yield result if isinstance(result, Stopped) else self._check_finished(form, result)
+
+    def _check_finished(self, form: JobForm, result: Any) -> CheckView:
         data = result.to_json()
         runs = {"a": result.a, "b": result.b, "fallback": result.fallback}
         videos = {name: run.video_path for name, run in runs.items()}
@@ -163,9 +184,11 @@ class ComparisonEvents:
                          session=session)
 
     @staticmethod
-    def check_pair(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> CheckPairView:
+    def check_pair(info: Mapping[str, Any] | None, override: bool, alpha_text: Any,
+                   suggested: Any = None) -> CheckPairView:
         """A = (alpha in use, 1) and B = (rank, alpha ÷ rank) for adapter 1 (``rules.check_pair.default_pair``);
-        the person may type any other pair afterwards."""
+        the person may type any other pair afterwards: when the pair is the one ``suggested`` last, A and B are
+        left as they are (Gradio fires change events more than once per edit)."""
         alpha, source = alpha_in_use(info, override, alpha_text)
         rank = (info or {}).get("rank")
         a, b = default_pair(alpha, rank)
@@ -183,7 +206,20 @@ class ComparisonEvents:
                     f"{b.strength:g}: alpha × scale is {product:g} in both, so an exact engine makes them "
                     f"identical bit for bit. The **fallback** runs at alpha = rank = {rank}"
                     + (f", {stronger:g}× as strong as A." if abs(stronger - 1) > 1e-9 else ", the same as A."))
-        return CheckPairView(a.alpha, a.strength, b.alpha, b.strength, note)
+        pair = [a.alpha, a.strength, b.alpha, b.strength]
+        if pair == suggested:
+            return CheckPairView(KEEP, KEEP, KEEP, KEEP, note, KEEP)
+        return CheckPairView(*pair, note, pair)
+
+    @staticmethod
+    def check_values_note(check: CheckForm) -> str:
+        """The check's status line while A and B are typed: a refused value in one line, else nothing."""
+        try:
+            check_setting(check.a_alpha, check.a_scale, "A")
+            check_setting(check.b_alpha, check.b_scale, "B")
+        except H3AppError as error:
+            return f"✖ Not applied: {error}"
+        return ""
 
     def check_estimate(self, request: RequestForm) -> str:
         """What the check will cost, before it starts: its runs and, once a generation has been timed on this
@@ -280,9 +316,9 @@ class ComparisonEvents:
         session = form.session
         adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells else {}
         request_json = form.request.to_request().to_json() if cells else {}
-        for cell in cells:
+        for cell in cells:  # each cell's own provenance: the resolution its run applied
             settings = {"request": {**request_json, "seed": cell.seed},
-                        "adapters": [{**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
+                        "adapters": [cell.adapter or {**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
             session = add_history(session, {"kind": "grid", "label": f"grid α{history_words.number(cell.alpha)}×"
                                                                      f"{cell.strength:g} seed {cell.seed}",
                                             "video": cell.video_path, "thumbnail": cell.thumbnail_path,
@@ -350,9 +386,9 @@ def _compare_verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
 
 
 def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> tuple[float | None, str | None]:
-    """(alpha, its source) that adapter 1 runs at: the typed override when ticked and valid, else the file's
-    chain (inspect's ``alpha``/``alpha_source``)."""
-    if override:
+    """(alpha, its source) that adapter 1 runs at: the override (ticked, or typed in the box:
+    ``SlotForm.overrides``) when valid, else the file's chain (inspect's ``alpha``/``alpha_source``)."""
+    if SlotForm(override=override, alpha=alpha_text, info=info).overrides:
         try:
             typed = parse_alpha(alpha_text)
         except H3AppError:
@@ -365,16 +401,23 @@ def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any
 
 def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> dict[str, Any]:
     """A check column's settings in the history's shape: the request, and the adapter at the column's alpha and
-    scale (the fallback: alpha = rank)."""
+    scale (the fallback: alpha = rank), its summary re-derived from the check's resolution through the one scale
+    formula (``AdapterSummary.at``)."""
     adapter = dict(settings.get("adapter") or {})
-    if column.get("label") == "fallback":
+    fallback = column.get("label") == "fallback"
+    if fallback:
         alpha, source = adapter.get("rank"), AlphaSource.RANK_FALLBACK
     elif column.get("alpha") is not None:
         alpha, source = column["alpha"], AlphaSource.EXPLICIT
     else:
         alpha, source = adapter.get("stored_alpha"), adapter.get("alpha_source")
-    adapter.update(alpha=column.get("alpha"), strength=column.get("strength"), resolved_alpha=alpha,
-                   resolved_alpha_source=source)
+    strength = float(column.get("strength") if column.get("strength") is not None else 1.0)
+    adapter.update(alpha=column.get("alpha"), strength=strength, resolved_alpha=alpha, resolved_alpha_source=source)
+    if isinstance(adapter.get("resolved"), Mapping):
+        at = AdapterSummary.from_json(adapter).at(None if fallback else column.get("alpha"), strength,
+                                                  rank_fallback=fallback)
+        adapter.update(resolved=at.to_json(), resolved_alpha=at.resolved_alpha,
+                       effective_scale=at.effective_scale)
     return {**settings, "adapters": [adapter]}
 
 

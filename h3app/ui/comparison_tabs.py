@@ -8,9 +8,12 @@ import gradio as gr
 
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.request_defaults import TINY_DEFAULTS, GridAxes
+from ..rules.values import ALPHA, STRENGTH
 from . import render
 from .comparison_events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
 from .comparison_view import build_comparison_view
+from .preview_stream import build_check_previews
+from .unclamped import unclamped
 
 EQUIVALENCE_INTRO = (
     "Does **A** give the same output as **B**? Their alpha × scale products are equal, so with an exact engine they "
@@ -64,18 +67,27 @@ class EquivalenceTab(JobControls):
     spectrogram_ab: gr.Image
     spectrogram_fallback: gr.Image
     result_json: gr.JSON
+    preview_a: gr.Image  # A, B and the fallback step by step while the check runs (preview_stream.py)
+    preview_b: gr.Image
+    preview_fallback: gr.Image
+    preview_note: gr.Markdown
 
 
 def build_equivalence_tab() -> EquivalenceTab:
     """A and B (defaults: the LightX2V pair), Run/Cancel, the verdict, the view, heat-maps, PSNR, spectrograms."""
     gr.Markdown(EQUIVALENCE_INTRO, elem_classes=["h3-note"])
     pair_note = gr.Markdown("", elem_id="check-pair-note", elem_classes=["h3-note"])
-    with gr.Row(equal_height=True):
-        a_alpha = gr.Number(DEFAULT_A.alpha, label="A: alpha (empty = auto)", elem_id="a-alpha", min_width=120)
-        a_scale = gr.Number(DEFAULT_A.strength, label="A: scale", elem_id="a-scale", min_width=120)
-        b_alpha = gr.Number(DEFAULT_B.alpha, label="B: alpha (empty = auto)", elem_id="b-alpha", min_width=120)
-        b_scale = gr.Number(DEFAULT_B.strength, label="B: scale", elem_id="b-scale", min_width=120)
+    with gr.Row(equal_height=True):  # each box has the ends of the rule that checks it (rules.values)
+        a_alpha = unclamped(gr.Number(DEFAULT_A.alpha, label="A: alpha (empty = auto)", elem_id="a-alpha",
+                                      min_width=120), ALPHA.low, ALPHA.high)
+        a_scale = unclamped(gr.Number(DEFAULT_A.strength, label="A: scale", elem_id="a-scale", min_width=120),
+                            STRENGTH.low, STRENGTH.high)
+        b_alpha = unclamped(gr.Number(DEFAULT_B.alpha, label="B: alpha (empty = auto)", elem_id="b-alpha",
+                                      min_width=120), ALPHA.low, ALPHA.high)
+        b_scale = unclamped(gr.Number(DEFAULT_B.strength, label="B: scale", elem_id="b-scale", min_width=120),
+                            STRENGTH.low, STRENGTH.high)
     controls = build_job_controls("Run the equivalence check", "check", "check", estimate_first=False)
+    live = build_check_previews()
     verdict = gr.HTML(render.placeholder("The verdict appears here: identical bit for bit, or not."),
                       elem_id="verdict")
     view = build_comparison_view("check-view", "A, B and the fallback play here, in step, once the check has run.")
@@ -95,7 +107,7 @@ def build_equivalence_tab() -> EquivalenceTab:
     return EquivalenceTab(**vars(controls), a_alpha=a_alpha, a_scale=a_scale, b_alpha=b_alpha, b_scale=b_scale,
                           pair_note=pair_note, verdict=verdict, view=view, heat_ab=heat_ab,
                           heat_fallback=heat_fallback, psnr_plot=psnr_plot, spectrogram_ab=spectrogram_ab,
-                          spectrogram_fallback=spectrogram_fallback, result_json=result_json)
+                          spectrogram_fallback=spectrogram_fallback, result_json=result_json, **vars(live))
 
 
 @dataclass

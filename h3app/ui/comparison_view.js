@@ -264,10 +264,22 @@
     markPicked();
   }
 
+  function baselineOf(index) {
+    // the no-LoRA cell of the grid (seed) that holds column ``index``; ``index`` itself when it has none
+    for (const grid of value().grids || []) {
+      const cells = (grid.rows || []).flatMap((row) => row.cells || []);
+      if ((cells.includes(index) || grid.baseline === index) && grid.baseline !== null &&
+          grid.baseline !== undefined) return grid.baseline;
+    }
+    return index;
+  }
+
   function pick(index) {
+    // The first click of a run plays the cell beside its no-LoRA baseline; each further click beside the cell
+    // clicked before it (A and B), so any two cells can be put side by side.
     const v = value();
-    const [shown] = shownColumns();
-    const previous = shown.length ? shown[shown.length - 1] : v.grids && v.grids[0] ? v.grids[0].baseline : index;
+    const picked = state.picked && state.run === v.run ? state.picked : null;
+    const previous = picked ? picked[picked.length - 1] : baselineOf(index);
     state.run = v.run;
     state.picked = previous === index ? [index] : [previous, index];
     renderPlayers();

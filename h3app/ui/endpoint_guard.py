@@ -1,9 +1,11 @@
 """One guard around every event of the app (UI and API alike), installed on the built Blocks (``guard_events``).
 
-- **Text bounded first**: before the event's own code runs, every text input is at most its field's length
-  (``FIELD_CHARS`` by parameter name, ``rules.values.MAX_FIELD_CHARS`` for the other named ones, ``MAX_TEXT_CHARS``
-  for a UI form's unnamed values): one line naming the field and the limit, the text never echoed. The parsers
-  check their own fields again (a source or revision ≤ 4,096 characters, a weight-name part ≤ 255).
+- **Text bounded first**: before the event's own code runs, every text input of a named endpoint is at most its
+  field's length (``FIELD_CHARS`` by parameter name, ``rules.values.MAX_FIELD_CHARS`` for the other named ones):
+  one line naming the field and the limit, the text never echoed. The page's own (private) events bound every text
+  at ``MAX_TEXT_CHARS`` only, so that a field a little too long is refused by its own rule in its own place (a
+  source ≤ 4,096 characters in the inspect card) rather than as an error badge on whatever cheap event read it; the
+  parsers check their fields again (a source or revision ≤ 4,096 characters, a weight-name part ≤ 255).
 - **Hosted answers hold no internals**: a user error keeps its one line, with server folders turned back into
   the names a visitor knows (``Redactor``); any other exception becomes the generic line with an error id
   (``errors.for_visitor``: the details go to the server log). JSON and HTML outputs are redacted the same way, after
@@ -38,15 +40,17 @@ MAX_ITEMS = 1024  # values looked at in one input (a UI form's dict, a list of f
 REDACTED_OUTPUTS = (gr.JSON, gr.HTML, gr.Markdown)  # what answers show as text; values a form sends back are not
 
 
-def check_inputs(fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
-    """Refuse (one ``gr.Error`` line) a text input longer than its field allows, before ``fn`` runs."""
+def check_inputs(fn: Callable[..., Any], args: tuple, kwargs: dict, by_field: bool = True) -> None:
+    """Refuse (one ``gr.Error`` line) a text input longer than its field allows (``by_field``; else longer than
+    ``MAX_TEXT_CHARS``), before ``fn`` runs."""
     try:
         bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
     except TypeError:
         bound = {f"input {i + 1}": value for i, value in enumerate(args)} | kwargs
     for name, value in bound.items():
         try:
-            _check_value(value, name.replace("_", " "), FIELD_CHARS.get(name, MAX_FIELD_CHARS))
+            limit = FIELD_CHARS.get(name, MAX_FIELD_CHARS) if by_field else MAX_TEXT_CHARS
+            _check_value(value, name.replace("_", " "), limit)
         except H3AppError as error:
             raise gr.Error(str(error), print_exception=False) from None
 
@@ -139,14 +143,14 @@ def visitor_error(error: BaseException, redactor: Redactor | None, where: str) -
 
 
 def guarded(fn: Callable[..., Any], redactor: Redactor | None, redacted: Callable[[Any], Any], where: str,
-            in_flight: InFlight | None = None) -> Callable[..., Any]:
-    """``fn`` with its inputs bounded, its errors (hosted: ``redactor`` given) as a visitor may see them and its
-    answer passed through ``redacted``; with ``in_flight`` (an off-queue event in hosted mode) also at most a few
-    running per visitor. A generator stays a generator."""
+            in_flight: InFlight | None = None, by_field: bool = True) -> Callable[..., Any]:
+    """``fn`` with its inputs bounded (``check_inputs``), its errors (hosted: ``redactor`` given) as a visitor may
+    see them and its answer passed through ``redacted``; with ``in_flight`` (an off-queue event in hosted mode) also
+    at most a few running per visitor. A generator stays a generator."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def stream(*args: Any, **kwargs: Any) -> Any:
-            check_inputs(fn, args, kwargs)
+            check_inputs(fn, args, kwargs, by_field)
             with _held(in_flight):
                 try:
                     for item in fn(*args, **kwargs):
@@ -157,7 +161,7 @@ def guarded(fn: Callable[..., Any], redactor: Redactor | None, redacted: Callabl
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        check_inputs(fn, args, kwargs)
+        check_inputs(fn, args, kwargs, by_field)
         with _held(in_flight):
             try:
                 return redacted(fn(*args, **kwargs))
@@ -208,7 +212,8 @@ def guard_events(demo: gr.Blocks, backend: Any) -> None:
             continue
         where = f"event {block_fn.api_name or getattr(block_fn.fn, '__name__', 'event')}"
         wrapped = guarded(block_fn.fn, redactor, _answer_redactor(block_fn.outputs, redactor), where,
-                          off_queue if block_fn.queue is False else None)
+                          off_queue if block_fn.queue is False else None,
+                          by_field=block_fn.api_visibility != "private")
         wrapped.__h3_guarded__ = True  # type: ignore[attr-defined]
         block_fn.fn = wrapped
 

@@ -20,10 +20,10 @@ from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import FL2VA, REF2VA, T2VA
 from ..rules.request_defaults import SEED, TINY_DEFAULTS
-from ..rules.values import parse_alpha, parse_number, parse_strength
+from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
 
-SCALE_RANGE = (-2.0, 4.0)  # the Scale slider's range; the API and the CLI take up to ±rules.values.MAX_STRENGTH
+SCALE_RANGE = (SCALE_SLIDER.low, SCALE_SLIDER.high)  # the Scale slider's ends: those of the rule that checks it
 
 Form = TypeVar("Form")
 
@@ -100,12 +100,13 @@ class RequestForm:
             if workflow != REF2VA:
                 refs = ()
         height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
-        typed = SEED if self.seed is None or self.seed == "" else self.seed  # an emptied box: the default seed
-        used_seed = int(parse_number(typed, "seed")) if seed is None else int(seed)
+        # numbers reach the request as typed: GenerationRequest refuses 7.5 as a seed, never rounds it; an emptied
+        # box: the default seed
+        used_seed = (SEED if self.seed in (None, "") else self.seed) if seed is None else int(seed)
         return GenerationRequest(
-            prompt=self.prompt or "", seed=used_seed, steps=parse_number(self.steps, "steps"),  # 2.5 is refused
+            prompt=self.prompt or "", seed=used_seed, steps=self.steps,  # 2.5 is refused
             duration=parse_number(self.duration, "duration"),
-            height=None if height is None else int(height), width=None if width is None else int(width),
+            height=height, width=width,
             shift=optional_number(self.shift, "shift"), audio_shift=optional_number(self.audio_shift, "audio shift"),
             workflow=workflow, first_frame=first or None, last_frame=last or None, references=refs)
 
@@ -128,6 +129,7 @@ class SlotForm:
     qkv_layout: str = "auto"
     uploaded: Mapping[str, str] | None = None
     refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
+    info: Mapping[str, Any] | None = None  # what Inspect showed for this source (its alpha chain fills the box)
 
     @property
     def source_to_read(self) -> str:
@@ -138,18 +140,33 @@ class SlotForm:
         return text
 
     def strength_value(self) -> float:
-        """The Scale control's value: within the slider's range, else refused with a word (never clamped)."""
-        strength = parse_strength(self.strength)
-        low, high = SCALE_RANGE
-        if not low <= strength <= high:
-            raise H3AppError(f"scale {strength:g} is outside the Scale slider's {low:g} to {high:g}: nothing is "
-                             f"applied at it; type a value in that range (the API and the CLI take larger ones).")
-        return strength
+        """The Scale control's value: a strength every entry point accepts (``parse_strength``, the same line as
+        the API's and the CLI's), and within the slider's narrower range (``rules.values.SCALE_SLIDER``); else
+        refused in one line, never clamped."""
+        return SCALE_SLIDER.check(parse_strength(self.strength), "scale")
+
+    @property
+    def typed_alpha(self) -> bool:
+        """The alpha box holds something other than what Inspect put there (the file's own alpha, or nothing):
+        a typed or pasted alpha — an override whether or not the Override tick has reached the page yet."""
+        text = str(self.alpha if self.alpha is not None else "").strip()
+        if not text:
+            return False
+        shown = chain_text(self.info)
+        try:
+            return not shown or float(text) != float(shown)
+        except ValueError:
+            return True  # not a number: the override that parse_alpha refuses in one line
+
+    @property
+    def overrides(self) -> bool:
+        """Override is ticked, or the alpha box holds a typed alpha."""
+        return bool(self.override) or self.typed_alpha
 
     def alpha_value(self) -> float | None:
-        """None (auto: the alpha chain per module) unless Override is ticked; then a finite alpha > 0 (the alpha
-        box is text, so that an empty box reads as empty rather than 0)."""
-        return alpha_from_controls(self.override, self.alpha)
+        """None (auto: the alpha chain per module) unless the panel overrides it (:attr:`overrides`); then a
+        finite alpha > 0 (the alpha box is text, so that an empty box reads as empty rather than 0)."""
+        return alpha_from_controls(self.overrides, self.alpha)
 
     def settings(self, mode: str | None) -> LoRASettings | None:
         """The slot's adapter settings; None when the source box is empty (no adapter in this slot)."""
@@ -164,6 +181,12 @@ class SlotForm:
 
 
 SLOT_FIELDS = field_names(SlotForm)
+
+
+def chain_text(info: Mapping[str, Any] | None) -> str:
+    """What the alpha box shows for a file when nothing overrides it: its one alpha, else empty."""
+    alpha = (info or {}).get("alpha")
+    return "" if alpha is None else f"{float(alpha):g}"
 
 
 def alpha_from_controls(override: bool, alpha: Any) -> float | None:

@@ -4,22 +4,24 @@ back from a JSON or an mp4, presets and trigger words from the known-adapter car
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
-from ..backend import media
+from ..adapters.resolved import resolve_adapter
+from ..adapters.summary import AdapterSummary, applied_lines, describe
 from ..backend.generation import Cancelled, GenerationRequest
+from ..backend.preview import PreviewBoard, watch
+from ..backend.worker import CLIENT_GONE, Progress
 from ..errors import H3AppError
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
-from ..rules.request_defaults import SEED, defaults_for
+from ..rules.request_defaults import SEED
 from ..rules.steps import evaluations
-from . import render, snippets
+from . import history_words, render, snippets
 from .adapter_events import user_error
 from .client_gone import client_gone
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
@@ -43,36 +45,54 @@ class JobRunner:
         self.jobs = jobs
 
     def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
-        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when it was
-        cancelled (a toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
-        key = session_key(request)
-        abandoned = client_gone()
-        if self.jobs.start(key):
-            return self.stopped(what, "cancelled before it started.")
-        try:
-            handle = submit()
-        except H3AppError as error:
-            raise user_error(error) from error
-        phase = [what]
-
-        def on_step(done: int, total: int) -> None:
-            if progress is None:
-                return
-            if done == total and phase[0] in (what, "denoising"):
-                progress(None, desc=f"{what}: {total}/{total} steps done — decoding video and audio")
-            else:
-                progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
-
-        def on_phase(name: str) -> None:
-            phase[0] = describe_phase(what, name)
-            if progress is not None:
-                progress(None, desc=phase[0])
-
+        """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when cancelled (a
+        toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
+        key, handle, abandoned = self._begin(submit, request, what)
+        if isinstance(handle, Stopped):
+            return handle
         try:
             with self.jobs.track(key, handle):
-                return self.backend.run(handle, on_step, on_phase, abandoned)
+                return self.backend.run(handle, *_reporters(progress, what), abandoned)
         except Cancelled as error:
             return self.stopped(what, str(error))
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    def stream(self, submit: Callable[[], Any], request: Any, progress: Any, what: str,
+               board: PreviewBoard) -> Generator[Progress, None, Any]:
+        """:meth:`run` for a generator event: yields the job's progress whenever it or ``board`` (its previews)
+        changed; returns what :meth:`run` returns. Closing it (the client went away) cancels the job."""
+        key, handle, abandoned = self._begin(submit, request, what)
+        if isinstance(handle, Stopped):
+            return handle
+        on_step, on_phase = _reporters(progress, what)
+        try:
+            with self.jobs.track(key, handle):
+                last = None
+                for now in watch(handle, board, abandoned):
+                    try:
+                        yield now
+                    except GeneratorExit:  # nobody reads on: stop at the next step
+                        handle.cancel(CLIENT_GONE)
+                        raise
+                    if last is None or now.phase != last.phase or not now.total:  # a yield clears the bar: redraw
+                        on_phase(now.phase if now.phase != "queued" else f"queued (position {now.position})")
+                    if now.total:
+                        on_step(now.done, now.total)
+                    last = now
+                return self.backend.run(handle)
+        except Cancelled as error:
+            return self.stopped(what, str(error))
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    def _begin(self, submit: Callable[[], Any], request: Any, what: str) -> tuple[str, Any, Callable[[], bool]]:
+        """(session key, the job's handle — Stopped when Cancel came first —, the client-gone check)."""
+        key, abandoned = session_key(request), client_gone()
+        if self.jobs.start(key):
+            return key, self.stopped(what, "cancelled before it started."), abandoned
+        try:
+            return key, submit(), abandoned
         except H3AppError as error:
             raise user_error(error) from error
 
@@ -95,6 +115,26 @@ class JobRunner:
         if label is None:
             return "Nothing of yours is running."
         return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
+
+
+def _reporters(progress: Any, what: str) -> tuple[Callable[[int, int], None], Callable[[str], None]]:
+    """``on_step(done, total)`` and ``on_phase(name)`` that draw a job's progress on ``gr.Progress`` (None: none)."""
+    phase = [what]
+
+    def on_step(done: int, total: int) -> None:
+        if progress is None:
+            return
+        if done == total and phase[0] in (what, "denoising"):
+            progress(None, desc=f"{what}: {total}/{total} steps done — decoding video and audio")
+        else:
+            progress((done, total), desc=f"{phase[0]}: step {done}/{total}", unit="steps")
+
+    def on_phase(name: str) -> None:
+        phase[0] = describe_phase(what, name)
+        if progress is not None:
+            progress(None, desc=phase[0])
+
+    return on_step, on_phase
 
 
 EQUIVALENCE_RUNS = {"A": "A", "control": "determinism control (A's first step, twice)", "B": "B",
@@ -125,19 +165,38 @@ class GenerateEvents:
     def generate_view(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None] = (),
                       request: gr.Request = None, progress: Any = gr.Progress()) -> GenerateView | Stopped:
         """Generate with the session's adapters (``infos``: each slot's inspect JSON, for the sglang notes)."""
-        used_seed = random.randint(0, MAX_SEED) if form.request.randomize else None
-        try:
-            generation = form.request.to_request(used_seed)
-            adapters = job_adapters(form.session, form.mode)
-        except H3AppError as error:
-            raise user_error(error) from error
+        generation, adapters = self._job(form)
         output = self.generate(generation, adapters, form.token, request, progress)
         if isinstance(output, Stopped):
             return output
+        return self._finished(form, infos, generation, output)
+
+    def generate_views(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None], request: gr.Request,
+                       progress: Any, board: PreviewBoard) -> Iterator[Progress | GenerateView | Stopped]:
+        """:meth:`generate_view` with step previews on ``board``: the job's progress while it runs (each time it
+        or a preview changed), then the view (or Stopped)."""
+        generation, adapters = self._job(form)
+        output = yield from self.runner.stream(
+            lambda: self.backend.submit_generate(generation, adapters, form.token or None, previews=board), request,
+            progress, "generation", board)
+        yield output if isinstance(output, Stopped) else self._finished(form, infos, generation, output)
+
+    @staticmethod
+    def _job(form: JobForm) -> tuple[GenerationRequest, list[Any]]:
+        try:
+            return (form.request.to_request(random.randint(0, MAX_SEED) if form.request.randomize else None),
+                    job_adapters(form.session, form.mode))
+        except H3AppError as error:
+            raise user_error(error) from error
+
+    @staticmethod
+    def _finished(form: JobForm, infos: Sequence[Mapping[str, Any] | None], generation: GenerationRequest,
+                  output: Any) -> GenerateView:
         summary = output.to_json()
-        settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")}}
-        sglang = reproduction_views(settings, list(infos)[:len(adapters)])
-        label = _history_label(summary)
+        settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")},
+                    "applied": applied_lines(output.settings.get("adapters") or ())}
+        sglang = reproduction_views(settings, list(infos)[:len(output.settings.get("adapters") or [])])
+        label = history_words.entry_label({"kind": "generate", "settings": output.settings})
         session = add_history(form.session, {"kind": "generate", "label": label, "video": output.video_path,
                                              "thumbnail": output.thumbnail_path, "hash": summary["hash"],
                                              "settings": output.settings})
@@ -181,101 +240,6 @@ def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str,
     return Reproduction(snippets.h3app_command(settings), sglang.command, notes, snippets.diffusers_snippet(settings))
 
 
-def _history_label(summary: Mapping[str, Any]) -> str:
-    adapters = summary.get("adapters") or []
-    parts = [f"seed {summary.get('seed')}"]
-    for a in adapters:
-        alpha = a.get("resolved_alpha")
-        parts.append(f"{Path(str(a.get('source'))).stem[:24]} α{'auto' if alpha is None else f'{float(alpha):g}'}"
-                     f"×{float(a.get('strength', 1.0)):g}")
-    if not adapters:
-        parts.append("no adapter")
-    return " · ".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------- load settings
-def read_settings_file(path: str | None) -> dict[str, Any]:
-    """The settings JSON of a previous run: from an mp4 this app wrote, or a .json file."""
-    if not path:
-        raise H3AppError("no file given: upload a settings .json or an .mp4 made by this app.")
-    file = Path(str(getattr(path, "name", path)))
-    try:
-        if file.suffix.lower() == ".mp4":
-            data = media.read_settings(file)
-            if data is None:
-                raise H3AppError(f"{file.name} carries no h3app settings: use an mp4 made by this app.")
-        else:
-            data = json.loads(file.read_text(encoding="utf-8"))
-    except H3AppError:
-        raise
-    except (OSError, ValueError, UnicodeDecodeError) as error:
-        raise H3AppError(f"could not read settings from {file.name} ({type(error).__name__}): upload the .json "
-                         f"this app showed, or an mp4 it made.") from error
-    if not isinstance(data, dict) or not isinstance(data.get("request"), dict):
-        raise H3AppError(f"{file.name} has no \"request\" settings: upload the .json this app showed, or an mp4 it "
-                         f"made.")
-    return data
-
-
-def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Control values from a settings JSON: request fields, and per slot source/weight/revision/override/alpha/scale
-    (revision pinned to the commit the file came from, when known)."""
-    request = data["request"]
-    adapters = list(data.get("adapters") or ([data["adapter"]] if data.get("adapter") else []))
-    controls: dict[str, Any] = {
-        "workflow": request.get("workflow", T2VA), "prompt": request.get("prompt", ""),
-        **{name: request.get(name, getattr(defaults_for(data.get("model")), name))  # missing: the model's default
-           for name in ("seed", "steps", "duration")},
-        "height": request.get("height"), "width": request.get("width"), "shift": request.get("shift"),
-        "audio_shift": request.get("audio_shift"),
-        "mode": adapters[0].get("mode", "unmerged") if adapters else "unmerged",
-    }
-    for slot in ("1", "2"):
-        index = int(slot) - 1
-        adapter = adapters[index] if index < len(adapters) else None
-        controls[f"slot{slot}"] = None if adapter is None else {
-            "source": adapter.get("source", ""), "weight_name": adapter.get("weight_name"),
-            "revision": adapter.get("commit") or adapter.get("revision") or "",
-            "override": adapter.get("alpha") is not None, "alpha": adapter.get("alpha"),
-            "strength": float(adapter.get("strength", 1.0)),
-        }
-    return controls
-
-
-@dataclass(frozen=True)
-class SettingsView:
-    """Controls restored from a settings file: the request, the LoRA mode, each slot (None: emptied) and a status
-    line naming inputs that must be uploaded again."""
-
-    request: RequestForm
-    mode: str
-    slots: Mapping[str, SlotForm | None]
-    load_status: str
-
-
-def load_settings_view(path: str | None) -> SettingsView:
-    """Read a settings .json or an mp4 made here into the controls' values."""
-    try:
-        data = read_settings_file(path)
-        controls = settings_to_controls(data)
-    except H3AppError as error:
-        raise user_error(error) from error
-    request = RequestForm(**{name: controls[name] for name in ("workflow", "prompt", "seed", "steps", "duration",
-                                                               "height", "width", "shift", "audio_shift")})
-    slots: dict[str, SlotForm | None] = {}
-    for slot in ("1", "2"):
-        adapter = controls[f"slot{slot}"]
-        slots[slot] = None if adapter is None else SlotForm(
-            source=adapter["source"], weight=adapter["weight_name"], revision=adapter["revision"],
-            override=adapter["override"], alpha="" if adapter["alpha"] is None else f"{float(adapter['alpha']):g}",
-            strength=adapter["strength"])
-    missing = [k for k in ("first_frame", "last_frame") if data["request"].get(k)]
-    if data["request"].get("references"):
-        missing.append("references")
-    status = "Settings restored" + (f" — upload these again: {', '.join(missing)}." if missing else ".")
-    return SettingsView(request, controls["mode"], slots, status)
-
-
 # ------------------------------------------------------------------------------------- what a run applies
 APPLY_NOTE_EMPTY = "Generate runs the **base model** (no adapter in the panel)."
 
@@ -308,15 +272,49 @@ def apply_note(form: SyncForm) -> str:
             continue
         loaded = ((form.session or {}).get("adapters") or {}).get(name) or {}
         same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
-        alpha = "auto (the file's chain)" if settings.alpha is None else f"{settings.alpha:g}"
         state = ("loaded" if same_file else
                  "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
-        lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at alpha {alpha} × scale "
-                     f"{settings.strength:g} — {state}.")
+        lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at "
+                     f"{applied_words(slot, settings)} — {state}.")
     return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY
 
 
+def applied_words(slot: SlotForm, settings: Any) -> str:
+    """What the slot will apply, in the one summary's words when Inspect has read the file (``alpha 1 (registry)
+    × scale 1 → effective 0.0625``), else the settings as given (``alpha 8 × scale 1``; auto: the file's chain)."""
+    info = slot.info or {}
+    if info.get("resolved") is not None and (info.get("adapter") or [None])[0] == slot.source_to_read:
+        # the settings passed SlotForm's checks, which are the resolver's: it cannot refuse them here
+        return describe(AdapterSummary.of(resolve_adapter(info, settings.alpha, settings.strength)))
+    alpha = "auto (the file's chain)" if settings.alpha is None else f"{settings.alpha:g}"
+    return f"alpha {alpha} × scale {settings.strength:g}"
+
+
 # ---------------------------------------------------------------------------------------- presets and prompts
+def request_problem(form: RequestForm, limits: Any) -> str | None:
+    """The one-line refusal of the request's numbers as they stand (seed, steps, duration, canvas, shifts), by
+    the rules a job is checked with (``GenerationRequest``, the held model's ``Limits``); None when they pass. The
+    prompt and the workflow's input files are judged when a job starts."""
+    numbers = replace(form, prompt="-", workflow=T2VA, first_frame=None, last_frame=None, references=())
+    try:
+        request = numbers.to_request()
+        limits.check_canvas(request.height, request.width)
+        limits.check_steps(request.steps)
+        limits.frames.check_duration(request.duration)
+    except H3AppError as error:
+        return str(error)
+    return None
+
+
+def request_note(form: RequestForm, limits: Any, info: Mapping[str, Any] | None) -> str:
+    """The line under the request's numbers: a refused value in one line (nothing is clamped; Generate,
+    Equivalence and Grid refuse it the same way), else what the steps mean (:func:`steps_note`)."""
+    problem = request_problem(form, limits)
+    if problem is not None:
+        return f"**✖ Not applied:** {problem}"
+    return steps_note(form.steps, info)
+
+
 def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
     """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
     steps = int(steps)

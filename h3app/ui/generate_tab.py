@@ -6,11 +6,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..backend.limits import Limits
+from ..backend.generation import MAX_SEED, MIN_SEED
+from ..backend.limits import MAX_STEPS, Limits
 from ..rules.choices import T2VA, WORKFLOWS
 from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
 from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
+from .preview_stream import build_generate_preview
+from .unclamped import unclamped
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
@@ -36,7 +39,7 @@ class RequestControls:
     audio_shift: gr.Number
 
 
-UI_MAX_STEPS = 60  # the slider's top (the server allows more through the API and the CLI)
+UI_MAX_STEPS = MAX_STEPS  # the slider's top is the rule's (Limits.max_steps, fewer on a hosted server)
 
 
 def duration_step(limits: Limits) -> float:
@@ -82,6 +85,24 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
                            randomize, steps, note, duration, height, width, shift, audio_shift)
 
 
+NUMBER_FIELDS = ("seed", "steps", "duration", "height", "width", "shift", "audio_shift")  # the request's numbers
+
+
+def bind_limits(controls: RequestControls, limits: Limits) -> RequestControls:
+    """Give each of the request's numbers the ends of the rule that checks it — seed: ``GenerationRequest``'s
+    0…``MAX_SEED``; steps, duration and canvas: the held model's ``limits`` (a side at most ``max_pixels`` ÷
+    ``canvas_multiple``; 0 = the model's own) — and let typed values through unclamped (``unclamped.py``): a value
+    outside is refused in one line (``generate_events.request_note``), never clamped."""
+    rule = limits.frames
+    side = limits.max_pixels // limits.canvas_multiple
+    for name, low, high in (("seed", MIN_SEED, MAX_SEED), ("steps", limits.min_steps, limits.max_steps),
+                            ("duration", rule.shortest_seconds, rule.longest_seconds), ("height", 0, side),
+                            ("width", 0, side), ("shift", 0, None), ("audio_shift", 0, None)):
+        unclamped(getattr(controls, name), low, high)
+    controls.steps_note.elem_id = "request-note"  # where a refused number is said (request_note)
+    return controls
+
+
 @dataclass
 class GenerateTab:
     apply_note: gr.Markdown
@@ -98,6 +119,8 @@ class GenerateTab:
     sglang_command: gr.Code
     sglang_notes: gr.HTML
     diffusers_snippet: gr.Code
+    preview: gr.Image  # the step preview beside the video (preview_stream.py)
+    preview_note: gr.Markdown
 
 
 def build_generate_tab() -> GenerateTab:
@@ -108,8 +131,12 @@ def build_generate_tab() -> GenerateTab:
         cancel_button = gr.Button("Cancel", variant="stop", scale=1, elem_id="cancel")
     cancel_note = gr.Markdown("", elem_id="generate-cancel-note")
     status = gr.Markdown("", elem_id="generate-status")
-    video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300, elem_id="video",
-                     autoplay=False)
+    with gr.Row():
+        with gr.Column(scale=3):
+            video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300,
+                             elem_id="video", autoplay=False)
+        with gr.Column(scale=2):
+            live = build_generate_preview()
     result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
                                              "appear here."), elem_id="result")
     with gr.Accordion("Reproduce: settings JSON, load settings, copy as CLI", open=False):
@@ -124,4 +151,5 @@ def build_generate_tab() -> GenerateTab:
         diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)
     return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html,
                        settings_json,
-                       settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet)
+                       settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet,
+                       live.preview, live.preview_note)

@@ -8,10 +8,9 @@ Pure functions of the settings JSON each history entry carries: ``{"request": Ge
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import Any
 
-from ..rules.alpha_source import AlphaSource
+from ..adapters import summary
 
 PROMPT_CHARS = 40  # of the prompt in a label; the differences show it whole
 REQUEST_WORDS = (("prompt", "prompt"), ("seed", "seed"), ("steps", "steps"), ("duration", "duration (s)"),
@@ -19,36 +18,23 @@ REQUEST_WORDS = (("prompt", "prompt"), ("seed", "seed"), ("steps", "steps"), ("d
 
 
 def number(value: Any) -> str:
-    """``8.0`` → ``8``; ``0.0625`` → ``0.0625``; None → ``auto``."""
-    if value is None:
-        return "auto"
-    try:
-        return f"{float(value):g}"
-    except (TypeError, ValueError):
-        return str(value)
+    """``8.0`` → ``8``; ``0.0625`` → ``0.0625``; None → ``auto`` (``adapters.summary.number``)."""
+    return summary.number(value)
 
 
 def alpha_words(adapter: Mapping[str, Any]) -> str:
-    """The alpha an adapter ran at and where it came from: ``16 (rank fallback)``, ``1 (registry)``, ``8 (typed)``;
-    per-rank alphas as ``rank 64: 64, rank 128: 8``."""
-    alpha = adapter.get("resolved_alpha", adapter.get("alpha"))
-    source = adapter.get("resolved_alpha_source") or (AlphaSource.EXPLICIT if adapter.get("alpha") is not None
-                                                      else adapter.get("alpha_source"))
-    if isinstance(alpha, Mapping):
-        value = ", ".join(f"{key}: {number(v)}" for key, v in alpha.items())
-    else:
-        value = number(alpha)
-    return f"{value} ({AlphaSource.of(source).word})" if source else value
+    """The alpha(s) an adapter ran at and where they came from (``adapters.summary.alpha_text``): ``16 (rank
+    fallback)``, ``1 (registry)``, ``8 (typed)``, ``2 / 4 (adapter_config.json, rsLoRA)``."""
+    return summary.alpha_text(summary.AdapterSummary.from_json(adapter))
 
 
 def adapter_words(adapter: Mapping[str, Any]) -> str:
-    """``tiny_turbo_4step α 1 (registry) × 1``."""
-    return (f"{file_name(adapter)} α {alpha_words(adapter)} × {number(adapter.get('strength', 1.0))}")
+    """``tiny_turbo_4step α 1 (registry) × 1`` (``adapters.summary.label``)."""
+    return summary.label(summary.AdapterSummary.from_json(adapter))
 
 
 def file_name(adapter: Mapping[str, Any]) -> str:
-    name = adapter.get("weight_name") or adapter.get("source") or "?"
-    return PurePath(str(name)).stem or str(name)
+    return summary.file_stem(adapter)
 
 
 def entry_label(entry: Mapping[str, Any]) -> str:
@@ -82,8 +68,11 @@ def setting_words(settings: Mapping[str, Any]) -> dict[str, str]:
         for index, adapter in enumerate(adapters):
             tag = "" if index == 0 else f" {index + 1}"
             words[f"adapter{tag}"] = file_name(adapter)
-            words[f"alpha{tag}"] = alpha_words(adapter)
-            words[f"scale{tag}"] = number(adapter.get("strength", 1.0))
+            applied = summary.AdapterSummary.from_json(adapter)
+            words[f"alpha{tag}"] = summary.alpha_text(applied)
+            words[f"scale{tag}"] = number(applied.strength)
+            if applied.scales:
+                words[f"effective scale{tag}"] = summary.scale_words(applied)
             if adapter.get("mode"):
                 words[f"mode{tag}"] = str(adapter["mode"])
     return words

@@ -9,6 +9,8 @@ from typing import Any
 
 import gradio as gr
 
+from ..backend.preview import PreviewBoard
+from ..backend.worker import Progress
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
@@ -26,8 +28,17 @@ from .forms import (
     read,
     write,
 )
-from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, load_settings_view, refusal_status
+from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, refusal_status
 from .generate_tab import RequestControls
+from .preview_stream import (
+    CheckPreviews,
+    GeneratePreview,
+    check_finished,
+    check_update,
+    generate_finished,
+    generate_update,
+)
+from .settings_file import load_settings_view
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
                     "audio_shift")
@@ -113,13 +124,20 @@ class JobWiring:
         generate_parts = {**parts(generate, [n for n in field_names(GenerateView) if n not in ("seed", "session")]),
                           "seed": seed, "session": self.session}
 
+        live = GeneratePreview(generate.preview, generate.preview_note)
+
         def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                         ) -> dict[Any, Any]:
-            return job_reply(generate.status, generate_parts, lambda: self.events.generate.generate_view(
-                self.job_form(values), (values[slot_1.info], values[slot_2.info]), request, progress))
+                         ) -> Iterator[dict[Any, Any]]:
+            board = PreviewBoard()  # this request's previews, streamed to this page only
+            views = self.events.generate.generate_views(self.job_form(values), (values[slot_1.info],
+                                                        values[slot_2.info]), request, progress, board)
+            yield from streamed_reply(generate.status, generate_parts, views,
+                                      lambda now: generate_update(live, board, now),
+                                      lambda stopped: generate_finished(live, board, stopped))
 
         generated = self.start(generate.generate_button, generate.status, run_generate,
-                               self.job_inputs(slot_1.info, slot_2.info), [*generate_parts.values(), generate.status],
+                               self.job_inputs(slot_1.info, slot_2.info),
+                               [*generate_parts.values(), generate.status, generate.preview, generate.preview_note],
                                scroll_to_output=False, show_progress_on=[generate.video])
         generated.then(self.grid_estimate, set(self.grid_parts.values()), [self.tabs.grid.estimate], **CHEAP)
         return generated
@@ -135,12 +153,14 @@ class JobWiring:
 
     def wire_check_pair(self) -> None:
         """A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)."""
-        slot_1, pair_parts = self.slots[0], parts(self.tabs.equivalence, field_names(CheckPairView))
+        slot_1, suggested = self.slots[0], gr.State(None)
+        pair_parts = {**parts(self.tabs.equivalence, [n for n in field_names(CheckPairView) if n != "suggested"]),
+                      "suggested": suggested}
 
-        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any) -> dict[Any, Any]:
-            return write(self.events.comparisons.check_pair(info, override, alpha_text), pair_parts)
+        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any, last: Any) -> dict[Any, Any]:
+            return write(self.events.comparisons.check_pair(info, override, alpha_text, last), pair_parts)
 
-        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha]
+        pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha, suggested]
         gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
               list(pair_parts.values()), **CHEAP)
         self.page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
@@ -151,13 +171,26 @@ class JobWiring:
         check_outputs = {**parts(equivalence, [n for n in field_names(CheckView) if n != "session"]),
                          "session": self.session}
 
-        def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                      ) -> dict[Any, Any]:
-            return job_reply(equivalence.status, check_outputs, lambda: self.events.comparisons.check_view(
-                self.job_form(values), read(CheckForm, check_parts, values), request, progress))
+        live = CheckPreviews(equivalence.preview_a, equivalence.preview_b, equivalence.preview_fallback,
+                             equivalence.preview_note)
 
+        def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
+                      ) -> Iterator[dict[Any, Any]]:
+            board = PreviewBoard()  # A, B and the fallback of this request, streamed to this page only
+            views = self.events.comparisons.check_views(self.job_form(values), read(CheckForm, check_parts, values),
+                                                        request, progress, board)
+            yield from streamed_reply(equivalence.status, check_outputs, views,
+                                      lambda now: check_update(live, board, now),
+                                      lambda stopped: check_finished(live, board, stopped))
+
+        def values_note(values: dict[Any, Any]) -> str:
+            return self.events.comparisons.check_values_note(read(CheckForm, check_parts, values))
+
+        gr.on([c.change for c in check_parts.values()], values_note, set(check_parts.values()), [equivalence.status],
+              **CHEAP)
         checked = self.start(equivalence.run_button, equivalence.status, run_check,
-                             self.job_inputs(*check_parts.values()), [*check_outputs.values(), equivalence.status],
+                             self.job_inputs(*check_parts.values()),
+                             [*check_outputs.values(), equivalence.status, *vars(live).values()],
                              show_progress_on=[equivalence.verdict])
         checked.then(self.check_estimate, set(self.request_parts.values()), [equivalence.estimate], **CHEAP)
         return checked
@@ -254,6 +287,27 @@ def job_reply(status: Any, outputs: dict[str, Any], view_of: Callable[[], Any]) 
     if isinstance(view, Stopped):
         return {status: view.status}
     return {**write(view, outputs), status: ""}
+
+
+def streamed_reply(status: Any, outputs: dict[str, Any], views: Iterator[Any],
+                   shown: Callable[[Progress], dict[Any, Any]],
+                   finished: Callable[[bool], dict[Any, Any]]) -> Iterator[dict[Any, Any]]:
+    """The answers of a job event that streams step previews: ``shown(progress)`` while the job runs, then (as
+    :func:`job_reply`) its view written to ``outputs`` or the stopped / refused line, with ``finished(stopped)``."""
+    view = None
+    try:
+        for item in views:
+            if isinstance(item, Progress):
+                yield shown(item)
+            else:
+                view = item
+    except gr.Error as error:
+        yield refused_job(status, error)
+        return
+    if isinstance(view, Stopped):
+        yield {status: view.status, **finished(True)}
+    else:
+        yield {**write(view, outputs), status: "", **finished(False)}
 
 
 def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:

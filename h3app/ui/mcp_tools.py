@@ -150,6 +150,7 @@ McpTools.search_h3_adapters.__doc__ = McpTools.search_h3_adapters.__doc__.replac
 
 def build_mcp_tools(tools: McpTools, backend: Any) -> None:
     """Hidden inputs and outputs for the four tools (inside the current Blocks context)."""
+    defaults = backend.defaults  # the held model's request defaults, as the UI's controls and the API show them
     with gr.Column(visible=False):
         text = {name: gr.Textbox(value=value, label=label) for name, value, label in (
             ("query", "", "text the repo id must contain"), ("sort", DEFAULT_SORT, "downloads, likes or updated"),
@@ -160,8 +161,8 @@ def build_mcp_tools(tools: McpTools, backend: Any) -> None:
             ("alpha_a", f"{DEFAULT_A.alpha:g}", "A: alpha"), ("alpha_b", f"{DEFAULT_B.alpha:g}", "B: alpha"))}
         number = {name: gr.Number(value=value, label=label, precision=precision) for name, value, label, precision in (
             ("limit", DEFAULT_LIMIT, f"results, 1 to {MAX_LIMIT}", 0), ("scale", 1.0, "scale (strength)", None),
-            ("seed", 7, "seed", 0), ("steps", 5, "steps (N steps run N-1 evaluations)", 0),
-            ("duration", RELEASED.shortest_seconds, "duration in seconds", None),
+            ("seed", defaults.seed, "seed", 0), ("steps", defaults.steps, "steps (N steps run N-1 evaluations)", 0),
+            ("duration", defaults.duration, "duration in seconds", None),
             ("height", 0, "height in pixels (0: default)", 0), ("width", 0, "width in pixels (0: default)", 0),
             ("scale_a", DEFAULT_A.strength, "A: scale", None), ("scale_b", DEFAULT_B.strength, "B: scale", None))}
         result = {name: gr.Textbox(label=f"{name}: JSON text") for name in TOOL_NAMES}

@@ -15,6 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ..adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
+from ..adapters.summary import AdapterSummary, describe, values_text
 from ..rules.alpha_source import AlphaSource
 from ..rules.steps import evaluations
 from ..rules.units import format_bytes
@@ -304,15 +305,12 @@ def result_html(output: Mapping[str, Any]) -> str:
         lines.append("no adapter (base model)")
     warned = False
     for a in adapters:
+        applied = AdapterSummary.from_json(a)
         resolved = a.get("resolved") or {}
-        alpha = resolved.get("alpha")
-        alpha_text = "per module" if alpha is None else f"{float(alpha):g}"
-        scale = resolved.get("effective_scale")
-        lines.append(f"{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: alpha {alpha_text} "
-                     f"({esc(source_label(resolved.get('alpha_source')))}) × scale {float(a.get('strength', 1.0)):g}"
-                     f" → effective {esc(scale_text(scale))}")
+        lines.append(f"<span data-testid='applied'>{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: "
+                     f"{esc(describe(applied))}</span>")
         lines.extend(f"⚠ {esc(w)}" for w in resolved.get("warnings") or ())
-        warned = warned or bool(resolved.get("warnings")) or resolved.get("alpha_source") == AlphaSource.RANK_FALLBACK
+        warned = warned or bool(resolved.get("warnings")) or applied.relies_on_rank_fallback
     kind = "warn" if warned else "ok"
     return card(kind, "<br>".join(lines), testid="result")
 
@@ -367,11 +365,13 @@ def _ratio_text(fallback: Any, a: Any) -> str:
 
 
 def scale_text(value: Any) -> str:
+    """An effective scale as JSON carries it (one number, or per group / rank / target, values possibly lists of
+    distinct values) in words: the number, or the distinct set (``1 / 2``, ``adapters.summary.values_text``)."""
     if value is None:
         return "—"
     if isinstance(value, Mapping):
-        return ", ".join(f"{'rank ' + str(k) if str(k).isdigit() else k}: {float(v):.4g}" for k, v in value.items())
-    return f"{float(value):.6g}"
+        return values_text(float(v) for item in value.values() for v in (item if isinstance(item, list) else [item]))
+    return values_text([float(value)])
 
 
 def distance_text(psnr: float) -> str:

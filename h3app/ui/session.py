@@ -16,7 +16,8 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.values import parse_alpha, parse_strength
+from ..rules.choices import LORA_MODES, QKV_LAYOUTS
+from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH, parse_alpha, parse_strength
 from ..settings import LoRASettings
 
 SLOTS = ("1", "2")
@@ -24,6 +25,45 @@ MAX_HISTORY = 60
 SETTINGS_FIELDS = ("source", "weight_name", "revision", "alpha", "strength", "mode", "group_strengths", "qkv_layout")
 # Names API clients may use besides the LoRASettings field names.
 FIELD_ALIASES = {"scale": "strength", "weight": "weight_name", "rev": "revision", "path": "source"}
+
+_TEXT = {"type": ["string", "null"], "maxLength": MAX_FIELD_CHARS}
+_SCALE = {"type": "number", "minimum": STRENGTH.low, "maximum": STRENGTH.high}
+ADAPTER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["source"],
+    "properties": {
+        "source": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS,
+                   "description": "Hub repo id (owner/name), HF URL or local path (alias: path)"},
+        "weight_name": {**_TEXT, "description": "the .safetensors file in the repo or folder; omit when there is "
+                                                "only one (alias: weight)"},
+        "revision": {**_TEXT, "description": "branch, tag or commit; default main (alias: rev)"},
+        "alpha": {"description": "override alpha; \"auto\" or null: the file's own alpha per module",
+                  "oneOf": [{"type": "number", "exclusiveMinimum": ALPHA.low, "maximum": ALPHA.high},
+                            {"enum": ["auto", None]}]},
+        "scale": {**_SCALE, "default": 1.0, "description": "strength; negative pushes the other way (alias: strength)"},
+        "mode": {"enum": list(LORA_MODES), "default": LORA_MODES[0], "description": "one mode for every adapter of "
+                                                                                   "a job"},
+        "group_strengths": {"type": "object", "additionalProperties": _SCALE,
+                            "description": "extra strength per module group (attention, feed_forward, …)"},
+        "qkv_layout": {"enum": list(QKV_LAYOUTS), "default": QKV_LAYOUTS[0]},
+    },
+}
+ADAPTERS_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema", "title": "adapters_json",
+    "description": "empty text: the session's adapters; [] : no adapter; else one adapter or a list of them",
+    "oneOf": [ADAPTER_SCHEMA, {"type": "array", "maxItems": len(SLOTS), "items": ADAPTER_SCHEMA}],
+}
+ADAPTERS_JSON_EXAMPLE = ('[{"source": "assets/adapters/tiny_turbo_4step.safetensors", "alpha": 8, '
+                         '"scale": 0.125}]')
+
+
+def adapters_json_words() -> str:
+    """The schema in one line, for the API page (Gradio shows one docstring line per parameter)."""
+    return (f'JSON text: empty = this session\'s adapters, [] = none, else an object or a list of at most '
+            f'{len(SLOTS)} objects {{"source": Hub repo id, HF URL or local path (required); "weight_name", '
+            f'"revision": text; "alpha": a number > {ALPHA.low:g} and at most {ALPHA.high:g}, or "auto" (the '
+            f'file\'s own); "scale": {STRENGTH.low:g} to {STRENGTH.high:g} (default 1); "mode": '
+            f'{" or ".join(LORA_MODES)}}}; e.g. {ADAPTERS_JSON_EXAMPLE}')
 
 
 def new_session() -> dict[str, Any]:

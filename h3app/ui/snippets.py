@@ -17,11 +17,13 @@ from ..adapters.resolved import resolve_adapter
 from ..adapters.sglang import SglangFlags, solve_flags
 from ..adapters.source.names import is_url
 from ..adapters.source.refs import parse_hf_url
+from ..adapters.summary import applied_lines
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
 from ..rules.choices import MAIN_PARTITION, REAL_REPO_ID, T2VA, workflow_partition
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import defaults_for
+from ..rules.steps import evaluations
 
 REAL_MODEL = REAL_REPO_ID
 
@@ -47,13 +49,35 @@ def _pinned_revision(adapter: Mapping[str, Any]) -> str | None:
     return adapter.get("commit") or adapter.get("revision")
 
 
+def run_frames(settings: Mapping[str, Any]) -> int:
+    """The frames the run made: its result's count, else what its duration gives under the released frame rule
+    (snapped up to 17n + 5: 124 for 5 s, not the 120 asked for)."""
+    result = settings.get("result") or {}
+    if result.get("frames"):
+        return int(result["frames"])
+    return RELEASED.frames(float(_request(settings)["duration"]))
+
+
+def run_steps(settings: Mapping[str, Any]) -> int:
+    """The steps the run used (presets already applied to its request)."""
+    return int(_request(settings)["steps"])
+
+
+def applied_comment(settings: Mapping[str, Any]) -> list[str]:
+    """Comment lines heading every snippet: what the run made and applied, in the one summary's words."""
+    steps = run_steps(settings)
+    lines = [f"# this run: {run_frames(settings)} frames, {steps} steps ({evaluations(steps)} evaluations)"]
+    lines += [f"# applied {line}" for line in applied_lines(settings.get("adapters") or ())]
+    return lines
+
+
 def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     """``python -m h3app generate …`` reproducing ``settings`` (revision pinned to the commit when known)."""
     request = _request(settings)
     parts = ["python -m h3app generate", f"--model {_q(settings.get('model', TINY))}",
              f"--workflow {_q(request.get('workflow', T2VA))}", f"--prompt {_q(request.get('prompt', ''))}",
-             f"--seed {int(request['seed'])}", f"--steps {int(request['steps'])}",
-             f"--duration {_num(request['duration'])}"]
+             f"--seed {int(request['seed'])}", f"--steps {run_steps(settings)}",
+             f"--duration {_num(request.get('duration', RELEASED.shortest_seconds))}"]
     if request.get("height") is not None:
         parts.append(f"--height {int(request['height'])} --width {int(request['width'])}")
     for key, flag in (("shift", "--shift"), ("audio_shift", "--audio-shift")):
@@ -89,7 +113,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     if adapters and adapters[0].get("mode", "unmerged") != "unmerged":
         parts.append(f"--lora-mode {_q(adapters[0]['mode'])}")
     parts.append(f"--out {_q(out)} --json")
-    return " \\\n  ".join(parts)
+    return "\n".join(applied_comment(settings)) + "\n" + " \\\n  ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -115,8 +139,10 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
                      "tiny checkpoint, so only the adapter flags carry over.")
         model = REAL_MODEL
     parts = ["sglang generate", f"--model-path {_q(model)}", f"--prompt {_q(request.get('prompt', ''))}",
-             f"--seed {int(request['seed'])}",
-             f"--num-inference-steps {int(request['steps'])}"]
+             f"--seed {int(request['seed'])}", f"--num-inference-steps {run_steps(settings)}",
+             f"--num-frames {run_frames(settings)}"]
+    if request.get("height") is not None and request.get("width") is not None:
+        parts.append(f"--height {int(request['height'])} --width {int(request['width'])}")
     adapters = list(settings.get("adapters") or ())
     if adapters:
         adapter = adapters[0]
@@ -139,7 +165,7 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
     if len(adapters) > 1:
         notes.append("sglang's command line takes one startup adapter: add the second with POST /v1/set_lora "
                      "(lists of lora_nickname, lora_path, strength, lora_alpha).")
-    return SglangCommand(" \\\n  ".join(parts), tuple(notes))
+    return SglangCommand("\n".join(applied_comment(settings)) + "\n" + " \\\n  ".join(parts), tuple(notes))
 
 
 def _sglang_path(source: str) -> str:
@@ -181,7 +207,8 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
     model = settings.get("model", TINY)
     model_path = "assets/tiny-h3" if model == TINY else model
     adapters = list(settings.get("adapters") or ())
-    lines = ["# 1) Bake h3app's alpha × scale into a clean diffusers/PEFT adapter (exact ΔW; see docs/adapters.md):"]
+    lines = [*applied_comment(settings),
+             "# 1) Bake h3app's alpha × scale into a clean diffusers/PEFT adapter (exact ΔW; see docs/adapters.md):"]
     for index, adapter in enumerate(adapters):
         flags = [f"--adapter {_q(adapter['source'])}"]
         if adapter.get("weight_name"):
@@ -214,8 +241,8 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
     for key, component in (("shift", "scheduler"), ("audio_shift", "audio_scheduler")):
         if request.get(key) is not None:
             lines.append(f"pipe.{component}.set_shift({float(request[key])!r})")
-    call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={int(request['steps'])}",
-            f"num_frames={RELEASED.requested_frames(float(request['duration']))}",
+    call = [f"prompt={request.get('prompt', '')!r}", f"num_inference_steps={run_steps(settings)}",
+            f"num_frames={run_frames(settings)}",
             f"generator=torch.Generator('cpu').manual_seed({int(request['seed'])})", "output_type='np'"]
     if request.get("height") is not None:
         call.insert(2, f"height={int(request['height'])}, width={int(request['width'])}")

@@ -1,0 +1,85 @@
+"""Number boxes and sliders that show the limits of the rule that checks them and never clamp.
+
+Gradio does two things with a value outside a control's ``minimum``/``maximum`` that would hide it from the person:
+
+- the server side of ``gr.Number`` and ``gr.Slider`` (``preprocess``) raises its own ``Error`` ("Value 1e9 is greater
+  than maximum value 4.") — with a traceback in the server log — and rounds to ``precision`` (a seed of 7.5 becomes
+  8);
+- the page's slider clamps a value typed into its number box when the box loses focus (1e9 becomes 4, silently).
+
+:func:`unclamped` keeps the limits on the control (its ends and the number box's ``min``/``max``) and hands the
+value to the app exactly as typed; the rule (``rules.values``, ``backend.limits``, ``GenerationRequest``) then
+refuses it in one line where the person is looking. :data:`NO_CLAMP_JS` (given to ``launch(js=…)``) stops the blur
+that clamps, for the controls marked :data:`UNCLAMPED_CLASS` only. Both lean on how Gradio 6 behaves (checked by
+the browser tests that type out-of-range values); :data:`WRITTEN_FOR` names the versions.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, TypeVar
+
+import gradio as gr
+
+WRITTEN_FOR = "6."  # gradio major version whose Number/Slider preprocess and slider blur this module works around
+UNCLAMPED_CLASS = "h3-unclamped"
+
+if not gr.__version__.startswith(WRITTEN_FOR):
+    warnings.warn(f"h3app.ui.unclamped was written for gradio {WRITTEN_FOR}x, found {gr.__version__}: check that "
+                  f"out-of-range values still reach the app unclamped (tests/test_ui_truth_browser.py).",
+                  stacklevel=1)
+
+Control = TypeVar("Control", gr.Number, gr.Slider)
+
+# Runs once when the page loads. Capture phase: it sees the blur before the slider's own listener on its number box
+# and stops it there, so the typed value stays (the value already reached the app on "input").
+NO_CLAMP_JS = f"""
+() => {{
+  document.addEventListener("blur", (event) => {{
+    const box = event.target;
+    if (box instanceof HTMLInputElement && box.type === "number" && box.closest(".{UNCLAMPED_CLASS}")) {{
+      event.stopImmediatePropagation();
+    }}
+  }}, true);
+}}
+"""
+
+
+class _UnclampedNumber(gr.Number):
+    """``gr.Number`` whose typed value reaches the app as typed. ``is_template``: the page draws it as Gradio's own
+    Number (Gradio's public mechanism for template components such as ``gr.Text``)."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        return payload
+
+
+class _UnclampedSlider(gr.Slider):
+    """``gr.Slider`` whose typed value reaches the app as typed (drawn as Gradio's own Slider)."""
+
+    is_template = True
+
+    def preprocess(self, payload: Any) -> Any:
+        return payload
+
+
+_UNCLAMPED = {gr.Number: _UnclampedNumber, gr.Slider: _UnclampedSlider}
+
+
+def unclamped(control: Control, low: float | None = None, high: float | None = None) -> Control:
+    """``control`` with ``low``/``high`` as its ends (None: unchanged) whose typed value reaches the app as typed:
+    no bound check, no rounding, no clamp on the page.
+
+    It takes the class of its unclamped twin and records the ends in its constructor arguments, because Gradio
+    rebuilds a session's copy of a component from those (``type(block)(**block.constructor_args)``) whenever an
+    event updates one of its properties; the copy must keep both."""
+    for name, value in (("minimum", low), ("maximum", high)):
+        if value is not None:
+            setattr(control, name, value)
+            control.constructor_args[name] = value
+    classes = control.elem_classes or []
+    control.elem_classes = [*([classes] if isinstance(classes, str) else classes), UNCLAMPED_CLASS]
+    control.constructor_args["elem_classes"] = control.elem_classes
+    control.__class__ = _UNCLAMPED.get(type(control), type(control))
+    return control

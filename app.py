@@ -111,6 +111,7 @@ def serve() -> None:
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env, hosted_from_env
+    from h3app.hardware.estimate import for_app
     from h3app.hardware.preflight import check_before_download, held_limits
     from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
@@ -136,6 +137,7 @@ def serve() -> None:
         backend = backend_from_env(args.model, options)
         if held is not None:
             backend.hold_to(max_seconds=held["max_duration_s"], max_pixels=held["max_pixels"])
+        backend.time_model = for_app(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
         bind(group, backend)  # ranks > 1: every job in lockstep (docs/multi-gpu.md)
     try:
         if group is not None and not group.leader:

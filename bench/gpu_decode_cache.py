@@ -59,11 +59,12 @@ def predicted_decode(gpu_name: str, vae_dtype: Any, size: tuple[int, int] = DECO
     from h3app.hardware.judge import PlannedRequest, Setup, measured_for
     from h3app.hardware.roofline import peaks_for_device, phase_seconds
     from h3app.hardware.work import moved_total, total
+    from h3app.rules.choices import T2VA
 
     peaks = peaks_for_device(gpu_name)
     if peaks is None:
         return None
-    measured = measured_for(PlannedRequest("t2va", *size, frames, 2), Setup(vae_dtype=vae_dtype))
+    measured = measured_for(PlannedRequest(T2VA, *size, frames, 2), Setup(vae_dtype=vae_dtype))
     rehearsal = measured.rehearsal
     return phase_seconds(total(rehearsal.flops, "vae_decode"), measured.weights["vae"], peaks,
                          moved=moved_total(rehearsal.moved, "vae_decode"))

@@ -99,6 +99,9 @@ class Backend:
         self._baselines = Baselines(baseline_bytes)
         self._limits: Limits | None = None
         self.last_seconds_per_run: float | None = None
+        # GenerationRequest → the plan's prediction on this box (``hardware.estimate.TimeModel``, given by app.py;
+        # None: no prediction shown). The backend does not import hardware/: the judge imports the backend.
+        self.time_model: Callable[[GenerationRequest], dict[str, Any] | None] | None = None
 
     # ------------------------------------------------------------------------------------------ model-free
     @property
@@ -122,6 +125,10 @@ class Backend:
     def hold_to(self, max_seconds: float, max_pixels: int) -> None:
         """Keep every request within what this box holds (the plan's limits, given by ``app.py``)."""
         self._limits = self.limits.held_to(max_seconds, max_pixels)
+
+    def predicted_time(self, request: GenerationRequest) -> dict[str, Any] | None:
+        """The plan's prediction of ``request`` on this box (``video_s``, its terms, ``usd_per_video``), or None."""
+        return self.time_model(request) if self.time_model is not None else None
 
     def check_request(self, request: GenerationRequest) -> None:
         """Refuse, before anything is queued, a request over the model's caps (one line naming the limit)."""

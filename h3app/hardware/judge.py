@@ -148,9 +148,10 @@ class Verdict:
 
 
 def judge(request: PlannedRequest, placement: Placement, box: Flavor, setup: Setup = DEFAULT_SETUP,
-          measured: Measured | None = None) -> Verdict:
+          measured: Measured | None = None, peaks: Any = None) -> Verdict:
     """THE judgement of ``request`` with ``placement`` on ``box``: GPU peak within one GPU less the reserve, enough
-    GPUs for the ranks, host RAM (one process per rank) within the box's less its reserve, and the prediction."""
+    GPUs for the ranks, host RAM (one process per rank) within the box's less its reserve, and the prediction
+    (``peaks``: rates measured on this machine, ``roofline.predict_one``)."""
     from .roofline import predict_one
 
     measured = measured or measured_for(request, setup)
@@ -160,7 +161,7 @@ def judge(request: PlannedRequest, placement: Placement, box: Flavor, setup: Set
     refused = ("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): use --lora-mode "
                "unmerged, or drop --fp8." if placement.fp8 and lora == "merged" else None)
     return Verdict(request, placement, box, peak, host, fits(peak, box, placement), fits_host(host, box), phases,
-                   predict_one(measured, placement, lora, box, request.steps, request.cache), refused)
+                   predict_one(measured, placement, lora, box, request.steps, request.cache, peaks), refused)
 
 
 def rank_options(box: Flavor) -> tuple[int, ...]:

@@ -172,13 +172,14 @@ def skipped_step_seconds(step: float, measured: Any) -> float:
 
 
 def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: Flavor,
-                steps: int, cache: str = NO_CACHE) -> dict[str, float | None] | None:
+                steps: int, cache: str = NO_CACHE, peaks: Peaks | None = None) -> dict[str, float | None] | None:
     """The prediction of a request of ``steps`` with ``placement`` on ``hardware`` (the module docstring's sum,
-    each term a field); None where its GPU has no spec-sheet peaks or too few GPUs for the ranks."""
+    each term a field); None where its GPU has no spec-sheet peaks or too few GPUs for the ranks. ``peaks``: rates
+    measured on this machine instead of a spec sheet (``estimate.cpu_peaks``)."""
     from ..backend.equivalence import CONTROL_STEPS, FULL_RUNS
     from .rehearsal import PHASE_COMPONENT
 
-    peaks = PEAKS.get(hardware.gpu) or peaks_for_device(hardware.gpu)  # a flavor's GPU, or one seen at run time
+    peaks = peaks or PEAKS.get(hardware.gpu) or peaks_for_device(hardware.gpu)  # a flavor's GPU, or one seen at run time
     if peaks is None or placement.ranks > hardware.gpus:
         return None
     rehearsal = measured.rehearsal

@@ -13,6 +13,7 @@ from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
 from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
 from .preview_stream import build_generate_preview
+from .time_note import TIME_NOTE_ID
 from .unclamped import unclamped
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
@@ -37,6 +38,7 @@ class RequestControls:
     width: gr.Number
     shift: gr.Number
     audio_shift: gr.Number
+    time_note: gr.Markdown  # the predicted time (and $) of this request on this box (time_note.py)
 
 
 UI_MAX_STEPS = MAX_STEPS  # the slider's top is the rule's (Limits.max_steps, fewer on a hosted server)
@@ -71,6 +73,7 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
                                  step=duration_step(limits), label="Duration (s)", elem_id="duration",
                                  info=f"{rule.describe()}")
         note = gr.Markdown(steps_note(defaults.steps, None), elem_classes=["h3-note"])
+        time = gr.Markdown("", elem_id=TIME_NOTE_ID, elem_classes=["h3-note"])
         with gr.Accordion("Canvas and flow shifts (0 = model default)", open=False):
             with gr.Row():
                 canvas = (f"a multiple of {limits.canvas_multiple}; height × width at most {limits.max_pixels:,} "
@@ -82,7 +85,7 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
                 shift = gr.Number(label="Video shift", value=None, minimum=0)
                 audio_shift = gr.Number(label="Audio shift", value=None, minimum=0)
     return RequestControls(workflow, first_frame, last_frame, keyframes, references, prompt, trigger_button, seed,
-                           randomize, steps, note, duration, height, width, shift, audio_shift)
+                           randomize, steps, note, duration, height, width, shift, audio_shift, time)
 
 
 NUMBER_FIELDS = ("seed", "steps", "duration", "height", "width", "shift", "audio_shift")  # the request's numbers

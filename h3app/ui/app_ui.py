@@ -184,12 +184,12 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any) ->
 def _wire_time(demo: gr.Blocks, request: RequestControls, backend: Any) -> None:
     """The request's predicted time (``time_note``) on load and whenever a number that changes it changes; queued
     apart from the GPU (a new canvas or length is rehearsed once, seconds)."""
-    numbers = parts(request, NUMBER_FIELDS + ("workflow",))
+    numbers = parts(request, NUMBER_FIELDS + ("workflow", "cache"))
 
     def note(values: dict[Any, Any]) -> str:
         return time_note(read(RequestForm, numbers, values), backend.limits, backend.predicted_time)
 
-    triggers = [numbers[name].change for name in ("steps", "duration", "height", "width", "workflow")]
+    triggers = [numbers[name].change for name in ("steps", "duration", "height", "width", "workflow", "cache")]
     gr.on([demo.load, *triggers], note, set(numbers.values()), [request.time_note], **ESTIMATE)
 
 

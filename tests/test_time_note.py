@@ -18,6 +18,7 @@ from h3app.hardware.judge import Setup, judge
 from h3app.hardware.planner import Placement
 from h3app.model import repo
 from h3app.rules.frames import RELEASED
+from h3app.ui import render
 from h3app.ui.forms import RequestForm
 from h3app.ui.time_note import time_note, time_words
 
@@ -65,6 +66,35 @@ def test_refused_numbers_or_no_prediction_say_nothing():
     assert asked == []  # refused before the time model is asked
     assert time_note(RequestForm(prompt="x"), Limits(), lambda request: None) == ""
     assert "$" not in time_words({**PREDICTION, "usd_per_video": None})
+
+
+def test_a_run_records_the_prediction_it_was_shown_beside_its_seconds(tiny_model, tmp_path):
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path)
+    backend.time_model = lambda request: {**PREDICTION, "video_s": 1.5} if request.steps == 2 else None
+    try:
+        output = backend.generate(GenerationRequest(prompt="a fox", seed=1, steps=2), [], None)
+    finally:
+        backend.close()
+    time = output.settings["time"]
+    assert time == {"predicted_s": 1.5, "usd_per_video": PREDICTION["usd_per_video"], "box": PREDICTION["box"],
+                    "seconds": round(output.result.seconds, 3)}
+    assert output.to_json()["time"] == time
+    assert "generated in" in render.result_html(output.to_json())
+    assert "(predicted 1.5 s on h200 (H200))" in render.result_html(output.to_json())
+
+
+def test_a_failing_prediction_is_logged_and_never_fails_the_run(tiny_model, tmp_path, caplog):
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path)
+
+    def broken(request):
+        raise RuntimeError("rehearsal broke")
+
+    backend.time_model = broken
+    try:
+        assert backend._predicted_or_none(GenerationRequest(prompt="x", seed=1, steps=2)) is None
+    finally:
+        backend.close()
+    assert "time prediction failed" in caplog.text and "rehearsal broke" in caplog.text
 
 
 @pytest.fixture(scope="module")

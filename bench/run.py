@@ -22,6 +22,7 @@ CASES: dict[str, str] = {
     "P4": "bench.p4_forward",
     "P5": "bench.p5_merge",
     "P6": "bench.p6_generate",
+    "P7": "bench.p7_advanced_strength",
 }
 
 

@@ -324,8 +324,8 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("dora", "a PEFT DoRA (lora_magnitude_vector)", files.tensors("dora.safetensors", dora), "header", r"DoRA")
     full_diff = {**native_factors({"blocks.0.attn.out_proj": (24, 32)}),
                  "blocks.0.attn.out_proj.diff": torch.zeros(24, 32), "blocks.0.attn.out_proj.diff_b": torch.zeros(24)}
-    add("full_diff", "full-weight diff keys (.diff/.diff_b) beside LoRA factors",
-        files.tensors("full_diff.safetensors", full_diff), "header", r"diff")
+    add("full_diff", "an exact .diff_b for attn.to_out.0.bias, a parameter H3 does not have (exact parts bind only to real ones)",
+        files.tensors("full_diff.safetensors", full_diff), "header", r"diff_b part .* does not have")
 
     # --- LoRA factors that do not belong together ----------------------------------------------------------------
     a_only = {k: v for k, v in good.items() if not k.startswith("blocks.0.attn.out_proj.lora_B")}

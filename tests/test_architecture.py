@@ -23,8 +23,9 @@ ALLOWED: dict[str, set[str]] = {
     "adapters": {"errors", "lru", "rules", "settings"},
     "lora": {"adapters", "errors", "lru", "rules", "settings"},
     "parallel": {"errors", "model", "rules"},
-    "backend": {"adapters", "errors", "lora", "model", "rules", "settings"},
-    "ui": {"adapters", "backend", "errors", "rules", "settings"},
+    "hosting": {"adapters", "errors", "rules"},  # admission, quotas and refusals of a public server
+    "backend": {"adapters", "errors", "hosting", "lora", "model", "rules", "settings"},
+    "ui": {"adapters", "backend", "errors", "hosting", "rules", "settings"},
     "hardware": {"adapters", "backend", "errors", "lora", "model", "rules", "settings"},
 }
 

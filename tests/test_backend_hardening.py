@@ -174,7 +174,7 @@ def test_inspect_stays_light_no_torch_is_imported():
 
 def test_the_upload_policy_decides_the_suffix_the_cap_and_the_folder(tmp_path):
     from h3app.backend.adapter_binding import SourcePolicy
-    from h3app.backend.upload_policy import UPLOAD_PREFIX, UploadPolicy
+    from h3app.hosting.upload_policy import UPLOAD_PREFIX, UploadPolicy
 
     hosted = UploadPolicy.of(SourcePolicy(hosted=True, max_remote_bytes=10), tmp_path)
     with pytest.raises(H3AppError, match=r"^notes.pt is not a .safetensors file: only .safetensors adapters can be "

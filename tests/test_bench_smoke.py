@@ -45,7 +45,7 @@ def test_quick_p3_prints_a_table_with_ratios(tmp_path: Path) -> None:
 def test_unknown_case_is_refused_with_the_choices(tmp_path: Path) -> None:
     result = _bench("--only", "P9", cache=tmp_path, timeout=60)
     assert result.returncode == 2
-    assert "P1, P2, P3, P4, P5, P6" in result.stderr
+    assert "P1, P2, P3, P4, P5, P6, P7" in result.stderr
     assert result.stdout == ""
 
 
@@ -53,7 +53,7 @@ def test_parse_only_keeps_table_order() -> None:
     from bench.run import parse_only
 
     assert parse_only("p3, P1") == ["P1", "P3"]
-    assert parse_only(None) == ["P1", "P2", "P3", "P4", "P5", "P6"]
+    assert parse_only(None) == ["P1", "P2", "P3", "P4", "P5", "P6", "P7"]
 
 
 def test_goal_and_ratio() -> None:

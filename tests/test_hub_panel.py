@@ -138,8 +138,8 @@ def test_local_searches_are_not_cached_and_use_the_users_token(catalog, fake_hub
 def test_the_panels_events_are_private_cheap_and_queued_where_the_visitor_bound_counts(tiny_model,
                                                                                       tmp_path_factory) -> None:
     from h3app.backend.service import Backend
+    from h3app.hosting.gpu_gate import GPU_CONCURRENCY_ID
     from h3app.ui.app_ui import build_app
-    from h3app.ui.fair_queue import GPU_CONCURRENCY_ID
 
     backend = Backend(loaded=tiny_model, hosted=True, output_dir=tmp_path_factory.mktemp("hub_hosted"))
     try:
@@ -147,7 +147,7 @@ def test_the_panels_events_are_private_cheap_and_queued_where_the_visitor_bound_
         named = {fn.fn.__qualname__.rpartition(".")[2]: fn for fn in demo.fns.values()
                  if fn.fn is not None and fn.fn.__qualname__.startswith("wire_hub_panel.")}
         assert set(named) == {"search", "check", "pick", "mark"}  # and, after the pick, the slot's own Inspect
-        for name in ("search", "check"):  # queued, not GPU: queue_hooks counts them against the visitor's bound
+        for name in ("search", "check"):  # queued, not GPU: hosting.join_bound counts them against the visitor's bound
             event = named[name]
             assert event.queue is not False and event.concurrency_id == "hub" != GPU_CONCURRENCY_ID
             assert event.api_visibility == "private" and getattr(event.fn, "__h3_guarded__", False)

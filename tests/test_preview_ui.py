@@ -13,7 +13,7 @@ import pytest
 from h3app.backend.preview import Preview, PreviewBoard
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.backend.worker import Progress
-from h3app.ui.fair_queue import admitted
+from h3app.hosting.gpu_gate import admitted
 from h3app.ui.forms import JobForm, RequestForm
 from h3app.ui.generate_events import GenerateEvents
 from h3app.ui.job_wiring import streamed_reply

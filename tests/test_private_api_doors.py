@@ -1,6 +1,7 @@
 """Private APIs behind one door per library: diffusers' private names only in ``h3app/model/diffusers_compat.py``,
-torch's only in ``h3app/model/torch_compat.py``; each door refuses, in one line, a version of its library other than
-the one it was written for (requirements.txt's pin), and the app meets that refusal at start-up."""
+torch's only in ``h3app/model/torch_compat.py``, Gradio's only in ``h3app/ui/gradio_compat.py``; each door refuses,
+in one line, a version of its library other than the one it was written for (requirements.txt's pin), and the app
+meets that refusal at start-up."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ import pytest
 import torch
 
 from h3app.errors import H3AppError
-from h3app.model import diffusers_compat, loader, torch_compat, versions
+from h3app.model import diffusers_compat, loader, torch_compat
+from h3app.rules import versions
+from h3app.ui import gradio_compat
 
 TOP = Path(__file__).resolve().parents[1]
 H3APP = TOP / "h3app"
-DOORS = {"diffusers": diffusers_compat, "torch": torch_compat}
+DOORS = {"diffusers": diffusers_compat, "torch": torch_compat, "gradio": gradio_compat}
+MODEL_DOORS = {diffusers_compat, torch_compat}  # the two every model load passes
 LIBRARIES = tuple(DOORS)
-# Gradio's privates get their own door (ui/gradio_compat.py); until then ui/ is checked for torch's and diffusers'
-# imports and module attributes only, not for private attributes of other objects.
-GRADIO_ROOM = H3APP / "ui"
 
 
 def private(name: str) -> bool:
@@ -71,7 +72,7 @@ def _root(node: ast.AST) -> str | None:
 
 
 def private_uses(tree: ast.AST, defined: set[str], *, other_objects: bool = True) -> list[int]:
-    """Lines of ``tree`` that reach a private name of torch or diffusers:
+    """Lines of ``tree`` that reach a private name of torch, diffusers or gradio:
 
     - an import of a private module or name of theirs (``torch._dynamo``, ``from x import _y``);
     - a private attribute on anything imported from them (``torch._C``, ``distributed_c10d._get_default_store``);
@@ -126,20 +127,20 @@ own._defined_here = 1
     assert private_uses(tree, defined_names([tree]), other_objects=False) == [4, 5, 6, 9, 10]
 
 
-def test_private_names_of_torch_and_diffusers_live_only_in_their_doors():
+def test_private_names_of_torch_diffusers_and_gradio_live_only_in_their_doors():
     files = [*sorted(H3APP.rglob("*.py")), TOP / "app.py"]
     trees = {path: ast.parse(path.read_text(), str(path)) for path in files}
     defined = defined_names(list(trees.values()))
     doors = {Path(door.__file__).resolve() for door in DOORS.values()}
     found = [f"{path.relative_to(TOP)}:{line}" for path, tree in trees.items() if path.resolve() not in doors
-             for line in private_uses(tree, defined, other_objects=not path.is_relative_to(GRADIO_ROOM))]
-    assert found == [], "use h3app/model/diffusers_compat.py or torch_compat.py (or a public API) instead"
+             for line in private_uses(tree, defined)]
+    assert found == [], "use h3app/model/diffusers_compat.py, torch_compat.py or ui/gradio_compat.py (or a public API)"
     in_doors = {name: private_uses(ast.parse(Path(door.__file__).read_text()), defined) for name, door in DOORS.items()}
     assert all(in_doors.values()), f"a door with no private use left is not needed: {in_doors}"
 
 
 def test_each_door_is_written_for_the_pinned_version():
-    pins = dict(re.findall(r"^(torch|diffusers)==([\w.]+)", (TOP / "requirements.txt").read_text(), re.MULTILINE))
+    pins = dict(re.findall(r"^(torch|diffusers|gradio)==([\w.]+)", (TOP / "requirements.txt").read_text(), re.MULTILINE))
     assert {name: door.WRITTEN_FOR for name, door in DOORS.items()} == pins
     assert {name: versions.release(versions.installed(name)) for name in DOORS} == pins  # this environment
 
@@ -162,8 +163,8 @@ def test_a_door_refuses_another_version_at_import_in_one_line(monkeypatch, libra
     assert all(word in message for word in (door.__name__, f"{library} {other}", f"{library}=={door.WRITTEN_FOR}"))
 
 
-def test_every_model_load_passes_through_both_doors():
-    assert set(loader.PRIVATE_API_DOORS) == set(DOORS.values())
+def test_every_model_load_passes_through_both_model_doors():
+    assert set(loader.PRIVATE_API_DOORS) == MODEL_DOORS
 
 
 @pytest.mark.slow
@@ -191,3 +192,41 @@ def test_the_doors_work_on_the_pinned_versions():
     assert written[:2] == [True, False]
     with torch_compat.FakeTensorMode():
         assert isinstance(torch.empty(2), torch_compat.FakeTensor)
+
+
+def test_gradios_private_names_appear_in_no_module_but_its_door():
+    words = re.compile(r"(?<![A-Za-z0-9])_queue\b|gradio\.queueing|gradio\.context|LocalContext|\.fns\b|pending_messages"
+                       r"|event_ids_to_events|remove_from_queue")
+    door = Path(gradio_compat.__file__).resolve()
+    found = {str(path.relative_to(TOP)) for path in [*H3APP.rglob("*.py"), TOP / "app.py"]
+             if words.search(path.read_text()) and path.resolve() != door}
+    assert found == set()
+    assert words.search(door.read_text())
+
+
+def test_the_gradio_door_works_on_the_pinned_version():
+    import gradio as gr
+
+    with gr.Blocks() as demo:
+        box = gr.Textbox()
+        gr.Button().click(lambda: "x", None, box, api_name="x")
+        box.change(lambda: None, None, None, queue=False, api_name="y")
+    events = list(gradio_compat.event_functions(demo))
+    assert [(e.api_name, e.queued) for e in events] == [("x", True), ("y", False)]
+    gradio_compat.wrap_events(demo, lambda event: lambda: f"wrapped {event.api_name}")
+    gradio_compat.wrap_events(demo, lambda event: lambda: "twice")  # wrapped once only
+    assert [e.fn() for e in gradio_compat.event_functions(demo)] == ["wrapped x", "wrapped y"]
+    demo.queue()
+    gradio_compat.hook_queue(demo)
+    assert gradio_compat.client_gone() is None and gradio_compat.current_request() is None  # outside an event
+
+
+@pytest.mark.slow
+def test_the_app_refuses_another_gradio_at_start_up_in_one_line():
+    fake = ("import importlib.metadata as m, runpy, sys\nreal = m.version\n"
+            "m.version = lambda name: '6.32.0' if name == 'gradio' else real(name)\n"
+            "sys.argv = ['app.py', '--model', 'tiny']\nrunpy.run_path('app.py', run_name='__main__')\n")
+    done = subprocess.run([sys.executable, "-c", fake], cwd=TOP, capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: h3app.ui.gradio_compat uses private parts of gradio 6.31.0")

@@ -23,11 +23,12 @@ from app_fixtures import running_app
 from gradio_client.exceptions import AppError
 
 from h3app.adapters.header_caps import MAX_TENSORS
-from h3app.backend.admission import PER_VISITOR
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
+from h3app.hosting.limits import LIMITS
 from tests.test_adapters_abuse import scalar_bomb
 
 ROOT = Path(__file__).resolve().parents[1]
+PER_VISITOR = LIMITS.gpu_per_visitor
 GENERATE = dict(prompt="a red fox", seed=1, steps=2, duration=5.0, adapters_json="[]", api_name="/generate")
 
 
@@ -310,7 +311,7 @@ def test_x_forwarded_for_counts_only_from_a_space_s_proxy(monkeypatch: pytest.Mo
     Face's proxy appended (the last one), whatever the client put before it."""
     from types import SimpleNamespace
 
-    from h3app.ui.fair_queue import client_address
+    from h3app.hosting.visitors import client_address
 
     def request(forwarded: str, peer: str) -> Any:
         return SimpleNamespace(headers={"x-forwarded-for": forwarded}, client=SimpleNamespace(host=peer))

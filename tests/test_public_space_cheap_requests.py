@@ -200,7 +200,7 @@ def test_gradio_s_upload_cache_is_capped(hosted: Any) -> None:
     cache = Path(get_upload_folder())
     stray = cache / "h3-never-handled" / "stray.safetensors"
     stray.parent.mkdir(parents=True, exist_ok=True)
-    from h3app.ui.upload_quota import folder_bytes
+    from h3app.hosting.upload_quota import folder_bytes
 
     events.uploads.cache_cap = folder_bytes(cache) + 2**20  # this server's cap: 1 MiB over what the cache holds now
     with stray.open("wb") as handle:  # sparse: the quota counts sizes, the disk holds nothing

@@ -15,14 +15,13 @@ import httpx
 import pytest
 from app_fixtures import running_app
 
-from h3app.backend.admission import PER_VISITOR
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.backend.worker import CLIENT_GONE, Worker
-from h3app.ui.cheap_limit import CHEAP_PER_VISITOR
-from h3app.ui.queue_hooks import ABANDON_SECONDS
+from h3app.hosting.limits import LIMITS
 from tests.test_public_space_abuse import GENERATE, client, join
 
 DEMO = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
+PER_VISITOR, CHEAP_PER_VISITOR, ABANDON_SECONDS = LIMITS.gpu_per_visitor, LIMITS.cheap_per_visitor, LIMITS.abandon_seconds
 
 
 @pytest.fixture(scope="module")

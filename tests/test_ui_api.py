@@ -101,3 +101,25 @@ def test_grid_endpoint_streams_cells(client):
     assert [(c["alpha"], c["strength"]) for c in cells] == [(None, 0.5), (None, 1.0)]
     assert all(c["baseline_psnr"] != "inf" for c in cells)
     assert len(job.outputs()) >= 2  # yielded cell by cell
+
+
+def test_advanced_strengths_reach_the_run_through_set_lora_and_adapters_json(client):
+    client.predict(slot=1, source=KOHYA, alpha="auto", scale=1.0, api_name="/load")
+    _, plain = client.predict(prompt="a fox", seed=4, **FAST, api_name="/generate")
+    edited = client.predict(slot=1, alpha="auto", scale=1.0, mode="unmerged", audio_strength=0.0,
+                            strength_schedule="0.5", block_strength="0:2", api_name="/set_lora")
+    assert edited["adapters"]["1"]["audio_strength"] == 0.0 and edited["adapters"]["1"]["block_strength"] == "0:2"
+    _, quiet = client.predict(prompt="a fox", seed=4, **FAST, api_name="/generate")
+    ran = quiet["adapters"][0]
+    assert (ran["video_strength"], ran["audio_strength"], ran["strength_schedule"], ran["block_strength"]) == (
+        1.0, 0.0, "0.5", "0:2")
+    assert quiet["hash"] != plain["hash"]
+    aliases = json.dumps({"source": KOHYA, "audio": 0, "schedule": "0.5", "blocks": "0:2"})
+    _, same = client.predict(prompt="a fox", seed=4, adapters_json=aliases, **FAST, api_name="/generate")
+    assert same["hash"] == quiet["hash"]  # the JSON keys and the parameters are one setting
+    with pytest.raises(AppError, match="has 2 values but this run has 1 evaluation"):
+        client.predict(prompt="a fox", adapters_json=json.dumps({"source": KOHYA, "schedule": "1,0.5"}), **FAST,
+                       api_name="/generate")
+    with pytest.raises(AppError, match="per-modality strength .*unmerged"):
+        client.predict(slot=1, alpha="auto", scale=1.0, mode="merged", audio_strength=0.0, api_name="/set_lora")
+    client.predict(slot=1, alpha="auto", scale=1.0, mode="unmerged", enabled=False, api_name="/set_lora")

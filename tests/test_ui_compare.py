@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
+import gradio as gr
 import pytest
+from gradio_client.utils import is_file_obj_with_meta
 
 from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B, default_pair
 from h3app.rules.scale import effective_scale
@@ -53,8 +55,8 @@ def test_view_value_sends_media_as_gradio_files_and_shows_every_column():
                         ViewColumn("B", "B: alpha 16", "/out/b.mp4", mark="= A")])
     assert value["show"] == [0, 1] and value["fps"] == 24.0 and value["run"]
     a, b = value["columns"]
-    assert a["video"] == {"path": "/out/a.mp4", "orig_name": "a.mp4", "mime_type": "video/mp4",
-                          "meta": {"_type": "gradio.FileData"}}
+    assert is_file_obj_with_meta(a["video"])  # what Gradio moves to its cache and serves
+    assert gr.FileData(**a["video"]) == gr.FileData(path="/out/a.mp4", orig_name="a.mp4", mime_type="video/mp4")
     assert a["audio"]["mime_type"] == "audio/wav" and b["audio"] is None and b["mark"] == "= A"
 
 

@@ -9,6 +9,10 @@ the others in ``alpha_pattern`` (likewise ``r``/``rank_pattern``), patterns anch
 The same LoraConfig goes into the header's ``lora_adapter_metadata`` (fields prefixed with the same partition, which
 diffusers' ``load_lora_weights``/``load_lora_adapter`` read) and into ``adapter_config.json`` (which PEFT reads),
 so either applies exactly h3app's ΔW = s · B @ A.
+
+Per-block strength (``rules.blocks``) is baked too: a block's factor multiplies the scale of its modules. A strength
+schedule (a factor per evaluation) and per-modality strength (a factor per token row) change the delta while the
+model runs, which a plain LoRA file cannot express: export refuses them in one line.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from typing import Any
 import torch
 
 from ..errors import H3AppError
+from ..rules.blocks import BlockStrength, parse_block_strength
 from ..rules.scale import effective_scale
-from ..settings import check_strength
+from ..settings import LoRASettings, check_strength
 from .formats import MAIN_PARTITION, PARTITIONS
 from .types import NormalisedAdapter
 
@@ -46,6 +51,7 @@ class ExportResult:
     scales: Mapping[str, float] = field(default_factory=dict)
     dtype: str = "float32"
     partition: str = MAIN_PARTITION
+    block_strength: str = ""  # the per-block factors baked in (canonical spelling; "" = none)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +62,7 @@ class ExportResult:
             "strength": self.strength,
             "dtype": self.dtype,
             "partition": self.partition,
+            "block_strength": self.block_strength,
             "r": self.lora_config["r"],
             "lora_alpha": self.lora_config["lora_alpha"],
             "rank_pattern": dict(self.lora_config["rank_pattern"]),
@@ -71,11 +78,15 @@ def parse_export_dtype(name: str) -> torch.dtype:
         raise H3AppError(f"--dtype must be one of float32, bfloat16, float16, got {name!r}.") from None
 
 
-def lora_config_for(adapter: NormalisedAdapter, strength: float) -> tuple[dict[str, Any], dict[str, float]]:
-    """The PEFT LoraConfig fields (unprefixed) that reproduce h3app's scale at ``strength``, and the scales."""
+def lora_config_for(adapter: NormalisedAdapter, strength: float,
+                    blocks: BlockStrength | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    """The PEFT LoraConfig fields (unprefixed) that reproduce h3app's scale at ``strength`` (and ``blocks``' factor
+    per main block), and the scales."""
+    blocks = blocks or BlockStrength()
     ranks = {target: module.rank for target, module in adapter.modules.items()}
     scales = {
-        target: effective_scale(module.alpha, strength, module.rank, module.use_rslora)
+        target: effective_scale(module.alpha, strength, module.rank, module.use_rslora,
+                                block_strength=blocks.factor_of(target))
         for target, module in adapter.modules.items()
     }
     alphas = {target: scales[target] * ranks[target] for target in adapter.modules}
@@ -103,13 +114,16 @@ def export_adapter(
     base_model: str | None = None,
     source: str | None = None,
     partition: str = MAIN_PARTITION,
+    advanced: LoRASettings | None = None,
 ) -> ExportResult:
     """Write ``adapter_model.safetensors`` and ``adapter_config.json`` into ``out_dir`` (created if needed).
 
     ``partition`` is the transformer ``adapter`` was loaded for (``load_adapter(partition=...)``); it prefixes every
-    key and metadata field, so diffusers loads the file into that component."""
+    key and metadata field, so diffusers loads the file into that component. ``advanced``: settings whose block
+    strengths are baked in (a schedule or per-modality strengths are refused)."""
     if partition not in PARTITIONS:
         raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
+    blocks = refuse_unbakeable(advanced)
     strength = check_strength(strength)
     if strength == 0:
         raise H3AppError("scale 0 would export an adapter that does nothing: give a non-zero --scale.")
@@ -119,7 +133,7 @@ def export_adapter(
                          "LoRA cannot hold: export writes A/B pairs only, so nothing was written; use the file as it is.")
     if not adapter.modules:
         raise H3AppError("the adapter has no modules for this partition: nothing to export.")
-    config, scales = lora_config_for(adapter, strength)
+    config, scales = lora_config_for(adapter, strength, blocks)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise H3AppError(f"--out {out} exists and is not a folder: give a folder path.")
@@ -133,6 +147,7 @@ def export_adapter(
     provenance = {
         "source": source or adapter.identity,
         "strength": strength,
+        **({"block_strength": blocks.label} if blocks.ranges else {}),
         "alphas": {t: m.alpha for t, m in adapter.modules.items()},
         "alpha_sources": {t: m.alpha_source for t, m in adapter.modules.items()},
         "use_rslora": {t: m.use_rslora for t, m in adapter.modules.items() if m.use_rslora},
@@ -168,4 +183,19 @@ def export_adapter(
         scales=scales,
         dtype=str(dtype).removeprefix("torch."),
         partition=partition,
+        block_strength=blocks.label,
     )
+
+
+def refuse_unbakeable(advanced: LoRASettings | None) -> BlockStrength:
+    """The block strengths of ``advanced`` (baked into the export); a schedule or per-modality strengths are refused
+    in one line: a plain LoRA file applies one scale per module, to every row and every evaluation."""
+    if advanced is None:
+        return BlockStrength()
+    if advanced.schedule is not None:
+        raise H3AppError(f"a strength schedule ({advanced.strength_schedule}) changes the scale at every evaluation, "
+                         "which a LoRA file cannot hold: export without it (the schedule stays an h3app setting).")
+    if not advanced.modality.is_unit:
+        raise H3AppError(f"per-modality strength ({advanced.modality.label}) scales each token row by its modality, "
+                         "which a LoRA file cannot hold: export with every modality strength at 1.")
+    return parse_block_strength(advanced.block_strength)

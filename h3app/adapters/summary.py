@@ -239,8 +239,19 @@ def summaries(adapters: Iterable[Mapping[str, Any]]) -> list[AdapterSummary]:
 
 def applied_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
     """``["tiny_turbo_4step: alpha 1 (registry) × scale 1 → effective 0.0625", …]``: the settings JSON's and
-    ``generate --json``'s ``applied`` field, one line per adapter of the run."""
-    return [f"{s.name}: {describe(s)}" for s in summaries(adapters)]
+    ``generate --json``'s ``applied`` field, one line per adapter of the run (with its advanced strengths)."""
+    adapters = list(adapters)
+    return [f"{s.name}: {describe(s)}{advanced_words(a)}" for s, a in zip(summaries(adapters), adapters)]
+
+
+def advanced_words(adapter: Mapping[str, Any]) -> str:
+    """``"; audio ×0, schedule linear:1:0.5, blocks 0-9:0.5"``: the advanced strengths a run's adapter JSON sets
+    (docs/lora-engine.md), "" when it sets none."""
+    words = [f"{m} ×{number(float(adapter[f'{m}_strength']))}" for m in ("video", "text", "audio")
+             if adapter.get(f"{m}_strength") not in (None, 1.0, 1)]
+    words += [f"{name} {adapter[key]}" for name, key in (("schedule", "strength_schedule"),
+                                                         ("blocks", "block_strength")) if adapter.get(key)]
+    return "; " + ", ".join(words) if words else ""
 
 
 # ------------------------------------------------------------------------------------------------------- helpers

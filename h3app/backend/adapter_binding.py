@@ -126,6 +126,11 @@ class LoadedAdapter:
             "effective_scale": self.resolved.effective_scale,
             "strength": self.settings.strength,
             "group_strengths": dict(self.settings.group_strengths),
+            "video_strength": self.settings.video_strength,
+            "text_strength": self.settings.text_strength,
+            "audio_strength": self.settings.audio_strength,
+            "strength_schedule": self.settings.strength_schedule,
+            "block_strength": self.settings.block_strength,
             "mode": self.settings.mode,
             "resolved": self.resolved.to_json(),
             "parts": dict(self.adapter.info.parts),
@@ -322,7 +327,7 @@ class AdapterBinder:
                 for name, settings, item in zip(names, adapters, loaded):
                     if name in engine.active():
                         engine.set_lora(name, alpha=settings.alpha, strength=settings.strength,
-                                        group_strengths=settings.group_strengths)
+                                        group_strengths=settings.group_strengths, advanced=settings)
                     else:
                         engine.attach(item.adapter, settings, name)
                     item = replace(item, settings=settings)

@@ -20,6 +20,8 @@ from ..adapters import source as sources
 from ..adapters.source.limits import adapter_size_cap
 from ..adapters.types import AdapterInfo
 from ..errors import for_visitor
+from ..hosting.admission import Admission
+from ..hosting.limits import LIMITS
 from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
@@ -29,7 +31,6 @@ from ..rules.request_defaults import RequestDefaults, defaults_for
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
-from .admission import MAX_PENDING, Admission
 from .equivalence import EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, run_generation
 from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
@@ -91,7 +92,8 @@ class Backend:
 
     def __init__(self, model: str = repo.TINY, options: LoadOptions | None = None, *, hosted: bool = False,
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
-                 max_remote_bytes: int | None = None, cache_bytes: int | None = None, max_queue: int = 16,
+                 max_remote_bytes: int | None = None, cache_bytes: int | None = None,
+                 max_queue: int = LIMITS.worker_line,
                  max_download_cache_bytes: int | None = None, baseline_bytes: int = BASELINE_BYTES,
                  loaded: LoadedModel | None = None) -> None:
         self.model: LoadedModel = loaded if loaded is not None else load_model(model, T2VA, options)
@@ -106,7 +108,7 @@ class Backend:
         cache = AdapterCache(cache_bytes) if cache_bytes is not None else None
         self.binder = AdapterBinder(self.model, policy=self.policy, cache=cache)
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
-        self.admission = Admission(max_pending=min(MAX_PENDING, max_queue))  # the UI's fair queue (hosted mode)
+        self.admission = Admission(max_pending=min(LIMITS.gpu_pending, max_queue))  # hosting.gpu_gate (hosted mode)
         self.wrap_job: JobWrapper = alone  # every job as it is; parallel.follower.bind puts Lockstep here
         self._baselines = Baselines(baseline_bytes)
         self._limits: Limits | None = None
@@ -356,12 +358,10 @@ def backend_from_env(model: str | None = None, options: LoadOptions | None = Non
     """The app's backend configured from environment variables (README lists them)."""
     hosted = hosted_from_env()
     max_mb = os.environ.get("H3APP_MAX_ADAPTER_MB")
-    cache_gb = os.environ.get("H3APP_MAX_DOWNLOAD_CACHE_GB")
     return Backend(model or os.environ.get("H3APP_MODEL", repo.TINY), options, hosted=hosted,
                    output_dir=os.environ.get("H3APP_OUTPUT_DIR"),
                    max_remote_bytes=adapter_size_cap(max_mb, hosted),
-                   max_download_cache_bytes=int(float(cache_gb) * 1024**3) if cache_gb else (
-                       20 * 1024**3 if hosted else None))
+                   max_download_cache_bytes=LIMITS.download_cache(hosted))
 
 
 def _submitted_again(submit: Callable[..., JobHandle], args: tuple, backend: Backend) -> Any:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from ..adapters.types import NormalisedAdapter
+    from ..settings import LoRASettings
 
 CHECK_ADAPTER_NAME = "check"
 
@@ -123,20 +124,22 @@ def with_rank_alpha(adapter: NormalisedAdapter) -> NormalisedAdapter:
 
 
 def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapter, *, a: CheckSetting,
-                          b: CheckSetting, seed: int = SEED, source: str = "", low_rank_only: bool = False
-                          ) -> dict[str, Any]:
+                          b: CheckSetting, seed: int = SEED, source: str = "", low_rank_only: bool = False,
+                          advanced: LoRASettings | None = None) -> dict[str, Any]:
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 
     Runs with ``torch.use_deterministic_algorithms(True)`` and diffusers' ``native`` attention backend, unmerged.
     Returns the ``check --json`` object (docs/architecture.md) plus context fields. ``low_rank_only``: B rescales
-    only the low-rank parts (its exact deltas stay at A's strength: ``adapters.parts.check_note``).
+    only the low-rank parts (its exact deltas stay at A's strength: ``adapters.parts.check_note``). ``advanced``:
+    settings whose per-modality and block strengths every column runs at (its schedule applies per evaluation of a
+    generation, not to this one forward: a warning says so).
     """
     import torch
 
     from ..adapters.parts import check_note
     from ..lora.engine import LoRAEngine
-    from ..settings import LoRASettings
 
+    base = _check_settings(advanced, source or adapter.identity or "adapter")
     started = time.perf_counter()
     device = next(transformer.parameters()).device
     inputs = packed_check_input(transformer.config, seed, device)
@@ -150,8 +153,8 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
 
     ranks = {t: m.rank for t, m in adapter.modules.items()}
     try:
-        report = engine.attach(adapter, LoRASettings(source=source or adapter.identity or "adapter", alpha=a.alpha,
-                                                     strength=a.strength), CHECK_ADAPTER_NAME)
+        report = engine.attach(adapter, dataclasses.replace(base, alpha=a.alpha, strength=a.strength),
+                               CHECK_ADAPTER_NAME)
         bytes_a, *out_a = forward()
         bytes_control, *_ = forward()
         scales_a = engine.effective_scales(CHECK_ADAPTER_NAME)
@@ -160,7 +163,7 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         bytes_b, *out_b = forward()
         scales_b = engine.effective_scales(CHECK_ADAPTER_NAME)
         engine.detach()
-        engine.attach(with_rank_alpha(adapter), LoRASettings(source=source or "adapter", strength=1.0),
+        engine.attach(with_rank_alpha(adapter), dataclasses.replace(base, alpha=None, strength=1.0),
                       CHECK_ADAPTER_NAME)
         bytes_fallback, *out_fallback = forward()
     finally:
@@ -194,14 +197,27 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "dtype": str(next(transformer.parameters()).dtype).replace("torch.", ""),
         "deterministic": True,
         "attention_backend": "native",
-        "warnings": list(report.warnings) + ([
-            "the head bank applies per evaluation inside a generation; this one forward runs the original heads "
-            "(use --mode full)"] if report.head_banks else []),
+        "warnings": _check_warnings(report, base),
         "parts": dict(adapter.info.parts),
         "low_rank_only": low_rank_only,
         "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),
         "finite": all(math.isfinite(float(t.abs().max())) for t in (*out_a, *out_b) if t.numel()),
     }
+
+
+def _check_settings(advanced: LoRASettings | None, source: str) -> LoRASettings:
+    """The settings every column starts from: ``advanced``'s per-modality, schedule and block strengths, unmerged."""
+    from ..settings import LoRASettings
+
+    return dataclasses.replace(advanced or LoRASettings(source=source), mode="unmerged", source=source)
+
+
+def _check_warnings(report: Any, settings: LoRASettings) -> list[str]:
+    """The attach report's warnings, and what one forward outside a generation does not run."""
+    per_evaluation = "applies per evaluation inside a generation; this one forward runs"
+    return list(report.warnings) + (
+        [f"the head bank {per_evaluation} the original heads (use --mode full)"] if report.head_banks else []) + (
+        [f"the strength schedule {per_evaluation} at factor 1 (use --mode full)"] if settings.schedule else [])
 
 
 def _fixed_attention_backend():

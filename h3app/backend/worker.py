@@ -1,8 +1,9 @@
 """One worker thread owns the GPU: a bounded line of jobs, per-step progress, cancel between steps.
 
-The line is round-robin across owners (a hosted app's visitors, ``admission.OWNER``, set by the UI's fair queue
-while it holds a visitor's GPU event): the next job is the oldest one of the owner served longest ago, so a visitor
-who queued first never makes a later visitor wait for all of theirs. Jobs without an owner share one.
+The line is round-robin across owners (a hosted app's visitors, ``hosting.admission.OWNER``, set by
+``hosting.gpu_gate`` while it holds a visitor's GPU event): the next job is the oldest one of the owner served
+longest ago, so a visitor who queued first never makes a later visitor wait for all of theirs. Jobs without an
+owner share one. The line's bound is ``hosting.limits.LIMITS.worker_line``.
 
 A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
 so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
@@ -24,16 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import H3AppError
+from ..hosting.admission import OWNER
+from ..hosting.limits import LIMITS
+from ..hosting.refusals import Reason, Refused
 from ..rules.choices import T2VA
-from .admission import OWNER
 
-DEFAULT_QUEUE_SIZE = 16
 CLIENT_GONE = "cancelled (the client went away)"
 POLL_SECONDS = 0.25  # how often a waiting caller looks at progress and at its client
 
 
-class QueueFull(H3AppError):
-    """The queue is at its bound."""
+class QueueFull(Refused):
+    """The worker's line is at its bound."""
 
 
 class Cancelled(H3AppError):
@@ -139,7 +141,7 @@ class JobHandle:
 
     def cancel_if(self, abandoned: Callable[[], bool] | None) -> bool:
         """Cancel when ``abandoned()`` says nobody waits for the result any more (a client that went away: the UI
-        passes the Gradio event's own check, ``h3app.ui.client_gone``). Returns whether it did."""
+        passes the Gradio event's own check, ``h3app.ui.gradio_compat.client_gone``). Returns whether it did."""
         if abandoned is None or self.done or not abandoned():
             return False
         self.cancel(CLIENT_GONE)
@@ -173,7 +175,7 @@ class JobHandle:
 class Worker:
     """Runs submitted jobs one at a time, round-robin across owners (see the module docstring), on its own thread."""
 
-    def __init__(self, max_queue: int = DEFAULT_QUEUE_SIZE,
+    def __init__(self, max_queue: int = LIMITS.worker_line,
                  on_failure: Callable[[BaseException], None] | None = None) -> None:
         self._max_queue = max_queue
         self._ids = itertools.count(1)
@@ -197,7 +199,7 @@ class Worker:
         handle = JobHandle(id=next(self._ids), label=label, run=run, owner=owner or OWNER.get())
         with self._pending_lock:
             if len(self._pending) >= self._max_queue:
-                raise QueueFull(f"the queue is full ({self.max_queue} jobs waiting): try again in a minute.")
+                raise QueueFull(Reason.WORKER_FULL, limit=self.max_queue)
             self._pending.append(handle)
             self._renumber()
             self._pending_lock.notify_all()
@@ -276,7 +278,7 @@ class Worker:
 def wait(handle: JobHandle, on_step: Callable[[int, int], None] | None = None,
          on_phase: Callable[[str], None] | None = None, abandoned: Callable[[], bool] | None = None) -> None:
     """Wait for ``handle`` to end while forwarding its progress. ``abandoned()`` (the UI's check of its Gradio event,
-    ``h3app.ui.client_gone``) is polled: when it says nobody waits any more, the job is cancelled at its next step."""
+    ``h3app.ui.gradio_compat.client_gone``) is polled: when it says nobody waits any more, the job is cancelled at its next step."""
     last = None
     while not handle.done:
         handle.wait_for_change(POLL_SECONDS)

@@ -15,7 +15,7 @@ from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
 from .generate import add_preview_flags, preview_board, preview_line
-from .model_options import add_cache_flag, add_run_flags, compile_fields, load_options
+from .model_options import add_cache_flag, add_run_flags, compile_fields, load_options, strength_fields
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
         raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
                          "watch denoise.")
+    adapter_settings, request = _full_job(args)  # the strength flags are checked before anything loads
     previews = preview_board(args)
     options = load_options(args)  # refuses a device this machine lacks before anything loads
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
@@ -82,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
         if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
 
-            result = (run_full_check(FullCheck(args.model, options, *_full_job(args), a, b, args.low_rank_only,
-                                               previews), os.environ.get("HF_TOKEN"))
+            result = (run_full_check(FullCheck(args.model, options, adapter_settings, request, a, b,
+                                               args.low_rank_only, previews), os.environ.get("HF_TOKEN"))
                       if group is None else _full_check_on_ranks(args, a, b, group, previews))
         else:
             from ..model.loader import load_transformer
@@ -99,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
             adapter = on_every_rank(group, lambda: load_check_adapter(args, transformer, group))
             result = on_every_rank(group, lambda: run_transformer_check(transformer, adapter, a=a, b=b,
                                                                        seed=args.seed, source=args.adapter,
-                                                                       low_rank_only=args.low_rank_only))
+                                                                       low_rank_only=args.low_rank_only,
+                                                                       advanced=adapter_settings))
             result["model"] = args.model
     finally:
         close_ranks(group)
@@ -128,7 +130,8 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
     request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
                                 height=args.height, width=args.width, cache=args.cache)
     return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                        skip_parts=tuple(args.skip_parts), any_partition=args.any_partition), request
+                        skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
+                        **strength_fields(args)), request
 
 
 def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .inspect import add_source_flags
+from .model_options import add_strength_flags, strength_fields
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", help="factor dtype: float32 (default), bfloat16 or float16")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_strength_flags(p)  # --block-strength is baked in; a schedule or a modality strength is refused
     p.set_defaults(run=run)
 
 
@@ -55,26 +57,31 @@ def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from ..adapters.export import export_adapter, parse_export_dtype
+    from ..adapters.export import export_adapter, parse_export_dtype, refuse_unbakeable
     from ..adapters.known import registry_identity
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
     from ..cli import emit
+    from ..settings import LoRASettings
 
     dtype = parse_export_dtype(args.dtype)
+    advanced = LoRASettings(source=args.adapter, **strength_fields(args))
+    refuse_unbakeable(advanced)  # before anything is fetched
     adapter_file = fetch(args.adapter, args.weight_name, args.revision, token=os.environ.get("HF_TOKEN"))
     path = Path(adapter_file.path)
     if adapter_file.repo_id is not None:
         repo_id, filename = adapter_file.repo_id, adapter_file.filename
     else:
         repo_id, filename = registry_identity(str(path), None, path.name)
+    shapes = shapes_for(path, args.model, args.partition, args.qkv_layout)
+    advanced.blocks.check_blocks(shapes.num_layers)
     adapter = load_adapter(
-        path, shapes=shapes_for(path, args.model, args.partition, args.qkv_layout), explicit_alpha=args.alpha,
+        path, shapes=shapes, explicit_alpha=args.alpha,
         qkv_layout=args.qkv_layout, partition=args.partition, repo_id=repo_id, filename=filename,
         adapter_config_path=adapter_file.adapter_config_path, skip_parts=tuple(args.skip_parts),
     )
     result = export_adapter(adapter, args.out, strength=args.scale, dtype=dtype, base_model=args.model,
-                            source=adapter_file.describe(), partition=args.partition)
+                            source=adapter_file.describe(), partition=args.partition, advanced=advanced)
     payload = {**result.to_json(), "format": adapter.info.format, "alpha_source": adapter.info.alpha_source,
                "warnings": list(adapter.info.warnings)}
     human = (

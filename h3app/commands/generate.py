@@ -8,14 +8,16 @@ from typing import Any
 from ..errors import H3AppError
 from ..rules.choices import PREVIEW_DECODERS, T2VA
 from ..rules.request_defaults import SEED, defaults_for
-from .model_options import (
+from .model_options import (  # noqa: F401 - parse_adapter_spec: importable from here as before
     add_cache_flag,
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
     compile_fields,
     load_options,
+    parse_adapter_spec,
     request_flags,
+    strength_fields,
 )
 
 
@@ -33,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--alpha", type=float, default=None, help="override alpha (default: the file's alpha chain)")
     p.add_argument("--scale", type=float, default=1.0, help="strength multiplier (may be negative)")
     p.add_argument("--adapter-spec", action="append", default=[], metavar="SPEC",
-                   help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" (repeatable)')
+                   help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" plus the advanced strengths '
+                        'video=, text=, audio=, schedule=, blocks= (repeatable)')
     add_lora_mode_flag(p)
     add_cache_flag(p)
     p.add_argument("--out", required=True, help="output .mp4 path")
@@ -69,31 +72,6 @@ def preview_line(summary: dict[str, Any] | None) -> str:
             + "".join(f"\n  preview note: {note}" for note in summary["notes"]))
 
 
-def parse_adapter_spec(spec: str, mode: str) -> Any:
-    """``"SOURCE,weight=F,rev=R,alpha=A,scale=S"`` → LoRASettings (SOURCE first; the rest optional, any order)."""
-    from ..rules import values
-    from ..settings import LoRASettings
-
-    parts = [part.strip() for part in spec.split(",")]
-    if not parts or not parts[0] or "=" in parts[0]:
-        raise H3AppError(f'--adapter-spec must start with the source, e.g. "repo/name,alpha=8,scale=1", got {spec!r}.')
-    fields: dict[str, Any] = {"source": parts[0], "mode": mode}
-    names = {"weight": "weight_name", "weight_name": "weight_name", "rev": "revision", "revision": "revision",
-             "alpha": "alpha", "scale": "strength", "strength": "strength"}
-    for part in parts[1:]:
-        key, sep, value = part.partition("=")
-        if not sep or key.strip() not in names:
-            raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use weight=, rev=, alpha=, scale=.")
-        name = names[key.strip()]
-        if name == "alpha":
-            fields[name] = values.parse_alpha(value, f"--adapter-spec {key.strip()}")
-        elif name == "strength":
-            fields[name] = values.parse_strength(value, f"--adapter-spec {key.strip()}")
-        else:
-            fields[name] = value.strip() or None
-    return LoRASettings(**fields)
-
-
 def adapters_from_args(args: argparse.Namespace) -> list:
     from ..settings import LoRASettings
 
@@ -101,9 +79,11 @@ def adapters_from_args(args: argparse.Namespace) -> list:
     if args.adapter:
         adapters.append(LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
                                      alpha=args.alpha, strength=args.scale, mode=args.lora_mode,
-                                     skip_parts=tuple(args.skip_parts), any_partition=args.any_partition))
-    elif any(v is not None for v in (args.weight_name, args.revision, args.alpha)):
-        raise H3AppError("--weight-name/--revision/--alpha belong to --adapter: add --adapter SOURCE.")
+                                     skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
+                                     **strength_fields(args)))
+    elif any(v is not None for v in (args.weight_name, args.revision, args.alpha)) or strength_fields(args):
+        raise H3AppError("--weight-name/--revision/--alpha and the strength flags belong to --adapter: add --adapter "
+                         "SOURCE (a further adapter takes them in --adapter-spec).")
     adapters.extend(parse_adapter_spec(spec, args.lora_mode) for spec in args.adapter_spec)
     return adapters
 

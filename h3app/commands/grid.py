@@ -16,6 +16,7 @@ from .model_options import (
     compile_fields,
     load_options,
     request_flags,
+    strength_fields,
 )
 
 
@@ -63,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=flags.steps or defaults.steps,
                                 duration=flags.duration, height=flags.height, width=flags.width, cache=args.cache)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                           mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition)
+                           mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
+                           **strength_fields(args))
     out = Path(args.out_dir)
     previews = preview_board(args)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)

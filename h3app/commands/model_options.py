@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import H3AppError
 from ..model.repo import TINY
@@ -116,10 +116,81 @@ def add_lora_mode_flag(parser: argparse.ArgumentParser, mode_alias: bool = True)
 
 def add_run_flags(parser: argparse.ArgumentParser, adapter_required: bool = True) -> None:
     """The flags of a command that runs the model on an adapter (generate, check, grid): the model and its
-    placement, ``--ulysses``/``--ring``, and ``--adapter``."""
+    placement, ``--ulysses``/``--ring``, ``--adapter`` and its advanced strengths."""
     add_model_flags(parser)
     add_parallel_arguments(parser)
     add_adapter_flags(parser, required=adapter_required)
+    add_strength_flags(parser)
+
+
+# --- advanced strength of --adapter (docs/lora-engine.md "Advanced strength"); the same keys in --adapter-spec ---
+STRENGTH_FLAGS = {  # flag → LoRASettings field
+    "--video-strength": "video_strength",
+    "--text-strength": "text_strength",
+    "--audio-strength": "audio_strength",
+    "--strength-schedule": "strength_schedule",
+    "--block-strength": "block_strength",
+}
+SPEC_KEYS = {  # --adapter-spec key → LoRASettings field
+    "weight": "weight_name", "weight_name": "weight_name", "rev": "revision", "revision": "revision",
+    "alpha": "alpha", "scale": "strength", "strength": "strength",
+    "video": "video_strength", "text": "text_strength", "audio": "audio_strength",
+    "schedule": "strength_schedule", "blocks": "block_strength",
+    **{flag[2:].replace("-", "_"): field for flag, field in STRENGTH_FLAGS.items()},
+}
+LIST_FIELDS = ("strength_schedule", "block_strength")  # their values hold commas: later parts without = continue them
+
+
+def add_strength_flags(parser: argparse.ArgumentParser) -> None:
+    """Per-modality strength, a strength schedule and per-block strength for ``--adapter`` (unmerged; the values
+    are parsed by ``h3app.rules``: one line for a bad one)."""
+    group = parser.add_argument_group("advanced strength of --adapter (unmerged; docs/lora-engine.md)")
+    for name in ("video", "text", "audio"):
+        group.add_argument(f"--{name}-strength", default=None, metavar="F",
+                           help=f"factor of the adapter's delta on {name} rows (default 1; 0: the adapter changes "
+                                f"nothing {name} rows compute directly)")
+    group.add_argument("--strength-schedule", default=None, metavar="SCHEDULE",
+                       help='a factor per evaluation: "1,1,0.5,0.5" (one per evaluation) or a curve '
+                            '"linear:1:0.5", "cosine:1:0@0.2-0.8", "constant:0.5@0-0.5" (outside @FROM-TO: off)')
+    group.add_argument("--block-strength", default=None, metavar="RANGES",
+                       help='a factor per main block: "0-9:0.5,40-49:1.2" (multiplies the group strengths)')
+
+
+def strength_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The advanced-strength flags given on the command line, as ``LoRASettings`` fields."""
+    return {field: getattr(args, field) for field in STRENGTH_FLAGS.values() if getattr(args, field, None) is not None}
+
+
+def parse_adapter_spec(spec: str, mode: str) -> Any:
+    """``"SOURCE,weight=F,rev=R,alpha=A,scale=S,audio=0,schedule=1,1,0.5,blocks=0-9:0.5"`` → LoRASettings (SOURCE
+    first; the rest optional, any order; a part without ``=`` after ``schedule=``/``blocks=`` continues its list)."""
+    from ..errors import H3AppError
+    from ..rules import values
+    from ..settings import LoRASettings
+
+    parts = [part.strip() for part in spec.split(",")]
+    if not parts or not parts[0] or "=" in parts[0]:
+        raise H3AppError(f'--adapter-spec must start with the source, e.g. "repo/name,alpha=8,scale=1", got {spec!r}.')
+    fields: dict[str, Any] = {"source": parts[0], "mode": mode}
+    last = None
+    for part in parts[1:]:
+        key, sep, value = part.partition("=")
+        if not sep and last in LIST_FIELDS:
+            fields[last] += "," + part
+            continue
+        if not sep or key.strip() not in SPEC_KEYS:
+            raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use weight=, rev=, alpha=, scale=, "
+                             f"video=, text=, audio=, schedule=, blocks=.")
+        name = last = SPEC_KEYS[key.strip()]
+        if name == "alpha":
+            fields[name] = values.parse_alpha(value, f"--adapter-spec {key.strip()}")
+        elif name == "strength":
+            fields[name] = values.parse_strength(value, f"--adapter-spec {key.strip()}")
+        elif name in ("weight_name", "revision"):
+            fields[name] = value.strip() or None
+        else:
+            fields[name] = value.strip()
+    return LoRASettings(**fields)
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:

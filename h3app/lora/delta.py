@@ -23,12 +23,19 @@ def compute_lora_delta(
     *,
     scale: float | torch.Tensor | None = None,
     group_scales: torch.Tensor | Sequence[float] | None = None,
+    row_scales: torch.Tensor | None = None,
+    out_block_scales: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The LoRA delta of ``x`` (``[..., in]``) through factors ``A`` and ``B``, computed in ``x``'s dtype.
 
     - 2D: ``A [r, in]``, ``B [out, r]`` → ``[..., out]`` = ``scale · (x Aᵀ) Bᵀ``.
     - 3D: ``A [g, r, in]``, ``B [g, out_g, r]`` → ``[..., g·out_g]``, group-major; group ``i`` is multiplied by
       ``group_scales[i]`` (shape ``[g]``) and everything by ``scale``.
+
+    Per-modality factors (``h3app.lora.rows``): ``row_scales`` (``x.shape[:-1]``, or 0-dim) multiply each input
+    row's delta, folded into ``scale`` (one product, then one multiplication of the hidden: a row at factor 1 gets
+    bitwise the plain delta, a row at 0 exactly zero); ``out_block_scales`` (``[k]``, 2D only) multiply the ``k``
+    equal contiguous blocks of the output features (the AdaLN projection's modality blocks).
 
     Scales multiply the rank-space hidden ``x Aᵀ`` (``r`` wide), which is cheaper than scaling the output and the
     same up to fp rounding. ``scale`` may be a Python float (applied in the tensor's dtype) or a 0-dim tensor. For a
@@ -45,10 +52,18 @@ def compute_lora_delta(
     if A.shape[-2] != B.shape[-1]:
         raise ValueError(f"rank mismatch: A {tuple(A.shape)} has rank {A.shape[-2]} but B {tuple(B.shape)} has rank {B.shape[-1]}")
 
+    if row_scales is not None:
+        scale = _row_scale(scale, row_scales)
     if A.ndim == 2:
         if group_scales is not None:
             raise ValueError("group_scales needs stacked 3D factors; use scale= for a 2D delta")
-        return F.linear(_scaled(F.linear(x, A), scale), B)
+        delta = F.linear(_scaled(F.linear(x, A), scale), B)
+        if out_block_scales is not None:
+            blocks = out_block_scales.shape[0]
+            delta = _scaled(delta.unflatten(-1, (blocks, -1)), out_block_scales.unsqueeze(-1)).flatten(-2)
+        return delta
+    if out_block_scales is not None:
+        raise ValueError("out_block_scales needs 2D factors")
 
     groups, rank, in_features = A.shape
     if B.shape[0] != groups:
@@ -61,9 +76,17 @@ def compute_lora_delta(
         if group_scales.shape != (groups,):
             raise ValueError(f"group_scales has shape {tuple(group_scales.shape)} but the stack has {groups} groups")
         hidden = _scaled(hidden, group_scales.unsqueeze(-1))
+    if isinstance(scale, torch.Tensor) and scale.ndim:
+        scale = scale.unsqueeze(-1)  # per-row factors [..., 1] → [..., 1, 1] against the hidden [..., g, r]
     hidden = _scaled(hidden, scale)
     delta = torch.einsum("...gr,gor->...go", hidden, B)  # [..., g, out_g]
     return delta.flatten(-2)
+
+
+def _row_scale(scale: float | torch.Tensor | None, rows: torch.Tensor) -> torch.Tensor:
+    """``scale · rows`` shaped to multiply a hidden of ``rows.shape + (r,)`` (a 0-dim ``rows`` stays 0-dim)."""
+    product = rows if scale is None else rows * scale
+    return product.unsqueeze(-1) if product.ndim else product
 
 
 def _scaled(hidden: torch.Tensor, scale: float | torch.Tensor | None) -> torch.Tensor:

@@ -20,7 +20,8 @@ import torch.nn as nn
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
-from ..settings import MODES, LoRASettings
+from ..rules.blocks import block_index
+from ..settings import MODES, LoRASettings, merged_refusal
 from .bound import BoundLayers
 from .delegate import read_through
 from .entries import build_entries
@@ -33,9 +34,19 @@ from .measure import StrengthMeter
 from .param_patches import ParamPatches
 from .pristine import PristineStore
 from .report import Coverage, MatchReport
+from .rows import RowTags
 from .scaling import AdapterScale, ModuleAlpha
+from .step_strength import StepStrength
 from .targets import TargetSlot, discover_targets
-from .validation import UNCHANGED, changed_settings, check_groups, check_ranks, check_strength, refuse_unfit
+from .validation import (
+    UNCHANGED,
+    changed_settings,
+    check_groups,
+    check_ranks,
+    check_strength,
+    modality_warning,
+    refuse_unfit,
+)
 
 
 @dataclass
@@ -52,6 +63,7 @@ class _Attached:
     warnings: tuple[str, ...] = ()
     exact: ExactPlan = field(default_factory=ExactPlan)  # exact parts and head banks (h3app.lora.exact)
     bank_listener: BankListener | None = None
+    step_listener: StepStrength | None = None  # its strength schedule, per evaluation of a run
 
     @property
     def paths(self) -> list[str]:
@@ -80,6 +92,8 @@ class LoRAEngine:
         self._params = ParamPatches(transformer, self._layers.pristine)  # biases and norm weights of exact parts
         self._adapters: dict[str, _Attached] = {}
         self._meter = StrengthMeter(self._slots, self._layers, self._device_of)
+        self._tags = RowTags()  # the token tags per-modality factors read (listening while any adapter has some)
+        self.num_blocks = 1 + max((i for i in map(block_index, self._slots) if i is not None), default=-1)
 
     # ----------------------------------------------------------------------------------------------- queries
     mode = read_through("_layers", "mode", "``unmerged`` or ``merged``, for every attached adapter.")
@@ -108,7 +122,8 @@ class LoRAEngine:
     def effective_scales(self, name: str) -> dict[str, float]:
         """Canonical target → float64 effective scale now in use."""
         attached = self._get(name)
-        return {t: attached.state.scale(self._slots[t].group, ModuleAlpha.of(m)) for t, m in attached.modules.items()}
+        return {t: attached.state.scale(self._slots[t].group, ModuleAlpha.of(m), block_index(t))
+                for t, m in attached.modules.items()}
 
     def report(self, name: str) -> MatchReport:
         """The match report of an attached adapter at its current settings, its strength profile computed now (the
@@ -134,17 +149,21 @@ class LoRAEngine:
         if name in self._adapters:
             raise H3AppError(f"an adapter named {name!r} is already attached: detach it first, or change it with set_lora.")
         check_groups(settings.group_strengths)
+        settings.blocks.check_blocks(self.num_blocks)
         plan = self._plan(adapter, settings, name)
         refuse_unfit(name, plan.report, has_parts=adapter.has_exact_parts)
         check_ranks(name, plan.matched, self._slots)
         mode = self._engine_mode(settings)
+        refusal = merged_refusal(settings.modality, settings.schedule) if mode == "merged" else None
+        if refusal:
+            raise H3AppError(refusal)
         taken = self._taken()
         exact = plan_exact(name, adapter, self.transformer, self._slots, PartStrength(settings.strength), taken)
         _refuse_replaced(name, plan.matched, taken)
         lora_paths = sorted({self._slots[t].module for t in plan.matched})
         if mode == "merged":
             self._layers.check_mergeable(lora_paths)
-        state = adapter_scale(plan.matched, settings)
+        state = adapter_scale(plan.matched, settings, self._tags)
         entries = build_entries(name, plan.matched, self._slots, state, device_of=self._device_of,
                                 dtype_of=lambda path: self._layers.weight(path).dtype)
         attached = _Attached(settings=settings, state=state, entries=entries, adapter=adapter,
@@ -169,6 +188,10 @@ class LoRAEngine:
         if exact.banks:
             attached.bank_listener = BankListener(name, exact.banks, self._write_heads)
             add_listener(self.transformer, attached.bank_listener)
+        parts = (exact.strength, lambda: self._rewrite_parts(attached)) if exact.has_deltas else ()
+        attached.step_listener = StepStrength(name, state, lambda: attached.settings.schedule, *parts)
+        add_listener(self.transformer, attached.step_listener)
+        self._listen_to_tags()
         if settings.mode != self.mode:
             try:
                 self.set_mode(settings.mode)
@@ -179,17 +202,22 @@ class LoRAEngine:
 
     # ------------------------------------------------------------------------------------------- set / mode
     def set_lora(self, name: str, *, alpha: float | None = UNCHANGED, strength: float = UNCHANGED,
-                 group_strengths: Mapping[str, float] = UNCHANGED, exact_strength: float | None = UNCHANGED
-                 ) -> LoRASettings:
+                 group_strengths: Mapping[str, float] = UNCHANGED, exact_strength: float | None = UNCHANGED,
+                 advanced: LoRASettings = UNCHANGED) -> LoRASettings:
         """Change an attached adapter's alpha (None = each module's stored alpha), strength and/or group strengths
         without reading its file again; an argument left out (``UNCHANGED``) keeps its value. O(1) in unmerged
         mode for the low-rank parts; merged mode re-merges its layers from the pristine copies. Exact deltas run at
         the strength (alpha does not apply to them) unless ``exact_strength`` pins them (None: follow the strength);
-        when their strength changes, their parameters are rewritten from the pristine copies. Returns the new
-        settings."""
+        when their strength changes, their parameters are rewritten from the pristine copies. ``advanced``: settings
+        whose per-modality strengths, strength schedule and block strengths replace the adapter's (refused in
+        merged mode unless they are 1 and no schedule). Returns the new settings."""
         attached = self._get(name)
-        old = attached.settings
-        new = changed_settings(old, alpha, strength, group_strengths)
+        old = dataclasses.replace(attached.settings, mode=self.mode)  # the engine's mode is the one in force
+        new = changed_settings(old, alpha, strength, group_strengths, advanced)
+        new.blocks.check_blocks(self.num_blocks)
+        refusal = merged_refusal(new.modality, new.schedule) if self.mode == "merged" else None
+        if refusal:
+            raise H3AppError(refusal)
         parts = attached.exact.strength or PartStrength(old.strength)
         old_parts = (parts.strength, parts.pinned)
         pinned = parts.pinned if exact_strength is UNCHANGED else (
@@ -197,11 +225,11 @@ class LoRAEngine:
         deltas_move = attached.exact.has_deltas and PartStrength(new.strength, pinned).value != parts.value
 
         def change() -> None:
-            attached.state.update(new.alpha, new.strength, new.group_strengths)
+            attached.state.update(new.alpha, new.strength, new.group_strengths, new.blocks, new.modality)
             parts.strength, parts.pinned = new.strength, pinned
 
         def undo() -> None:
-            attached.state.update(old.alpha, old.strength, old.group_strengths)
+            attached.state.update(old.alpha, old.strength, old.group_strengths, old.blocks, old.modality)
             parts.strength, parts.pinned = old_parts
 
         paths = (list(attached.entries) if self.mode == "merged" else []) + (
@@ -219,6 +247,7 @@ class LoRAEngine:
                     self._params.write(parameter)
                 raise
         attached.settings = new
+        self._listen_to_tags()
         return new
 
     def set_mode(self, mode: str) -> None:
@@ -230,6 +259,10 @@ class LoRAEngine:
             return
         paths = list(self._layers.paths)
         if mode == "merged":
+            for name, attached in self._adapters.items():
+                refusal = merged_refusal(attached.settings.modality, attached.settings.schedule)
+                if refusal:
+                    raise H3AppError(f"adapter {name!r}: {refusal}")
             self._layers.check_mergeable(paths)
         self._layers.transaction(paths, lambda: None, mode=mode)
 
@@ -242,9 +275,11 @@ class LoRAEngine:
             self._get(each)
         self._unbind(names, self._adapters)
         for each in names:
-            listener = self._adapters.pop(each).bank_listener
-            if listener is not None:
-                remove_listener(self.transformer, listener)
+            attached = self._adapters.pop(each)
+            for listener in (attached.bank_listener, attached.step_listener):
+                if listener is not None:
+                    remove_listener(self.transformer, listener)
+        self._listen_to_tags()
 
     def _unbind(self, names: list[str], attached: Mapping[str, _Attached]) -> None:
         """Take ``names``' entries off their layers and parameters (weights back to the base where nothing else
@@ -278,6 +313,19 @@ class LoRAEngine:
                 for entry in entries:
                     taken.setdefault(entry.parameter, []).append((name, entry.replaces))
         return taken
+
+    def _listen_to_tags(self) -> None:
+        """Read each forward's token tags while any adapter has per-modality factors (else no hook at all)."""
+        if any(not a.settings.modality.is_unit for a in self._adapters.values()):
+            self._tags.listen(self.transformer)
+        else:
+            self._tags.stop()
+
+    def _rewrite_parts(self, attached: _Attached) -> None:
+        """Write an adapter's exact deltas again at their strength now (a schedule's factor moved)."""
+        self._layers.rewrite(sorted(attached.exact.linear))
+        for parameter in attached.exact.params:
+            self._params.write(parameter)
 
     def _write_heads(self, heads: list[BankHead]) -> None:
         """Write a head bank's current heads into their parameters (each evaluation of a run, and after it)."""
@@ -315,9 +363,10 @@ class LoRAEngine:
         exact = tuple(sorted(entry.parameter for entries in (*attached.exact.linear.values(),
                                                             *attached.exact.params.values()) for entry in entries
                              if not isinstance(entry, BankHead)))
+        modality = modality_warning(attached.settings, attached.modules, attached.adapter.info.parts)
         return MatchReport(
             name=name, identity=attached.adapter.identity, mode=self.mode, fused_qkv=self.fused_qkv, matched=matches,
-            coverage=attached.coverage, warnings=attached.warnings,
+            coverage=attached.coverage, warnings=attached.warnings + ((modality,) if modality else ()),
             measure=lambda: self._meter.profile(attached.adapter, attached.modules, matches),
             exact_parameters=exact, head_banks=tuple(attached.exact.banks))
 

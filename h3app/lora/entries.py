@@ -13,8 +13,11 @@ from collections.abc import Callable, Mapping
 import torch
 
 from ..adapters.types import ModuleLoRA
+from ..rules.blocks import block_index
+from ..rules.modality import rows_of
 from .delta import stack_group_factors
 from .layers import LoRAFactors, delta_dtype
+from .rows import RowFactors
 from .scaling import AdapterScale, ModuleAlpha
 from .targets import TargetSlot
 
@@ -46,15 +49,17 @@ def build_entries(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[s
             return converted[key]
 
         first_slot = members[0][0]
+        rows = RowFactors(state.modality, rows_of(first_slot.target), device)
         if first_slot.groups == 1:
             slot, module = members[0]
-            scale = state.entry_for(slot.group, (ModuleAlpha.of(module),), device)
-            entries[path] = LoRAFactors(name, scale, convert(module.down), convert(module.up))
+            scale = state.entry_for(slot.group, (ModuleAlpha.of(module),), device, block_index(slot.target))
+            entries[path] = LoRAFactors(name, scale, convert(module.down), convert(module.up), rows)
             continue
         by_index: list[ModuleLoRA | None] = [None] * first_slot.groups
         for slot, module in members:
             by_index[slot.index] = module
         entries[path] = _fused_entry(name, state, first_slot, by_index, convert, device, dtype)
+        entries[path].modality = rows
     return entries
 
 
@@ -71,11 +76,12 @@ def _fused_entry(name: str, state: AdapterScale, slot: TargetSlot, by_index: lis
         for index, module in enumerate(by_index):
             if module is not None:
                 up[index * slot.out_features:(index + 1) * slot.out_features].copy_(module.up.detach())
-        return LoRAFactors(name, state.entry_for(slot.group, (ModuleAlpha.of(first),), device), convert(first.down), up)
+        entry = state.entry_for(slot.group, (ModuleAlpha.of(first),), device, block_index(slot.target))
+        return LoRAFactors(name, entry, convert(first.down), up)
     down, up = stack_group_factors(
         [(m.down.detach(), m.up.detach()) if m is not None else None for m in by_index],
         out_features_per_group=slot.out_features, in_features=slot.in_features, dtype=dtype, device=device)
-    return LoRAFactors(name, state.entry_for(slot.group, tuple(stored), device), down, up)
+    return LoRAFactors(name, state.entry_for(slot.group, tuple(stored), device, block_index(slot.target)), down, up)
 
 
 def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -23,15 +23,17 @@ from .targets import TargetSlot
 
 
 class PartStrength:
-    """The strength one adapter's deltas run at: its strength, unless pinned (``exact_strength``)."""
+    """The strength one adapter's deltas run at: its strength, unless pinned (``exact_strength``), times the strength
+    schedule's factor of the evaluation now running (``step``, 1 between runs)."""
 
     def __init__(self, strength: float, pinned: float | None = None) -> None:
         self.strength = float(strength)
         self.pinned = pinned
+        self.step = 1.0
 
     @property
     def value(self) -> float:
-        return self.strength if self.pinned is None else float(self.pinned)
+        return (self.strength if self.pinned is None else float(self.pinned)) * self.step
 
 
 class ExactEntry:

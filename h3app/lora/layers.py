@@ -24,6 +24,7 @@ import torch.nn as nn
 from .delegate import read_through
 from .delta import compute_lora_delta
 from .pristine import PristineStore
+from .rows import RowFactors
 from .scaling import ScaleEntry
 
 MERGE_CHUNK_BYTES = 64 << 20  # fp32 rows merged at a time: bounds the temporary to 64 MiB per layer
@@ -52,15 +53,18 @@ class LoRAFactors:
     the blocked ``[B_q; B_k; B_v]``, zero rows where a group is not covered). 3D: ``down [g, r_max, in]``,
     ``up [g, out_g, r_max]`` with per-group scales (``h3app.lora.delta.stack_group_factors``).
     ``scale``: the shared entry of this kind of layer (per-group effective scales and ranks; rank 0 for a group the
-    adapter does not cover).
+    adapter does not cover). ``modality``: the adapter's modality factors as this layer's rows see them
+    (``h3app.lora.rows``), None when the layer has none.
     """
 
-    def __init__(self, adapter: str, scale: ScaleEntry, down: torch.Tensor, up: torch.Tensor) -> None:
+    def __init__(self, adapter: str, scale: ScaleEntry, down: torch.Tensor, up: torch.Tensor,
+                 modality: RowFactors | None = None) -> None:
         self.adapter = adapter
         self.scale = scale
         self.down = down
         self.up = up
         self.stacked = down.ndim == 3
+        self.modality = modality
 
     @property
     def group_ranks(self) -> tuple[int, ...]:
@@ -75,11 +79,18 @@ class LoRAFactors:
         """What the delta's input, factors and output are in (``delta_dtype``)."""
         return self.down.dtype
 
-    def delta(self, x: torch.Tensor) -> torch.Tensor:
-        """``[..., out]`` delta for input ``x [..., in]`` already in ``self.dtype``."""
+    def row_scales(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The modality factor of each row of ``x [..., in]`` (``x.shape[:-1]`` or 0-dim), None when all are 1."""
+        return self.modality.rows(x) if self.modality is not None else None
+
+    def delta(self, x: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``[..., out]`` delta for input ``x [..., in]`` already in ``self.dtype``; ``rows``: this input's
+        ``row_scales`` (computed once for the whole input, sliced per chunk)."""
+        blocks = self.modality.out_blocks() if self.modality is not None else None
         if self.stacked:
-            return compute_lora_delta(x, self.down, self.up, group_scales=self.scale.applied)
-        return compute_lora_delta(x, self.down, self.up, scale=self.scale.applied)
+            return compute_lora_delta(x, self.down, self.up, group_scales=self.scale.applied, row_scales=rows)
+        return compute_lora_delta(x, self.down, self.up, scale=self.scale.applied, row_scales=rows,
+                                  out_block_scales=blocks)
 
     def add_to_weight(self, weight32: torch.Tensor, start: int, stop: int) -> None:
         """``weight32`` holds fp32 rows ``[start, stop)`` of the layer; add ``scale · B @ A`` for those rows."""
@@ -116,12 +127,15 @@ def rows_per_chunk(in_features: int) -> int:
     return max(1, MERGE_CHUNK_BYTES // max(1, in_features * 4))
 
 
-def add_deltas(entries: list[LoRAFactors], x: torch.Tensor, out: torch.Tensor, dtype: torch.dtype) -> None:
-    """``out += Σ entry.delta(x)`` for rows ``x [n, in]`` → ``out [n, out]`` (x cast to ``dtype`` once)."""
+def add_deltas(entries: list[LoRAFactors], x: torch.Tensor, out: torch.Tensor, dtype: torch.dtype,
+               rows: list[torch.Tensor | None] | None = None) -> None:
+    """``out += Σ entry.delta(x, row)`` for rows ``x [n, in]`` → ``out [n, out]`` (x cast to ``dtype`` once);
+    ``rows``: each entry's per-row factors for these ``n`` rows (``LoRAFactors.row_scales``; None: all 1)."""
     xd = x.to(dtype)
-    delta = entries[0].delta(xd)
-    for entry in entries[1:]:
-        delta.add_(entry.delta(xd))
+    rows = rows if rows is not None else [None] * len(entries)
+    delta = entries[0].delta(xd, rows[0])
+    for entry, row in zip(entries[1:], rows[1:]):
+        delta.add_(entry.delta(xd, row))
     out.add_(delta)
 
 
@@ -161,23 +175,26 @@ class LoRALinear(nn.Module):
         if not entries:
             return out
         dtype = entries[0].dtype
+        rows = [entry.row_scales(x) for entry in entries]  # per-modality factors, None where all are 1
         if torch.is_grad_enabled():
             xd = x.to(dtype)
-            delta = entries[0].delta(xd)
-            for entry in entries[1:]:
-                delta = delta + entry.delta(xd)
+            delta = entries[0].delta(xd, rows[0])
+            for entry, row in zip(entries[1:], rows[1:]):
+                delta = delta + entry.delta(xd, row)
             return torch.add(out, delta).to(out.dtype)
         # Inference: add the delta into the base output in place (one rounding to out's dtype), by row chunks so
         # that neither a cast copy of x nor the delta is ever materialised for the whole sequence.
         out = out.contiguous()
         flat_x = x.reshape(-1, x.shape[-1])
         flat_out = out.view(-1, out.shape[-1])
+        flat_rows = [row.reshape(-1) if row is not None and row.ndim else row for row in rows]
         step = forward_rows_per_chunk(max(x.shape[-1], out.shape[-1]), dtype.itemsize)
         if flat_x.shape[0] <= step:  # one chunk, no loop: a compiled graph keeps the row count symbolic
-            add_deltas(entries, flat_x, flat_out, dtype)
+            add_deltas(entries, flat_x, flat_out, dtype, flat_rows)
             return out
         for start in range(0, flat_x.shape[0], step):
-            add_deltas(entries, flat_x[start:start + step], flat_out[start:start + step], dtype)
+            chunk = [row[start:start + step] if row is not None and row.ndim else row for row in flat_rows]
+            add_deltas(entries, flat_x[start:start + step], flat_out[start:start + step], dtype, chunk)
         return out
 
     def merge_from(self, pristine: PristineStore, key: str) -> None:

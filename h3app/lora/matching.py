@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
+from ..rules.blocks import block_index
 from ..settings import LoRASettings
 from .report import Coverage, MatchReport, ShapeError, TargetMatch
+from .rows import RowTags
 from .scaling import AdapterScale, ModuleAlpha
 from .targets import TargetSlot
 from .validation import shape_problem
@@ -22,10 +24,12 @@ class MatchPlan:
     matched: dict[str, ModuleLoRA]
 
 
-def adapter_scale(matched: Mapping[str, ModuleLoRA], settings: LoRASettings) -> AdapterScale:
-    """The scale state of the ``matched`` modules at ``settings``."""
+def adapter_scale(matched: Mapping[str, ModuleLoRA], settings: LoRASettings,
+                  tags: RowTags | None = None) -> AdapterScale:
+    """The scale state of the ``matched`` modules at ``settings`` (``tags``: the engine's token tags, which its
+    per-modality factors read)."""
     return AdapterScale((ModuleAlpha.of(m) for m in matched.values()), settings.alpha, settings.strength,
-                        settings.group_strengths)
+                        settings.group_strengths, settings.blocks, settings.modality, tags)
 
 
 def target_match(slot: TargetSlot, module: ModuleLoRA, state: AdapterScale) -> TargetMatch:
@@ -33,7 +37,8 @@ def target_match(slot: TargetSlot, module: ModuleLoRA, state: AdapterScale) -> T
     stored = ModuleAlpha.of(module)
     return TargetMatch(target=slot.target, module=slot.module, group=slot.group, rank=module.rank,
                        alpha=state.alpha_in_use(stored), alpha_source=state.alpha_source(module.alpha_source),
-                       use_rslora=module.use_rslora, effective_scale=state.scale(slot.group, stored))
+                       use_rslora=module.use_rslora,
+                       effective_scale=state.scale(slot.group, stored, block_index(slot.target)))
 
 
 def plan_match(adapter: NormalisedAdapter, slots: Mapping[str, TargetSlot], settings: LoRASettings, name: str, *,

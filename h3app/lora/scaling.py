@@ -1,15 +1,18 @@
 """Which alpha and which effective scale every module of one adapter runs at — the one place that answers it.
 
-Words: *strength* is the user's slider (``--scale`` on the command line), *group strength* its per-group factor, and
-the *effective scale* is the multiplier of ``B·A``: ``h3app.rules.scale.effective_scale(alpha, strength, rank,
-use_rslora, group_strength)``, float64, applied in fp32.
+Words: *strength* is the user's slider (``--scale`` on the command line), *group strength* its per-group factor,
+*block strength* a factor per main block (``rules.blocks``), the *step factor* the strength schedule's factor of the
+evaluation now running (1 outside a run), and the *effective scale* is the multiplier of ``B·A``:
+``h3app.rules.scale.effective_scale(alpha, strength, rank, use_rslora, group_strength, block_strength, step_factor)``,
+float64, applied in fp32. Per-modality factors multiply rows of a layer's delta at run time (``h3app.lora.rows``);
+they are the adapter's ``modality`` here.
 
 Which alpha: an explicit alpha in the settings applies to every module; otherwise each module's stored alpha (the
 alpha chain's value: metadata, ``adapter_config.json``, per-key ``.alpha``, or rank as the last resort).
 
 An ``AdapterScale`` is shared by all layers of one adapter. Layers do not hold their own scale: each holds a
-``ScaleEntry`` shared by every layer of the same *kind* (group, stored alphas, ranks, rsLoRA, device), so a slider
-change refills a handful of entries and costs no work per layer. Two settings with the same float64
+``ScaleEntry`` shared by every layer of the same *kind* (group, main block, stored alphas, ranks, rsLoRA, device), so
+a slider change or a new evaluation of a schedule refills a few entries per block and costs no work per layer. Two settings with the same float64
 ``alpha × strength`` (8 × 1.0 and 128 × 0.0625) give the same effective scales bit for bit, at every rank.
 """
 
@@ -21,7 +24,10 @@ from typing import NamedTuple
 import torch
 
 from ..rules.alpha_source import AlphaSource
+from ..rules.blocks import BlockStrength
+from ..rules.modality import ModalityStrength
 from ..rules.scale import effective_scale
+from .rows import ModalityFactors, RowTags
 
 
 class ModuleAlpha(NamedTuple):
@@ -59,21 +65,41 @@ class ScaleEntry:
 
 
 class AdapterScale:
-    """One adapter's settings (explicit alpha or None, strength, group strengths) and the shared scale entries."""
+    """One adapter's settings (explicit alpha or None, strength, group strengths, block strengths, modality factors),
+    the step factor of the evaluation now running, and the shared scale entries."""
 
     def __init__(self, stored: Iterable[ModuleAlpha], alpha: float | None, strength: float,
-                 group_strengths: Mapping[str, float]) -> None:
+                 group_strengths: Mapping[str, float], blocks: BlockStrength | None = None,
+                 modality: ModalityStrength | None = None, tags: RowTags | None = None) -> None:
         alphas = {m.alpha for m in stored}
         # The stored alpha when every module has the same one (shown as the adapter's alpha), else None.
         self.chain_alpha: float | None = alphas.pop() if len(alphas) == 1 else None
         self._entries: dict[tuple, ScaleEntry] = {}
+        self.step = 1.0
+        self.blocks = blocks if blocks is not None else BlockStrength()
+        self.modality = ModalityFactors(modality or ModalityStrength(), tags or RowTags())
         self.update(alpha, strength, group_strengths)
 
-    def update(self, alpha: float | None, strength: float, group_strengths: Mapping[str, float]) -> None:
-        """New settings: O(kinds of layers) — refill the few shared entries, no work per layer."""
+    def update(self, alpha: float | None, strength: float, group_strengths: Mapping[str, float],
+               blocks: BlockStrength | None = None, modality: ModalityStrength | None = None) -> None:
+        """New settings: O(kinds of layers) — refill the few shared entries, no work per layer. ``blocks`` and
+        ``modality`` left None keep theirs."""
         self.alpha = None if alpha is None else float(alpha)
         self.strength = float(strength)
         self.group_strengths = {group: float(value) for group, value in group_strengths.items()}
+        if blocks is not None:
+            self.blocks = blocks
+        if modality is not None:
+            self.modality.update(modality)
+        self._refill()
+
+    def set_step(self, factor: float) -> None:
+        """The strength schedule's factor of the evaluation about to run (1 between runs): refill the entries."""
+        if float(factor) != self.step:
+            self.step = float(factor)
+            self._refill()
+
+    def _refill(self) -> None:
         for key, entry in self._entries.items():
             self._fill(key, entry)
 
@@ -86,15 +112,16 @@ class AdapterScale:
         """Where the alpha in use comes from: ``explicit``, else the module's own alpha source."""
         return AlphaSource.EXPLICIT if self.alpha is not None else AlphaSource.of(stored_source)
 
-    def scale(self, group: str, module: ModuleAlpha) -> float:
-        """The float64 effective scale of ``module`` (in ``group``) now."""
+    def scale(self, group: str, module: ModuleAlpha, block: int | None = None) -> float:
+        """The float64 effective scale of ``module`` (in ``group``, in main block ``block`` or None) now."""
         return effective_scale(self.alpha_in_use(module), self.strength, module.rank, module.use_rslora,
-                               self.group_strengths.get(group, 1.0))
+                               self.group_strengths.get(group, 1.0), self.blocks.factor(block), self.step)
 
     # ------------------------------------------------------------------------------------------ shared entries
-    def entry_for(self, group: str, members: tuple[ModuleAlpha | None, ...], device: torch.device) -> ScaleEntry:
+    def entry_for(self, group: str, members: tuple[ModuleAlpha | None, ...], device: torch.device,
+                  block: int | None = None) -> ScaleEntry:
         """The entry every layer of this kind shares (created on first request, refilled by ``update``)."""
-        key = (group, members, device)
+        key = (group, block, members, device)
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = ScaleEntry(members)
@@ -102,8 +129,8 @@ class AdapterScale:
         return entry
 
     def _fill(self, key: tuple, entry: ScaleEntry) -> None:
-        group, members, device = key
-        values = tuple(self.scale(group, m) if m is not None else 0.0 for m in members)
+        group, block, members, device = key
+        values = tuple(self.scale(group, m, block) if m is not None else 0.0 for m in members)
         entry.values = values
         exact = torch.tensor(values if entry.stacked else values[0], dtype=torch.float64)
         if entry.applied is None:

@@ -9,9 +9,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..adapters.fit import RANK_FLOOR, rank_limit
+from ..adapters.parts import HEAD_BANK, PART_KINDS
 from ..adapters.types import ModuleLoRA
 from ..errors import H3AppError
 from ..rules.h3_modules import GROUPS
+from ..rules.modality import SHARED, rows_of
 from ..settings import LoRASettings, check_alpha, check_strength
 from .report import MatchError, MatchReport
 from .targets import TargetSlot
@@ -83,9 +85,15 @@ def check_groups(group_strengths: Mapping[str, float]) -> None:
         raise H3AppError(f"unknown group {unknown[0]!r} in group strengths: use {', '.join(GROUPS)}.")
 
 
-def changed_settings(old: LoRASettings, alpha: Any, strength: Any, group_strengths: Any) -> LoRASettings:
+ADVANCED_FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
+
+
+def changed_settings(old: LoRASettings, alpha: Any, strength: Any, group_strengths: Any,
+                     advanced: Any = UNCHANGED) -> LoRASettings:
     """``old`` with each argument that is not ``UNCHANGED`` checked and put in its place (``alpha=None``: each
-    module's stored alpha)."""
+    module's stored alpha; ``advanced``: settings whose per-modality, schedule and block strengths replace old's)."""
+    if advanced is not UNCHANGED:
+        old = dataclasses.replace(old, **{name: getattr(advanced, name) for name in ADVANCED_FIELDS})
     new_alpha = old.alpha if alpha is UNCHANGED else check_alpha(alpha)
     new_strength = old.strength if strength is UNCHANGED else check_strength(strength)
     new_groups = dict(old.group_strengths) if group_strengths is UNCHANGED else dict(group_strengths)
@@ -93,3 +101,22 @@ def changed_settings(old: LoRASettings, alpha: Any, strength: Any, group_strengt
     for group, value in new_groups.items():
         check_strength(value, what=f"strength of group {group!r}")
     return dataclasses.replace(old, alpha=new_alpha, strength=new_strength, group_strengths=new_groups)
+
+
+def modality_warning(settings: LoRASettings, modules: Mapping[str, ModuleLoRA],
+                     parts: Mapping[str, int]) -> str | None:
+    """What per-modality strength cannot reach, in one line (None when every factor is 1 or it reaches everything):
+    pairs on timestep rows every modality reads, and exact parts (written into the weights for every row)."""
+    if settings.modality.is_unit:
+        return None
+    shared = sorted(t for t in modules if rows_of(t) == SHARED)
+    exact = sum(parts.get(kind, 0) for kind in PART_KINDS) + (1 if parts.get(HEAD_BANK) else 0)
+    if not shared and not exact:
+        return None
+    reach = []
+    if shared:
+        reach.append(f"{len(shared)} targets every modality reads ({', '.join(shared[:2])}{', …' if len(shared) > 2 else ''})")
+    if exact:
+        reach.append(f"its {exact} exact parts or head bank (written into the weights of every row)")
+    return (f"per-modality strength ({settings.modality.label}) does not reach {' nor '.join(reach)}: they run at the "
+            f"adapter's strength for every modality.")

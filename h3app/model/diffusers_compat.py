@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .versions import check_written_for
+from ..rules.versions import check_written_for
 
 WRITTEN_FOR = "0.42.1"
 check_written_for("diffusers", WRITTEN_FOR, __name__)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .versions import check_written_for
+from ..rules.versions import check_written_for
 
 WRITTEN_FOR = "2.14.1"
 check_written_for("torch", WRITTEN_FOR, __name__)

@@ -1,7 +1,12 @@
-"""The one LoRA scale formula: ``alpha × strength × group strength / rank`` (``/ √rank`` for rsLoRA).
+"""The one LoRA scale formula: ``alpha × strength × group strength × block strength × step factor / rank``
+(``/ √rank`` for rsLoRA).
 
-"strength" is the user's slider (called ``--scale`` on the command line); the result of the formula is the
-*effective scale* that multiplies ``B·A``. Every layer that shows or applies a scale calls this module.
+"strength" is the user's slider (called ``--scale`` on the command line); the group strength its per-group factor,
+the block strength a factor per main block (``rules.blocks``), the step factor the strength schedule's factor of the
+current evaluation (``rules.schedule``; 1 outside a run). The result of the formula is the *effective scale* that
+multiplies ``B·A``. Every layer that shows or applies a scale calls this module. The factors multiply left to right
+after ``alpha × strength``, so two settings with the same ``alpha × strength`` (8 × 1 and 128 × 0.0625) give the same
+float64 product whatever the other factors are.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ def scale_divisor(rank: int, use_rslora: bool = False) -> float:
 
 
 def effective_scale(alpha: float, strength: float, rank: int, use_rslora: bool = False,
-                    group_strength: float = 1.0) -> float:
+                    group_strength: float = 1.0, block_strength: float = 1.0, step_factor: float = 1.0) -> float:
     """The multiplier of ``B·A`` for one module, in float64."""
-    return float(alpha) * float(strength) * float(group_strength) / scale_divisor(rank, use_rslora)
+    return (float(alpha) * float(strength) * float(group_strength) * float(block_strength) * float(step_factor)
+            / scale_divisor(rank, use_rslora))

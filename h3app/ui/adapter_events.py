@@ -16,19 +16,19 @@ import pandas as pd
 from gradio.utils import get_upload_folder
 
 from ..adapters.source import implied_weight
-from ..backend.upload_policy import UploadPolicy
 from ..errors import H3AppError
+from ..hosting.upload_policy import UploadPolicy
+from ..hosting.upload_quota import discard, upload_quota
+from ..hosting.visitors import session_key, visitor_keys
 from ..rules.choices import T2VA
 from ..rules.strength import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
 from ..settings import LoRASettings
 from . import render
-from .client_gone import client_gone
-from .fair_queue import visitor_keys
 from .forms import KEEP, SlotForm, SyncForm, chain_text
+from .gradio_compat import client_gone
 from .scales import profile_basis, profile_view
-from .session import RunningJobs, session_key, with_adapter
-from .upload_quota import discard, upload_quota
+from .session import RunningJobs, with_adapter
 
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
@@ -187,7 +187,7 @@ class AdapterEvents:
     def upload(self, file_path: str | None, request: gr.Request = None) -> SourcePick:
         """Move an uploaded ``.safetensors`` where the backend's upload policy puts it (an allowed adapter folder,
         cleaned after an hour) and select it. The policy refuses it in one line; hosted mode also counts the
-        visitor's and the folder's upload bytes (``upload_quota.py``)."""
+        visitor's and the folder's upload bytes (``hosting/upload_quota.py``)."""
         if not file_path:
             return SourcePick()
         upload = Path(file_path)
@@ -355,9 +355,10 @@ class AdapterEvents:
         try:
             used = slot.alpha_value()
             strength = slot.strength_value()
+            blocks = slot.advanced().fields()["block_strength"]
         except H3AppError:
             return ProfileBars(KEEP, KEEP, KEEP)
-        view = profile_view(basis, used, strength)
+        view = profile_view(basis, used, strength, blocks)
         low, high = basis["usual_range"]
         if basis.get("toy_weights"):  # the heuristic is shown, ranked below the file's facts and disarmed
             text = (f"<b>Size heuristic — meaningless on this model:</b> its weights are the embedded tiny "

@@ -8,10 +8,10 @@ from typing import Any
 
 import gradio as gr
 
+from ..hosting.gpu_gate import admitted, gpu_events
 from ..rules.choices import QKV_LAYOUTS
-from . import render
+from . import advanced_strength, render
 from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
-from .fair_queue import admitted, gpu_events
 from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
 from .unclamped import unclamped
 
@@ -58,6 +58,13 @@ class AdapterSlot:
     confirm_note: gr.HTML
     replace_button: gr.Button
     keep_button: gr.Button
+    advanced: advanced_strength.AdvancedSection  # "Advanced strength": its controls are SlotForm fields too
+    # ... readable here by those field names, as every other control of the slot
+    video_strength = property(lambda self: self.advanced.video_strength)
+    text_strength = property(lambda self: self.advanced.text_strength)
+    audio_strength = property(lambda self: self.advanced.audio_strength)
+    strength_schedule = property(lambda self: self.advanced.strength_schedule)
+    block_strength = property(lambda self: self.advanced.block_strength)
 
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
@@ -112,6 +119,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                              info="negative values push the other way (slider LoRAs)"))
         if mode is not None:
             mode.render()
+    advanced = advanced_strength.build(slot)
     readout = gr.HTML(render.readout_html(None, None, 1.0), elem_id=f"{prefix}-readout")
     report_html = gr.HTML("", elem_id=f"{prefix}-report")
     with gr.Column(visible=False) as profile_box:
@@ -128,7 +136,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                        inspect_html, alpha_html, known_html, known_box, preset_button, targets, info_json, override,
                        alpha, strength, readout, report_html, profile_box, group_plot, block_plot, profile_html,
                        gr.State(None), gr.State(None), gr.State(None), gr.State(None), gr.State(None), confirm_box,
-                       confirm_note, replace_button, keep_button)
+                       confirm_note, replace_button, keep_button, advanced)
 
 
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
@@ -257,7 +265,8 @@ def _wire_alpha_box(ui: AdapterSlot) -> None:
 
 
 def _strength_parts(ui: AdapterSlot) -> dict[str, Any]:
-    return {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength, "info": ui.info}
+    return {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength, "info": ui.info,
+            "block_strength": ui.block_strength}  # per-block factors redraw the profile's block bars
 
 
 def _readout_event(events: AdapterEvents, ui: AdapterSlot) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
@@ -301,7 +310,8 @@ def _wire_strength(events: AdapterEvents, ui: AdapterSlot) -> None:
 
     redraw_outputs = [*parts(ui, field_names(Readout)).values(), *profile_parts.values()]
     # one event for the three controls, newest input last: answers never arrive out of order
-    redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change], redraw, strength_inputs,
+    redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change, ui.block_strength.change], redraw,
+                    strength_inputs,
                     redraw_outputs, trigger_mode="always_last", **CHEAP)
     redrawn.then(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
 

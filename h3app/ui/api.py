@@ -22,15 +22,16 @@ from ..adapters.summary import applied_lines
 from ..backend.generation import MAX_SEED
 from ..backend.limits import HOSTED_MAX_STEPS
 from ..errors import H3AppError
+from ..hosting.gpu_gate import admitted, gpu_events
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
 from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
+from .advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
 from .comparison_events import ComparisonEvents
 from .endpoint_guard import public_report
-from .fair_queue import admitted, gpu_events
 from .forms import CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import GenerateEvents, Stopped
 from .session import (
@@ -73,8 +74,9 @@ class ApiEvents:
         return {**info, "weight_files": [{"name": f.name, "size": f.size} for f in files]}
 
     def load(self, session: dict[str, Any] | None, slot: float, source: str, weight_name: str, revision: str,
-             alpha: str, scale: float, mode: str, token: str, request: gr.Request = None,
-             progress: Any = gr.Progress()) -> tuple[dict[str, Any], dict[str, Any]]:
+             alpha: str, scale: float, mode: str, token: str, video_strength: float = 1.0, text_strength: float = 1.0,
+             audio_strength: float = 1.0, strength_schedule: str = "", block_strength: str = "",
+             request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[dict[str, Any], dict[str, Any]]:
         """Download only the pinned weight file, bind it to the model and make it this session's adapter in
         slot 1 or 2 (the next /generate, /check_equivalence and /grid of this client use it).
 
@@ -87,13 +89,20 @@ class ApiEvents:
             scale: number SCALE_RANGE: the strength multiplier (1.0 = as trained; negative pushes the other way)
             mode: text: unmerged (exact, free alpha/scale changes) or merged (faster steps)
             token: text: a Hugging Face token (empty: none)
+            video_strength: number SCALE_RANGE: factor of the adapter on video rows (1: as trained; unmerged only)
+            text_strength: number SCALE_RANGE: factor on text rows
+            audio_strength: number SCALE_RANGE: factor on audio rows (0: the adapter changes nothing audio rows compute)
+            strength_schedule: text: a factor per evaluation (SCHEDULE_WORDS; empty: none; unmerged only)
+            block_strength: text: a factor per main block (BLOCK_WORDS; empty: none)
         Returns:
             {slot, settings, report (matched/unmatched keys), provenance (commit, sha256, alpha source), summary}
         """
         try:
             slot_name = check_slot(slot)
             settings = settings_from_json({"source": source, "weight_name": weight_name, "revision": revision,
-                                           "alpha": alpha, "strength": scale, "mode": mode or "unmerged"})
+                                           "alpha": alpha, "strength": scale, "mode": mode or "unmerged",
+                                           **_advanced(video_strength, text_strength, audio_strength,
+                                                       strength_schedule, block_strength)})
         except H3AppError as error:
             raise user_error(error) from error
         session, result = self.adapters.load(session, slot_name, settings, T2VA, token, request, progress)
@@ -103,7 +112,9 @@ class ApiEvents:
                          "summary": result.report.summary()}
 
     def set_lora(self, session: dict[str, Any] | None, slot: float, alpha: str, scale: float, mode: str,
-                 source: str, weight_name: str, revision: str, enabled: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+                 source: str, weight_name: str, revision: str, enabled: bool, video_strength: float = 1.0,
+                 text_strength: float = 1.0, audio_strength: float = 1.0, strength_schedule: str = "",
+                 block_strength: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
         """Edit this session's adapter in slot 1 or 2 for its next job; nothing runs and nothing is downloaded.
 
         Parameters:
@@ -115,6 +126,11 @@ class ApiEvents:
             weight_name: text: the new adapter's weight file (with source)
             revision: text: the new adapter's revision (with source)
             enabled: boolean: false removes the slot's adapter
+            video_strength: number SCALE_RANGE: factor of the adapter on video rows (1: as trained; unmerged only)
+            text_strength: number SCALE_RANGE: factor on text rows
+            audio_strength: number SCALE_RANGE: factor on audio rows (0: the adapter changes nothing audio rows compute)
+            strength_schedule: text: a factor per evaluation (SCHEDULE_WORDS; empty: none; unmerged only)
+            block_strength: text: a factor per main block (BLOCK_WORDS; empty: none)
         Returns:
             {adapters: slot -> settings} after the edit
         """
@@ -128,7 +144,9 @@ class ApiEvents:
                 current = {"source": source.strip(), "weight_name": weight_name or None, "revision": revision or None}
             if not current:
                 raise H3AppError(f"adapter slot {slot_name} is empty: give a source (or call /load first).")
-            current.update({"alpha": alpha, "strength": scale, "mode": mode or current.get("mode") or "unmerged"})
+            current.update({"alpha": alpha, "strength": scale, "mode": mode or current.get("mode") or "unmerged",
+                            **_advanced(video_strength, text_strength, audio_strength, strength_schedule,
+                                        block_strength)})
             session = with_adapter(session, slot_name, settings_from_json(current))
         except H3AppError as error:
             raise user_error(error) from error
@@ -260,6 +278,7 @@ def api_words(limits: Any, hosted: bool) -> dict[str, str]:
         "PROMPT_RULE": f"not empty, at most {limits.max_prompt_tokens:,} tokens",
         "GRID_CELLS": f"alphas × scales × seeds at most {limits.max_grid_cells} cells",
         "ADAPTERS_JSON": adapters_json_words(),
+        "SCHEDULE_WORDS": SCHEDULE_HINT, "BLOCK_WORDS": BLOCKS_HINT,
     }
 
 
@@ -287,6 +306,9 @@ API_LABELS = {
     "width": "width in pixels: CANVAS_RULE (0: the model's default)",
     "shift": "video flow shift: a number > 0 (0: the model's default)",
     "audio_shift": "audio flow shift: a number > 0 (0: the model's default)",
+    **{f"{m}_strength": f"{m} strength: a number SCALE_RANGE (1: as trained)" for m in ("video", "text", "audio")},
+    "strength_schedule": "strength schedule: SCHEDULE_WORDS (empty: none)",
+    "block_strength": "block strength: BLOCK_WORDS (empty: none)",
 }
 
 
@@ -310,6 +332,13 @@ def _adapters(session: dict[str, Any] | None, adapters_json: str | None) -> list
     """The adapters a job carries: the explicit JSON when given, else the session's."""
     explicit = parse_adapters_json(adapters_json)
     return job_adapters(session) if explicit is None else explicit
+
+
+def _advanced(video: Any, text: Any, audio: Any, schedule: Any, blocks: Any) -> dict[str, Any]:
+    """The advanced strengths as settings fields (an omitted number: 1; empty text: none)."""
+    return {"video_strength": 1.0 if video is None else video, "text_strength": 1.0 if text is None else text,
+            "audio_strength": 1.0 if audio is None else audio, "strength_schedule": schedule or "",
+            "block_strength": blocks or ""}
 
 
 def _probe(adapters: list[LoRASettings]) -> dict[str, Any]:
@@ -341,14 +370,17 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("alpha_b", f"{DEFAULT_B.alpha:g}", "B: alpha (a number, or auto)"),
             ("alphas", defaults.grid.alphas, "alphas, comma-separated (auto allowed)"),
             ("scales", defaults.grid.scales, "scales, comma-separated"),
-            ("seeds", defaults.grid.seeds, "seeds, comma-separated"))}
+            ("seeds", defaults.grid.seeds, "seeds, comma-separated"),
+            ("strength_schedule", "", "strength schedule (empty: none)"),
+            ("block_strength", "", "block strength (empty: none)"))}
         number = {name: gr.Number(value=value, label=label, elem_id=f"api-{name}") for name, value, label in (
             ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", defaults.seed, "seed"),
             ("steps", defaults.steps, "steps (N steps run N-1 evaluations)"),
             ("duration", defaults.duration, f"duration in seconds, {RELEASED.describe()}"),
             ("height", 0, "height in pixels (0: default)"), ("width", 0, "width in pixels (0: default)"),
             ("shift", 0, "video flow shift (0: default)"), ("audio_shift", 0, "audio flow shift (0: default)"),
-            ("scale_a", DEFAULT_A.strength, "A: scale"), ("scale_b", DEFAULT_B.strength, "B: scale"))}
+            ("scale_a", DEFAULT_A.strength, "A: scale"), ("scale_b", DEFAULT_B.strength, "B: scale"),
+            *((f"{m}_strength", 1.0, f"{m} strength") for m in ("video", "text", "audio")))}
         enabled = gr.Checkbox(value=True, label="enabled (false removes the slot's adapter)")
         first_frame = gr.File(label="first keyframe image (fl2va)", type="filepath")
         last_frame = gr.File(label="last keyframe image (fl2va)", type="filepath")
@@ -368,11 +400,15 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
 
     buttons["inspect"].click(endpoint["inspect"], [text["source"], text["weight_name"], text["revision"], text["token"]],
                              [result["inspect"]], api_name="inspect", concurrency_id="inspect", concurrency_limit=4)
+    advanced = [number["video_strength"], number["text_strength"], number["audio_strength"],
+                text["strength_schedule"], text["block_strength"]]  # the last parameters of /load and /set_lora
     buttons["load"].click(gpu_fn["load"], [session, number["slot"], text["source"], text["weight_name"],
-                                        text["revision"], text["alpha"], number["scale"], text["mode"], text["token"]],
+                                        text["revision"], text["alpha"], number["scale"], text["mode"], text["token"],
+                                        *advanced],
                           [session, result["load"]], api_name="load", **gpu)
     buttons["set_lora"].click(endpoint["set_lora"], [session, number["slot"], text["alpha"], number["scale"], text["mode"],
-                                                text["source"], text["weight_name"], text["revision"], enabled],
+                                                text["source"], text["weight_name"], text["revision"], enabled,
+                                                *advanced],
                               [session, result["set_lora"]], api_name="set_lora", queue=False)
     buttons["generate"].click(gpu_fn["generate"], [session, text["prompt"], number["seed"], number["steps"],
                                                 number["duration"], number["height"], number["width"],

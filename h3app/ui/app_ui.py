@@ -2,9 +2,9 @@
 named API endpoints hidden below. Takes a backend object; holds no model logic.
 
 Serving rules: every event that touches the model shares ``concurrency_id="gpu"`` — limit 1 in local mode (the
-backend's worker owns the GPU anyway; this keeps Gradio's queue honest about positions), and in hosted mode the fair
-queue's admission in front of it (``fair_queue.py``); the queue is bounded, and cheap UI arithmetic runs off the
-queue.
+backend's worker owns the GPU anyway; this keeps Gradio's queue honest about positions), and in hosted mode the
+admission in front of it (``hosting/gpu_gate.py``); the queue is bounded (``hosting/limits.py``), a visitor's cheap
+queued events too (``hosting/join_bound.py``), and cheap UI arithmetic runs off the queue.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import Any
 
 import gradio as gr
 
+from ..hosting.gpu_gate import queue_size
+from ..hosting.join_bound import CheapJoinBound
 from ..rules.choices import LORA_MODES
-from . import render
+from . import advanced_strength, render
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
 from .api import ApiEvents, build_api
@@ -22,7 +24,6 @@ from .comparison_events import ComparisonEvents
 from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
 from .comparison_view import VIEW_CSS
 from .endpoint_guard import guard_events
-from .fair_queue import queue_size
 from .forms import RequestForm, field_names, parts, read, write
 from .generate_events import (
     GenerateEvents,
@@ -34,10 +35,10 @@ from .generate_events import (
     workflow_inputs,
 )
 from .generate_tab import NUMBER_FIELDS, RequestControls, bind_limits, build_generate_tab, build_request_controls
+from .gradio_compat import hook_queue
 from .hub_events import HubEvents
 from .hub_panel import build_hub_panel, wire_hub_panel
 from .job_wiring import wire_jobs
-from .queue_hooks import install_queue_hooks
 from .session import RunningJobs, new_session
 from .time_note import time_note
 from .unclamped import NO_CLAMP_JS
@@ -143,6 +144,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
         for slot in (slot_1, slot_2):
             wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
                               token=token)
+            advanced_strength.wire(slot.advanced, request.steps, **CHEAP)  # its note and the schedule's plot
         _wire_request(request, slot_1, backend.limits)
         _wire_time(demo, request, backend)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
@@ -152,7 +154,7 @@ def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> g
         demo.unload(generate_events.runner.abandon)
     guard_events(demo, backend)
     demo.queue(max_size=queue_size(backend), default_concurrency_limit=1)
-    install_queue_hooks(demo, backend)
+    hook_queue(demo, CheapJoinBound() if backend.hosted else None)
     return demo
 
 

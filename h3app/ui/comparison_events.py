@@ -24,17 +24,18 @@ from ..backend.grid import parse_values
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
 from ..errors import H3AppError
+from ..hosting.visitors import session_key
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting, default_pair
 from ..rules.values import parse_alpha, parse_strength
 from . import history_words, render
 from .adapter_events import user_error
-from .client_gone import client_gone
 from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
 from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from .generate_events import JobRunner, Stopped
+from .gradio_compat import client_gone
 from .media_tools import decode_video, extract_audio
-from .session import RunningJobs, add_history, job_adapters, session_key, settings_to_json
+from .session import RunningJobs, add_history, job_adapters, settings_to_json
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]

@@ -19,8 +19,6 @@ import gradio as gr
 
 from ..backend.media import FPS
 
-FILE_DATA = "gradio.FileData"  # the type tag of a file Gradio moves to its cache and serves
-
 HERE = Path(__file__).parent
 VIEW_JS = (HERE / "comparison_view.js").read_text(encoding="utf-8")
 VIEW_CSS = (HERE / "comparison_view.css").read_text(encoding="utf-8")
@@ -57,8 +55,8 @@ def file_data(path: str | None) -> dict[str, Any] | None:
     """A path as Gradio FileData (moved to the cache and given a URL when the value is sent)."""
     if not path:
         return None
-    return {"path": str(path), "orig_name": Path(path).name, "mime_type": MEDIA_TYPES.get(Path(path).suffix.lower()),
-            "meta": {"_type": FILE_DATA}}
+    return gr.FileData(path=str(path), orig_name=Path(path).name,
+                       mime_type=MEDIA_TYPES.get(Path(path).suffix.lower())).model_dump()
 
 
 def view_value(columns: Sequence[ViewColumn], show: Sequence[int] | None = None, *, grids: Sequence[GridLayout] = (), title: str = "", empty: str = "", run: str | None = None

@@ -23,15 +23,16 @@ from contextlib import contextmanager
 from typing import Any
 
 import gradio as gr
+from gradio_client.utils import is_file_obj_with_meta
 
 from ..backend.limits import MAX_PROMPT_CHARS
 from ..backend.outputs import MAX_DEPTH, names_only
-from ..backend.upload_policy import UPLOAD_PREFIX
 from ..errors import H3AppError, for_visitor
+from ..hosting.admission import InFlight, Refused
+from ..hosting.upload_policy import UPLOAD_PREFIX
+from ..hosting.visitors import visitor_keys
 from ..rules.values import MAX_FIELD_CHARS, check_length
-from .cheap_limit import InFlight, refusal
-from .comparison_view import FILE_DATA
-from .fair_queue import visitor_keys
+from .gradio_compat import EventFunction, current_request, wrap_events
 
 ADAPTERS_JSON_CHARS = 8 * MAX_FIELD_CHARS  # two adapters' source, weight name and revision, with room for keys
 FIELD_CHARS = {"prompt": MAX_PROMPT_CHARS, "adapters_json": ADAPTERS_JSON_CHARS}
@@ -101,20 +102,13 @@ class Redactor:
     def _value(self, value: Any, depth: int = 0) -> Any:
         if isinstance(value, str):
             return self.text(value)
-        if depth > MAX_DEPTH or is_file_data(value):  # Gradio moves a file to its cache and sends that path
+        if depth > MAX_DEPTH or is_file_obj_with_meta(value):  # Gradio moves a file to its cache, sends that path
             return value
         if isinstance(value, dict):
             return {k: self._value(v, depth + 1) for k, v in value.items()}
         if isinstance(value, (list, tuple)):
             return type(value)(self._value(v, depth + 1) for v in value)
         return value
-
-
-def is_file_data(value: Any) -> bool:
-    """A file Gradio serves itself (``{"path", "meta": {"_type": "gradio.FileData"}}``, as the comparison view
-    sends its videos): its ``path`` must stay the server's, or Gradio cannot find the file."""
-    return isinstance(value, dict) and isinstance(value.get("meta"), dict) and \
-        value["meta"].get("_type") == FILE_DATA
 
 
 def _spellings(folder: Any) -> list[str]:
@@ -176,11 +170,11 @@ def _held(in_flight: InFlight | None) -> Iterator[None]:
     if in_flight is None:
         yield
         return
-    from gradio.context import LocalContext
-
-    keys = visitor_keys(LocalContext.request.get(None))
-    if not in_flight.acquire(keys):
-        raise gr.Error(refusal(in_flight.limit), print_exception=False)
+    keys = visitor_keys(current_request())
+    try:
+        in_flight.acquire(keys)
+    except Refused as error:
+        raise gr.Error(str(error), print_exception=False) from None
     try:
         yield
     finally:
@@ -207,15 +201,13 @@ def guard_events(demo: gr.Blocks, backend: Any) -> None:
     """Wrap every event function of ``demo`` (built for ``backend``) in :func:`guarded`; hosted mode also redacts."""
     redactor = Redactor(backend) if backend.hosted else None
     off_queue = InFlight() if backend.hosted else None
-    for block_fn in demo.fns.values():
-        if getattr(block_fn.fn, "__h3_guarded__", False) or block_fn.fn is None:
-            continue
-        where = f"event {block_fn.api_name or getattr(block_fn.fn, '__name__', 'event')}"
-        wrapped = guarded(block_fn.fn, redactor, _answer_redactor(block_fn.outputs, redactor), where,
-                          off_queue if block_fn.queue is False else None,
-                          by_field=block_fn.api_visibility != "private")
-        wrapped.__h3_guarded__ = True  # type: ignore[attr-defined]
-        block_fn.fn = wrapped
+
+    def guard(event: EventFunction) -> Callable[..., Any]:
+        where = f"event {event.api_name or getattr(event.fn, '__name__', 'event')}"
+        return guarded(event.fn, redactor, _answer_redactor(event.outputs, redactor), where,
+                       None if event.queued else off_queue, by_field=event.api_visibility != "private")
+
+    wrap_events(demo, guard)
 
 
 __all__ = ["FIELD_CHARS", "MAX_TEXT_CHARS", "Redactor", "check_inputs", "guard_events", "guarded", "public_report",

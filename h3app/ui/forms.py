@@ -22,6 +22,8 @@ from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA
 from ..rules.request_defaults import SEED, TINY_DEFAULTS
 from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
+from .advanced_strength import FIELDS as ADVANCED_FIELDS
+from .advanced_strength import AdvancedForm
 
 SCALE_RANGE = (SCALE_SLIDER.low, SCALE_SLIDER.high)  # the Scale slider's ends: those of the rule that checks it
 
@@ -132,6 +134,12 @@ class SlotForm:
     uploaded: Mapping[str, str] | None = None
     refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
     info: Mapping[str, Any] | None = None  # what Inspect showed for this source (its alpha chain fills the box)
+    # "Advanced strength" (ui/advanced_strength.py; parsed by h3app.rules through LoRASettings)
+    video_strength: Any = 1.0
+    text_strength: Any = 1.0
+    audio_strength: Any = 1.0
+    strength_schedule: Any = ""
+    block_strength: Any = ""
 
     @property
     def source_to_read(self) -> str:
@@ -179,7 +187,11 @@ class SlotForm:
         return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
                             strength=self.strength_value(), mode=mode or "unmerged",
-                            qkv_layout=self.qkv_layout or "auto")
+                            qkv_layout=self.qkv_layout or "auto", **self.advanced().fields())
+
+    def advanced(self) -> AdvancedForm:
+        """The slot's "Advanced strength" values (checked by ``AdvancedForm.fields``)."""
+        return AdvancedForm(**{name: getattr(self, name) for name in ADVANCED_FIELDS})
 
 
 SLOT_FIELDS = field_names(SlotForm)

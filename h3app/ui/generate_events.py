@@ -13,21 +13,24 @@ from typing import Any
 import gradio as gr
 
 from ..adapters.resolved import resolve_adapter
-from ..adapters.summary import AdapterSummary, applied_lines, describe
+from ..adapters.summary import AdapterSummary, advanced_words, applied_lines, describe
 from ..backend.generation import Cancelled, GenerationRequest
 from ..backend.preview import PreviewBoard, watch
 from ..backend.worker import CLIENT_GONE, Progress
 from ..errors import H3AppError
+from ..hosting.visitors import session_key
 from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ..rules.request_defaults import SEED
 from ..rules.steps import evaluations
 from . import history_words, render, snippets
 from .adapter_events import user_error
-from .client_gone import client_gone
+from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
-from .session import RunningJobs, add_history, job_adapters, session_key
+from .gradio_compat import client_gone
+from .session import RunningJobs, add_history, job_adapters
 
-MAX_SEED = 2**31 - 1
+# A drawn seed stays below 2**53 so that the browser's number box (a JavaScript double) shows it exactly.
+RANDOM_SEED_TOP = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ class GenerateEvents:
     @staticmethod
     def _job(form: JobForm) -> tuple[GenerationRequest, list[Any]]:
         try:
-            return (form.request.to_request(random.randint(0, MAX_SEED) if form.request.randomize else None),
+            return (form.request.to_request(random.randint(0, RANDOM_SEED_TOP) if form.request.randomize else None),
                     job_adapters(form.session, form.mode))
         except H3AppError as error:
             raise user_error(error) from error
@@ -274,8 +277,9 @@ def apply_note(form: SyncForm) -> str:
         same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
         state = ("loaded" if same_file else
                  "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
+        advanced = advanced_words({field: getattr(settings, field) for field in ADVANCED_FIELDS})
         lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at "
-                     f"{applied_words(slot, settings)} — {state}.")
+                     f"{applied_words(slot, settings)}{advanced} — {state}.")
     return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY
 
 

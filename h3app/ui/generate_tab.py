@@ -148,12 +148,14 @@ def build_generate_tab() -> GenerateTab:
     result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
                                              "appear here."), elem_id="result")
     with gr.Accordion("Reproduce: settings JSON, load settings, copy as CLI", open=False):
-        settings_json = gr.JSON(label="Settings (with adapter commit and file sha256)", open=False)
+        settings_json = gr.JSON(label="Settings (with adapter commit and file sha256)", open=False,
+                                elem_id="settings-json")
         with gr.Row():
             settings_file = gr.File(label="Load settings from a .json or an .mp4 made here",
                                     file_types=[".json", ".mp4"], height=90)
             load_status = gr.Markdown("")
-        h3app_command = gr.Code(label="h3app CLI", language="shell", interactive=False, lines=3)
+        h3app_command = gr.Code(label="h3app CLI", language="shell", interactive=False, lines=3,
+                                elem_id="h3app-command")
         sglang_command = gr.Code(label="sglang", language="shell", interactive=False, lines=3)
         sglang_notes = gr.HTML("")
         diffusers_snippet = gr.Code(label="diffusers", language="python", interactive=False, lines=6)

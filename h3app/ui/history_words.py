@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..adapters import summary
+from ..rules.modality import MODALITIES
 
+NO_LORA = "none (no LoRA)"
 PROMPT_CHARS = 40  # of the prompt in a label; the differences show it whole
 REQUEST_WORDS = (("prompt", "prompt"), ("seed", "seed"), ("steps", "steps"), ("duration", "duration (s)"),
                  ("workflow", "workflow"), ("shift", "shift"), ("audio_shift", "audio shift"))
@@ -29,8 +31,9 @@ def alpha_words(adapter: Mapping[str, Any]) -> str:
 
 
 def adapter_words(adapter: Mapping[str, Any]) -> str:
-    """``tiny_turbo_4step α 1 (registry) × 1`` (``adapters.summary.label``)."""
-    return summary.label(summary.AdapterSummary.from_json(adapter))
+    """``tiny_turbo_4step α 1 (registry) × 1`` (``adapters.summary.label``), then its advanced strengths when it
+    has any (``; audio ×0, schedule linear:1:0.5``)."""
+    return summary.label(summary.AdapterSummary.from_json(adapter)) + summary.advanced_words(adapter)
 
 
 def file_name(adapter: Mapping[str, Any]) -> str:
@@ -55,7 +58,7 @@ def entry_label(entry: Mapping[str, Any]) -> str:
 
 def setting_words(settings: Mapping[str, Any]) -> dict[str, str]:
     """The settings that decide a result, by name, in words (the request's fields, then each adapter's file,
-    alpha, scale and mode)."""
+    alpha, scale, mode and advanced strengths)."""
     request = settings.get("request") or {}
     words = {label: (str(request[key]) if key in ("prompt", "workflow") else number(request[key]))
              for key, label in REQUEST_WORDS if key in request}
@@ -64,7 +67,7 @@ def setting_words(settings: Mapping[str, Any]) -> dict[str, str]:
     adapters = settings.get("adapters")
     if adapters is not None:
         if not adapters:
-            words["adapter"] = "none (no LoRA)"
+            words["adapter"] = NO_LORA
         for index, adapter in enumerate(adapters):
             tag = "" if index == 0 else f" {index + 1}"
             words[f"adapter{tag}"] = file_name(adapter)
@@ -75,11 +78,38 @@ def setting_words(settings: Mapping[str, Any]) -> dict[str, str]:
                 words[f"effective scale{tag}"] = summary.scale_words(applied)
             if adapter.get("mode"):
                 words[f"mode{tag}"] = str(adapter["mode"])
+            words.update({f"{name}{tag}": value for name, value in advanced_words(adapter).items()})
     return words
+
+
+ADVANCED_DEFAULTS = {**{f"{m} strength": "1" for m in MODALITIES}, "strength schedule": "none",
+                     "block strength": "none"}  # an adapter that sets none of its advanced strengths
+
+
+def advanced_words(adapter: Mapping[str, Any]) -> dict[str, str]:
+    """The advanced strengths an adapter sets (docs/lora-engine.md), by name, in words; the ones it leaves at
+    :data:`ADVANCED_DEFAULTS` are left out (labels stay short; :func:`differences` fills them back in)."""
+    factors = {m: adapter.get(f"{m}_strength") for m in MODALITIES}
+    words = {f"{m} strength": number(1.0 if value is None else float(value)) for m, value in factors.items()}
+    words["strength schedule"] = adapter.get("strength_schedule") or "none"
+    words["block strength"] = adapter.get("block_strength") or "none"
+    return {name: value for name, value in words.items() if value != ADVANCED_DEFAULTS[name]}
 
 
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, str]]:
     """``[(setting, "A → B")]`` for every setting whose words differ, in the order of :func:`setting_words`."""
     wa, wb = setting_words(a), setting_words(b)
     names = list(wa) + [name for name in wb if name not in wa]
-    return [(name, f"{wa.get(name, '—')} → {wb.get(name, '—')}") for name in names if wa.get(name) != wb.get(name)]
+    rows = [(name, _word(wa, name), _word(wb, name)) for name in names]
+    return [(name, f"{va} → {vb}") for name, va, vb in rows if va != vb]
+
+
+def _word(words: Mapping[str, str], name: str) -> str:
+    """``words[name]``; an advanced strength an adapter of that slot left out is its default; anything else
+    missing is "—"."""
+    if name in words:
+        return words[name]
+    for base, default in ADVANCED_DEFAULTS.items():
+        if name == base or name.startswith(f"{base} "):
+            return default if words.get(f"adapter{name[len(base):]}", NO_LORA) != NO_LORA else "—"
+    return "—"

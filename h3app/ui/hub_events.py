@@ -5,7 +5,7 @@ check files before download. Each method takes plain values and returns a small 
 Hosted mode: a search is answered from a cache for ``SEARCH_CACHE_SECONDS`` (keyed by the query, sort, workflow
 and the visitor's token digest, so one visitor's access never answers for another's); a visitor's own token is
 sent for gated repos, never the server's (``SourcePolicy.token``); the panel's events are cheap events, bounded per
-visitor like the others (``queue_hooks.py``).
+visitor like the others (``hosting/join_bound.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 Check button; picking a row fills adapter 1 and runs its Inspect (the preview), whose answer marks the row ✓/✗.
 
 Every event here is private (no API endpoint) and cheap: the search and the checks queue under their own
-concurrency id (counted per visitor in hosted mode, ``queue_hooks.py``); filling the slot runs off the queue.
+concurrency id (counted per visitor in hosted mode, ``hosting/join_bound.py``); filling the slot runs off the queue.
 """
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ import gradio as gr
 
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
+from ..hosting.gpu_gate import admitted, gpu_events
 from .adapter_events import AdapterEvents
 from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
-from .fair_queue import admitted, gpu_events
 from .forms import (
     REQUEST_FIELDS,
     CheckForm,
@@ -114,7 +115,8 @@ class JobWiring:
 
         triggers = [trigger for slot in self.slots
                     for trigger in (slot.source.change, slot.weight.change, slot.revision.change, slot.refused.change,
-                                    slot.override.change, slot.alpha.change, slot.strength.change)]
+                                    slot.override.change, slot.alpha.change, slot.strength.change,
+                                    *(control.change for control in slot.advanced.parts.values()))]
         gr.on(triggers + [self.session.change, self.mode.change], note, self.sync_inputs(),
               [self.tabs.generate.apply_note], **CHEAP)
 
@@ -349,6 +351,6 @@ def _slot_values(components: Mapping[str, Any], slot: SlotForm | None) -> dict[A
     """A restored slot's control values (None empties the slot); the weight dropdown lists just that file."""
     slot = slot or SlotForm(alpha="")
     values = {components[name]: getattr(slot, name) for name in ("source", "revision", "override", "alpha",
-                                                                  "strength")}
+                                                                  "strength", *ADVANCED_FIELDS)}
     values[components["weight"]] = gr.update(choices=[slot.weight] if slot.weight else [], value=slot.weight)
     return values

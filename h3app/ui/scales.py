@@ -16,6 +16,7 @@ from typing import Any
 
 from ..adapters.resolved import resolve_adapter
 from ..rules.alpha_source import AlphaSource
+from ..rules.blocks import parse_block_strength
 from ..rules.h3_modules import group_of
 from ..rules.scale import scale_divisor
 from ..rules.strength import USUAL_RELATIVE_UPDATE, suggest_alpha
@@ -51,12 +52,15 @@ def profile_basis(report: Any, info: Mapping[str, Any], group_strengths: Mapping
             "group_strengths": dict(group_strengths or {}), "usual_range": list(USUAL_RELATIVE_UPDATE)}
 
 
-def relative_updates(basis: Mapping[str, Any], alpha: float | None, strength: float) -> dict[str, float]:
-    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value) and ``strength``: the measured ‖B·A‖_F/‖W‖_F times
-    the resolved adapter's effective scale of that target."""
+def relative_updates(basis: Mapping[str, Any], alpha: float | None, strength: float,
+                     block_strength: Any = "") -> dict[str, float]:
+    """target → ‖ΔW‖_F/‖W‖_F at ``alpha`` (None: chain value), ``strength`` and ``block_strength``
+    (``rules.blocks``): the measured ‖B·A‖_F/‖W‖_F times the resolved adapter's effective scale of that target
+    times its block's factor (the engine's formula, ``rules.scale``)."""
     scales = resolve_adapter(basis["adapter"], alpha, strength, basis.get("group_strengths")).scales
-    return {target: abs(scales[target]) * t["update_norm"] / t["weight_norm"] if t["weight_norm"] > 0 else math.inf
-            for target, t in basis["targets"].items()}
+    factor = parse_block_strength(block_strength or "").factor_of
+    return {target: abs(scales[target] * factor(target)) * t["update_norm"] / t["weight_norm"]
+            if t["weight_norm"] > 0 else math.inf for target, t in basis["targets"].items()}
 
 
 @dataclass(frozen=True)
@@ -70,10 +74,11 @@ class ProfileView:
     warning: str | None
 
 
-def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float) -> ProfileView:
+def profile_view(basis: Mapping[str, Any], alpha: float | None, strength: float,
+                 block_strength: Any = "") -> ProfileView:
     """The profile at ``alpha``/``strength``; the warning follows the engine's rule (alpha not stored anywhere,
     on auto, median far above the usual range) through :func:`h3app.rules.strength.suggest_alpha`."""
-    updates = relative_updates(basis, alpha, strength)
+    updates = relative_updates(basis, alpha, strength, block_strength)
     targets = basis["targets"]
     groups: dict[str, list[float]] = {}
     blocks: dict[str, list[float]] = {}

@@ -19,12 +19,17 @@ from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, QKV_LAYOUTS
 from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH, parse_alpha, parse_strength
 from ..settings import LoRASettings
+from .advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
+from .advanced_strength import FIELDS as ADVANCED_FIELDS
 
 SLOTS = ("1", "2")
 MAX_HISTORY = 60
-SETTINGS_FIELDS = ("source", "weight_name", "revision", "alpha", "strength", "mode", "group_strengths", "qkv_layout")
-# Names API clients may use besides the LoRASettings field names.
-FIELD_ALIASES = {"scale": "strength", "weight": "weight_name", "rev": "revision", "path": "source"}
+SETTINGS_FIELDS = ("source", "weight_name", "revision", "alpha", "strength", "mode", "group_strengths", "qkv_layout",
+                   *ADVANCED_FIELDS)
+# Names API clients may use besides the LoRASettings field names (the advanced strengths: as --adapter-spec's keys).
+FIELD_ALIASES = {"scale": "strength", "weight": "weight_name", "rev": "revision", "path": "source",
+                 "video": "video_strength", "text": "text_strength", "audio": "audio_strength",
+                 "schedule": "strength_schedule", "blocks": "block_strength"}
 
 _TEXT = {"type": ["string", "null"], "maxLength": MAX_FIELD_CHARS}
 _SCALE = {"type": "number", "minimum": STRENGTH.low, "maximum": STRENGTH.high}
@@ -46,6 +51,12 @@ ADAPTER_SCHEMA: dict[str, Any] = {
         "group_strengths": {"type": "object", "additionalProperties": _SCALE,
                             "description": "extra strength per module group (attention, feed_forward, …)"},
         "qkv_layout": {"enum": list(QKV_LAYOUTS), "default": QKV_LAYOUTS[0]},
+        **{f"{m}_strength": {**_SCALE, "default": 1.0, "description": f"factor of the adapter's delta on {m} rows "
+                                                                         f"(unmerged; alias: {m})"}
+           for m in ("video", "text", "audio")},
+        "strength_schedule": {**_TEXT, "description": f"a factor per evaluation: {SCHEDULE_HINT} (unmerged; alias: "
+                                                      f"schedule)"},
+        "block_strength": {**_TEXT, "description": f"a factor per main block: {BLOCKS_HINT} (alias: blocks)"},
     },
 }
 ADAPTERS_JSON_SCHEMA: dict[str, Any] = {
@@ -63,7 +74,9 @@ def adapters_json_words() -> str:
             f'{len(SLOTS)} objects {{"source": Hub repo id, HF URL or local path (required); "weight_name", '
             f'"revision": text; "alpha": a number > {ALPHA.low:g} and at most {ALPHA.high:g}, or "auto" (the '
             f'file\'s own); "scale": {STRENGTH.low:g} to {STRENGTH.high:g} (default 1); "mode": '
-            f'{" or ".join(LORA_MODES)}}}; e.g. {ADAPTERS_JSON_EXAMPLE}')
+            f'{" or ".join(LORA_MODES)}; advanced strengths "video_strength", "text_strength", "audio_strength": '
+            f'numbers (default 1), "strength_schedule": e.g. "linear:1:0.5", "block_strength": e.g. "0-9:0.5"}}; '
+            f'e.g. {ADAPTERS_JSON_EXAMPLE}')
 
 
 def new_session() -> dict[str, Any]:
@@ -224,6 +237,3 @@ class RunningJobs:
             return self._handles.get(key)
 
 
-def session_key(request: Any) -> str:
-    """The session hash of a Gradio request (``"local"`` when called outside a server, e.g. in tests)."""
-    return getattr(request, "session_hash", None) or "local"

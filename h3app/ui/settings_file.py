@@ -14,7 +14,10 @@ from ..errors import H3AppError
 from ..rules.choices import NO_CACHE, T2VA, UNMERGED
 from ..rules.request_defaults import defaults_for
 from .adapter_events import user_error
+from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .forms import RequestForm, SlotForm
+
+ADVANCED_DEFAULTS = {name: getattr(SlotForm(), name) for name in ADVANCED_FIELDS}  # a file from before: all 1
 
 
 def read_settings_file(path: str | None) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def read_settings_file(path: str | None) -> dict[str, Any]:
 
 def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
     """Control values from a settings JSON: request fields, and per slot source/weight/revision/override/alpha/scale
-    (revision pinned to the commit the file came from, when known)."""
+    and the advanced strengths (revision pinned to the commit the file came from, when known)."""
     request = data["request"]
     adapters = list(data.get("adapters") or ([data["adapter"]] if data.get("adapter") else []))
     controls: dict[str, Any] = {
@@ -61,6 +64,7 @@ def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
             "revision": adapter.get("commit") or adapter.get("revision") or "",
             "override": adapter.get("alpha") is not None, "alpha": adapter.get("alpha"),
             "strength": float(adapter.get("strength", 1.0)),
+            **{name: adapter.get(name, default) for name, default in ADVANCED_DEFAULTS.items()},
         }
     return controls
 
@@ -91,7 +95,7 @@ def load_settings_view(path: str | None) -> SettingsView:
         slots[slot] = None if adapter is None else SlotForm(
             source=adapter["source"], weight=adapter["weight_name"], revision=adapter["revision"],
             override=adapter["override"], alpha="" if adapter["alpha"] is None else f"{float(adapter['alpha']):g}",
-            strength=adapter["strength"])
+            strength=adapter["strength"], **{name: adapter[name] for name in ADVANCED_DEFAULTS})
     missing = [k for k in ("first_frame", "last_frame") if data["request"].get(k)]
     if data["request"].get("references"):
         missing.append("references")

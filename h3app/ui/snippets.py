@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..adapters.resolved import resolve_adapter
-from ..adapters.sglang import SglangFlags, solve_flags
+from ..adapters.sglang import SglangFlags, advanced_strength_notes, solve_flags
 from ..adapters.source.names import is_url
 from ..adapters.source.refs import parse_hf_url
 from ..adapters.summary import applied_lines
@@ -103,6 +103,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
             if alpha is not None:
                 parts.append(f"--alpha {_num(alpha)}")
             parts.append(f"--scale {_num(adapter.get('strength', 1.0))}")
+            parts += [f"{flag} {_q(value)}" for flag, _, value in _advanced(adapter)]
         else:
             spec = [str(adapter["source"])]
             if adapter.get("weight_name"):
@@ -111,11 +112,32 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
                 spec.append(f"rev={_pinned_revision(adapter)}")
             spec.append(f"alpha={'auto' if alpha is None else _num(alpha)}")
             spec.append(f"scale={_num(adapter.get('strength', 1.0))}")
+            spec += [f"{key}={value}" for _, key, value in _advanced(adapter)]
             parts.append(f"--adapter-spec {_q(','.join(spec))}")
     if adapters and adapters[0].get("mode", "unmerged") != "unmerged":
         parts.append(f"--lora-mode {_q(adapters[0]['mode'])}")
     parts.append(f"--out {_q(out)} --json")
     return "\n".join(applied_comment(settings)) + "\n" + " \\\n  ".join(parts)
+
+
+ADVANCED_SPELLINGS = (("video_strength", "--video-strength", "video"), ("text_strength", "--text-strength", "text"),
+                      ("audio_strength", "--audio-strength", "audio"),
+                      ("strength_schedule", "--strength-schedule", "schedule"),
+                      ("block_strength", "--block-strength", "blocks"))  # settings field, CLI flag, --adapter-spec key
+
+
+def _advanced(adapter: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """``(flag, spec key, value)`` of each advanced strength the run set (a factor other than 1, a schedule, block
+    ranges); nothing for a run that set none."""
+    found = []
+    for field, flag, key in ADVANCED_SPELLINGS:
+        value = adapter.get(field)
+        if field.endswith("_strength") and field != "block_strength":
+            if value is not None and float(value) != 1.0:
+                found.append((flag, key, _num(value)))
+        elif value:
+            found.append((flag, key, str(value)))
+    return found
 
 
 @dataclass(frozen=True)
@@ -167,6 +189,8 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
     if len(adapters) > 1:
         notes.append("sglang's command line takes one startup adapter: add the second with POST /v1/set_lora "
                      "(lists of lora_nickname, lora_path, strength, lora_alpha).")
+    for adapter in adapters:  # what sglang has no flag for
+        notes += advanced_strength_notes(adapter, "sglang")
     return SglangCommand("\n".join(applied_comment(settings)) + "\n" + " \\\n  ".join(parts), tuple(notes))
 
 
@@ -220,6 +244,9 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         if adapter.get("alpha") is not None:
             flags.append(f"--alpha {_num(adapter['alpha'])}")
         flags.append(f"--scale {_num(adapter.get('strength', 1.0))}")
+        if adapter.get("block_strength"):  # baked into the exported alphas; a schedule or modality factors cannot be
+            flags.append(f"--block-strength {_q(adapter['block_strength'])}")
+        lines += [f"# NOTE: {note}" for note in advanced_strength_notes({**adapter, "block_strength": ""}, "diffusers")]
         partition = workflow_partition(request.get("workflow", T2VA))
         if partition != MAIN_PARTITION:  # the exported keys name it, so diffusers loads them into that component
             flags.append(f"--partition {partition}")

@@ -11,23 +11,20 @@ Gradio does two things with a value outside a control's ``minimum``/``maximum`` 
 value to the app exactly as typed; the rule (``rules.values``, ``backend.limits``, ``GenerationRequest``) then
 refuses it in one line where the person is looking. :data:`NO_CLAMP_JS` (given to ``launch(js=…)``) stops the blur
 that clamps, for the controls marked :data:`UNCLAMPED_CLASS` only. Both lean on how Gradio 6 behaves (checked by
-the browser tests that type out-of-range values); :data:`WRITTEN_FOR` names the versions.
+the browser tests that type out-of-range values); the Gradio version they were checked on is the Gradio door's
+(``gradio_compat.WRITTEN_FOR``, refused at start-up on another). Only public extension points are used: a subclass
+overriding ``preprocess``, ``is_template`` and ``constructor_args``.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, TypeVar
 
 import gradio as gr
 
-WRITTEN_FOR = "6."  # gradio major version whose Number/Slider preprocess and slider blur this module works around
-UNCLAMPED_CLASS = "h3-unclamped"
+from . import gradio_compat  # noqa: F401 - the version check: the behaviour worked around is gradio 6.31.0's
 
-if not gr.__version__.startswith(WRITTEN_FOR):
-    warnings.warn(f"h3app.ui.unclamped was written for gradio {WRITTEN_FOR}x, found {gr.__version__}: check that "
-                  f"out-of-range values still reach the app unclamped (tests/test_ui_truth_browser.py).",
-                  stacklevel=1)
+UNCLAMPED_CLASS = "h3-unclamped"
 
 Control = TypeVar("Control", gr.Number, gr.Slider)
 

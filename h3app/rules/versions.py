@@ -1,4 +1,5 @@
-"""The start-up check of h3app's private-API doors (``diffusers_compat``, ``torch_compat``): each was written
+"""The start-up check of h3app's private-API doors (``model.diffusers_compat``, ``model.torch_compat``,
+``ui.gradio_compat``): each was written
 against one version of its library (the pin in requirements.txt) and refuses any other in one line, at import,
 before anything reaches a private name that may have moved."""
 

@@ -3,9 +3,10 @@
 An upload is kept once: the app moves Gradio's cached copy into its own uploads folder (each upload in its own
 random folder, deleted after an hour with the results) instead of copying it; a refused upload's cached copy is
 deleted at once (``discard``). A visitor's uploads are counted while their files still exist; the total is what the
-uploads folder holds now. Gradio's upload cache has its own cap (``UPLOAD_CACHE_GB``, or ``H3APP_MAX_UPLOAD_CACHE_GB``):
+uploads folder holds now. Gradio's upload cache has its own cap (``upload_cache_gb``, or ``H3APP_MAX_UPLOAD_CACHE_GB``):
 files uploaded but never handed to the app cannot be charged to a visitor, so while the cache holds more than that,
-new uploads are refused until Gradio's hourly clean-up (``delete_cache``) removes them.
+new uploads are refused until Gradio's hourly clean-up (``delete_cache``) removes them. The quotas are in
+``limits.py``, the refusals' words in ``refusals.py``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,8 @@ from pathlib import Path
 
 from gradio.utils import get_upload_folder
 
-from ..errors import H3AppError
-from ..rules.units import format_bytes
-
-ADAPTERS_PER_VISITOR = 2  # the two adapter slots, each up to the adapter size cap
-TOTAL_VISITORS = 8  # the total quota: this many visitors' full quotas (H3APP_MAX_UPLOADS_GB overrides)
-UPLOAD_CACHE_GB = 32.0  # Gradio's upload cache: the total quota at the default 2,000 MB adapter cap
+from .limits import LIMITS
+from .refusals import Reason, Refused
 
 
 class UploadQuota:
@@ -30,8 +27,7 @@ class UploadQuota:
 
     def __init__(self, folder: str | Path, per_visitor: int, total: int, cache_cap: int | None = None) -> None:
         self.folder, self.per_visitor, self.total = Path(folder), per_visitor, total
-        self.cache_cap = cache_cap if cache_cap is not None else int(float(
-            os.environ.get("H3APP_MAX_UPLOAD_CACHE_GB") or UPLOAD_CACHE_GB) * 1024**3)
+        self.cache_cap = cache_cap if cache_cap is not None else LIMITS.upload_cache()
         self._lock = threading.Lock()
         self._files: dict[str, list[Path]] = defaultdict(list)
 
@@ -42,17 +38,13 @@ class UploadQuota:
             self._files[visitor] = files
             mine = sum(p.stat().st_size for p in files)
         if mine + size > self.per_visitor:
-            raise H3AppError(f"your uploads would take {format_bytes(mine + size)}, over this server's quota of "
-                             f"{format_bytes(self.per_visitor)} per visitor: uploads are deleted after an hour, or "
-                             f"use a Hub repo instead.")
+            raise Refused(Reason.VISITOR_UPLOADS, used=mine + size, quota=self.per_visitor)
         cached = folder_bytes(Path(get_upload_folder()))
         if cached > self.cache_cap:
-            raise H3AppError(f"the server's upload cache is full ({format_bytes(cached)} of "
-                             f"{format_bytes(self.cache_cap)}): try again in an hour, or use a Hub repo instead.")
+            raise Refused(Reason.UPLOAD_CACHE_FULL, used=cached, quota=self.cache_cap)
         used = folder_bytes(self.folder)
         if used + size > self.total:
-            raise H3AppError(f"the server's uploads folder is full ({format_bytes(used)} of "
-                             f"{format_bytes(self.total)}): try again later, or use a Hub repo instead.")
+            raise Refused(Reason.UPLOADS_FULL, used=used, quota=self.total)
 
     def record(self, visitor: str, path: Path) -> None:
         with self._lock:
@@ -84,8 +76,5 @@ def folder_bytes(folder: Path) -> int:
 
 
 def upload_quota(folder: str | Path, adapter_bytes: int) -> UploadQuota:
-    """The hosted quotas for adapters of at most ``adapter_bytes`` each."""
-    per_visitor = ADAPTERS_PER_VISITOR * adapter_bytes
-    total_gb = os.environ.get("H3APP_MAX_UPLOADS_GB")
-    total = int(float(total_gb) * 1024**3) if total_gb else TOTAL_VISITORS * per_visitor
-    return UploadQuota(folder, per_visitor, total)
+    """The hosted quotas (``limits.py``) for adapters of at most ``adapter_bytes`` each."""
+    return UploadQuota(folder, LIMITS.uploads_per_visitor(adapter_bytes), LIMITS.uploads_total(adapter_bytes))

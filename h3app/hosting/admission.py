@@ -1,10 +1,10 @@
-"""Admission of GPU jobs on a public server: a bounded number waiting or running, at most a few per visitor.
+"""Admission on a public server: held requests counted per visitor and in total, refused at once at a bound.
 
-The worker runs one job at a time in order; this bound is what keeps one visitor (or one address opening many
-sessions) from filling the line ahead of everyone else. A job is *held* from the moment its event starts until its
-answer is back, and refused at once — one line naming the limit — when its visitor, or the server, is at the bound.
-The UI decides who a visitor is (``h3app.ui.fair_queue``); here a visitor is a set of keys, each with the same
-per-visitor limit.
+The worker runs one job at a time; the GPU admission (:class:`Admission`) is what keeps one visitor (or one
+address opening many sessions) from filling the line ahead of everyone else. A job is *held* from the moment its
+event starts until its answer is back, and refused at once — one line naming the limit (``refusals.py``) — when its
+visitor, or the server, is at the bound. Off-queue requests are counted the same way per visitor
+(:class:`InFlight`). Who a visitor is: ``visitors.py``; here a visitor is a set of keys, each with the same limit.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from ..errors import H3AppError
+from .limits import LIMITS
+from .refusals import Reason, Refused
 
-MAX_PENDING = 8  # one worker: the 8th job waits for 7 (≈ 7 min at 544p on one GPU); 8 threads of Gradio's 40
-PER_VISITOR = 2  # one running and one waiting: a visitor can queue their next request, not a batch
 OWNER: ContextVar[str | None] = ContextVar("h3app_job_owner", default=None)  # whose jobs the worker queues now
+
+__all__ = ["OWNER", "Admission", "InFlight", "KeyCounts", "Refused"]
 
 
 class KeyCounts:
@@ -42,14 +43,10 @@ class KeyCounts:
                 self._held.pop(key, None)
 
 
-class Refused(H3AppError):
-    """A GPU job not admitted: its visitor or the server is at the bound."""
-
-
 class Admission:
     """Counts held GPU jobs per visitor key and in total (thread-safe)."""
 
-    def __init__(self, max_pending: int = MAX_PENDING, per_visitor: int = PER_VISITOR) -> None:
+    def __init__(self, max_pending: int = LIMITS.gpu_pending, per_visitor: int = LIMITS.gpu_per_visitor) -> None:
         self.max_pending, self.per_visitor = max_pending, per_visitor
         self._lock = threading.Lock()
         self._held = KeyCounts()
@@ -64,11 +61,9 @@ class Admission:
         bound. Every acquire is followed by one :meth:`release` of the same keys."""
         with self._lock:
             if self._held.at_limit(keys, self.per_visitor):
-                raise Refused(f"you already have {self.per_visitor} jobs waiting or running (at most "
-                              f"{self.per_visitor} per visitor): wait for one to finish, or cancel it.")
+                raise Refused(Reason.VISITOR_JOBS, limit=self.per_visitor)
             if self._total >= self.max_pending:
-                raise Refused(f"the server is busy: {self.max_pending} jobs are waiting or running (its limit): "
-                              f"try again in a minute.")
+                raise Refused(Reason.SERVER_BUSY, limit=self.max_pending)
             self._held.add(keys)
             self._total += 1
 
@@ -85,3 +80,23 @@ class Admission:
             yield
         finally:
             self.release(keys)
+
+
+class InFlight:
+    """Counts running off-queue requests per visitor key (thread-safe)."""
+
+    def __init__(self, limit: int = LIMITS.off_queue_per_visitor) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._held = KeyCounts()
+
+    def acquire(self, keys: Sequence[str]) -> None:
+        """Hold one for ``keys``; :class:`Refused` (nothing held) when any key is at the limit."""
+        with self._lock:
+            if self._held.at_limit(keys, self.limit):
+                raise Refused(Reason.VISITOR_REQUESTS, limit=self.limit)
+            self._held.add(keys)
+
+    def release(self, keys: Sequence[str]) -> None:
+        with self._lock:
+            self._held.remove(keys)

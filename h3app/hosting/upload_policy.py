@@ -11,11 +11,11 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..adapters.source import WEIGHT_SUFFIX
 from ..errors import H3AppError
-from ..rules.units import format_bytes
-from .adapter_binding import SourcePolicy
+from .refusals import Reason, Refused
 
 UPLOAD_PREFIX = "upload-"
 
@@ -28,8 +28,9 @@ class UploadPolicy:
     max_bytes: int | None = None
 
     @classmethod
-    def of(cls, policy: SourcePolicy, folder: str | Path) -> UploadPolicy:
-        """Hosted servers cap an upload like a remote adapter; local ones take any size."""
+    def of(cls, policy: Any, folder: str | Path) -> UploadPolicy:
+        """Hosted servers cap an upload like a remote adapter; local ones take any size (``policy``: the backend's
+        ``SourcePolicy``)."""
         return cls(Path(folder), policy.max_remote_bytes if policy.hosted else None)
 
     def check_name(self, name: str) -> None:
@@ -41,8 +42,7 @@ class UploadPolicy:
     def check_size(self, name: str, size: int) -> None:
         """Refuse, in one line, an upload over the cap."""
         if self.max_bytes is not None and size > self.max_bytes:
-            raise H3AppError(f"{name} is {format_bytes(size)}, over this server's limit of "
-                             f"{format_bytes(self.max_bytes)}: use a smaller adapter.")
+            raise Refused(Reason.UPLOAD_TOO_LARGE, name=name, size=size, quota=self.max_bytes)
 
     def destination(self, name: str) -> Path:
         """A new path for an accepted upload named ``name``, in a folder of its own that nobody can guess."""

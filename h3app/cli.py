@@ -1,19 +1,23 @@
 """``python -m h3app …``: the command line. Contract in docs/architecture.md: exit 0 on success, 2 on bad input with one
 line on stderr, JSON on stdout with ``--json``. Each command lives in ``h3app/commands/<name>.py`` with
-``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``."""
+``add_parser(subparsers)`` (which sets ``run``) and imports its heavy dependencies inside ``run``; it prints through
+``h3app/commands/output.py`` and never imports this module back. A flag's value is parsed by its argparse ``type``
+(one of ``h3app/rules``' parsers) and checks across flags (or for the chosen model) by the command's ``check``
+default, so a bad value is refused before torch (or the libraries :func:`quiet_libraries` configures) is imported."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
+from .commands import check, export, generate, grid, inspect, plan, search
 from .errors import H3AppError
 
-COMMANDS = ("inspect", "generate", "check", "export", "grid", "plan", "search")
+COMMANDS = (inspect, generate, check, export, grid, plan, search)  # light modules: heavy imports inside each ``run``
+LIGHT = ("inspect", "search")  # commands that never import torch: the libraries are not configured for them
+# Warnings raised in these libraries' own modules are not the user's to act on; h3app's and any other stay visible.
+QUIET_MODULES = r"(torch|diffusers|transformers)(\.|$)"
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -26,17 +30,9 @@ class _OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="python -m h3app", description="H3 LoRA Lab command line.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_OneLineParser)
-    for name in COMMANDS:
-        importlib.import_module(f"h3app.commands.{name}").add_parser(sub)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
-
-
-def emit(result: dict[str, Any], as_json: bool, summary: str) -> None:
-    """Print ``result`` as one JSON object (``--json``) or the human ``summary``."""
-    if as_json:
-        print(json.dumps(result, indent=2, sort_keys=False, default=str))
-    else:
-        print(summary)
 
 
 def quiet_libraries() -> None:
@@ -45,8 +41,8 @@ def quiet_libraries() -> None:
     import warnings
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=UserWarning)
+    for category in (FutureWarning, UserWarning):  # torch's deprecation and kernel-override notes, on every run
+        warnings.filterwarnings("ignore", category=category, module=QUIET_MODULES)
     try:
         from diffusers.utils import logging as diffusers_logging
         from transformers.utils import logging as transformers_logging
@@ -60,11 +56,11 @@ def quiet_libraries() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)  # a flag's ``type`` refuses a bad value with H3AppError's one line
         if getattr(args, "check", None) is not None:
-            args.check(args)  # a command's value checks: refused before any heavy library is imported
-        if args.command not in ("inspect", "search"):  # these stay light: no torch-heavy imports
+            args.check(args)  # the command's checks across flags (or for its model), light too
+        if args.command not in LIGHT:
             quiet_libraries()
         return int(args.run(args) or 0)
     except H3AppError as error:

@@ -10,8 +10,8 @@ from typing import Any
 
 from h3app.ui.app_ui import build_app, launch_kwargs
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update"]
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 @contextmanager
@@ -29,7 +29,7 @@ def running_app(backend: Any, **overrides: Any) -> Iterator[str]:
 
 @contextmanager
 def chromium() -> Iterator[Any]:
-    """One headless Debian chromium (``apt-get install chromium``) for a test module."""
+    """One headless Debian chromium (``apt-get install chromium``): the session's ``browser`` (tests/browser_fixtures.py)."""
     from playwright.sync_api import sync_playwright
 
     executable = shutil.which("chromium")

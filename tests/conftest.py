@@ -5,6 +5,26 @@
   and a new huggingface_hub HTTP client (no keep-alive connection to an earlier test's stand-in Hub).
 - The session's tiny model is loaded once; after each test that used it, backends are reset and the weights are
   checked bit for bit against the model as loaded (``tests/model_state.py``), else that test fails.
+
+How the suite is put together (tests/test_suite_rules.py checks the first four):
+
+1. Helper modules in ``tests/`` are imported by their bare name (``from hub_server import FakeHub``): pytest puts
+   ``tests/`` on ``sys.path``. Never ``tests.hub_server``: that loads a second copy of the module.
+2. A fixture shared by several modules lives in a plugin module listed in ``pytest_plugins`` below (``fake_hub``,
+   ``at_base``, the browser tests' ``app``/``browser``/``page``, the tiny rehearsal ``tiny_rank4_measured``). Tests
+   ask for it by parameter name and never import it (ruff's F811 flags an imported fixture shadowed by a
+   parameter). A new shared fixture: add it to one of those modules, or add a module to the list. A fixture only
+   one module needs stays in that module.
+3. Every test asserts something itself (``assert``, ``pytest.raises``, Playwright's ``expect``, an ``assert_*``
+   helper), and every poll has a deadline: ``polling.wait_until(condition, what)``, never a bare
+   ``while …: sleep``.
+4. A property test (hypothesis) that may be refused asserts a share of accepted examples (``accepted_share.Share``).
+5. Each test has pytest-timeout's limit (``timeout`` in pytest.ini); one that may need longer says so with
+   ``@pytest.mark.timeout(SECONDS)``. A test over a few seconds is ``@pytest.mark.slow`` (the quick subset,
+   ``-m "not slow"``, leaves it out); a browser test is also ``@pytest.mark.browser``.
+6. Expensive things are shared: the session's ``tiny_model`` (never load another model unless the test is about
+   loading), a module's ``backend``, the session's one app and chromium. Call the CLI in-process
+   (``cli_runner.run_cli``) unless the test is about the process itself (exit status, stderr, what it imports).
 """
 
 import os
@@ -14,6 +34,9 @@ from hf_home import isolate_process_environment
 # Before huggingface_hub/gradio are imported anywhere (they read these at import time).
 isolate_process_environment()
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
+
+# Fixture modules shared by the whole suite (convention 2 above): light at import, heavy imports inside fixtures.
+pytest_plugins = ["hub_server", "model_state", "browser_fixtures", "rehearsal_fixtures"]
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402

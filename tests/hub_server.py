@@ -37,7 +37,8 @@ a constant into its own module at import (``from huggingface_hub.constants impor
 flags) is not covered: test such code in a subprocess with ``hub.subprocess_env(hf_home)``. The real user token
 (``~/.cache/huggingface/token``, ``HF_TOKEN``) is hidden from tests: token paths move under the test's HF_HOME.
 
-Use: ``from tests.hub_server import FakeHub, fake_hub`` (the fixture), or ``with FakeHub() as hub: ...``.
+Use: the ``fake_hub`` fixture (a plugin: ask for it by name), or ``with FakeHub() as hub: ...``
+(``from hub_server import FakeHub``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from polling import wait_until  # noqa: E402  (tests/, this script's folder)
+
 from h3app.backend.generation import GenerationRequest  # noqa: E402
 from h3app.backend.service import Backend  # noqa: E402
 from h3app.errors import H3AppError  # noqa: E402
@@ -68,8 +70,8 @@ def lead(backend: Backend, out: dict) -> None:
     out["hash_after_failure"] = backend.generate(REQUEST, ()).result.hash
 
     handle = backend.submit_generate(GenerationRequest(prompt="a long one", seed=1, steps=8), ())
-    while handle.progress.done < 1 and not handle.done:
-        handle.wait_for_change(0.1)
+    wait_until(lambda: handle.progress.done >= 1 or handle.done, "the job's first step", wait=handle.wait_for_change,
+               step=0.1)
     handle.cancel()
     try:
         backend.run(handle)

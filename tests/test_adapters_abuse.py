@@ -9,6 +9,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hub_server import FakeHub
 
 from h3app.adapters import header as header_module
 from h3app.adapters.header import parse_header, read_local_header
@@ -17,7 +18,6 @@ from h3app.adapters.source import implied_weight, parse_source, read_header
 from h3app.errors import H3AppError
 from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 from h3app.rules.values import short
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401
 
 
 def scalar_bomb(path: Path, count: int) -> Path:
@@ -89,6 +89,7 @@ def test_a_header_length_over_the_cap_is_refused_from_its_8_byte_prefix(tmp_path
         read_local_header(bomb)
 
 
+@pytest.mark.slow
 def test_a_remote_header_bomb_is_refused_after_one_bounded_read(fake_hub: FakeHub, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     length_bomb(tmp_path / "long" / "lora.safetensors", 92_000_000, 92_000_100)

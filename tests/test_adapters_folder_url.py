@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_server import FakeHub
 from safetensors.torch import save_file
 
 from h3app.adapters.header import read_local_header
 from h3app.adapters.source import MultipleWeightFiles, fetch, list_weight_files, parse_source, read_header
 from h3app.errors import H3AppError
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401
 
 
 def _adapter(path: Path, alpha: float) -> Path:
@@ -147,7 +147,7 @@ def test_cli_inspect_takes_a_folder_url_and_weight_name(fake_hub: FakeHub, repo:
 
 def test_offline_a_folder_url_resolves_from_the_cache(fake_hub: FakeHub, repo: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.hub_server import set_offline
+    from hub_server import set_offline
 
     fake_hub.add_repo("ORG/REPO", repo)
     url = _url(fake_hub, "tree", "main", "nest")

@@ -7,14 +7,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hub_server import FakeHub
+from test_adapters_source import write_adapter
 
 from h3app.adapters import source as sources
 from h3app.adapters.source import current_identity, fetch, implied_weight, read_header
 from h3app.adapters.source.limits import MB, adapter_size_cap
 from h3app.errors import H3AppError
 from h3app.rules.units import format_bytes
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401
-from tests.test_adapters_source import write_adapter
 
 
 # ---------------------------------------------------------------------------------------------------------------

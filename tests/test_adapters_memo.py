@@ -6,15 +6,15 @@ import os
 from pathlib import Path
 
 import pytest
+from adapter_fixtures import TINY_SHAPES
+from hub_server import FakeHub
+from test_adapters_source import write_adapter
 
 from h3app.adapters import header as header_module
 from h3app.adapters import memo
 from h3app.adapters.formats import DIFFUSERS_MODULES, NATIVE_MODULES, match_module
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.source import read_header
-from tests.adapter_fixtures import TINY_SHAPES
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401
-from tests.test_adapters_source import write_adapter
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_server import FakeHub
 from safetensors.torch import save_file
 
 from h3app.adapters.header import read_local_header, safetensors_layout
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.source import read_header
 from h3app.errors import H3AppError
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401
 
 PICKLE_LOOKING_LENGTHS = {640: 2, 896: 3, 1152: 4, 1408: 5}  # header length → the byte after 0x80
 
@@ -62,6 +62,7 @@ def test_safetensors_whose_length_looks_like_a_pickle_opcode_is_read(tmp_path: P
     assert (info.rank, info.alpha, info.alpha_source) == (4, 2.0, "module_tensor")
 
 
+@pytest.mark.slow
 def test_the_same_files_are_read_through_the_hub(fake_hub: FakeHub, tmp_path: Path) -> None:
     folder = tmp_path / "repo"
     folder.mkdir()

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hub_server import FakeHub, _parse_range, fake_commit, point_huggingface_hub_at, set_offline
 from safetensors.torch import save_file
 
 from h3app.adapters.header import read_local_header
@@ -29,7 +30,6 @@ from h3app.adapters.source import (
     read_header,
 )
 from h3app.errors import H3AppError
-from tests.hub_server import FakeHub, _parse_range, fake_commit, fake_hub, point_huggingface_hub_at, set_offline  # noqa: F401
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from adapter_fixtures import TINY_SHAPES, diffusers_targets, factors, native_block, save
 
 from h3app.adapters.formats import native_vocabulary, plan_adapter
 from h3app.adapters.inspect import inspect_header
 from h3app.adapters.normalise import load_adapter
 from h3app.adapters.types import HeaderView
 from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
-from tests.adapter_fixtures import TINY_SHAPES, diffusers_targets, factors, native_block, save
 
 FULL_SHAPES = transformer_shapes(FULL_SIZE_CONFIG)
 

@@ -1,10 +1,12 @@
 """The package rules of docs/architecture.md, checked on the source: what each package may import, ``h3app/rules``
-and ``h3app/lru.py`` neutral (nothing heavy, no other h3app package), and the commands' parsers light (``--help`` and
-argument errors load no torch)."""
+and ``h3app/lru.py`` neutral (nothing heavy, no other h3app package), and the commands' parsers light (``--help``,
+argument errors and bad flag values load no torch)."""
 
 from __future__ import annotations
 
 import ast
+import functools
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +39,7 @@ def imported_packages(package: str) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in files:
         parts = path.relative_to(H3APP).with_suffix("").parts
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             names: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 if node.level:  # relative: resolve against the module's own package
@@ -97,13 +99,52 @@ def test_the_lru_is_neutral_and_torch_free() -> None:
     assert loaded_after_importing(["h3app.lru"]) == "[] ['lru']"
 
 
-@pytest.mark.parametrize("argv, status", [(["generate", "--help"], 0), (["check", "--help"], 0), (["grid", "--help"], 0),
-                                          (["generate", "--prompt", "x"], 2), (["check", "--steps", "many"], 2)])
-def test_command_help_and_argument_errors_load_no_torch(argv: list[str], status: int) -> None:
-    code = ("import sys\nfrom h3app.cli import main\ntry:\n    main(" + repr(argv) + ")\nexcept SystemExit as done:\n"
-            "    print(done.code, 'torch' in sys.modules)\n")
+# argv → (exit status, what its one stderr line names): --help, argparse's errors, and a bad value of each kind.
+OUT = ["--out", "x.mp4"]
+NO_TORCH_CASES = [
+    (["generate", "--help"], 0, None), (["check", "--help"], 0, None), (["grid", "--help"], 0, None),
+    (["generate", "--prompt", "x"], 2, "--out"), (["check", "--steps", "many"], 2, "--steps"),
+    (["generate", "--prompt", "x", "--dtype", "float99", *OUT], 2, "unknown dtype 'float99'"),
+    (["check", "--adapter", "a", "--dtype", "fp8"], 2, "unknown dtype 'fp8'"),
+    (["generate", "--prompt", "x", "--duration", "40", *OUT], 2, "--duration must be between"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--duration", "1", "--out-dir", "g"], 2, "--duration must be"),
+    (["generate", "--prompt", "x", "--out", "x.avi"], 2, "--out must end in .mp4"),
+    (["generate", "--prompt", "x", "--adapter-spec", "alpha=3", *OUT], 2, "--adapter-spec must start with"),
+    (["generate", "--prompt", "x", "--weight-name", "w.safetensors", *OUT], 2, "belong to --adapter"),
+    (["check", "--adapter", "a", "--a", "8"], 2, "--a must be ALPHA:SCALE"),
+    (["check", "--adapter", "a", "--b", "0:1"], 2, "--b alpha must be"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--seeds", "-1", "--out-dir", "g"], 2, "--seeds must be at least 0"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--seeds", ",", "--out-dir", "g"], 2, "--seeds needs at least one"),
+    (["generate", "--prompt", "x", "--steps", "1", *OUT], 2, "--steps must be between"),
+    (["generate", "--prompt", "x", "--frames", "2000", *OUT], 2, "--frames must give"),
+    (["generate", "--prompt", "x", "--height", "64", *OUT], 2, "give both --height and --width"),
+    (["check", "--adapter", "a", "--preview-dir", "d"], 2, "--preview-dir needs --mode full"),
+    (["plan", "--dtype", "fp99"], 2, "unknown dtype 'fp99'"),
+    (["search", "--limit", "many"], 2, "--limit"),
+    (["generate", "--prompt", "x", "--adapter", "a", "--audio-strength", "loud", *OUT], 2, "audio strength must be"),
+    (["check", "--adapter", "a", "--strength-schedule", "1,x"], 2, "strength schedule value must be"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--audio-strength", "0", "--lora-mode", "merged", "--out-dir", "g"],
+     2, "needs --lora-mode unmerged"),
+]
+
+
+def test_command_help_and_bad_values_are_answered_before_torch_is_imported() -> None:
+    """Every case in one fresh interpreter: its exit status, its one ``error:`` line, and torch still not loaded."""
+    code = ("import contextlib, io, json, sys\nfrom h3app.cli import main\nseen = []\n"
+            f"for argv in {[argv for argv, _, _ in NO_TORCH_CASES]!r}:\n"
+            "    out, err = io.StringIO(), io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):\n"
+            "        try:\n            status = main(argv)\n"
+            "        except SystemExit as done:\n            status = done.code\n"
+            "    seen.append([status, err.getvalue(), 'torch' in sys.modules])\n"
+            "print(json.dumps(seen))\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
-    assert done.stdout.strip().splitlines()[-1] == f"{status} False", (done.stdout, done.stderr)
+    assert done.returncode == 0, done.stderr
+    for (argv, status, names), (code_seen, err, torch_loaded) in zip(NO_TORCH_CASES, json.loads(done.stdout),
+                                                                    strict=True):
+        assert (code_seen, torch_loaded) == (status, False), (argv, err)
+        if names is not None:
+            assert err.startswith("error: ") and err.count("\n") == 1 and names in err, (argv, err)
 
 
 def module_imports(root: Path) -> dict[str, set[str]]:
@@ -116,7 +157,7 @@ def module_imports(root: Path) -> dict[str, set[str]]:
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         edges: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             targets: list[str] = []
             if isinstance(node, ast.ImportFrom):
                 base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
@@ -168,6 +209,12 @@ def test_no_module_imports_itself_through_others(tree: str) -> None:
     graph = module_imports(H3APP.parent / tree)
     assert len(graph) > 5, f"the scan found almost no modules in {tree}/"
     assert import_circles(graph) == []
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once per session (the scans only read it)."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def sources() -> list[Path]:
@@ -235,7 +282,7 @@ def test_each_vocabulary_is_written_once(vocabulary: str) -> None:
     for path in sources():
         if path == H3APP / home:
             continue
-        lines = spelled_out(ast.parse(path.read_text()), words)
+        lines = spelled_out(parsed(path), words)
         found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in lines]
     assert found == []
 
@@ -245,7 +292,7 @@ def test_the_frame_rate_is_written_once() -> None:
     found = []
     for path in sources():
         if path != H3APP / "rules/frames.py":
-            found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in literal_fps(ast.parse(path.read_text()))]
+            found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in literal_fps(parsed(path))]
     assert found == []
 
 
@@ -264,7 +311,7 @@ def test_no_function_is_longer_than_80_lines() -> None:
     """Functions and methods, nested ones included, from ``def`` to their last line."""
     long = {}
     for path in sources():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                     and (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
                 long[f"{path.relative_to(H3APP.parent)}:{node.lineno} {node.name}"] = lines

@@ -2,15 +2,15 @@
 
 import json
 import threading
-import time
 import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from cli_runner import run_cli_process
+from cli_runner import assert_one_line, run_cli
 from PIL import Image
+from polling import wait_until
 
 from h3app.backend import media
 from h3app.backend.generation import Cancelled, GenerationRequest
@@ -19,7 +19,6 @@ from h3app.backend.service import Backend
 from h3app.backend.worker import QueueFull, Worker
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from tests.hub_server import fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"
@@ -31,6 +30,7 @@ def weights_digest(module: torch.nn.Module) -> dict[str, bytes]:
     return {name: t.detach().cpu().numpy().tobytes() for name, t in module.state_dict().items()}
 
 
+@pytest.mark.slow
 def test_interleaved_jobs_each_get_their_own_settings(backend):
     request = GenerationRequest(prompt="a lighthouse at night", seed=3, steps=3)
     settings_a = [LoRASettings(source=TURBO, alpha=8.0)]
@@ -43,6 +43,7 @@ def test_interleaved_jobs_each_get_their_own_settings(backend):
     assert solo_a != solo_b
 
 
+@pytest.mark.slow
 def test_no_adapter_job_runs_on_the_bitwise_base(backend, tiny_model):
     backend.binder.reset()
     base = weights_digest(tiny_model.transformer())
@@ -53,6 +54,7 @@ def test_no_adapter_job_runs_on_the_bitwise_base(backend, tiny_model):
     assert weights_digest(tiny_model.transformer()) == base
 
 
+@pytest.mark.slow
 def test_progress_reports_n_minus_one_steps_and_cancel_leaves_next_job_clean(backend):
     seen = []
     request = GenerationRequest(prompt="rain", seed=5, steps=6)
@@ -61,14 +63,14 @@ def test_progress_reports_n_minus_one_steps_and_cancel_leaves_next_job_clean(bac
 
     fresh = backend.generate(request, [LoRASettings(source=KOHYA)]).result.hash
     handle = backend.submit_generate(request, [LoRASettings(source=TURBO, alpha=32.0)])
-    while handle.progress.done < 2 and not handle.done:
-        handle.wait_for_change(0.05)
+    wait_until(lambda: handle.progress.done >= 2 or handle.done, "two steps of the job", wait=handle.wait_for_change)
     handle.cancel()
     with pytest.raises(Cancelled):
         handle.result(timeout=600)
     assert backend.generate(request, [LoRASettings(source=KOHYA)]).result.hash == fresh
 
 
+@pytest.mark.slow
 def test_failed_job_resets_to_base_and_worker_lives_on(backend, tiny_model):
     backend.binder.reset()
     base = weights_digest(tiny_model.transformer())
@@ -79,6 +81,7 @@ def test_failed_job_resets_to_base_and_worker_lives_on(backend, tiny_model):
     assert backend.generate(GenerationRequest(prompt="x", steps=2)).result.frames > 0
 
 
+@pytest.mark.slow
 def test_mp4_has_video_stereo_audio_and_its_settings(backend):
     output = backend.generate(GenerationRequest(prompt="waves", seed=2, steps=2), [LoRASettings(source=TURBO, alpha=8)])
     info = media.probe_mp4(output.video_path)
@@ -90,6 +93,7 @@ def test_mp4_has_video_stereo_audio_and_its_settings(backend):
     assert Path(output.thumbnail_path).stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_full_mode_equivalence_identical_and_fallback_differs(backend, tiny_model):
     backend.binder.reset()
     base = weights_digest(tiny_model.transformer())
@@ -108,6 +112,7 @@ def test_full_mode_equivalence_identical_and_fallback_differs(backend, tiny_mode
     assert weights_digest(tiny_model.transformer()) == base  # left at base
 
 
+@pytest.mark.slow
 def test_grid_yields_rows_times_columns(backend):
     plan = backend.plan_grid([8.0, None], [0.5, 1.0, -1.0], [0])
     assert plan.cells == 6
@@ -118,6 +123,7 @@ def test_grid_yields_rows_times_columns(backend):
         backend.plan_grid(list(range(1, 10)), [1.0] * 10, [0])
 
 
+@pytest.mark.slow
 def test_fl2va_and_ref2va_workflows(backend, tmp_path):
     image = tmp_path / "key.png"
     Image.fromarray((np.random.RandomState(0).rand(64, 96, 3) * 255).astype(np.uint8)).save(image)
@@ -156,8 +162,7 @@ def test_worker_queue_bound_and_queued_cancel():
     worker = Worker(max_queue=1)
     try:
         running = worker.submit(lambda ctx: release.wait(10), "block")
-        while worker.current is None:
-            time.sleep(0.01)
+        wait_until(lambda: worker.current is not None, "the worker to start the blocking job")
         queued = worker.submit(lambda ctx: "ran", "queued")
         with pytest.raises(QueueFull, match="queue is full"):
             worker.submit(lambda ctx: None, "overflow")
@@ -173,34 +178,35 @@ def test_worker_queue_bound_and_queued_cancel():
 
 
 @pytest.mark.slow
-def test_cli_check_full_mode_json():
-    done = run_cli_process("check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+def test_cli_check_full_mode_json(capsys):
+    done = run_cli(capsys, "check", "--model", "tiny", "--adapter", TURBO, "--mode", "full", "--steps", "2", "--json")
+    assert done.code == 0, done.err
+    result = json.loads(done.out)
     assert result["mode"] == "full" and result["identical"] is True and result["control_identical"] is True
     assert result["hash_a"] == result["hash_b"] != result["hash_fallback"] and result["fallback_max_abs_diff"] > 0
 
 
 @pytest.mark.slow
-def test_cli_generate_two_adapters_and_registry_presets(tmp_path):
+def test_cli_generate_two_adapters_and_registry_presets(tmp_path, capsys):
     # a file the registry knows, in a local HF cache layout: its preset (5 steps, shift 12) becomes the default
     snapshot = tmp_path / "hub" / "models--lightx2v--Minimax-h3-Turbo" / "snapshots" / ("a" * 40)
     snapshot.mkdir(parents=True)
     known_file = snapshot / "minimax_h3_t2v_turbo_4step_v0.1.safetensors"
     known_file.write_bytes(Path(TURBO).read_bytes())
     out = tmp_path / "two.mp4"
-    done = run_cli_process("generate", "--prompt", "two adapters", "--adapter", str(known_file),
+    done = run_cli(capsys, "generate", "--prompt", "two adapters", "--adapter", str(known_file),
                    "--adapter-spec", f"{KOHYA},alpha=3,scale=0.5", "--out", str(out), "--json")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
+    assert done.code == 0, done.err
+    result = json.loads(done.out)
     assert result["steps"] == 5 and result["evaluations"] == 4
     assert any("registry" in note for note in result["presets"])
     first, second = result["adapters"]
     assert first["resolved_alpha"] == 8.0 and first["resolved_alpha_source"] == "registry"
     assert second["resolved_alpha"] == 3.0 and second["strength"] == 0.5
     assert media.read_settings(out)["adapters"] == result["adapters"]
-    bad = run_cli_process("generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    bad = run_cli(capsys, "generate", "--prompt", "x", "--adapter-spec", "alpha=3", "--out", str(tmp_path / "b.mp4"))
+    assert bad.code == 2 and not (tmp_path / "b.mp4").exists()
+    assert_one_line(bad.err, "--adapter-spec must start with the source")
 
 
 def test_inspect_and_load_a_hub_weight_at_a_revision(backend, tmp_path, fake_hub):

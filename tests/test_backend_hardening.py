@@ -18,7 +18,6 @@ from h3app.backend.worker import Worker
 from h3app.cli import main as cli_main
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from tests.hub_server import fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 TURBO = ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors"
@@ -39,6 +38,7 @@ def stronger_copy(source: Path, target: Path, factor: float = 2.0) -> None:
     save_file({k: (v * factor if "lora_B" in k or "lora_up" in k else v) for k, v in tensors.items()}, str(target))
 
 
+@pytest.mark.slow
 def test_grid_baselines_stay_within_their_byte_budget(backend):
     plan = backend.plan_grid([8.0], [1.0], [1, 2])
     cells = list(backend.grid(REQUEST, LoRASettings(source=str(TURBO)), plan))
@@ -46,6 +46,7 @@ def test_grid_baselines_stay_within_their_byte_budget(backend):
     assert len(backend._baselines) == 1  # a budget of one byte keeps only the newest (the running grid's)
 
 
+@pytest.mark.slow
 def test_a_rewritten_local_adapter_file_is_used_by_the_next_job(backend, tmp_path):
     path = tmp_path / "mine.safetensors"
     path.write_bytes(TURBO.read_bytes())
@@ -114,6 +115,7 @@ def run_python(*args: str, **env: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.slow
 def test_cublas_workspace_is_configured_before_cuda_can_start():
     environment = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
     code = "import os, h3app.backend.service; print(os.environ.get('CUBLAS_WORKSPACE_CONFIG'))"
@@ -152,16 +154,44 @@ def assert_one_line_refusal(done: subprocess.CompletedProcess, *words: str) -> N
     assert all(word in err for word in words), err
 
 
-@pytest.mark.parametrize("argv", [["app.py", "--device", "cuda"],
-                                  ["-m", "h3app", "generate", "--device", "cuda", "--prompt", "x", "--out", "x.mp4"],
-                                  ["-m", "h3app", "check", "--device", "cuda", "--adapter", str(TURBO)]])
-def test_a_missing_gpu_is_one_line_at_start_up(argv):
-    assert_one_line_refusal(run_python(*argv, CUDA_VISIBLE_DEVICES=""), "cuda", "--device cpu")
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+MISSING_GPU = [["app.py", "--device", "cuda"],
+               ["-m", "h3app", "generate", "--device", "cuda", "--prompt", "x", "--out", "x.mp4"],
+               ["-m", "h3app", "check", "--device", "cuda", "--adapter", str(TURBO)]]
+UNCACHED = ["app.py", "--model", "MiniMaxAI/MiniMax-H3"]
 
 
-def test_an_uncached_hub_model_offline_is_one_line_at_start_up(tmp_path):
-    done = run_python("app.py", "--model", "MiniMaxAI/MiniMax-H3", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path))
-    assert_one_line_refusal(done, "MiniMaxAI/MiniMax-H3", "cache")
+@pytest.fixture(scope="module")
+def start_ups(tmp_path_factory) -> dict[str, subprocess.Popen]:
+    """The start-ups below, launched side by side when the first of their tests runs (each pays the imports: on
+    two cores two at a time is twice as fast); each test waits for its own with :func:`finished`."""
+    uncached_home = tmp_path_factory.mktemp("uncached_hf_home")
+    runs = {" ".join(argv): (argv, NO_GPU) for argv in MISSING_GPU}
+    runs[" ".join(UNCACHED)] = (UNCACHED, {"HF_HUB_OFFLINE": "1", "HF_HOME": str(uncached_home)})
+    started = {name: subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True,
+                                      env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+               for name, (argv, env) in runs.items()}
+    yield started
+    for process in started.values():
+        process.kill()  # a no-op for one that ended
+        process.communicate()
+
+
+def finished(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("argv", MISSING_GPU, ids=lambda argv: argv[0] if argv[0] == "app.py" else argv[2])
+def test_a_missing_gpu_is_one_line_at_start_up(argv, start_ups):
+    assert_one_line_refusal(finished(start_ups[" ".join(argv)]), "cuda", "--device cpu")
+
+
+@pytest.mark.slow
+def test_an_uncached_hub_model_offline_is_one_line_at_start_up(start_ups):
+    assert_one_line_refusal(finished(start_ups[" ".join(UNCACHED)]), "MiniMaxAI/MiniMax-H3", "cache")
 
 
 def test_inspect_stays_light_no_torch_is_imported():

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from polling import wait_until
 
 from h3app.backend import media
 from h3app.backend.generation import Cancelled, GenerationRequest, count_evaluations
@@ -77,8 +78,7 @@ def test_prompt_steps_grid_and_text_fields_are_capped(local, hosted):
 
 def test_cancel_stops_a_check_at_its_next_step_and_counts_the_whole_check(local, tiny_model):
     handle = local.submit_equivalence(REQUEST, LoRASettings(source=TURBO))
-    while handle.progress.done < 1 and not handle.done:
-        handle.wait_for_change(0.05)
+    wait_until(lambda: handle.progress.done >= 1 or handle.done, "the check's first step", wait=handle.wait_for_change)
     handle.cancel()
     with pytest.raises(Cancelled) as error:
         handle.result(timeout=600)

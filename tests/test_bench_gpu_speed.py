@@ -36,19 +36,9 @@ def test_the_table_puts_predicted_and_measured_in_adjacent_columns():
     assert len(text.splitlines()) == 2 + len(VARIANTS)
 
 
-@pytest.fixture(scope="module")
-def tiny_plan():
-    from h3app.hardware.header_adapter import lightx2v_header
-    from h3app.hardware.planner import measure
-    from h3app.hardware.rehearsal import RehearsalOptions
-    from h3app.model import repo
-    from h3app.rules.h3_modules import transformer_shapes
-
-    header = lightx2v_header(transformer_shapes(repo.read_transformer_config(repo.TINY)), rank=4, alpha=2.0)
-    return measure(RehearsalOptions(adapter=header), repo.TINY)
-
-
-def test_predictions_come_from_the_roofline_for_the_gpu_and_none_for_an_unknown_one(tiny_plan):
+@pytest.mark.slow
+def test_predictions_come_from_the_roofline_for_the_gpu_and_none_for_an_unknown_one(tiny_rank4_measured):
+    tiny_plan = tiny_rank4_measured  # the session's tiny rehearsal (tests/rehearsal_fixtures.py)
     from h3app.hardware.planner import Placement
     from h3app.hardware.roofline import PEAKS, step_seconds
 

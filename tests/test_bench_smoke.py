@@ -189,10 +189,11 @@ def test_gpu_model_builder_keeps_the_float32_islands() -> None:
 
 def test_gpu_placement_rows_time_both_pristine_placements_on_the_cpu() -> None:
     """bench/gpu.py's merged re-apply rows (pristine copies on the device, then in host RAM), on the tiny model."""
+    from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
+
     from bench.gpu import ADAPTER, placement_rows
     from h3app.lora.engine import LoRAEngine
     from h3app.settings import LoRASettings
-    from tests.lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
 
     model = build_tiny()
     base = state_hash(model)

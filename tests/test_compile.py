@@ -46,6 +46,7 @@ def compiled():
     return model, shapes, targets, inputs, eager
 
 
+@pytest.mark.slow
 def test_compiled_base_matches_eager(compiled):
     model, _, _, inputs, eager = compiled
     before = compile_report()
@@ -53,6 +54,7 @@ def test_compiled_base_matches_eager(compiled):
     assert compile_report()["graphs"] >= before["graphs"]
 
 
+@pytest.mark.slow
 def test_alpha_strength_grid_group_strengths_and_adapter_swaps_never_recompile(compiled):
     model, shapes, targets, inputs, _ = compiled
     engine = LoRAEngine(model)
@@ -95,6 +97,7 @@ def test_compiled_lora_matches_eager_lora(compiled):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_check_command_reports_dynamo_counts_in_json():
     result = subprocess.run([sys.executable, "-m", "h3app", "check", "--model", "tiny", "--adapter", TURBO,
                              "--compile", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600,

@@ -4,6 +4,7 @@ graph with factors exists; compiled and eager agree."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter
 
@@ -14,6 +15,7 @@ from h3app.model.compiled import compile_blocks, compile_report
 from h3app.settings import LoRASettings
 
 
+@pytest.mark.slow  # torch.compile's first graphs: seconds
 def test_a_scheduled_run_with_modality_factors_never_recompiles():
     torch._dynamo.reset()
     model = build_tiny()

@@ -1,6 +1,7 @@
 """The committed checkpoint's VAE decoders paint and sound the data set's designed latents."""
 
 import numpy as np
+import pytest
 import torch
 
 from h3app.model.tiny_training import scenes, sound
@@ -42,6 +43,7 @@ def test_video_decoder_paints_the_designed_latents(tiny_model):
     assert np.allclose(decoded[0, :4, :4].mean(axis=(0, 1)), frames[0, :4, :4].mean(axis=(0, 1)), atol=0.05)
 
 
+@pytest.mark.slow
 def test_audio_decoder_sounds_low_and_high_words_apart(tiny_model):
     audio_vae = tiny_model.components["audio_vae"]
     rate = int(audio_vae.config.sampling_rate)

@@ -42,6 +42,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float(10 * np.log10(1.0 / max(np.mean((a - b) ** 2), 1e-12)))
 
 
+@pytest.mark.slow
 def test_frames_are_pictures_not_noise(fifty_step):
     for result in fifty_step.values():
         video = result.video
@@ -64,6 +65,7 @@ def test_low_and_high_words_order_the_spectral_centroids(fifty_step):
     assert 1.5 * low < high, (low, high)
 
 
+@pytest.mark.slow
 def test_turbo_lora_at_alpha_r_over_16_reproduces_fifty_steps_and_the_fallback_breaks(backend):
     request = GenerationRequest(prompt=TURBO_PROMPT, seed=TURBO_SEED, steps=50)
     assert (TURBO_PROMPT, TURBO_SEED) not in turbo_pairs(64)
@@ -88,6 +90,7 @@ def test_turbo_file_has_no_alpha_and_the_registry_knows_it(backend):
     assert known is not None and known.alpha == TURBO_ALPHA == TURBO_RANK / 16 and known.steps == 5
 
 
+@pytest.mark.slow
 def test_style_lora_warms_the_picture_and_alpha_moves_it(backend):
     request = GenerationRequest(prompt=BLUE_HIGH, seed=2, steps=9)
     base = backend.generate(request).result.video.reshape(-1, 3).mean(axis=0)

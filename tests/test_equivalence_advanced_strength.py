@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from h3app.backend.generation import GenerationRequest
 from h3app.settings import LoRASettings
 
 TURBO = str(Path(__file__).resolve().parents[1] / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")
 
 
+@pytest.mark.slow  # four runs of the whole pipeline
 def test_full_check_is_identical_with_every_advanced_factor(backend):
     request = GenerationRequest(prompt="a boat", seed=0, steps=4)  # 3 evaluations
     advanced = LoRASettings(source=TURBO, video_strength=0.7, audio_strength=0.0, text_strength=1.3,

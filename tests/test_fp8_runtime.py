@@ -10,6 +10,8 @@ import shlex
 
 import pytest
 import torch
+from cli_runner import assert_one_line, run_cli
+from test_hardware_plan import _measured
 
 from h3app.errors import H3AppError
 from h3app.hardware.judge import Setup, default_request
@@ -17,8 +19,6 @@ from h3app.hardware.planner import PREFERENCE, Placement
 from h3app.hardware.recommend import make_plan
 from h3app.model import conditioner, fp8
 from h3app.model.loader import LoadOptions, load_model
-from tests.cli_runner import assert_one_line, run_cli, run_cli_process
-from tests.test_hardware_plan import _measured
 
 PROMPT = "a red ball moving right over a grey floor, low loud hum"
 
@@ -60,6 +60,7 @@ def test_the_fp8_variables_turn_the_flags_on(monkeypatch):
     assert app_args.fp8 is False and app_args.fp8_text_encoder is None  # set off, and left to the app's choice
 
 
+@pytest.mark.slow
 def test_fp8_stores_transformer_and_conditioner_layers_in_float8_and_computes_in_the_load_dtype():
     model = load_model("tiny", options=LoadOptions(fp8=True, fp8_text_encoder=True))
     transformer, text_encoder = model.components["transformer"], model.components["text_encoder"]
@@ -71,6 +72,7 @@ def test_fp8_stores_transformer_and_conditioner_layers_in_float8_and_computes_in
     assert text_encoder.dtype == torch.float32 and transformer.dtype == torch.float32
 
 
+@pytest.mark.slow
 def test_fp8_output_is_close_to_full_precision_but_not_identical():
     from h3app.backend.generation import GenerationRequest, run_generation
     from h3app.backend.metrics import psnr
@@ -83,6 +85,7 @@ def test_fp8_output_is_close_to_full_precision_but_not_identical():
     assert 15.0 < quality < float("inf")  # fp8 changes the output (it ran) and keeps the picture (docs/hardware.md)
 
 
+@pytest.mark.slow
 def test_merged_lora_with_fp8_is_refused_in_one_line_and_the_weights_are_untouched():
     from lora_fixtures import state_hash
 
@@ -104,17 +107,19 @@ def test_offload_without_cuda_is_one_line_not_a_traceback():
         LoadOptions(offload="auto")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lora", [True, False], ids=["lora-unmerged", "no-lora"])
 def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys, monkeypatch, lora):
     """The plan's recommendation for the issue's request (a 312-target rank-128 adapter, unmerged; and without an
     adapter), fed unchanged to app.py's and generate's parsers; then generate runs with exactly those options on the
     tiny model on a fake GPU box of the recommended flavor's memory (tests/test_offload_fake_cuda.py watches the
     hooks). Options that store weights in fp8 run for real on the CPU too."""
+    from test_offload_fake_cuda import STEPS, assert_ran_every_evaluation_on_the_device, run_generate_on_box
+
     from h3app.hardware.flavors import BY_NAME
     from h3app.hardware.header_adapter import lightx2v_header
     from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
     from h3app.rules.steps import evaluations
-    from tests.test_offload_fake_cuda import STEPS, assert_ran_every_evaluation_on_the_device, run_generate_on_box
 
     header = lightx2v_header(transformer_shapes(FULL_SIZE_CONFIG), rank=128, alpha=8.0) if lora else None
     choice = make_plan(default_request(), Placement(), Setup(adapter=header), measured=_measured(lora=lora),
@@ -139,20 +144,23 @@ def test_the_recommended_options_run_generate_on_the_tiny_model(tmp_path, capsys
         assert out.stat().st_size > 0 and json.loads(run.out)["evaluations"] == evaluations(STEPS)
 
 
+@pytest.mark.slow
 def test_generate_with_both_fp8_flags_runs_and_merged_is_refused_at_the_command_line(tmp_path, capsys):
+    from h3app.model.repo import TINY_DIR
+
     out = tmp_path / "fp8.mp4"
     result = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3", "--out", str(out),
                      "--fp8", "--fp8-text-encoder", "--json")
     assert result.code == 0, result.err
     assert out.stat().st_size > 0
-    refused = run_cli_process("generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3",
-                              "--out", str(tmp_path / "m.mp4"), "--fp8", "--lora-mode", "merged",
-                              "--adapter", "assets/adapters/tiny_turbo_4step.safetensors",
-                              env={"HF_HUB_OFFLINE": "1"})
-    assert refused.returncode == 2
-    assert_one_line(refused.stderr, "merged LoRA would round")
+    refused = run_cli(capsys, "generate", "--model", "tiny", "--prompt", PROMPT, "--steps", "3",
+                      "--out", str(tmp_path / "m.mp4"), "--fp8", "--lora-mode", "merged",
+                      "--adapter", str(TINY_DIR.parent / "adapters" / "tiny_turbo_4step.safetensors"))
+    assert refused.code == 2 and not (tmp_path / "m.mp4").exists()
+    assert_one_line(refused.err, "merged LoRA would round")
 
 
+@pytest.mark.slow
 def test_check_with_fp8_loads_the_fp8_transformer_and_the_pair_stays_identical(capsys, monkeypatch):
     from h3app.model import loader
 

@@ -105,6 +105,7 @@ def test_a_bad_rank_variable_is_one_line(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # full-size rehearsals (the first one builds the default request's)
 @pytest.mark.parametrize("box_id", BOXES)
 def test_a_space_with_no_flags_serves_the_real_model_placed_for_its_box(box_id, capsys):
     gpu, gpu_gb, host_gb, flavor_name, expected = BOXES[box_id]
@@ -135,6 +136,7 @@ def test_a_space_with_no_flags_serves_the_real_model_placed_for_its_box(box_id, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_flags_and_variables_still_win_and_fill_only_what_is_left(monkeypatch):
     box = _box("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96, 256)
     args = app.build_parser().parse_args(["--offload", "auto"])
@@ -157,6 +159,7 @@ def test_flags_and_variables_still_win_and_fill_only_what_is_left(monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_several_gpus_are_used_by_context_parallel_when_it_is_faster():
     box = _box("NVIDIA H200", 141, 512, gpus=2)
     args = app.build_parser().parse_args([])

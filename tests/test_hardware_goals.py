@@ -19,7 +19,7 @@ from h3app.hardware.flavors import BY_NAME, GB
 from h3app.hardware.judge import default_request, judge
 from h3app.hardware.planner import Placement
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # the first test builds the full plan with its limits
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -56,12 +56,13 @@ def test_a_box_where_nothing_fits_has_no_best_and_no_price(default_plan):
 def test_the_recommendation_passes_plan_hardware_and_the_start_up_check_at_its_limits(default_plan):
     """The issue's check: ``recommended.options`` fit ``plan --hardware <recommended>``, and the app's own start-up
     check accepts them at the default request and at ``limits.max_duration_s``."""
+    from test_hardware_auto import _gpu_options
+
     import app
     from h3app.cli import build_parser
     from h3app.commands.plan import plan_options
     from h3app.hardware import preflight
     from h3app.hardware.recommend import make_plan
-    from tests.test_hardware_auto import _gpu_options
 
     r = default_plan.recommended
     box = BY_NAME[r["hardware"]]

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import gradio as gr
 import pytest
+from test_hardware_plan import _measured
 
 from h3app.errors import H3AppError
 from h3app.hardware import judge as judge_module
@@ -14,7 +15,6 @@ from h3app.hardware.flavors import GB, Flavor
 from h3app.hardware.judge import Setup, default_request, frame_grid, judge, limits, measured_for
 from h3app.hardware.planner import Placement
 from h3app.rules.frames import RELEASED
-from tests.test_hardware_plan import _measured
 
 REQUEST = default_request()
 

@@ -220,7 +220,7 @@ def test_the_fp8_text_encoder_stores_the_conditioner_in_fp8_and_upcasts_one_line
         + measured.largest_text_encoder_linear_bytes
 
 
-def test_the_issue_goals_hold_on_the_measured_sizes():
+def test_the_right_sizing_goals_hold_on_the_measured_sizes():
     measured = _measured(lora=True)
     h200, rtx, a100 = BY_NAME["h200"], BY_NAME["rtx-pro-6000"], BY_NAME["a100-large"]
     bf16, _ = compose(measured, Placement("none"), "unmerged")
@@ -293,8 +293,9 @@ def test_every_space_flavor_is_a_valid_space_hardware_value():
 
 
 def test_hardware_line_for_cpu_and_gpu():
+    from test_hardware_preflight import _gpu_options
+
     from h3app.model.loader import LoadOptions
-    from tests.test_hardware_preflight import _gpu_options
 
     cpu = hardware_line("tiny", LoadOptions(), device=None)
     assert cpu.startswith("CPU") and "tiny" in cpu
@@ -371,6 +372,7 @@ def test_plan_takes_generates_request_flags_and_reports_the_request_it_judged():
                                          "steps": default.steps, "cache": "none"}
 
 
+@pytest.mark.slow
 def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal(capsys):
     """The whole command on the tiny checkpoint, in process: its rehearsal (identical layers replayed) gives every
     field, each flavor's best and the recommendation's limits (the tiny model holds the longest clip)."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_hardware_plan import _measured
 
 from h3app.errors import H3AppError
 from h3app.hardware import judge, preflight
 from h3app.hardware.flavors import GB
 from h3app.model.loader import LoadOptions
-from tests.test_hardware_plan import _measured
 
 
 def _gpu_options(**fields):

@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 import torch
+from rehearsal_fixtures import tiny_lightx2v_options
 
 from h3app.hardware import roofline
 from h3app.hardware.fake_cuda import PhaseBytes, fake_cuda, replay_repeats
 from h3app.hardware.flavors import BY_NAME
-from h3app.hardware.header_adapter import lightx2v_header
 from h3app.hardware.judge import Setup, default_request
 from h3app.hardware.planner import Measured, Placement, measure
 from h3app.hardware.recommend import make_plan
@@ -21,7 +21,6 @@ from h3app.hardware.work import BASE, LORA, counting
 from h3app.lora.layers import LoRAFactors, LoRALinear
 from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.model import repo
-from h3app.rules.h3_modules import transformer_shapes
 
 # H200 SXM datasheet, dense: bf16 989.4 TFLOPS, fp32 66.9 TFLOPS, HBM 4.8 TB/s; PCIe 5 x16 64 GB/s one way.
 H200_BF16, H200_FP32, H200_HBM, H200_HOST, EFF = 989.4e12, 66.9e12, 4.8e12, 64e9, 0.6
@@ -134,28 +133,25 @@ def test_every_priced_flavor_reads_its_row():
 
 
 # ------------------------------------------------------------------------------------- the tiny checkpoint
-def _tiny_options(rank: int) -> RehearsalOptions:
-    config = repo.read_transformer_config(repo.TINY)
-    header = lightx2v_header(transformer_shapes(config), rank=rank, dtype=torch.bfloat16, alpha=2.0)
-    return RehearsalOptions(adapter=header)
+@pytest.fixture
+def tiny_rank4(tiny_rank4_measured):
+    """The session's tiny rank-4 rehearsal (tests/rehearsal_fixtures.py, shared with the bench's predictions)."""
+    return tiny_rank4_measured
 
 
-@pytest.fixture(scope="module")
-def tiny_rank4():
-    return measure(_tiny_options(4), repo.TINY)
-
-
+@pytest.mark.slow
 def test_tiny_lora_flops_are_linear_in_rank_and_base_flops_do_not_move(tiny_rank4):
-    rank8 = measure(_tiny_options(8), repo.TINY)
+    rank8 = measure(tiny_lightx2v_options(8), repo.TINY)
     four, eight = tiny_rank4.rehearsal.flops["denoise"], rank8.rehearsal.flops["denoise"]
     assert four[BASE] == eight[BASE]
     assert set(four[LORA]) == {"bfloat16"}  # fake CUDA, bf16 base: the delta runs in bf16
     assert eight[LORA]["bfloat16"] == 2 * four[LORA]["bfloat16"] > 0
 
 
-def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(tiny_rank4):
+@pytest.mark.slow
+def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(tiny_rank4, tiny_rank4_options):
     request = default_request(repo.TINY)
-    plan = make_plan(request, Placement(), Setup(model=repo.TINY, adapter=_tiny_options(4).adapter), hardware="h200",
+    plan = make_plan(request, Placement(), Setup(model=repo.TINY, adapter=tiny_rank4_options.adapter), hardware="h200",
                      measured=tiny_rank4, with_limits=False)
     data = plan.to_json()
     rehearsal = tiny_rank4.rehearsal
@@ -178,11 +174,12 @@ def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(t
     assert "h200: --offload none: step" in describe_plan(plan)
 
 
+@pytest.mark.slow
 def test_the_fp32_delta_costs_more_than_the_bf16_one_on_the_same_plan(monkeypatch, tiny_rank4):
     import h3app.lora.entries as entries_module
 
     monkeypatch.setattr(entries_module, "delta_dtype", lambda device, base: torch.float32)
-    before = measure(_tiny_options(4), repo.TINY)
+    before = measure(tiny_lightx2v_options(4), repo.TINY)
     assert set(before.rehearsal.flops["denoise"][LORA]) == {"float32"}
     lora_fp32 = roofline.predict(before, Placement(), "unmerged", [BY_NAME["h200"]], steps=5)["h200"]["lora_overhead"]
     lora_bf16 = roofline.predict(tiny_rank4, Placement(), "unmerged", [BY_NAME["h200"]], steps=5)["h200"]["lora_overhead"]

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 from hub_catalog import GATED_TOKEN, LARRY, LIGHTX2V, NOT_H3_REPO, PICKLE, STYLE, serve_catalog
+from hub_server import FakeHub
 
 from h3app.backend.adapter_binding import SourcePolicy
 from h3app.ui import hub_events
 from h3app.ui.hub_events import HubEvents
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 
 @pytest.fixture

@@ -6,57 +6,30 @@ from __future__ import annotations
 import re
 
 import pytest
-from app_fixtures import chromium, running_app
 from hub_catalog import LIGHTX2V, serve_catalog
+from hub_server import FakeHub
 from playwright.sync_api import expect
-
-from h3app.backend.service import Backend
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def app(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("hub_outputs"))
-    try:
-        with running_app(backend) as url:
-            yield url
-    finally:
-        backend.binder.reset()
-        backend.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
-def test_search_pick_and_preview(app, browser, fake_hub: FakeHub, tmp_path) -> None:
+def test_search_pick_and_preview(page, fake_hub: FakeHub, tmp_path) -> None:
+    """On the session's app (``page``: a fresh tab of its own); the Hub stand-in is read at call time."""
     serve_catalog(fake_hub, tmp_path / "repos")
-    page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.set_default_timeout(60_000)
-    expect.set_options(timeout=60_000)
-    try:
-        page.goto(app)
-        page.wait_for_load_state("load")
-        page.get_by_text("Find on the Hub").click()
-        query = page.locator("#hub-query input")
-        query.fill("turbo")
-        query.press("Enter")
-        results = page.locator("#hub-results")
-        expect(page.locator("#hub-note")).to_contain_text("2 MiniMax-H3 adapter repos")
-        expect(results).to_contain_text("★ h3_t2v_4step_v0.1.safetensors")
-        expect(results).to_contain_text("minimax_h3_turbo_v4_step600_ema.safetensors")
-        expect(results).not_to_contain_text("wan-turbo-lora")
+    page.get_by_text("Find on the Hub").click()
+    query = page.locator("#hub-query input")
+    query.fill("turbo")
+    query.press("Enter")
+    results = page.locator("#hub-results")
+    expect(page.locator("#hub-note")).to_contain_text("2 MiniMax-H3 adapter repos")
+    expect(results).to_contain_text("★ h3_t2v_4step_v0.1.safetensors")
+    expect(results).to_contain_text("minimax_h3_turbo_v4_step600_ema.safetensors")
+    expect(results).not_to_contain_text("wan-turbo-lora")
 
-        results.get_by_text("★ h3_t2v_4step_v0.1.safetensors").click()
-        expect(page.locator("#slot1-source textarea")).to_have_value(LIGHTX2V)
-        expect(page.locator("#slot1-weight input")).to_have_value(re.compile(r"h3_t2v_4step_v0\.1\.safetensors"))
-        expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
-        expect(page.locator("#slot1-known-card")).to_contain_text("LightX2V H3 Turbo 4-step v0.1")
-        expect(results).to_contain_text("✓ loads: peft, rank 128, alpha 8 (registry)")
-        assert not [r for r in fake_hub.requests if r.is_full_get and r.path.endswith(".safetensors")]
-    finally:
-        page.close()
+    results.get_by_text("★ h3_t2v_4step_v0.1.safetensors").click()
+    expect(page.locator("#slot1-source textarea")).to_have_value(LIGHTX2V)
+    expect(page.locator("#slot1-weight input")).to_have_value(re.compile(r"h3_t2v_4step_v0\.1\.safetensors"))
+    expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
+    expect(page.locator("#slot1-known-card")).to_contain_text("LightX2V H3 Turbo 4-step v0.1")
+    expect(results).to_contain_text("✓ loads: peft, rank 128, alpha 8 (registry)")
+    assert not [r for r in fake_hub.requests if r.is_full_get and r.path.endswith(".safetensors")]

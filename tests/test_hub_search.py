@@ -23,10 +23,10 @@ from hub_catalog import (
     WAN_LORA,
     serve_catalog,
 )
+from hub_server import FakeHub, point_huggingface_hub_at, set_offline
 
 from h3app.adapters.source import search
 from h3app.errors import H3AppError
-from tests.hub_server import FakeHub, fake_hub, point_huggingface_hub_at, set_offline  # noqa: F401  (fixture)
 
 BY_DOWNLOADS = [LIGHTX2V, LARRY, STYLE, PICKLE, NOT_H3_REPO]
 BY_LIKES = [LARRY, LIGHTX2V, STYLE, PICKLE, NOT_H3_REPO]

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import hf_home
 import pytest
 import torch
+from hub_server import FakeHub, point_huggingface_hub_at
 from lora_fixtures import build_tiny
 from model_state import ModelGuard
 
 from h3app.backend.service import Backend
 from h3app.settings import LoRASettings
-from tests.hub_server import FakeHub, point_huggingface_hub_at
 
 TURBO = str(Path(__file__).resolve().parents[1] / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")
 

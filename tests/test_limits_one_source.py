@@ -7,13 +7,11 @@ import json
 
 import gradio as gr
 import pytest
-from app_fixtures import running_app
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 from h3app.backend.generation import GenerationRequest, run_generation
 from h3app.backend.limits import model_limits
-from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.rules.frames import RELEASED
 from h3app.ui.generate_tab import build_request_controls
@@ -84,16 +82,11 @@ REFUSED_LOAD = [({"alpha": "eight"}, "alpha"), ({"alpha": "1e9"}, "alpha"), ({"a
 
 
 @pytest.fixture(scope="module")
-def client(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    try:
-        with running_app(backend) as url:
-            client = Client(url, download_files=str(tmp_path_factory.mktemp("downloads")), verbose=False)
-            yield client
-            client.close()
-    finally:
-        backend.binder.reset()
-        backend.close()
+def client(app, tmp_path_factory):
+    """A client of the session's app (tests/browser_fixtures.py)."""
+    client = Client(app[0], download_files=str(tmp_path_factory.mktemp("downloads")), verbose=False)
+    yield client
+    client.close()
 
 
 def one_line_refusal(call) -> str:

@@ -1,11 +1,13 @@
 """Resolving --model: tiny, local folders, and Hub repo ids offline from a local HF cache; clear errors."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import run_cli_process
 
 from h3app.errors import H3AppError
 from h3app.model import repo
@@ -25,20 +27,44 @@ def make_hf_cache(hf_home: Path, repo_id: str, source: Path) -> Path:
     return snapshot
 
 
+@pytest.fixture(scope="module")
+def generates(tmp_path_factory) -> dict[str, tuple[subprocess.Popen, Path]]:
+    """The two real ``python -m h3app generate`` processes below, started side by side when the first of their tests
+    runs (each pays the imports); each test waits for its own. Name → (process, its folder)."""
+    cached, empty = tmp_path_factory.mktemp("cached"), tmp_path_factory.mktemp("not_cached")
+    make_hf_cache(cached / "hf", "someone/tiny-h3-copy", repo.TINY_DIR)
+    runs = {"cached": (["--model", "someone/tiny-h3-copy", "--prompt", "rain on a tin roof", "--seed", "3", "--steps",
+                        "3", "--out", str(cached / "x.mp4"), "--json"], cached / "hf", cached),
+            "not cached": (["--model", "someone/not-cached", "--prompt", "x", "--out", str(empty / "x.mp4")],
+                           empty / "empty", empty)}
+    started = {name: (subprocess.Popen([sys.executable, "-m", "h3app", "generate", *argv], cwd=ROOT, text=True,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       env={**os.environ, "HF_HOME": str(hf_home)}), folder)
+               for name, (argv, hf_home, folder) in runs.items()}
+    yield started
+    for process, _ in started.values():
+        process.kill()  # a no-op for one that ended
+        process.communicate()
+
+
+def finished(process: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
 @pytest.mark.slow
-def test_repo_id_loads_offline_from_local_cache(tmp_path):
-    make_hf_cache(tmp_path / "hf", "someone/tiny-h3-copy", repo.TINY_DIR)
-    out = tmp_path / "x.mp4"
-    done = run_cli_process("generate", "--model", "someone/tiny-h3-copy", "--prompt", "rain on a tin roof", "--seed", "3",
-                   "--steps", "3", "--out", str(out), "--json", env={"HF_HOME": str(tmp_path / "hf")})
+def test_repo_id_loads_offline_from_local_cache(generates):
+    process, folder = generates["cached"]
+    done = finished(process)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert out.is_file() and result["frames"] == 124 and result["audio_channels"] == 2
+    assert (folder / "x.mp4").is_file() and result["frames"] == 124 and result["audio_channels"] == 2
 
 
-def test_repo_id_offline_and_not_cached_is_one_clear_line(tmp_path):
-    done = run_cli_process("generate", "--model", "someone/not-cached", "--prompt", "x", "--out", str(tmp_path / "x.mp4"),
-                   env={"HF_HOME": str(tmp_path / "empty")})
+@pytest.mark.slow
+def test_repo_id_offline_and_not_cached_is_one_clear_line(generates):
+    process, _ = generates["not cached"]
+    done = finished(process)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "someone/not-cached" in lines[0] and "cache" in lines[0]

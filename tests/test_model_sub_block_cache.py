@@ -1,9 +1,12 @@
 """Sub-block output caches: a prompt-cache hit skips the text encoder; a decode-cache hit skips the VAEs; neither changes output."""
 
+import pytest
+
 from h3app.backend.generation import GenerationRequest, run_generation
 from h3app.model.sub_block_cache import SubBlockCache
 
 
+@pytest.mark.slow
 def test_cache_hit_skips_the_encoder_and_is_bitwise_equal(tiny_model):
     pipe = tiny_model.pipeline("t2va")
     cache = tiny_model.prompt_cache
@@ -38,6 +41,7 @@ def test_lru_evicts_oldest():
     assert cache.get("a") is None and cache.get("c") == {"x": "c"} and len(cache) == 2
 
 
+@pytest.mark.slow
 def test_decode_cache_only_inside_its_block_and_reuses_equal_latents(tiny_model):
     pipe = tiny_model.pipeline("t2va")
     request = GenerationRequest(prompt="decode once", seed=9, steps=2)

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 import torch
+from cli_runner import run_cli
 
 from h3app.hardware.fake_cuda import HOST_FAKE_ELEMENTS, is_fake
 from h3app.hardware.fake_driver import FakeGpuBox, fake_gpu_box
 from h3app.hardware.flavors import BY_NAME
 from h3app.rules.steps import evaluations
-from tests.cli_runner import run_cli
+
+pytestmark = pytest.mark.slow  # every test here runs generate on a fake GPU box
 
 PROMPT = "a red ball moving right over a grey floor, low loud hum"
 STEPS = 3

@@ -30,7 +30,7 @@ DRIVER = ROOT / "tests" / "parallel_driver.py"
 TOLERANCE = 1e-4
 RUN_TIMEOUT_S = 900  # a hang fails here instead of blocking CI
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S)]
 
 
 def _env(folder: Path) -> dict[str, str]:
@@ -48,13 +48,15 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    backend = Backend("tiny", output_dir=tmp_path_factory.mktemp("one-process"))
+def one_process(tiny_model, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The same jobs in this process, on the session's tiny model (the ranks load the same checkpoint)."""
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("one-process"))
     try:
         base = state_digest(backend.model.transformer())
         plain = backend.generate(REQUEST).result
         adapter = backend.generate(REQUEST, (LoRASettings(source=ADAPTER, strength=1.0),)).result
     finally:
+        backend.binder.reset()
         backend.close()
     return {"base": base, "plain": plain, "adapter": adapter}
 

@@ -137,6 +137,7 @@ def test_pca_false_colours_and_the_auto_choice(tiny_model):
         PreviewBoard(decoder="taesd")
 
 
+@pytest.mark.slow
 def test_a_failing_preview_stops_previews_not_the_run(tiny_model, plain, monkeypatch):
     pipe, request = tiny_model.pipeline("t2va"), REQUEST
     board = PreviewBoard(decoder="pca", audio=False)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_fixtures import open_app
 from playwright.sync_api import expect
-from test_ui_browser import app, browser  # noqa: F401  (the app on 127.0.0.1 and Debian's chromium, shared)
-from test_ui_compare_browser import open_app, pick_turbo, shoot
+from test_ui_compare_browser import pick_turbo, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

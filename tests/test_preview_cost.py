@@ -10,7 +10,7 @@ from h3app.hardware.rehearsal import PREVIEW, RehearsalOptions
 from h3app.hardware.roofline import PEAKS, PREVIEW_HOST_SECONDS, phase_seconds, preview_seconds, step_seconds
 from h3app.hardware.work import total
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a full-size rehearsal in the first test
 BUDGET = 0.05  # the issue's: a preview costs at most 5 % of a step on the full model
 
 

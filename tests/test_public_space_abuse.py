@@ -21,11 +21,11 @@ import httpx
 import pytest
 from app_fixtures import running_app
 from gradio_client.exceptions import AppError
+from test_adapters_abuse import scalar_bomb
 
 from h3app.adapters.header_caps import MAX_TENSORS
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.hosting.limits import LIMITS
-from tests.test_adapters_abuse import scalar_bomb
 
 ROOT = Path(__file__).resolve().parents[1]
 PER_VISITOR = LIMITS.gpu_per_visitor
@@ -108,6 +108,7 @@ def test_a_grid_and_a_megabyte_source_are_refused_in_one_line(hosted: Any) -> No
     assert len(message) < 1000  # the source is not echoed
 
 
+@pytest.mark.slow
 def test_one_client_cannot_fill_the_queue_and_a_second_visitor_is_served(hosted: Any,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Visitors told apart by address: a proxy on this machine (``FORWARDED_ALLOW_IPS``) names them."""
@@ -243,6 +244,7 @@ GRID = dict(prompt="a red fox", steps=2, duration=5.0, height=0, width=0, alphas
             adapters_json=json.dumps([{"source": str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")}]), token="")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api_name, values", [
     ("generate", {k: v for k, v in GENERATE.items() if k != "api_name"}),
     ("grid", GRID),  # a generator event: Gradio itself would stop it only at its next cell

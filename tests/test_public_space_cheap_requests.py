@@ -13,9 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from test_public_space_abuse import ROOT, assert_clean, client, hosted_app, refusal
 
 from h3app.backend.service import DEMO_ADAPTERS_DIR
-from tests.test_public_space_abuse import ROOT, assert_clean, client, hosted_app, refusal
 
 
 def write_header(path: Path, raw: bytes, data: bytes = b"") -> Path:
@@ -54,6 +54,7 @@ def inspect(visitor: Any, source: str, weight_name: str = "") -> Any:
     return visitor.predict(source=source, weight_name=weight_name, revision="", token="", api_name="/inspect")
 
 
+@pytest.mark.slow
 def test_long_paths_are_refused_first_and_another_visitor_is_not_kept_waiting(
         hosted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four 200 kB paths and one 1 MB path from one visitor (once: 19 s of waiting for the next visitor's /inspect,

@@ -14,11 +14,13 @@ from typing import Any
 import httpx
 import pytest
 from app_fixtures import running_app
+from test_public_space_abuse import GENERATE, client, join
 
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.backend.worker import CLIENT_GONE, Worker
 from h3app.hosting.limits import LIMITS
-from tests.test_public_space_abuse import GENERATE, client, join
+
+pytestmark = pytest.mark.slow  # every test here queues jobs on a launched hosted app
 
 DEMO = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
 PER_VISITOR, CHEAP_PER_VISITOR, ABANDON_SECONDS = LIMITS.gpu_per_visitor, LIMITS.cheap_per_visitor, LIMITS.abandon_seconds

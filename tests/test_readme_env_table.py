@@ -5,6 +5,7 @@ row is read somewhere."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -38,8 +39,10 @@ def _is_environ(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and node.attr == "environ"
 
 
-def read_names() -> set[str]:
-    """Every variable name the code reads: literal ``H3APP_*`` names, and the names read from ``os.environ``."""
+@functools.cache
+def read_names() -> frozenset[str]:
+    """Every variable name the code reads: literal ``H3APP_*`` names, and the names read from ``os.environ`` (the
+    sources parsed once per session: three tests ask)."""
     trees = [ast.parse(path.read_text(), str(path)) for path in SOURCES]
     constants = _constants(trees)
 
@@ -61,7 +64,7 @@ def read_names() -> set[str]:
                 names.add(name_of(node.slice) or "")
             elif isinstance(node, ast.Compare) and any(_is_environ(c) for c in node.comparators):
                 names.add(name_of(node.left) or "")
-    return names - {""}
+    return frozenset(names - {""})
 
 
 def test_the_scan_finds_names_read_from_the_environment():

@@ -83,6 +83,7 @@ def tiny_header():
     return lightx2v_header(transformer_shapes(config), rank=4, dtype=torch.float32, alpha=2.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workflow", ["t2va", "fl2va", "ref2va"])
 def test_the_tiny_pipeline_runs_on_fake_cuda_through_the_worker(workflow, tiny_header):
     result = _tiny_rehearsal(_tiny(workflow, dtype=torch.float32, adapter=tiny_header))
@@ -95,6 +96,7 @@ def test_the_tiny_pipeline_runs_on_fake_cuda_through_the_worker(workflow, tiny_h
     assert {"denoise", "vae_decode", "audio_vae_decode", "text_encoder"} <= set(result.phases)
 
 
+@pytest.mark.slow
 def test_a_planted_device_bug_in_the_lora_path_is_caught(monkeypatch, tiny_header):
     """LoRA factors left on the host while the weights sit on the GPU: fine on a CPU, fatal on a GPU — and here."""
     import h3app.hardware.rehearsal as rehearsal_module
@@ -105,6 +107,7 @@ def test_a_planted_device_bug_in_the_lora_path_is_caught(monkeypatch, tiny_heade
         _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header))
 
 
+@pytest.mark.slow
 def test_merged_mode_on_fused_qkv_keeps_pristine_copies_on_the_host(tiny_header):
     result = _tiny_rehearsal(_tiny("fl2va", dtype=torch.float32, adapter=tiny_header, lora_mode="merged",
                                    fuse_qkv=True))
@@ -112,6 +115,7 @@ def test_merged_mode_on_fused_qkv_keeps_pristine_copies_on_the_host(tiny_header)
     assert result.pristine_host_bytes > 0
 
 
+@pytest.mark.slow
 def test_the_equivalence_check_runs_on_fake_cuda_and_does_not_pretend_to_compare(tiny_header):
     result = _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header, equivalence=True))
     check = result.check
@@ -125,6 +129,7 @@ def test_the_equivalence_check_runs_on_fake_cuda_and_does_not_pretend_to_compare
     assert {"denoise", "vae_decode", "audio_vae_decode", "text_encoder"} <= set(result.phases)
 
 
+@pytest.mark.slow
 def test_a_planted_device_bug_in_the_check_b_run_is_caught(monkeypatch, tiny_header):
     """B's re-scale leaving a factor on the host (A ran fine): only a GPU — and fake CUDA — refuses it."""
     from h3app.lora.engine import LoRAEngine

@@ -12,7 +12,7 @@ from h3app.hardware.header_adapter import lightx2v_header
 from h3app.hardware.rehearsal import RehearsalOptions, rehearse
 from h3app.rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # a module fixture's rehearsal is in its first test
 GIB = 2**30
 TRANSFORMER_BYTES = 66_236_000_000  # 33.1 B parameters, bf16 with diffusers' fp32 islands (~61.7 GiB)
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 from adapter_fixtures import TINY_SHAPES
 from bad_inputs import native_factors
+from hub_server import FakeHub
 from lora_fixtures import state_hash
 from safetensors.torch import save_file
 
@@ -30,7 +31,6 @@ from h3app.errors import H3AppError
 from h3app.lora.cache import adapter_nbytes
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"
@@ -321,16 +321,19 @@ def test_diffusers_converter_loops_forever_on_a_negative_alpha_so_it_only_runs_u
         "print('returned', flush=True)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     outcomes = {}
-    for alpha in ("8", "-8"):
-        process = subprocess.Popen([sys.executable, str(script), alpha], stdout=subprocess.PIPE, text=True, env=env)
-        assert process.stdout.readline().strip() == "converting"  # imports done; the conversion starts now
-        try:
-            process.wait(timeout=10)  # (its output is a few bytes: no pipe to drain meanwhile)
-            outcomes[alpha] = process.stdout.read().strip()
-        except subprocess.TimeoutExpired:
-            process.kill()
+    processes = {alpha: subprocess.Popen([sys.executable, str(script), alpha], stdout=subprocess.PIPE, text=True,
+                                         env=env) for alpha in ("8", "-8")}  # side by side: each pays the imports
+    try:
+        for alpha, process in processes.items():
+            assert process.stdout.readline().strip() == "converting"  # imports done; the conversion starts now
+            try:
+                process.wait(timeout=10)  # (its output is a few bytes: no pipe to drain meanwhile)
+                outcomes[alpha] = process.stdout.read().strip()
+            except subprocess.TimeoutExpired:
+                outcomes[alpha] = "timed out"
+    finally:
+        for process in processes.values():
+            process.kill()  # a no-op for one that returned
             process.wait()
-            outcomes[alpha] = "timed out"
-        finally:
             process.stdout.close()
     assert outcomes == {"8": "returned", "-8": "timed out"}

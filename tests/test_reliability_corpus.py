@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from bad_inputs import BadInput, corpus_entries, make_accepted, make_corpus
 from cli_runner import assert_one_line, run_cli
-from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
+from model_state import assert_at_base, close_server, open_server
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
@@ -119,6 +119,7 @@ def test_corpus_has_at_least_thirty_kinds_and_every_file_exists(corpus_dir: Path
     assert not (corpus_dir / "missing.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_bad_inputs_script_writes_the_corpus(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "bad_inputs.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=120)

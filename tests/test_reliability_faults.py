@@ -16,8 +16,10 @@ from typing import Any
 import pytest
 import torch
 from bad_inputs import good_tensors
+from hub_server import FakeHub, set_offline
 from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter, state_hash
-from model_state import assert_at_base, at_base, close_server, open_server  # noqa: F401  (at_base: a fixture)
+from model_state import assert_at_base, close_server, open_server
+from polling import wait_until
 
 from h3app.backend.generation import Cancelled, GenerationRequest
 from h3app.backend.service import Backend
@@ -26,7 +28,6 @@ from h3app.lora import layers
 from h3app.lora.engine import LoRAEngine
 from h3app.lora.layers import LoRALinear
 from h3app.settings import LoRASettings
-from tests.hub_server import FakeHub, fake_hub, set_offline  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ROOT / "assets" / "adapters"
@@ -86,8 +87,7 @@ def test_cancel_mid_run_leaves_the_base_and_the_next_job_clean(mode: str, at_bas
     backend: Backend = at_base["backend"]
     long_request = GenerationRequest(prompt="a lighthouse in a storm", seed=11, steps=8)
     handle = backend.submit_generate(long_request, [LoRASettings(source=TURBO, alpha=32.0, mode=mode)])
-    while handle.progress.done < 2 and not handle.done:
-        handle.wait_for_change(0.05)
+    wait_until(lambda: handle.progress.done >= 2 or handle.done, "two steps of the job", wait=handle.wait_for_change)
     assert not handle.done, "the job finished before it could be cancelled"
     handle.cancel()
     with pytest.raises(Cancelled, match=r"cancelled after \d+ of 7 steps"):
@@ -103,8 +103,7 @@ def test_cancel_while_queued_never_starts_the_job(at_base: dict[str, Any]) -> No
     release = threading.Event()
     blocker = backend.worker.submit(lambda ctx: release.wait(30), label="blocker")
     try:
-        while blocker.progress.phase != "running":
-            blocker.wait_for_change(0.05)
+        wait_until(lambda: blocker.progress.phase == "running", "the blocker to run", wait=blocker.wait_for_change)
         queued = backend.submit_generate(REQUEST, [LoRASettings(source=TURBO, mode="merged")])
         assert queued.progress.phase == "queued" and queued.progress.position == 1
         queued.cancel()
@@ -145,6 +144,7 @@ def test_an_exception_half_way_through_attach_rolls_back_to_the_bitwise_base(
     assert_next_job_is_clean(at_base)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["merge_from", "restore_from"])
 def test_an_exception_half_way_through_a_re_merge_rolls_back(method: str, at_base: dict[str, Any],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,6 +238,7 @@ def _out_of_memory() -> BaseException:
     return torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB (simulated)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["unmerged", "merged"])
 def test_out_of_memory_in_the_denoiser_is_one_line_with_advice_and_the_next_job_is_clean(
         mode: str, at_base: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from bad_inputs import good_tensors
+from hub_server import FakeHub
 from lora_fixtures import state_hash
 from safetensors.torch import save_file
 
@@ -23,7 +24,6 @@ from h3app.errors import H3AppError
 from h3app.lora.layers import LoRALinear
 from h3app.rules.values import short
 from h3app.settings import LoRASettings
-from tests.hub_server import FakeHub, fake_hub  # noqa: F401  (fixture)
 
 REQUEST = GenerationRequest(prompt="a gated secret", seed=4, steps=2)
 SERVER_TOKEN = "hf_SERVER_secret_never_lend_0123456789"
@@ -121,7 +121,7 @@ def test_gated_stays_gated_on_an_offline_server(fake_hub: FakeHub, repo_folder: 
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Offline (``HF_HUB_OFFLINE=1``) nobody can ask the Hub: a cached gated file is served only to the token that
     opened it online; a public one checked online to anyone; one never checked to nobody."""
-    from tests.hub_server import set_offline
+    from hub_server import set_offline
 
     fake_hub.add_repo("owner/gated-offline", repo_folder, gated_token=VISITOR_TOKEN)
     fake_hub.add_repo("owner/public-offline", repo_folder)

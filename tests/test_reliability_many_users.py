@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from app_fixtures import running_app
+from polling import wait_until
 
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
@@ -82,13 +83,13 @@ def test_eight_concurrent_users_each_get_their_own_result(backend: Backend, solo
     assert again == [[solo_hashes[i]] * 2 for i in reversed(range(len(USERS)))]
 
 
+@pytest.mark.slow
 def test_the_queue_bound_answers_clearly_when_full_and_serves_on(tiny_model, tmp_path: Path) -> None:
     service = Backend(loaded=tiny_model, output_dir=tmp_path, max_queue=3)
     release = threading.Event()
     try:
         blocker = service.worker.submit(lambda ctx: release.wait(60), label="a long job")
-        while blocker.progress.phase != "running":
-            blocker.wait_for_change(0.05)
+        wait_until(lambda: blocker.progress.phase == "running", "the blocker to run", wait=blocker.wait_for_change)
         waiting = [service.submit_generate(REQUEST, USERS[i]) for i in (1, 3, 0)]
         assert [h.progress.position for h in waiting] == [1, 2, 3]
         with pytest.raises(QueueFull) as caught:

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from cli_runner import run_cli
-from hub_server import fake_hub  # noqa: F401  (fixture)
 
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.known import TINY_DEMO_DIR, TINY_DEMO_REPO

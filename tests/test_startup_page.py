@@ -12,7 +12,6 @@ import pytest
 
 from h3app.model import repo
 from h3app.ui.startup_page import StartupPage, progress_text, while_starting
-from tests.hub_server import fake_hub  # noqa: F401 - the fixture
 
 EXTRA = "transformer/extra-shard.safetensors"
 EXTRA_BYTES = 12_000_000
@@ -69,6 +68,7 @@ def _client(port: int):
     return Client(f"http://127.0.0.1:{port}/", verbose=False)
 
 
+@pytest.mark.slow
 def test_the_startup_page_shows_download_progress_from_the_stand_in_hub(fake_hub, tmp_path, monkeypatch):  # noqa: F811
     folder = tmp_path / "h3-big"
     shutil.copytree(repo.TINY_DIR, folder)

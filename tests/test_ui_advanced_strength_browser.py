@@ -1,5 +1,5 @@
-"""The "Advanced strength" section of adapter slot 1 in Debian's chromium (the app and browser of
-tests/test_ui_browser.py): a person sets audio 0, a schedule and a block range; the note and the schedule's plot
+"""The "Advanced strength" section of adapter slot 1 in Debian's chromium (the session's app and
+browser, tests/browser_fixtures.py): a person sets audio 0, a schedule and a block range; the note and the schedule's plot
 follow as they type, the line above Generate names the values, and the run they start carries them (the result's
 settings JSON, its copy-as-CLI line). A bad value is one line in the note, kept as typed, and Generate refuses it."""
 
@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from browser_fixtures import GENERATION_TIMEOUT_MS, set_number, type_into
 from playwright.sync_api import expect
-from test_ui_browser import GENERATION_TIMEOUT_MS, app, browser, page, pick_demo, set_number, type_into  # noqa: F401
+from test_ui_browser import pick_demo
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

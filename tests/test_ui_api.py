@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from app_fixtures import running_app
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
+from h3app.backend.service import DEMO_ADAPTERS_DIR
 
 KOHYA = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
@@ -21,14 +20,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def url(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    try:
-        with running_app(backend) as local_url:
-            yield local_url
-    finally:
-        backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
-        backend.close()
+def url(app):
+    """The session's app (tests/browser_fixtures.py: one launch shared by the API and browser tests)."""
+    return app[0]
 
 
 @pytest.fixture

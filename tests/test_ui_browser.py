@@ -1,10 +1,7 @@
-"""Real browser runs in Debian's chromium, one app launch and one browser per module: the main flow (demo adapter
-→ Inspect → alpha → Load → Generate → Equivalence says identical; its shots are copied to the folder
-named by H3APP_SCREENSHOT_DIR when set; a test run never changes the repository), then one test per
+"""Real browser runs in Debian's chromium, on the session's one app and one browser (tests/browser_fixtures.py): the
+main flow (demo adapter → Inspect → alpha → Load → Generate → Equivalence says identical; its shots are copied to
+the folder named by H3APP_SCREENSHOT_DIR when set; a test run never changes the repository), then one test per
 finding of a person using the app (what they see: visible text, bar heights, element positions).
-
-Gradio keeps a heartbeat stream open for apps with session state, so the page never reaches Playwright's
-"networkidle"; the tests wait for "load" and then for the app's own text (auto-waiting locators).
 """
 
 from __future__ import annotations
@@ -13,10 +10,11 @@ import os
 import re
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from app_fixtures import chromium, running_app
+from browser_fixtures import GENERATION_TIMEOUT_MS, error_badges, open_app, set_number, type_into
 from playwright.sync_api import expect
 
 from h3app.backend.generation import Cancelled
@@ -25,43 +23,8 @@ from h3app.backend.service import Backend
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 DEMO = "lightx2v_turbo_no_alpha.safetensors"
-GENERATION_TIMEOUT_MS = 120_000
 # The profile's y axis ends 15 % above its tallest bar: the tallest bar fills 1/1.15 of the plot's height.
 TALLEST_BAR_SHARE = 1 / 1.15
-
-
-@pytest.fixture(scope="module")
-def app(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    try:
-        with running_app(backend) as url:
-            yield url, backend
-    finally:
-        backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
-        backend.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
-def open_app(browser, url: str, width: int = 1440, height: int = 1000):
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(60_000)
-    expect.set_options(timeout=60_000)  # a loaded 2-core machine: generous waits, auto-retrying
-    page.goto(url)
-    page.wait_for_load_state("load")
-    expect(page.locator("#generate")).to_be_visible()
-    return page
-
-
-@pytest.fixture
-def page(browser, app):
-    page = open_app(browser, app[0])
-    yield page
-    page.close()
 
 
 def pick_demo(page) -> None:
@@ -72,31 +35,11 @@ def pick_demo(page) -> None:
     expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
 
 
-def type_into(page, selector: str, text: str) -> None:
-    """Type like a person (Gradio's .input fires on keystrokes), then leave the box."""
-    box = page.locator(selector).locator("input, textarea").first
-    box.click()
-    box.press("Control+a")
-    box.press_sequentially(text, delay=30)
-    box.press("Tab")
-
-
-def set_number(page, selector: str, value: str) -> None:
-    box = page.locator(f"{selector} input[type=number]")
-    box.fill(value)
-    box.press("Enter")
-
-
 def load_demo(page) -> None:
     pick_demo(page)
     page.locator("#slot1-load").click()
     expect(page.locator("#slot1-report")).to_contain_text("Loaded: all 24 targets bound",
                                                           timeout=GENERATION_TIMEOUT_MS)
-
-
-def error_badges(page) -> int:
-    """Gradio's red "Error" status badges shown on components."""
-    return page.get_by_text("Error", exact=True).locator("visible=true").count()
 
 
 def test_whole_flow_in_chromium(page, tmp_path):
@@ -141,7 +84,7 @@ def test_whole_flow_in_chromium(page, tmp_path):
             shutil.copyfile(shot, Path(os.environ["H3APP_SCREENSHOT_DIR"]) / shot.name)
 
 
-def test_1_source_box_refusals_are_one_readable_line_in_the_card(page):
+def test_source_box_refusals_are_one_readable_line_in_the_card(page):
     type_into(page, "#slot1-source", "not/a/repo!!")
     page.locator("#slot1-inspect").click()
     card = page.locator("#slot1-inspect-card [data-testid=refusal]")
@@ -162,7 +105,7 @@ def tallest_bar_share(page) -> float:
         return Math.max(...bars) / area; }""")
 
 
-def test_2_profile_bars_follow_every_alpha_and_scale_change(page):
+def test_profile_bars_follow_every_alpha_and_scale_change(page):
     load_demo(page)
     for scale in ("3", "0.5", "2"):
         set_number(page, "#slot1-scale", scale)
@@ -173,7 +116,7 @@ def test_2_profile_bars_follow_every_alpha_and_scale_change(page):
         assert tallest_bar_share(page) == pytest.approx(TALLEST_BAR_SHARE, abs=0.05), scale
 
 
-def test_3_a_typed_source_is_not_replaced_by_the_demo(page):
+def test_a_typed_source_is_not_replaced_by_the_demo(page):
     pick_demo(page)
     typed = "/tmp/typed-by-hand/lora.safetensors"
     type_into(page, "#slot1-source", typed)  # Tab lands on the demo dropdown
@@ -182,7 +125,7 @@ def test_3_a_typed_source_is_not_replaced_by_the_demo(page):
     expect(page.locator("#slot1-source textarea")).to_have_value(typed)
 
 
-def test_4_advice_follows_the_settings_it_talks_about(page):
+def test_advice_follows_the_settings_it_talks_about(page):
     load_demo(page)
     note = page.locator("#slot1-profile-note")
     expect(note).to_contain_text("meaningless on this model")  # a toy model: the heuristic is disarmed
@@ -192,7 +135,7 @@ def test_4_advice_follows_the_settings_it_talks_about(page):
     expect(note).not_to_contain_text("no alpha stored")
 
 
-def test_5_progress_names_the_run_and_leaves_the_seed_box_alone(page):
+def test_progress_names_the_run_and_leaves_the_seed_box_alone(page):
     pick_demo(page)
     set_number(page, "#steps", "12")
     page.locator("#generate").click()
@@ -209,7 +152,7 @@ def test_5_progress_names_the_run_and_leaves_the_seed_box_alone(page):
                                                                           timeout=3 * GENERATION_TIMEOUT_MS)
 
 
-def test_6_labels_read_as_meant(page):
+def test_labels_read_as_meant(page):
     pick_demo(page)
     set_number(page, "#steps", "2")
     page.locator("#generate").click()
@@ -232,25 +175,39 @@ def test_6_labels_read_as_meant(page):
     expect(differences).not_to_contain_text(re.compile(r"\{'|None|rank_fallback"))
 
 
-def test_7_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
+@contextmanager
+def held_steps(backend: Backend, seconds: float = 0.2):
+    """Each transformer evaluation of ``backend``'s model takes at least ``seconds``: a 60-step job runs for 12 s or
+    more, so that a click on Cancel lands while it runs however fast the machine (the tiny model's 59 evaluations
+    otherwise end in about a second)."""
+    hook = backend.model.transformer().register_forward_pre_hook(lambda *_: time.sleep(seconds))
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+def test_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
     url, backend = app
-    set_number(page, "#steps", "60")
-    page.locator("#generate").click()
-    expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
-    page.locator("#cancel").click()
-    expect(page.locator("#generate-status")).to_contain_text(re.compile(r"Cancelled after \d+ of 59 steps"))
+    with held_steps(backend):
+        set_number(page, "#steps", "60")
+        page.locator("#generate").click()
+        expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
+        page.locator("#cancel").click()
+        expect(page.locator("#generate-status")).to_contain_text(re.compile(r"Cancelled after \d+ of 59 steps"))
 
-    other = open_app(browser, url)
-    set_number(other, "#steps", "60")
-    other.locator("#generate").click()
-    expect(other.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
-    handle = backend.worker.current
-    other.close()  # the person went away: the tab's unload or the dropped event stream stops the job at its next step
-    with pytest.raises(Cancelled, match=r"cancelled (\(the client went away\) )?after \d+ of 59 steps"):
-        handle.result(timeout=60)
+        other = open_app(browser, url)
+        set_number(other, "#steps", "60")
+        other.locator("#generate").click()
+        expect(other.locator("#video")).to_contain_text(re.compile(r"step \d+/59"), timeout=GENERATION_TIMEOUT_MS)
+        handle = backend.worker.current
+        assert handle is not None, "the job ended before the tab was closed"
+        other.close()  # the person went away: the tab's unload or the dropped event stream stops the job at its next step
+        with pytest.raises(Cancelled, match=r"cancelled (\(the client went away\) )?after \d+ of 59 steps"):
+            handle.result(timeout=60)
 
 
-def test_8_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, browser, app):
+def test_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, browser, app):
     pick_demo(page)
     set_number(page, "#steps", "2")
     page.get_by_role("tab", name="Grid").click()
@@ -280,7 +237,7 @@ def test_8_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, b
         phone.close()
 
 
-def test_9_the_api_page_describes_every_endpoint(page, app):
+def test_the_api_page_describes_every_endpoint(page, app):
     page.get_by_text("Use via API").first.click()
     expect(page.get_by_text("/check_equivalence").first).to_be_visible()
     page.wait_for_timeout(1000)
@@ -288,7 +245,7 @@ def test_9_the_api_page_describes_every_endpoint(page, app):
     assert "adapter source: Hub repo id" in text and "value_" not in text and "``" not in text
 
 
-def test_10_generate_says_what_it_applies_before_load(page):
+def test_generate_says_what_it_applies_before_load(page):
     pick_demo(page)
     note = page.locator("#apply-note")
     expect(note).to_contain_text(f"Generate applies adapter 1: {DEMO}")
@@ -298,7 +255,7 @@ def test_10_generate_says_what_it_applies_before_load(page):
     expect(note).to_contain_text("— loaded.")
 
 
-def test_11_an_upload_shows_its_file_name_not_the_server_folder(page):
+def test_an_upload_shows_its_file_name_not_the_server_folder(page):
     from h3app.backend.service import DEMO_ADAPTERS_DIR
 
     with page.expect_file_chooser() as chooser:

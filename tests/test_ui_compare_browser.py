@@ -14,24 +14,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from browser_fixtures import open_app
 from playwright.sync_api import expect
-from test_ui_browser import app, browser  # noqa: F401  (the app on 127.0.0.1 and Debian's chromium, shared)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TURBO = "tiny_turbo_4step.safetensors"
 JOB_TIMEOUT_MS = 360_000
 SYNC_SECONDS = 0.1
-
-
-def open_app(browser, url: str, width: int):
-    page = browser.new_page(viewport={"width": width, "height": 1000})
-    page.set_default_timeout(60_000)
-    expect.set_options(timeout=60_000)
-    page.goto(url)
-    page.wait_for_load_state("load")
-    expect(page.locator("#generate")).to_be_visible()
-    return page
 
 
 def shoot(page, name: str, tmp_path: Path, element: str | None = None) -> None:

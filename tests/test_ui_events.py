@@ -313,6 +313,7 @@ def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, b
 
 
 # -------------------------------------------------------------------------------------------- comparisons
+@pytest.mark.slow
 def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, comparisons):
     session = session_with(adapters, KOHYA)
     view = comparisons.check_view(job(session), CheckForm(8, 1.0, 128, 0.0625), request=Request("eq"), progress=None)
@@ -347,6 +348,7 @@ def test_equivalence_needs_an_adapter_and_valid_settings(comparisons, adapters):
                                request=Request("eq"), progress=None)
 
 
+@pytest.mark.slow
 def test_grid_fills_cell_by_cell_and_flags_a_do_nothing_cell(adapters, comparisons):
     estimate = comparisons.estimate(GridForm("8", "1", "7"))
     assert "time unknown" in estimate or "about" in estimate

@@ -8,11 +8,10 @@ import json
 
 import httpx
 import pytest
-from app_fixtures import running_app
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
+from h3app.backend.service import DEMO_ADAPTERS_DIR
 from h3app.rules.choices import LORA_MODES
 from h3app.rules.values import ALPHA, STRENGTH
 from h3app.ui.session import ADAPTER_SCHEMA, ADAPTERS_JSON_EXAMPLE, ADAPTERS_JSON_SCHEMA, parse_adapters_json
@@ -70,14 +69,9 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def url(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    try:
-        with running_app(backend) as local_url:
-            yield local_url
-    finally:
-        backend.binder.reset()
-        backend.close()
+def url(app):
+    """The session's app (tests/browser_fixtures.py: one launch shared by the API and browser tests)."""
+    return app[0]
 
 
 @pytest.fixture(scope="module")

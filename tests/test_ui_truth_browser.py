@@ -1,5 +1,5 @@
-"""What a person sees is what runs, in Debian's chromium against the app on the tiny checkpoint (one app launch and
-one browser for the module; the fewest steps and the smallest canvas):
+"""What a person sees is what runs, in Debian's chromium against the app on the tiny checkpoint (the session's one app
+and one browser; the fewest steps and the smallest canvas):
 
 - each of the nine demo adapters, picked in a fresh session, generates from the page: a video, a caption naming
   the adapter with every distinct alpha and effective scale it applied, no error text;
@@ -18,14 +18,13 @@ import re
 from pathlib import Path
 
 import pytest
-from app_fixtures import chromium, running_app
+from browser_fixtures import open_app
 from playwright.sync_api import expect
 
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.known import TINY_DEMO_DIR
 from h3app.adapters.resolved import resolve_adapter
 from h3app.adapters.summary import AdapterSummary, describe
-from h3app.backend.service import Backend
 from h3app.ui.session import ADAPTERS_JSON_EXAMPLE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -51,34 +50,6 @@ CUT_OFF_JS = """() => {
   }
   return cut;
 }"""
-
-
-@pytest.fixture(scope="module")
-def app(tiny_model, tmp_path_factory):
-    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
-    try:
-        with running_app(backend) as url:
-            yield url
-    finally:
-        backend.binder.reset()
-        backend.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as browser:
-        yield browser
-
-
-def open_app(browser, url: str, width: int = 1400, height: int = 1000):
-    """A fresh page: a session of its own."""
-    page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(60_000)
-    expect.set_options(timeout=60_000)
-    page.goto(url)
-    page.wait_for_load_state("load")
-    expect(page.locator("#generate")).to_be_visible()
-    return page
 
 
 def box_of(page, selector: str):
@@ -126,7 +97,7 @@ def summary_words(demo: Path) -> str:
 
 @pytest.mark.parametrize("demo", DEMOS, ids=lambda p: p.name)
 def test_each_demo_adapter_generates_from_the_page(browser, app, demo):
-    page = open_app(browser, app)
+    page = open_app(browser, app[0], 1400)
     try:
         fastest_request(page)
         pick_demo(page, demo.name)
@@ -143,7 +114,7 @@ def test_each_demo_adapter_generates_from_the_page(browser, app, demo):
 
 
 def test_typed_inputs_are_never_lost(browser, app):
-    page = open_app(browser, app)
+    page = open_app(browser, app[0], 1400)
     try:
         fastest_request(page)
         source = type_into(page, "#slot1-source", "owner/my-lora")
@@ -217,7 +188,7 @@ def refused_where_looked(page, cases) -> None:
 
 def test_every_input_refuses_out_of_range_in_one_line_without_clamping_or_traceback(browser, app, capfd):
     capfd.readouterr()
-    page = open_app(browser, app)
+    page = open_app(browser, app[0], 1400)
     try:
         fastest_request(page)
         pick_demo(page, TURBO)
@@ -254,7 +225,7 @@ def test_every_input_refuses_out_of_range_in_one_line_without_clamping_or_traceb
 
 
 def test_after_a_grid_at_400_px_nothing_is_cut_off_and_a_cell_plays_beside_the_baseline(browser, app):
-    page = open_app(browser, app, width=400, height=900)
+    page = open_app(browser, app[0], width=400, height=900)
     try:
         fastest_request(page)
         pick_demo(page, TURBO)
@@ -273,7 +244,7 @@ def test_after_a_grid_at_400_px_nothing_is_cut_off_and_a_cell_plays_beside_the_b
 
 
 def test_the_api_page_shows_ranges_and_the_adapters_schema(browser, app):
-    page = open_app(browser, app)
+    page = open_app(browser, app[0], 1400)
     try:
         page.get_by_text("Use via API").first.click()
         expect(page.get_by_text("/check_equivalence").first).to_be_visible()

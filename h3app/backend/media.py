@@ -209,8 +209,7 @@ def write_thumbnail(path: str | Path, video: np.ndarray, max_side: int = 256) ->
     """The middle frame as a PNG, at most ``max_side`` pixels on its long side."""
     from PIL import Image
 
-    frames = to_uint8(video)
-    image = Image.fromarray(frames[len(frames) // 2])
+    image = Image.fromarray(to_uint8(video[len(video) // 2]))  # one frame converted, not the whole video
     image.thumbnail((max_side, max_side))
     path = Path(path)
     image.save(path)

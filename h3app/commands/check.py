@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
+from .flag_values import check_setting
 from .generate import add_preview_flags, preview_board, preview_line
-from .model_options import add_cache_flag, add_run_flags, compile_fields, load_options, strength_fields
+from .model_options import add_cache_flag, add_run_flags, check_strengths, compile_fields, load_options, strength_fields
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -31,9 +32,10 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="are two alpha/scale settings with the same product bit-identical?")
     add_run_flags(p)
-    p.add_argument("--a", default=DEFAULT_A.label,
+    p.add_argument("--a", default=DEFAULT_A.label, type=check_setting("--a"),
                    help=f"setting A as ALPHA:SCALE (ALPHA may be auto); default {DEFAULT_A.label}")
-    p.add_argument("--b", default=DEFAULT_B.label, help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
+    p.add_argument("--b", default=DEFAULT_B.label, type=check_setting("--b"),
+                   help=f"setting B as ALPHA:SCALE; default {DEFAULT_B.label}")
     p.add_argument("--mode", default=TRANSFORMER_CHECK, choices=CHECK_MODES,
                    help="transformer: one forward on a seeded packed input; full: the whole pipeline (backend)")
     p.add_argument("--seed", type=int, default=None, help=f"default {SEED}")
@@ -47,34 +49,34 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_cache_flag(p)
     add_preview_flags(p, "full mode only, DIR/A, DIR/B and DIR/fallback/step-K.png")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run, check=_check_flags)
+    p.set_defaults(run=run, check=check_values)  # refused before torch loads
 
 
-def _check_flags(args: argparse.Namespace) -> None:
-    """Refused before torch loads: a step cache in transformer mode (one forward: nothing to skip)."""
+def check_values(args: argparse.Namespace) -> None:
+    """The checks across flags (one line each): ``--preview-dir`` and a step cache need ``--mode full``
+    (transformer mode runs one forward: nothing to watch denoise, nothing to skip); the adapter's strengths."""
     from ..errors import H3AppError
     from ..rules.choices import NO_CACHE
 
+    if args.preview_dir is not None and args.mode != FULL_CHECK:
+        raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
+                         "watch denoise.")
     if args.cache != NO_CACHE and args.mode != FULL_CHECK:
         raise H3AppError(f"--cache {args.cache} skips denoising steps: it needs --mode full (transformer mode runs "
                          f"one forward).")
+    check_strengths(args)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..backend.transformer_check import run_transformer_check
-    from ..cli import emit
     from ..parallel.launch import close_ranks, start_ranks
-    from ..rules.check_pair import parse_setting
+    from .output import emit
 
-    a, b = parse_setting(args.a, "--a"), parse_setting(args.b, "--b")
+    a, b = args.a, args.b  # CheckSettings (parsed with the arguments)
     defaults = defaults_for(args.model)
     args.seed = defaults.seed if args.seed is None else args.seed
     args.steps = defaults.steps if args.steps is None else args.steps
-    if args.preview_dir is not None and args.mode != FULL_CHECK:
-        from ..errors import H3AppError
-
-        raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
-                         "watch denoise.")
+    check_values(args)
     adapter_settings, request = _full_job(args)  # the strength flags are checked before anything loads
     previews = preview_board(args)
     options = load_options(args)  # refuses a device this machine lacks before anything loads

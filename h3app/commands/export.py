@@ -61,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
     from ..adapters.known import registry_identity
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
-    from ..cli import emit
     from ..settings import LoRASettings
+    from .output import emit
 
     dtype = parse_export_dtype(args.dtype)
     advanced = LoRASettings(source=args.adapter, **strength_fields(args))

@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import H3AppError
 from ..rules.choices import PREVIEW_DECODERS, T2VA
 from ..rules.request_defaults import SEED, defaults_for
+from .flag_values import mp4_path
 from .model_options import (  # noqa: F401 - parse_adapter_spec: importable from here as before
     add_cache_flag,
     add_lora_mode_flag,
@@ -39,10 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         'video=, text=, audio=, schedule=, blocks= (repeatable)')
     add_lora_mode_flag(p)
     add_cache_flag(p)
-    p.add_argument("--out", required=True, help="output .mp4 path")
+    p.add_argument("--out", required=True, type=mp4_path, help="output .mp4 path")
     add_preview_flags(p, "DIR/step-K.png for each evaluation K (1-based)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
+    p.set_defaults(run=run, check=check_values)  # refused before torch loads
 
 
 def add_preview_flags(p: argparse.ArgumentParser, where: str) -> None:
@@ -72,6 +73,12 @@ def preview_line(summary: dict[str, Any] | None) -> str:
             + "".join(f"\n  preview note: {note}" for note in summary["notes"]))
 
 
+def check_values(args: argparse.Namespace) -> None:
+    """The checks across flags: the request's values for ``--model`` and the adapters' flags (one line each)."""
+    request_flags(args, args.model)
+    adapters_from_args(args)
+
+
 def adapters_from_args(args: argparse.Namespace) -> list:
     from ..settings import LoRASettings
 
@@ -91,16 +98,15 @@ def adapters_from_args(args: argparse.Namespace) -> list:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    adapters = adapters_from_args(args)
     from ..backend.generation import GenerationRequest
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
-    from ..cli import emit
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
+    from .output import emit
 
-    if not args.out.endswith(".mp4"):
-        raise H3AppError(f"--out must end in .mp4, got {args.out!r}.")
-    flags = request_flags(args, args.model)  # bad request values: one line before anything loads
+    flags = request_flags(args, args.model)  # checked by ``check`` already when run from the command line
     defaults = defaults_for(args.model)
     adapters = adapters_from_args(args)
     previews = preview_board(args)

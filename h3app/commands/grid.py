@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import H3AppError
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for
+from .flag_values import seed_list
 from .generate import add_preview_flags, preview_board, preview_line
 from .model_options import (
     add_cache_flag,
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
+    check_strengths,
     compile_fields,
     load_options,
     request_flags,
@@ -28,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                   f'(default "{full.alphas}" full, "{tiny.alphas}" tiny)')
     p.add_argument("--scales", default=None, help=f'comma-separated scales (strength multipliers; default '
                                                   f'"{full.scales}" full, "{tiny.scales}" tiny)')
-    p.add_argument("--seeds", default=None, help=f'comma-separated seeds (default "{full.seeds}")')
+    p.add_argument("--seeds", default=None, type=seed_list, help=f'comma-separated seeds (default "{full.seeds}")')
     p.add_argument("--prompt", required=True)
     add_request_flags(p, workflow=False)  # --steps --duration|--frames --height --width, as generate and plan
     add_lora_mode_flag(p)
@@ -36,7 +37,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     add_preview_flags(p, "DIR/<cell>/step-K.png, <cell> named as its mp4 (baselines: baseline-seedS)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(run=run, check=lambda args: request_flags(args, args.model))  # refused before torch loads
+    p.set_defaults(run=run, check=check_values)  # refused before torch loads
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """The checks across flags (one line each): the request's values for ``--model``, the adapter's strengths."""
+    request_flags(args, args.model)
+    check_strengths(args, mode=args.lora_mode)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,20 +54,16 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.generation import GenerationRequest
     from ..backend.grid import cell_name, parse_values
     from ..backend.service import Backend
-    from ..cli import emit
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
-    from ..rules import values
     from ..settings import LoRASettings
+    from .output import emit
 
     defaults = defaults_for(args.model)
     flags = request_flags(args, args.model)
     alphas = parse_values(args.alphas or defaults.grid.alphas, "--alphas", allow_auto=True)
     strengths = parse_values(args.scales or defaults.grid.scales, "--scales")
-    seeds = values.parse_list(args.seeds or defaults.grid.seeds, "--seeds",
-                              lambda item, what: values.parse_int(item, what, 0, None))
-    if not seeds:
-        raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
+    seeds = args.seeds or seed_list(defaults.grid.seeds)
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=flags.steps or defaults.steps,
                                 duration=flags.duration, height=flags.height, width=flags.width, cache=args.cache)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,

@@ -88,7 +88,7 @@ def summary(info: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..adapters.inspect import inspect_header
     from ..adapters.known import registry_identity
-    from ..cli import emit
+    from .output import emit
 
     view = read_source_header(args.source, args.weight_name, args.revision)
     repo_id, filename = registry_identity(args.source, args.weight_name, view.name)

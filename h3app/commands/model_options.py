@@ -16,6 +16,7 @@ from ..rules.choices import DTYPE_NAMES, LORA_MODES, NO_CACHE, OFFLOAD_MODES, ST
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
 from ..rules.steps import MIN_STEPS
+from .flag_values import dtype_name
 
 if TYPE_CHECKING:
     from ..model.loader import LoadOptions
@@ -25,7 +26,7 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
                         required=required,
                         help="`tiny` (embedded checkpoint), a local folder, or a Hub repo id such as MiniMaxAI/MiniMax-H3")
     parser.add_argument("--model-revision", default=None, help="Hub revision of the model (branch, tag or commit)")
-    parser.add_argument("--dtype", default="float32", help=f"{' | '.join(DTYPE_NAMES)} (float32 on CPU, bfloat16 on GPU)")
+    parser.add_argument("--dtype", default="float32", type=dtype_name, help=f"{' | '.join(DTYPE_NAMES)} (float32 on CPU, bfloat16 on GPU)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 …")
     parser.add_argument("--offload", default="none", choices=OFFLOAD_MODES,
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")
@@ -159,6 +160,14 @@ def add_strength_flags(parser: argparse.ArgumentParser) -> None:
 def strength_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The advanced-strength flags given on the command line, as ``LoRASettings`` fields."""
     return {field: getattr(args, field) for field in STRENGTH_FLAGS.values() if getattr(args, field, None) is not None}
+
+
+def check_strengths(args: argparse.Namespace, **fields: Any) -> None:
+    """The advanced-strength flags of ``--adapter``, checked as ``LoRASettings`` checks them (``rules``' parsers):
+    a bad value is one line before torch is imported (a command's ``check``)."""
+    from ..settings import LoRASettings
+
+    LoRASettings(source=args.adapter, **fields, **strength_fields(args))
 
 
 def parse_adapter_spec(spec: str, mode: str) -> Any:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
-from ..rules.choices import DTYPE_NAMES, OFFLOAD_MODES
+from ..rules.choices import OFFLOAD_MODES
 from ..rules.request_defaults import FULL, TINY, defaults_for
+from .flag_values import dtype_name
 from .model_options import (
     add_adapter_flags,
     add_cache_flag,
@@ -34,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_request_flags(p)
     p.add_argument("--device", default="cuda", help="cuda (what every plan is for; taken so that a plan's options "
                                                     "can be given back to it unchanged)")
-    p.add_argument("--dtype", default="bfloat16", help="bfloat16 (GPU default) or float32")
+    p.add_argument("--dtype", default="bfloat16", type=dtype_name, help="bfloat16 (GPU default) or float32")
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
     add_fp8_flags(p)
     p.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time")
@@ -54,11 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..cli import emit
-
     request, placement, setup = plan_options(args)  # every value refused here loads no torch
     from ..hardware.recommend import make_plan
     from ..hardware.summary import describe_plan
+    from .output import emit
 
     plan = make_plan(request, placement, setup, hardware=args.hardware, with_limits=not args.no_limits)
     emit(plan.to_json(), args.json, describe_plan(plan))
@@ -73,8 +73,6 @@ def check_plan_values(args: argparse.Namespace):
     flags = request_flags(args, args.model)
     if not str(args.device).startswith("cuda"):
         raise H3AppError(f"plan judges GPU boxes: --device {args.device} is not one (use cuda, or leave it out).")
-    if str(args.dtype).lower() not in DTYPE_NAMES:
-        raise H3AppError(f"unknown dtype {args.dtype!r}: use float32 or bfloat16.")
     for flag in ("ulysses", "ring"):
         if not 1 <= getattr(args, flag) <= MAX_RANKS:
             raise H3AppError(f"--{flag} must be between 1 and {MAX_RANKS}, got {getattr(args, flag)}.")

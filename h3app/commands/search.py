@@ -50,7 +50,7 @@ def summary(results: list[dict[str, Any]]) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..adapters.catalog import result_json
     from ..adapters.source.search import search_adapters
-    from ..cli import emit
+    from .output import emit
 
     found = search_adapters(args.query, sort=args.sort, limit=args.limit)
     results = [result_json(r) for r in found]

@@ -272,7 +272,7 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
     repeated = [transformer, *[loaded.components[name] for name in ENCODERS if name in loaded.components]]
     vae = loaded.components.get("vae")
     undo_replay = replay_repeats([layer for component in repeated for layer in blocks_of(component, at_least=2)]
-                                 + ([vae.decoder] if vae is not None else []), counter)
+                                 + ([vae.encoder, vae.decoder] if vae is not None else []), counter)
 
     def undo() -> None:
         undo_replay()

@@ -22,7 +22,7 @@ import torch  # noqa: E402
 
 from ..errors import H3AppError
 from ..rules import values
-from ..rules.choices import DTYPE_NAMES, MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
+from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
 from ..rules.h3_modules import QKV
 from . import conditioner, diffusers_compat, fp8, repo, torch_compat
 from .sub_block_cache import DECODE_STEPS, TEXT_ENCODER_STEP, SubBlockCache, with_sub_block_caches
@@ -102,10 +102,7 @@ def cuda_devices() -> list[tuple[str, int]]:
 
 def parse_dtype(name: str) -> torch.dtype:
     """``float32``/``fp32``/``bfloat16``/``bf16`` (any case) → the torch dtype."""
-    attribute = DTYPE_NAMES.get(str(name).lower())
-    if attribute is None:
-        raise H3AppError(f"unknown dtype {values.short(name)}: use float32 or bfloat16.")
-    return getattr(torch, attribute)
+    return getattr(torch, values.parse_dtype_name(name))
 
 
 def fuse_qkv(transformer: torch.nn.Module) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import H3AppError
+from .choices import DTYPE_NAMES
 
 MAX_ALPHA = 1e6  # alpha × strength / rank beyond this only overflows the model
 MAX_STRENGTH = 100.0
@@ -135,3 +136,11 @@ def short(value: Any, limit: int = 60) -> str:
         value = value[:limit + 1]  # never repr megabytes only to cut them
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "…"
+
+
+def parse_dtype_name(value: Any, what: str = "dtype") -> str:
+    """``float32``/``fp32``/``bfloat16``/``bf16`` (any case) → torch's attribute name, ``float32`` or ``bfloat16``."""
+    name = DTYPE_NAMES.get(str(value).strip().lower())
+    if name is None:
+        raise H3AppError(f"unknown {what} {short(value)}: use float32 or bfloat16.")
+    return name

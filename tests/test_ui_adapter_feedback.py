@@ -1,4 +1,5 @@
-"""What a person sees follows the one resolution (issue 22, items 3–9), through the event functions (no browser):
+"""What the adapter panel tells a person follows the one resolution, through the event functions (no browser; the
+same in chromium: tests/test_ui_browser_adapter_feedback.py):
 warnings measured against the adapter's own facts, overrides dropped on a switch, presets that apply their alpha,
 refusals that say so, and the labels."""
 

@@ -1,14 +1,15 @@
-"""Issue 22 in Debian's chromium, read as a person reads the page: the demo Turbo shows and runs its registry alpha
-(item 1), refusals say so where the person looks (3, 6, 8), warnings follow the adapter's own facts (4), overrides
-and presets (5), Enter after a demo pick (7), the labels (9). Shares test_ui_browser's app and browser."""
+"""What the adapter panel tells a person, in Debian's chromium, read as a person reads the page: the demo Turbo shows
+and runs its registry alpha, refusals say so where the person looks, warnings follow the adapter's own facts,
+overrides and presets, Enter after a demo pick, the labels. The session's app and browser
+(tests/browser_fixtures.py); tests/test_ui_adapter_feedback.py checks the same through the event functions."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from browser_fixtures import GENERATION_TIMEOUT_MS, error_badges, set_number, type_into
 from playwright.sync_api import expect
-from test_ui_browser import GENERATION_TIMEOUT_MS, app, browser, error_badges, page, set_number, type_into  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -36,7 +37,7 @@ def scale_shown(page):
     return page.locator("#slot1-readout [data-testid=effective-scale]")
 
 
-def test_1_the_demo_turbo_shows_and_runs_alpha_1_from_the_registry(page):
+def test_the_demo_turbo_shows_and_runs_alpha_1_from_the_registry(page):
     pick(page, TURBO)
     expect(page.locator("#slot1-alpha-card")).to_contain_text("alpha 1")
     expect(page.locator("#slot1-alpha-card")).to_contain_text("the known-adapter registry")
@@ -53,7 +54,7 @@ def test_1_the_demo_turbo_shows_and_runs_alpha_1_from_the_registry(page):
                                    timeout=GENERATION_TIMEOUT_MS)
 
 
-def test_3_a_refused_alpha_says_so_where_the_person_looks(page):
+def test_a_refused_alpha_says_so_where_the_person_looks(page):
     pick(page, TURBO)
     type_into(page, "#slot1-alpha", "eight")
     expect(page.locator("#slot1-alpha-card")).to_contain_text("not applied")
@@ -63,7 +64,7 @@ def test_3_a_refused_alpha_says_so_where_the_person_looks(page):
     one_pop_up_then_no_error_left(page)
 
 
-def test_4_a_scale_far_from_the_files_alpha_is_flagged(page):
+def test_a_scale_far_from_the_files_alpha_is_flagged(page):
     pick(page, TURBO)
     type_into(page, "#slot1-alpha", "128")
     set_number(page, "#slot1-scale", "2.56")
@@ -71,7 +72,7 @@ def test_4_a_scale_far_from_the_files_alpha_is_flagged(page):
     expect(page.locator("#slot1-readout [data-testid=scale-warning]")).to_contain_text("328×")
 
 
-def test_5_switching_drops_the_override_and_the_preset_applies_its_alpha(page):
+def test_switching_drops_the_override_and_the_preset_applies_its_alpha(page):
     pick(page, TURBO)
     type_into(page, "#slot1-alpha", "16")
     expect(page.locator("#slot1-override input")).to_be_checked()
@@ -85,7 +86,7 @@ def test_5_switching_drops_the_override_and_the_preset_applies_its_alpha(page):
     expect(scale_shown(page)).to_have_text("1")
 
 
-def test_6_a_refused_source_clears_the_weight_box_and_the_note(page):
+def test_a_refused_source_clears_the_weight_box_and_the_note(page):
     pick(page, TURBO)
     type_into(page, "#slot1-source", "not/a/repo!!")
     page.locator("#slot1-inspect").click()
@@ -98,7 +99,7 @@ def test_6_a_refused_source_clears_the_weight_box_and_the_note(page):
     one_pop_up_then_no_error_left(page)
 
 
-def test_7_enter_right_after_a_demo_pick_keeps_its_card(page):
+def test_enter_right_after_a_demo_pick_keeps_its_card(page):
     for _ in range(3):
         pick(page, TURBO)
         page.locator("#slot1-source textarea").press("Enter")
@@ -107,13 +108,13 @@ def test_7_enter_right_after_a_demo_pick_keeps_its_card(page):
         expect(page.locator("#slot1-inspect-card")).not_to_contain_text("Source changed")
 
 
-def test_8_a_scale_below_the_slider_is_refused_with_a_word(page):
+def test_a_scale_below_the_slider_is_refused_with_a_word(page):
     pick(page, TURBO)
     set_number(page, "#slot1-scale", "-5")
     expect(page.locator("#slot1-readout")).to_contain_text("scale -5 is outside the Scale slider")
 
 
-def test_9_labels(page):
+def test_labels_say_alpha_per_module_once_and_the_longest_duration(page):
     pick(page, "peft_diffusers_metadata.safetensors")
     card = page.locator("#slot1-alpha-card")
     expect(card).to_contain_text("alpha per module")

@@ -1,0 +1,85 @@
+"""The app and the browser, shared by every browser and API test of the session (a plugin: tests/conftest.py
+lists it in ``pytest_plugins``; ask for ``app``, ``browser`` or ``page`` by name, never import them).
+
+- ``app``: one launch of the real app (``build_app`` + ``launch``, tests/app_fixtures.py) on a Backend over the
+  session's tiny model, as ``(url, backend)``;
+- ``browser``: one headless Debian chromium driven by Playwright;
+- ``page``: a fresh tab on the app for each test (its own Gradio session), closed afterwards.
+
+Gradio keeps a heartbeat stream open for apps with session state, so a page never reaches Playwright's
+"networkidle": wait for "load" and then for the app's own text (auto-waiting locators).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+GENERATION_TIMEOUT_MS = 120_000
+PAGE_TIMEOUT_MS = 60_000  # a loaded 2-core machine: generous waits, auto-retrying
+
+
+@pytest.fixture(scope="session")
+def app(tiny_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Any]]:
+    """``(url, backend)``: the app on 127.0.0.1 for the whole session."""
+    from app_fixtures import running_app
+
+    from h3app.backend.service import Backend
+
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("browser_outputs"))
+    try:
+        with running_app(backend) as url:
+            yield url, backend
+    finally:
+        backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base
+        backend.close()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from app_fixtures import chromium
+
+    with chromium() as launched:
+        yield launched
+
+
+def open_app(browser: Any, url: str, width: int = 1440, height: int = 1000) -> Any:
+    """A new tab on the app at ``width`` × ``height`` px, once its Generate button shows."""
+    from playwright.sync_api import expect
+
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(PAGE_TIMEOUT_MS)
+    expect.set_options(timeout=PAGE_TIMEOUT_MS)
+    page.goto(url)
+    page.wait_for_load_state("load")
+    expect(page.locator("#generate")).to_be_visible()
+    return page
+
+
+@pytest.fixture
+def page(browser: Any, app: tuple[str, Any]) -> Iterator[Any]:
+    page = open_app(browser, app[0])
+    yield page
+    page.close()
+
+
+def type_into(page: Any, selector: str, text: str) -> None:
+    """Type like a person (Gradio's .input fires on keystrokes), then leave the box."""
+    box = page.locator(selector).locator("input, textarea").first
+    box.click()
+    box.press("Control+a")
+    box.press_sequentially(text, delay=30)
+    box.press("Tab")
+
+
+def set_number(page: Any, selector: str, value: str) -> None:
+    box = page.locator(f"{selector} input[type=number]")
+    box.fill(value)
+    box.press("Enter")
+
+
+def error_badges(page: Any) -> int:
+    """Gradio's red "Error" status badges shown on components."""
+    return page.get_by_text("Error", exact=True).locator("visible=true").count()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from app_fixtures import chromium, running_app
+from app_fixtures import running_app
 from playwright.sync_api import expect
 
 from h3app.backend.generation import GenerationRequest
@@ -128,12 +128,12 @@ def test_a_priced_flavor_is_predicted_from_its_spec_sheet_with_its_price(cpu_tim
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_the_predicted_time_is_on_the_page_before_generate(tiny_model, tmp_path_factory, cpu_time_model):
+def test_the_predicted_time_is_on_the_page_before_generate(tiny_model, tmp_path_factory, cpu_time_model, browser):
     backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("outputs"))
     backend.time_model = cpu_time_model
     expected = cpu_time_model(GenerationRequest(prompt="x", seed=1, steps=backend.defaults.steps))
     try:
-        with running_app(backend) as url, chromium() as browser:
+        with running_app(backend) as url:  # its own app: a backend with a time model; the session's chromium
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.set_default_timeout(90_000)
             page.goto(url)
@@ -144,5 +144,6 @@ def test_the_predicted_time_is_on_the_page_before_generate(tiny_model, tmp_path_
             assert re.search(r"Predicted: [\d.]+ (s|min)", shown)
             expect(page.locator("#generate")).to_be_visible()  # before any click: nothing has run
             assert backend.last_seconds_per_run is None
+            page.close()
     finally:
         backend.close()

@@ -12,7 +12,13 @@ import os
 import sys
 
 from h3app.cli import quiet_libraries
-from h3app.commands.model_options import FP8_ENV, FP8_TEXT_ENCODER_ENV, add_compile_flag, add_fp8_flags
+from h3app.commands.model_options import (
+    FP8_ENV,
+    FP8_TEXT_ENCODER_ENV,
+    add_compile_flag,
+    add_fp8_flags,
+    add_vae_dtype_flag,
+)
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
 
@@ -69,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_parallel_arguments(parser)
     parser.set_defaults(ulysses=_env_int("H3APP_ULYSSES"), ring=_env_int("H3APP_RING"))
     add_compile_flag(parser)
+    add_vae_dtype_flag(parser)
+    parser.set_defaults(vae_dtype=_env("H3APP_VAE_DTYPE") or "float32")
     parser.add_argument("--mcp", action="store_true", default=os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true",
                         help="also serve the tools to agents over MCP at /gradio_api/mcp/ (env GRADIO_MCP_SERVER=true)")
     return parser
@@ -103,6 +111,7 @@ def serve() -> None:
     quiet_libraries()
 
     from h3app.backend.service import backend_from_env, hosted_from_env
+    from h3app.hardware.estimate import for_app
     from h3app.hardware.preflight import check_before_download, held_limits
     from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
@@ -115,7 +124,8 @@ def serve() -> None:
     print(choose(args).line, flush=True)  # what runs here and why, before anything is downloaded
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                           fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
-                          compile=args.compile)  # a bad dtype or a missing GPU: refused before any rank starts
+                          compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype))  # a bad dtype or a
+    # missing GPU: refused before any rank starts
     # the judge's verdict on this box (a real model that cannot fit: refused before downloading), and the longest
     # clip and largest canvas it holds there: the UI's and the API's limits
     verdict = check_before_download(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
@@ -127,6 +137,7 @@ def serve() -> None:
         backend = backend_from_env(args.model, options)
         if held is not None:
             backend.hold_to(max_seconds=held["max_duration_s"], max_pixels=held["max_pixels"])
+        backend.time_model = for_app(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
         bind(group, backend)  # ranks > 1: every job in lockstep (docs/multi-gpu.md)
     try:
         if group is not None and not group.leader:

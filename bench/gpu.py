@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v into to_qkv before attaching")
     parser.add_argument("--cache-dir", type=Path, default=None, help="adapter file cache (default as `python -m bench`)")
     parser.add_argument("--device", default="cuda", help="CUDA device (default cuda)")
+    parser.add_argument("--decode", action="store_true",
+                        help="only the video decode, float32 vs bfloat16 decoder, at 768x768 (bench/gpu_decode_cache.py)")
     parser.add_argument("--speed", action="store_true", help="only the ≤ 8-minute speed matrix (bench/gpu_speed.py): "
                                                              "predicted and measured steps, bf16/fp8 × eager/compiled")
     return parser
@@ -310,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     properties = torch.cuda.get_device_properties(device)
     print(f"## h3app GPU benchmark\n\nGPU: {properties.name}, {properties.total_memory / 2**30:.0f} GiB; torch "
           f"{torch.__version__}; frames {args.frames}; rank {RANK}; fused QKV {args.fuse_qkv}.\n")
+    if args.decode:
+        from .gpu_decode_cache import run_decode
+
+        print(run_decode(args, device))
+        return 0
     if args.speed:
         from .gpu_speed import run_speed
 

@@ -1,7 +1,8 @@
 """``python -m bench.gpu --speed``: one denoising step per variant, measured beside the plan's roofline prediction,
 the whole script within 8 minutes (the matrix gets ``BUDGET_S``, the rehearsal and the build the rest).
 
-Variants: bf16 and fp8 storage (diffusers' ``enable_layerwise_casting``, compute in bf16) × eager and compiled
+Then the step cache's rows (``bench/gpu_decode_cache.py``): one evaluation with every block and one the first-block
+cache skips, each beside its prediction. Variants: bf16 and fp8 storage (diffusers' ``enable_layerwise_casting``, compute in bf16) × eager and compiled
 (``h3app.model.compiled``: the blocks through ``torch.compile``) × no LoRA, unmerged and merged rank 128. fp8 with
 merged LoRA is refused (a merge would round into fp8) and shown as such. The prediction is
 ``h3app.hardware.roofline.step_seconds`` for this GPU's spec-sheet peaks, on the counts of the full-size rehearsal
@@ -97,7 +98,7 @@ def measure_steps(model: Any, engine: Any, attach: Callable[[], None], step: Cal
     ``attach()`` binds the adapter unmerged. Runs bf16 eager, bf16 compiled, then turns on fp8 storage (for good:
     the weights are cast in place) and runs fp8 eager and compiled (``modes``: a subset). Past ``budget_s`` the rest
     is skipped."""
-    from h3app.model.compiled import blocks_of, compile_blocks
+    from h3app.model.compiled import compile_blocks, uncompile_blocks
 
     started = time.perf_counter()
     out: dict[tuple[str, str, str], float | str] = {}
@@ -113,8 +114,7 @@ def measure_steps(model: Any, engine: Any, attach: Callable[[], None], step: Cal
             import torch
 
             engine.detach()
-            for block in blocks_of(model):
-                block._compiled_call_impl = None  # back to eager before the casting hooks go in
+            uncompile_blocks(model)  # back to eager before the casting hooks go in
             model.enable_layerwise_casting(storage_dtype=torch.float8_e4m3fn, compute_dtype=torch.bfloat16)
         for mode in modes:
             if mode == "compiled":
@@ -165,7 +165,17 @@ def run_speed(args: Any, device: Any) -> str:
         with torch.no_grad():
             return model(**batch)
 
+    from h3app.hardware.planner import Placement
+    from h3app.hardware.roofline import peaks_for_device, skipped_step_seconds, step_seconds
+
+    from .gpu_decode_cache import cache_rows
+    from .gpu_decode_cache import table as cache_table
+
+    peaks = peaks_for_device(torch.cuda.get_device_properties(device).name)
+    base = step_seconds(plan, Placement("none"), peaks, None) if peaks is not None else None
+    cached = cache_rows(model, step, lambda op: time_cuda(op, args.repeats),
+                        {"step_s": base, "skipped_step_s": skipped_step_seconds(base, plan) if base else None})
     measured = measure_steps(model, engine, lambda: engine.attach(adapter, LoRASettings(source=str(path), alpha=8.0),
                                                                   "bench"),
                              step, lambda op: time_cuda(op, args.repeats), device)
-    return table(speed_rows(predicted, measured))
+    return f"{table(speed_rows(predicted, measured))}\n\nStep cache (bf16, eager, no LoRA):\n\n{cache_table(cached)}"

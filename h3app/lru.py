@@ -1,4 +1,4 @@
-"""The one least-recently-used map of the package: the adapter cache (a byte budget), the step caches and the
+"""The one least-recently-used map of the package: the adapter cache (a byte budget), the sub-block output caches and the
 inspection memos (an entry budget) are each an :class:`LRU` with their own key and cost.
 
 Neutral on purpose (imports nothing from h3app and nothing heavy), so ``adapters``, ``lora`` and ``model`` can all

@@ -15,6 +15,7 @@ from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same
 
 from h3app.backend.transformer_check import packed_check_input
 from h3app.lora import LoRAEngine
+from h3app.model import compiled as compiled_module
 from h3app.model.compiled import blocks_of, compile_backend, compile_blocks, compile_report
 from h3app.settings import LoRASettings
 
@@ -23,8 +24,8 @@ TURBO = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors"
 
 
 def is_compiled(block: torch.nn.Module) -> bool:
-    """Whether ``block`` runs through ``torch.compile`` (``nn.Module.compile`` sets its compiled call)."""
-    return getattr(block, "_compiled_call_impl", None) is not None
+    """Whether ``block`` runs through ``torch.compile`` (its ``forward`` is the compiled one)."""
+    return compiled_module.is_compiled(block) and "forward" in vars(block) and block.forward is not type(block).forward
 
 
 def test_backend_is_inductor_on_cuda_and_aot_eager_elsewhere():

@@ -369,7 +369,7 @@ def test_plan_takes_generates_request_flags_and_reports_the_request_it_judged():
     assert tiny == default_request("tiny") and tiny.steps < default.steps
     plan = _plan(_measured(), Setup(), placement)
     assert plan.to_json()["request"] == {"workflow": "t2va", "height": 768, "width": 1344, "frames": 124,
-                                         "steps": default.steps}
+                                         "steps": default.steps, "cache": "none"}
 
 
 @pytest.mark.slow

@@ -292,6 +292,9 @@ class AdapterBinder:
         (``sources.current_identity``: a ``stat`` for local files, one HEAD for a Hub branch): one whose branch moved
         on, or whose local file or ``adapter_config.json`` was rewritten, is replaced by the new version.
         ``progress(done_bytes, total_bytes)`` follows each download."""
+        if not adapters:
+            self.baseline(workflow)  # compiled: at strength 0 in place (module classes unchanged), else detached
+            return []
         modes = {a.mode for a in adapters}
         if len(modes) > 1:
             raise H3AppError("all adapters of one job must use the same mode (unmerged or merged): pick one.")
@@ -335,6 +338,30 @@ class AdapterBinder:
                 self.reset(workflow)
                 raise H3AppError("out of GPU memory while applying the adapters (the model is back at its base): "
                                  "use unmerged mode, fewer adapters, or --offload auto.") from error
+            except BaseException:
+                self.reset(workflow)
+                raise
+
+    def baseline(self, workflow: str = T2VA, adapters: Sequence[LoRASettings] = (), token: str | None = None) -> None:
+        """No adapter's effect on ``workflow``'s transformer, for a no-LoRA run. With ``--compile``, unmerged
+        adapters made of low-rank pairs only stay attached at strength 0 (``adapters``, the ones the next runs use,
+        attached first), so the compiled blocks see the same module classes and graph inputs as the LoRA runs
+        around it: no recompile (``model/compiled.py``). Otherwise (eager, merged mode, exact parts) every adapter
+        is detached: the weights are bitwise the base."""
+        if not self.model.options.compile:
+            self.reset(workflow)
+            return
+        if adapters and all(a.mode == "unmerged" for a in adapters):
+            self.apply(adapters, workflow, token)
+        with self._lock:
+            engine = self.engine(workflow)
+            try:
+                for name, settings in engine.active().items():
+                    if engine.mode != "unmerged" or engine.adapter(name).has_exact_parts:
+                        engine.detach(name)
+                        self._files.pop(name, None)
+                    elif settings.strength != 0:
+                        engine.set_lora(name, strength=0.0)
             except BaseException:
                 self.reset(workflow)
                 raise

@@ -65,6 +65,7 @@ class Column:
     thumbnail_path: str
     hash: str
     effective_scale: float | dict[str, float]
+    cache: dict[str, Any] | None = None  # the step cache's record of this column's run
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ class EquivalenceResult:
             "parts": dict(self.parts),
             "low_rank_only": self.low_rank_only,
             "parts_note": self.parts_note,
+            "cache": {**(self.a.cache or {}), "same_decisions": (self.a.cache or {}).get("skipped_at")
+                      == (self.b.cache or {}).get("skipped_at")},
         }
 
 
@@ -201,7 +204,7 @@ class _CheckRuns:
             # Beside the next run the encode keeps to one core; the last column has no run beside it.
             video = save_result(result, path, metadata, audio_thread=last)
             thumb = write_thumbnail(self.output_dir / f"{self.stem}-{label}.png", result.video)
-        return Column(label, alpha, strength, str(video), str(thumb), result.hash, self.scales[label])
+        return Column(label, alpha, strength, str(video), str(thumb), result.hash, self.scales[label], result.cache)
 
     def finished(self) -> dict[str, Column]:
         """Wait for every column's media."""
@@ -279,7 +282,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
         done = runs.finished()
     finally:
         runs.close()
-        binder.reset(workflow)
+        binder.baseline(workflow)  # detached; compiled: the adapter stays in place at strength 0
     return EquivalenceResult(
         identical=ra.hash == rb.hash, control_identical=control_identical,
         a=done["A"], b=done["B"], fallback=done["fallback"], a_vs_b=a_vs_b, a_vs_fallback=a_vs_fallback,

@@ -24,9 +24,13 @@ import torch
 
 from ..errors import H3AppError
 from ..lora.evaluations import Evaluation, EvaluationListener, RunSchedule, evaluation_events
+from ..lora.evaluations import listeners as registered_listeners
+from ..lora.head_bank import BankListener
 from ..model import repo
+from ..model.compiled import compiled_runs
+from ..model.denoise_cache import CacheCount, check_cache, step_cache
 from ..rules import values
-from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
+from ..rules.choices import FL2VA, NO_CACHE, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
 from ..rules.request_defaults import TINY_DEFAULTS
 from ..rules.steps import MIN_STEPS
@@ -53,6 +57,7 @@ class GenerationRequest:
     first_frame: str | None = None
     last_frame: str | None = None
     references: tuple[str, ...] = ()
+    cache: str = NO_CACHE  # the step cache (``model/denoise_cache.py``): none, or fbc
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not self.prompt.strip():
@@ -93,6 +98,7 @@ class GenerationRequest:
                 values.check_length(os.fspath(value), name)
         fix("references", tuple(os.fspath(r) for r in references))
         repo.check_workflow(self.workflow)
+        check_cache(self.cache)
         keyframes = [f for f in (self.first_frame, self.last_frame) if f]
         if self.workflow == FL2VA and not keyframes:
             raise H3AppError("fl2va needs a first and/or last keyframe image: give --first-frame and/or --last-frame.")
@@ -187,6 +193,7 @@ class GenerationResult:
     hash: str
     request: GenerationRequest
     fps: int = FPS  # the pipeline's frame rate
+    cache: dict[str, Any] | None = None  # the step cache's count: ``{kind, threshold, evaluations, skipped}``
 
     @property
     def frames(self) -> int:
@@ -242,7 +249,8 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
     pipe.scheduler.set_shift(video_shift)
     pipe.audio_scheduler.set_shift(audio_shift)
     try:
-        yield inputs, transformer, RunSchedule.of(int(request.steps), video_shift, audio_shift)
+        with compiled_runs(transformer):  # --compile: the switches the graphs were built under (model/compiled.py)
+            yield inputs, transformer, RunSchedule.of(int(request.steps), video_shift, audio_shift)
     finally:
         pipe.scheduler.set_shift(float(pipe.scheduler.config.shift))
         pipe.audio_scheduler.set_shift(float(pipe.audio_scheduler.config.shift))
@@ -300,9 +308,11 @@ def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[
     evaluation of this run besides the transformer's registered ones (``h3app.lora.evaluations``).
     """
     with _prepared(pipe, request) as (inputs, transformer, schedule):
+        _refuse_cache_with_banks(transformer, request.cache)
         progress = _Progress(on_step, should_cancel, schedule.count)
         start = time.perf_counter()
-        with evaluation_events(transformer, schedule, (progress, *listeners)) as started:
+        with step_cache(transformer, request.cache) as count, \
+                evaluation_events(transformer, schedule, (progress, *listeners)) as started:
             state = _call(pipe, inputs)
         seconds = time.perf_counter() - start
     done = [started[0]]
@@ -322,7 +332,21 @@ def run_generation(pipe: Any, request: GenerationRequest, *, on_step: Callable[[
         hash=media.content_hash(video, audio),
         request=request,
         fps=int(getattr(pipe, "fps", FPS)),
+        cache=cache_json(count, done[0]),
     )
+
+
+def cache_json(count: CacheCount, evaluations: int) -> dict[str, Any]:
+    """The step cache's record of a run of ``evaluations`` (none: every evaluation ran all blocks)."""
+    return {**count.to_json(), "evaluations": evaluations, "skipped": count.skipped}
+
+
+def _refuse_cache_with_banks(transformer: torch.nn.Module, cache: str) -> None:
+    """A PDD head bank (``lora.head_bank``) swaps heads at every evaluation; a skipped evaluation would reuse the
+    residual of the last one's heads. Its recipe says not to stack it with a step cache: refused before anything runs."""
+    if cache != NO_CACHE and any(isinstance(listener, BankListener) for listener in registered_listeners(transformer)):
+        raise H3AppError(f"--cache {cache} cannot run with a PDD head-bank adapter (its heads change at every "
+                         f"evaluation; a skipped evaluation would reuse the last one's): run without --cache.")
 
 
 class _FirstStepDone(Exception):

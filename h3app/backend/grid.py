@@ -74,6 +74,7 @@ class GridCell:
     baseline_thumbnail_path: str = ""
     baseline_hash: str = ""
     adapter: dict[str, Any] | None = None  # the applied adapter's provenance (its ``resolved`` object included)
+    cache: dict[str, Any] | None = None  # the step cache's record of this cell's run (``GenerationResult.cache``)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -138,7 +139,8 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
              should_cancel: Callable[[], bool] | None = None,
              previews: PreviewBoard | None = None) -> Iterator[GridCell]:
     """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
-    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left at its base afterwards.
+    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left with no adapter's effect
+    afterwards (``AdapterBinder.baseline``: detached, or at strength 0 in place when compiled).
     ``on_step(done, total)`` counts the whole grid's denoising steps (baselines included), so a cancel says
     "cancelled after k of n steps" of the grid. Files go to ``outputs``, their settings as it records them.
     ``previews``: a preview after every evaluation, one column per cell and per baseline (:func:`cell_name`)."""
@@ -170,8 +172,9 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
         for seed in plan.seeds:
             seeded = dataclasses.replace(request, seed=seed)
             base = baselines.get(keys[seed])
-            if base is None:
-                binder.reset(workflow)
+            if base is None:  # compiled: the grid's adapter at strength 0 (no module class changes)
+                first = dataclasses.replace(adapter, alpha=plan.alphas[0], strength=plan.strengths[0])
+                binder.baseline(workflow, [first], token)
                 base = generate(seeded, cell_name(None, None, seed))
                 baselines.put(keys[seed], base)
             base_name = f"{stem}-baseline-{seed}"
@@ -185,12 +188,13 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, pla
                     result = generate(seeded, cell_name(alpha, strength, seed))
                     name = f"{stem}-{row}-{column}-{seed}"
                     recorded = outputs.record({"request": seeded.to_json(), "alpha": alpha, "strength": strength,
-                                               "adapters": [applied], "hash": result.hash})
+                                               "adapters": [applied], "hash": result.hash, "cache": result.cache})
                     video = save_result(result, output_dir / f"{name}.mp4", recorded)
                     thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
                                    diff.video_psnr, diff.video_max_abs_diff, result.seconds,
-                                   str(base_video), str(base_thumb), base.hash, recorded["adapters"][0])
+                                   str(base_video), str(base_thumb), base.hash, recorded["adapters"][0],
+                                   result.cache)
     finally:
-        binder.reset(workflow)
+        binder.baseline(workflow)

@@ -64,7 +64,8 @@ class GenerationOutput:
                 "steps": r.request.steps, "evaluations": r.evaluations, "frames": r.frames, "fps": r.fps,
                 "width": r.width, "height": r.height, "sample_rate": r.sample_rate,
                 "audio_channels": int(r.audio.shape[0]), "hash": r.hash,
-                "adapters": self.settings["adapters"], "seconds": round(r.seconds, 3)}
+                "adapters": self.settings["adapters"], "seconds": round(r.seconds, 3), "cache": r.cache,
+                **({"time": self.settings["time"]} if "time" in self.settings else {})}
 
 
 @dataclass(frozen=True)

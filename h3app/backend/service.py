@@ -7,6 +7,7 @@ model-free calls (listing a repo, reading a header) run on the caller's thread.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import queue
 import tempfile
@@ -73,6 +74,17 @@ class LoadResult:
     report: MatchReport
 
 
+log = logging.getLogger(__name__)
+
+
+def time_record(predicted: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
+    """The settings' ``time``: the prediction shown before the click beside the run's seconds ({} without one)."""
+    if not predicted:
+        return {}
+    return {"time": {"predicted_s": predicted["video_s"], "usd_per_video": predicted.get("usd_per_video"),
+                     "box": predicted.get("box"), "seconds": round(seconds, 3)}}
+
+
 class Backend:
     """Owns the model. ``hosted`` turns on the public-server rules (docs/security.md). ``wrap_job`` wraps every job
     before it is queued (:func:`~h3app.backend.worker.alone` on one rank; with several ranks the entry point injects
@@ -101,6 +113,9 @@ class Backend:
         self._baselines = Baselines(baseline_bytes)
         self._limits: Limits | None = None
         self.last_seconds_per_run: float | None = None
+        # GenerationRequest → the plan's prediction on this box (``hardware.estimate.TimeModel``, given by app.py;
+        # None: no prediction shown). The backend does not import hardware/: the judge imports the backend.
+        self.time_model: Callable[[GenerationRequest], dict[str, Any] | None] | None = None
 
     # ------------------------------------------------------------------------------------------ model-free
     @property
@@ -124,6 +139,19 @@ class Backend:
     def hold_to(self, max_seconds: float, max_pixels: int) -> None:
         """Keep every request within what this box holds (the plan's limits, given by ``app.py``)."""
         self._limits = self.limits.held_to(max_seconds, max_pixels)
+
+    def predicted_time(self, request: GenerationRequest) -> dict[str, Any] | None:
+        """The plan's prediction of ``request`` on this box (``video_s``, its terms, ``usd_per_video``), or None."""
+        return self.time_model(request) if self.time_model is not None else None
+
+    def _predicted_or_none(self, request: GenerationRequest) -> dict[str, Any] | None:
+        """:meth:`predicted_time` for a run's record: a prediction that fails is logged and left out, never the
+        run's failure."""
+        try:
+            return self.predicted_time(request)
+        except Exception:  # a prediction must never fail the run: the run goes on, the log keeps why
+            log.exception("time prediction failed; the run's settings carry no predicted time")
+            return None
 
     def check_request(self, request: GenerationRequest) -> None:
         """Refuse, before anything is queued, a request over the model's caps (one line naming the limit)."""
@@ -179,6 +207,7 @@ class Backend:
         self.check_request(request)
 
         def job(ctx: JobContext) -> GenerationOutput:
+            predicted = self._predicted_or_none(request)  # what the page showed before the click
             ctx.set_phase("applying adapters")
             applied = self.binder.apply(adapters, request.workflow, token)
             ctx.set_phase("denoising")
@@ -191,7 +220,7 @@ class Backend:
             return self.outputs.save_generation(result, {
                 "h3app": "generate", "model": self.model.name, "model_commit": self.model.location.commit,
                 "request": result.request.to_json(), "adapters": [a.provenance() for a in applied],
-                "hash": result.hash})
+                "hash": result.hash, "cache": result.cache, **time_record(predicted, result.seconds)})
 
         return self._submit(job, "generate", Backend.submit_generate, (request, adapters, token), request.workflow)
 

@@ -16,7 +16,7 @@ from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
 from .flag_values import check_setting
 from .generate import add_preview_flags, preview_board, preview_line
-from .model_options import add_run_flags, check_strengths, compile_fields, load_options, strength_fields
+from .model_options import add_cache_flag, add_run_flags, check_strengths, compile_fields, load_options, strength_fields
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
@@ -46,18 +46,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--low-rank-only", action="store_true",
                    help="B rescales only the low-rank parts: an adapter's exact deltas (.diff/.diff_b, which alpha "
                         "does not scale) stay at A's strength, the equivalent comparison for such a file")
+    add_cache_flag(p)
     add_preview_flags(p, "full mode only, DIR/A, DIR/B and DIR/fallback/step-K.png")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run, check=check_values)  # refused before torch loads
 
 
 def check_values(args: argparse.Namespace) -> None:
-    """The checks across flags (one line each): ``--preview-dir`` needs ``--mode full``; the adapter's strengths."""
-    if args.preview_dir is not None and args.mode != FULL_CHECK:
-        from ..errors import H3AppError
+    """The checks across flags (one line each): ``--preview-dir`` and a step cache need ``--mode full``
+    (transformer mode runs one forward: nothing to watch denoise, nothing to skip); the adapter's strengths."""
+    from ..errors import H3AppError
+    from ..rules.choices import NO_CACHE
 
+    if args.preview_dir is not None and args.mode != FULL_CHECK:
         raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
                          "watch denoise.")
+    if args.cache != NO_CACHE and args.mode != FULL_CHECK:
+        raise H3AppError(f"--cache {args.cache} skips denoising steps: it needs --mode full (transformer mode runs "
+                         f"one forward).")
     check_strengths(args)
 
 
@@ -124,7 +130,7 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
     from ..settings import LoRASettings
 
     request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,
-                                height=args.height, width=args.width)
+                                height=args.height, width=args.width, cache=args.cache)
     return LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
                         skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
                         **strength_fields(args)), request

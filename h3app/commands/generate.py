@@ -10,6 +10,7 @@ from ..rules.choices import PREVIEW_DECODERS, T2VA
 from ..rules.request_defaults import SEED, defaults_for
 from .flag_values import mp4_path
 from .model_options import (  # noqa: F401 - parse_adapter_spec: importable from here as before
+    add_cache_flag,
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
@@ -38,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help='another adapter as "SOURCE,weight=F,rev=R,alpha=A,scale=S" plus the advanced strengths '
                         'video=, text=, audio=, schedule=, blocks= (repeatable)')
     add_lora_mode_flag(p)
+    add_cache_flag(p)
     p.add_argument("--out", required=True, type=mp4_path, help="output .mp4 path")
     add_preview_flags(p, "DIR/step-K.png for each evaluation K (1-based)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         seed = defaults.seed if args.seed is None else args.seed
         request = GenerationRequest(prompt=args.prompt, seed=seed, duration=flags.duration, height=flags.height,
                                     width=flags.width, first_frame=args.first_frame, last_frame=args.last_frame,
-                                    references=tuple(args.reference), **resolved.fields)
+                                    references=tuple(args.reference), cache=args.cache, **resolved.fields)
         output = backend.generate(request, adapters, token, previews=previews)
     finally:
         backend.close()

@@ -9,6 +9,7 @@ from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for
 from .flag_values import seed_list
 from .generate import add_preview_flags, preview_board, preview_line
 from .model_options import (
+    add_cache_flag,
     add_lora_mode_flag,
     add_request_flags,
     add_run_flags,
@@ -32,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt", required=True)
     add_request_flags(p, workflow=False)  # --steps --duration|--frames --height --width, as generate and plan
     add_lora_mode_flag(p)
+    add_cache_flag(p)
     p.add_argument("--out-dir", required=True, help="folder for the cells' mp4 files")
     add_preview_flags(p, "DIR/<cell>/step-K.png, <cell> named as its mp4 (baselines: baseline-seedS)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     strengths = parse_values(args.scales or defaults.grid.scales, "--scales")
     seeds = args.seeds or seed_list(defaults.grid.seeds)
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=flags.steps or defaults.steps,
-                                duration=flags.duration, height=flags.height, width=flags.width)
+                                duration=flags.duration, height=flags.height, width=flags.width, cache=args.cache)
     adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
                            mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
                            **strength_fields(args))

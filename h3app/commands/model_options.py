@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
-from ..rules.choices import DTYPE_NAMES, LORA_MODES, OFFLOAD_MODES, WORKFLOWS
+from ..rules.choices import DTYPE_NAMES, LORA_MODES, NO_CACHE, OFFLOAD_MODES, STEP_CACHES, VAE_DTYPES, WORKFLOWS
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
 from ..rules.steps import MIN_STEPS
@@ -33,6 +33,20 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
     parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time (frees the split weights)")
     add_fp8_flags(parser)
     add_compile_flag(parser)
+    add_vae_dtype_flag(parser)
+
+
+# --vae-dtype and --cache (docs/performance.md): the same flags on generate, check, grid and plan
+def add_vae_dtype_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vae-dtype", default=VAE_DTYPES[0], choices=VAE_DTYPES,
+                        help="what the video decoder computes in (its norms, the encoder and the audio decoder stay "
+                             "float32); default float32, diffusers' pin (docs/performance.md)")
+
+
+def add_cache_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache", default=NO_CACHE, choices=STEP_CACHES,
+                        help="step cache: none, or fbc (diffusers' first-block cache: an evaluation whose first block "
+                             "barely moved skips the others; docs/performance.md)")
 
 
 # --- fp8 storage (docs/hardware.md): the same flags and variables on app.py, generate, check, grid and plan ---
@@ -195,7 +209,8 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
     return LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                        fp8_text_encoder=args.fp8_text_encoder, fuse_qkv=args.fuse_qkv,
                        revision=args.model_revision, token=os.environ.get("HF_TOKEN"),
-                       compile=getattr(args, "compile", False))
+                       compile=getattr(args, "compile", False),
+                       vae_dtype=parse_dtype(getattr(args, "vae_dtype", VAE_DTYPES[0])))
 
 
 # --- the request's size: the same flags and the same checks on generate, grid and plan (torch-free) -----------

@@ -14,7 +14,15 @@ from ..errors import H3AppError
 from ..rules.choices import OFFLOAD_MODES
 from ..rules.request_defaults import FULL, TINY, defaults_for
 from .flag_values import dtype_name
-from .model_options import add_adapter_flags, add_fp8_flags, add_lora_mode_flag, add_request_flags, request_flags
+from .model_options import (
+    add_adapter_flags,
+    add_cache_flag,
+    add_fp8_flags,
+    add_lora_mode_flag,
+    add_request_flags,
+    add_vae_dtype_flag,
+    request_flags,
+)
 
 MAX_RANKS = 64
 
@@ -31,6 +39,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--offload", default="none", choices=OFFLOAD_MODES)
     add_fp8_flags(p)
     p.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time")
+    add_vae_dtype_flag(p)
+    add_cache_flag(p)
     add_adapter_flags(p, required=False)
     p.add_argument("--alpha", default=None, help="alpha (number or auto)")
     p.add_argument("--scale", default="1.0", help="LoRA strength")
@@ -95,9 +105,9 @@ def plan_options(args: argparse.Namespace):
     defaults = defaults_for(args.model)
     height, width = (flags.height, flags.width) if flags.height is not None else defaults.planned_canvas
     request = PlannedRequest(flags.workflow or defaults.workflow, height, width, RELEASED.frames(flags.duration),
-                             flags.steps or defaults.steps)
+                             flags.steps or defaults.steps, args.cache)
     setup = Setup(model=args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
-                  alpha=alpha, scale=scale, lora_mode=args.lora_mode)
+                  alpha=alpha, scale=scale, lora_mode=args.lora_mode, vae_dtype=parse_dtype(args.vae_dtype))
     placement = Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
                           fp8_text_encoder=args.fp8_text_encoder)
     return request, placement, setup

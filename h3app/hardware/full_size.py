@@ -68,7 +68,8 @@ def text_encoder_config() -> Any:
 
 def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None = None) -> torch.nn.Module:
     """Component ``name`` at full size (or ``config``) on the meta device, in the dtypes ``from_pretrained`` gives:
-    transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, both VAEs fp32."""
+    transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, the video VAE in
+    ``options.vae_dtype`` with its fp32 islands, the audio VAE fp32."""
     from ..model.torch_compat import unset_fake_temporarily
 
     with unset_fake_temporarily(), torch.device("meta"):  # real meta modules, also when called under fake CUDA
@@ -76,13 +77,14 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
             from diffusers import MiniMaxH3Transformer3DModel
 
             module = MiniMaxH3Transformer3DModel(**dict(config or transformer_config()))
-            _to_dtype_keeping_islands(module, options.dtype)
+            to_dtype_keeping_islands(module, options.dtype)
             if options.fuse_qkv:
                 fuse_qkv(module)
         elif name == "vae":
             from diffusers import AutoencoderKLMiniMaxH3
 
             module = AutoencoderKLMiniMaxH3(**dict(config or {}))
+            to_dtype_keeping_islands(module, options.vae_dtype)  # from_pretrained's fp32 islands (encoder, norms)
         elif name == "audio_vae":
             from diffusers import AutoencoderKLMiniMaxH3Audio
 
@@ -96,12 +98,28 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
     return module.requires_grad_(False).eval()
 
 
-def _to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
+def to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """``module`` in ``dtype`` except what ``from_pretrained`` keeps: every parameter and buffer with one of the
+    ``_keep_in_fp32_modules`` names as a component of its path in fp32 (diffusers' rule: ``norm1`` anywhere,
+    ``scale1``), and the buffers no checkpoint holds (non-persistent: RoPE's ``inv_freq``) in the dtype they were
+    built in."""
+    saved = set(module.state_dict())
+    built = {path: tensor.dtype for path, tensor in module.named_buffers() if path not in saved}
     module.to(dtype)
-    keep = fp32_modules(module)
-    for name, child in module.named_modules():
-        if name and any(name == k or name.startswith(k + ".") for k in keep):
-            child.to(torch.float32)
+    if dtype == torch.float32 and not built:
+        return
+    keep = set(fp32_modules(module))
+    named = [*module.named_parameters(), *module.named_buffers()]
+    for path, tensor in named:
+        if path in built and tensor.dtype != built[path]:
+            owner, _, key = path.rpartition(".")
+            setattr(module.get_submodule(owner) if owner else module, key, tensor.to(built[path]))
+        elif tensor.is_floating_point() and keep & set(path.split(".")):
+            owner, _, key = path.rpartition(".")
+            child = module.get_submodule(owner) if owner else module
+            value = tensor.to(torch.float32)  # setattr keeps a buffer a buffer (persistent or not)
+            setattr(child, key, torch.nn.Parameter(value, requires_grad=False)
+                    if isinstance(tensor, torch.nn.Parameter) else value)
 
 
 def build_text_encoder(options: LoadOptions, layers: int, config: Any = None) -> torch.nn.Module:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..adapters.types import HeaderView
+from ..rules.choices import NO_CACHE
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import BY_MODEL, FULL
 from .flavors import Flavor
@@ -35,18 +36,23 @@ from .planner import (
 from .rehearsal import RehearsalOptions
 
 PLACEMENT_FIELDS = ("offload", "fp8", "fp8_text_encoder", "ranks", "ring")
+# What ``flavors[].best`` and ``recommended`` carry of the prediction: the video's time, its terms and its price.
+PREDICTION_FIELDS = ("step_s", "evaluations", "skipped", "text_encoder_s", "encode_s", "decode_s", "transfer_s",
+                     "video_s", "usd_per_video")
 ULYSSES_HEADS = 56  # the full transformer's attention heads: a Ulysses degree must divide them (diffusers checks)
 
 
 @dataclass(frozen=True)
 class PlannedRequest:
-    """The request a plan sizes: workflow, canvas (pixels), frames (17n+5 at 24 fps) and steps (sigma points)."""
+    """The request a plan sizes: workflow, canvas (pixels), frames (17n+5 at 24 fps), steps (sigma points) and the
+    step cache it runs with (the cache changes the time, not the bytes)."""
 
     workflow: str
     height: int
     width: int
     frames: int
     steps: int
+    cache: str = NO_CACHE
 
     @property
     def duration(self) -> float:
@@ -67,10 +73,12 @@ def default_request(model: str = FULL, workflow: str | None = None) -> PlannedRe
 @dataclass(frozen=True)
 class Setup:
     """What besides the request and the placement decides the bytes: the model (``full`` sizes or ``tiny``), the
-    compute dtype, q/k/v fusion, and the adapter (a safetensors header) with its alpha, scale and LoRA mode."""
+    compute dtype, what the video decoder computes in, q/k/v fusion, and the adapter (a safetensors header) with its
+    alpha, scale and LoRA mode."""
 
     model: str = FULL
     dtype: torch.dtype = torch.bfloat16
+    vae_dtype: torch.dtype = torch.float32
     fuse_qkv: bool = False
     adapter: HeaderView | None = None
     alpha: float | None = None
@@ -89,6 +97,7 @@ def rehearsal_options(request: PlannedRequest, setup: Setup) -> RehearsalOptions
     """The rehearsal of ``request`` on ``setup`` (everything resident; placements are composed from it)."""
     return RehearsalOptions(workflow=request.workflow, size=(request.height, request.width),
                             duration=request.duration, dtype=setup.dtype, fuse_qkv=setup.fuse_qkv,
+                            vae_dtype=setup.vae_dtype,
                             adapter=setup.adapter, alpha=setup.alpha, scale=setup.scale, lora_mode=setup.lora_mode)
 
 
@@ -126,22 +135,23 @@ class Verdict:
     def host_margin(self) -> int | None:
         return None if self.box.host_bytes is None else self.box.host_bytes - HOST_RESERVE - self.host_bytes
 
-    def best_json(self, dtype: str) -> dict[str, Any]:
+    def best_json(self, dtype: str, vae_dtype: str = "float32") -> dict[str, Any]:
         """``flavors[].best`` of ``plan --json``: the placement, its flags (computing in ``dtype``), both needs and
         margins, the prediction."""
         from .planner import run_options
 
         prediction = self.prediction or {}
-        return {"placement": self.placement.label, "options": run_options(self.placement, dtype),
+        return {"placement": self.placement.label, "options": run_options(self.placement, dtype, vae_dtype),
                 **{name: getattr(self.placement, name) for name in PLACEMENT_FIELDS}, "peak_gpu_bytes": self.peak_gpu_bytes, "host_bytes": self.host_bytes,
                 "gpu_margin_bytes": self.gpu_margin, "host_margin_bytes": self.host_margin,
-                **{key: prediction.get(key) for key in ("step_s", "decode_s", "video_s", "usd_per_video")}}
+                **{key: prediction.get(key) for key in PREDICTION_FIELDS}}
 
 
 def judge(request: PlannedRequest, placement: Placement, box: Flavor, setup: Setup = DEFAULT_SETUP,
-          measured: Measured | None = None) -> Verdict:
+          measured: Measured | None = None, peaks: Any = None) -> Verdict:
     """THE judgement of ``request`` with ``placement`` on ``box``: GPU peak within one GPU less the reserve, enough
-    GPUs for the ranks, host RAM (one process per rank) within the box's less its reserve, and the prediction."""
+    GPUs for the ranks, host RAM (one process per rank) within the box's less its reserve, and the prediction
+    (``peaks``: rates measured on this machine, ``roofline.predict_one``)."""
     from .roofline import predict_one
 
     measured = measured or measured_for(request, setup)
@@ -151,7 +161,7 @@ def judge(request: PlannedRequest, placement: Placement, box: Flavor, setup: Set
     refused = ("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): use --lora-mode "
                "unmerged, or drop --fp8." if placement.fp8 and lora == "merged" else None)
     return Verdict(request, placement, box, peak, host, fits(peak, box, placement), fits_host(host, box), phases,
-                   predict_one(measured, placement, lora, box, request.steps), refused)
+                   predict_one(measured, placement, lora, box, request.steps, request.cache, peaks), refused)
 
 
 def rank_options(box: Flavor) -> tuple[int, ...]:

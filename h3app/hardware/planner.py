@@ -263,7 +263,9 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def run_options(placement: Placement, dtype: str) -> str:
+def run_options(placement: Placement, dtype: str, vae_dtype: str = "float32") -> str:
     """The flags that run ``placement`` on a GPU box, for app.py and every command alike: the device and ``dtype``
-    the plan was made for, then the placement's own (offload needs ``--device cuda``)."""
-    return f"--device cuda --dtype {dtype} {placement.label}"
+    the plan was made for, then the placement's own (offload needs ``--device cuda``), and ``--vae-dtype`` when the
+    plan's video decoder is not float32."""
+    vae = f" --vae-dtype {vae_dtype}" if vae_dtype != "float32" else ""
+    return f"--device cuda --dtype {dtype} {placement.label}{vae}"

@@ -16,7 +16,17 @@ from ..errors import H3AppError
 from ..model import repo
 from ..rules.units import format_bytes
 from .flavors import Flavor
-from .judge import PlannedRequest, Setup, Verdict, default_request, fitting, judge, limits, nothing_fits
+from .judge import (
+    DEFAULT_SETUP,
+    PlannedRequest,
+    Setup,
+    Verdict,
+    default_request,
+    fitting,
+    judge,
+    limits,
+    nothing_fits,
+)
 from .planner import RESERVE, Placement
 from .summary import remember
 
@@ -47,7 +57,8 @@ def this_box(devices: list[tuple[str, int]] | None = None, host: int | None | bo
 
 def setup_of(options: Any) -> Setup:
     """The judge's setup for ``options`` (a ``LoadOptions``): the published sizes in its dtype, no adapter."""
-    return Setup(dtype=options.dtype, fuse_qkv=bool(getattr(options, "fuse_qkv", False)))
+    return Setup(dtype=options.dtype, fuse_qkv=bool(getattr(options, "fuse_qkv", False)),
+                 vae_dtype=getattr(options, "vae_dtype", DEFAULT_SETUP.vae_dtype))
 
 
 def placement_of(options: Any, ranks: int = 1, ring: int = 1) -> Placement:

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import H3AppError
 from ..rules.choices import OFFLOAD_MODES
 from .flavors import FLAVORS, Flavor, flavor
-from .judge import DEFAULT_SETUP, PlannedRequest, Setup, Verdict, best, judge, limits, measured_for
+from .judge import DEFAULT_SETUP, PREDICTION_FIELDS, PlannedRequest, Setup, Verdict, best, judge, limits, measured_for
 from .planner import Measured, Placement, dtype_name, placed_weights, run_options
 
 
@@ -46,6 +46,7 @@ class Plan:
     flops_per_evaluation: int = 0  # one transformer evaluation, counted on the rehearsal (``work.py``)
     predicted: dict[str, dict[str, float | None]] = field(default_factory=dict)  # fitting flavor → the prediction
     left_out: dict[str, str] = field(default_factory=dict)  # flavor → why it is not ``recommended``
+    vae_dtype: str = "float32"  # what the video decoder computes in (``--vae-dtype``)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -55,13 +56,13 @@ class Plan:
         return data
 
 
-def flavor_row(verdict: Verdict, best_verdict: Verdict | None, dtype: str) -> dict[str, Any]:
+def flavor_row(verdict: Verdict, best_verdict: Verdict | None, dtype: str, vae_dtype: str = "float32") -> dict[str, Any]:
     """One ``flavors`` row: the box's published numbers, the verdicts of the placement asked for, and ``best``."""
     box = verdict.box
     return {"name": box.name, "space_hardware": box.space_hardware, "gpu": box.gpu, "gpus": box.gpus,
             "gpu_bytes": box.gpu_bytes, "host_bytes": box.host_bytes, "usd_per_hour": box.usd_per_hour,
             "fits_gpu": verdict.fits_gpu, "fits_host": verdict.fits_host, "fits": verdict.fits,
-            "best": best_verdict.best_json(dtype) if best_verdict is not None else None}
+            "best": best_verdict.best_json(dtype, vae_dtype) if best_verdict is not None else None}
 
 
 def left_out_reason(box: Flavor, best_verdict: Verdict | None) -> str | None:
@@ -90,10 +91,10 @@ def recommendation(bests: dict[str, Verdict | None], setup: Setup, dtype: str,
     box, placement = chosen.box, chosen.placement
     out = {"hardware": box.name, "space_hardware": box.space_hardware, "offload": placement.offload,
            "fp8": placement.fp8, "fp8_text_encoder": placement.fp8_text_encoder, "ranks": placement.ranks, "ring": placement.ring,
-           "options": run_options(placement, dtype), "peak_gpu_bytes": chosen.peak_gpu_bytes,
+           "options": run_options(placement, dtype, dtype_name(setup.vae_dtype)), "peak_gpu_bytes": chosen.peak_gpu_bytes,
            "gpu_bytes": box.gpu_bytes, "host_bytes": chosen.host_bytes, "host_ram_bytes": box.host_bytes,
            "usd_per_hour": box.usd_per_hour,
-           **{key: chosen.prediction.get(key) for key in ("step_s", "decode_s", "video_s", "usd_per_video")},
+           **{key: chosen.prediction.get(key) for key in PREDICTION_FIELDS},
            "limits": limits(chosen.request, placement, box, setup) if with_limits else None}
     return out, left_out
 
@@ -128,13 +129,13 @@ def make_plan(request: PlannedRequest, placement: Placement, setup: Setup = DEFA
         dtype=dtype, placement=placement, lora_mode=lora, peak_gpu_bytes=first.peak_gpu_bytes,
         host_bytes=first.host_bytes, components=components, phases=first.phases,
         fits={name: v.fits for name, v in verdicts.items()},
-        flavors=[flavor_row(verdicts[name], bests[name], dtype) for name in verdicts],
+        flavors=[flavor_row(verdicts[name], bests[name], dtype, dtype_name(setup.vae_dtype)) for name in verdicts],
         recommended=recommended, targets_bound=rehearsal.targets_bound if lora else None,
         tokens=dict(rehearsal.tokens), warnings=_warnings(verdicts, measured, placement, lora),
         seconds=round(time.perf_counter() - started, 2),
         flops_per_evaluation=sum(flops_per_evaluation(rehearsal).values()),
         predicted={name: v.prediction for name, v in verdicts.items() if v.fits and v.prediction is not None},
-        left_out=left_out)
+        left_out=left_out, vae_dtype=dtype_name(setup.vae_dtype))
 
 
 def _warnings(verdicts: dict[str, Verdict], measured: Any, placement: Placement, lora: str | None) -> list[str]:

@@ -30,7 +30,7 @@ from ..lora.layers import PristineStore
 from ..model import repo
 from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
-from ..model.step_cache import StepCache
+from ..model.sub_block_cache import SubBlockCache
 from ..rules.choices import FL2VA, T2VA
 from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
@@ -67,6 +67,7 @@ class RehearsalOptions:
     scale: float = 1.0
     lora_mode: str = "unmerged"
     size: tuple[int, int] | None = None
+    vae_dtype: torch.dtype = torch.float32  # what the video decoder's layers compute in (``--vae-dtype``)
     equivalence: bool = False  # run the backend's equivalence check (fallback, A, control, B) with ``adapter``
     preview: bool = False  # a step preview (backend.preview, waveform band included) after every evaluation
 
@@ -97,6 +98,7 @@ class Rehearsal:
     warnings: list[str] = field(default_factory=list)
     check: CheckRehearsal | None = None  # what the equivalence check ran (``options.equivalence``)
     flops: Flops = field(default_factory=dict)  # phase → kind (base/lora) → precision → FLOPs (``work.py``)
+    moved: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → bytes of memory-bound ops
     scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
     preview_read_bytes: int = 0  # device bytes one step preview reads (``options.preview``; FLOPs: phase "preview")
     preview_decoder: str | None = None
@@ -110,13 +112,14 @@ def rehearse(options: RehearsalOptions, *,
     ``pipeline_config``: canvas settings of the model rehearsed (None: the location's own)."""
     started = time.perf_counter()
     height, width = options.canvas
-    load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv)
+    load = LoadOptions(dtype=options.dtype, offload=options.offload, fuse_qkv=options.fuse_qkv,
+                       vae_dtype=options.vae_dtype)
     object.__setattr__(load, "device", "cuda")  # the device exists on fake CUDA only: LoadOptions' check would refuse
     with tempfile.TemporaryDirectory(prefix="h3app-rehearsal-") as scratch, fake_cuda() as mode:
         counter = mode.counter
         # Decodes are never reused: a digest of fake latents is a digest of zeros, equal for every column.
         loaded = LoadedModel(location=location or full_size.location(), options=load,
-                             component_source=component_source, decode_cache=StepCache(max_entries=0, enabled=False))
+                             component_source=component_source, decode_cache=SubBlockCache(max_entries=0, enabled=False))
         with counter.phase("load"):
             pipe = loaded.pipeline(options.workflow)
         if pipeline_config:
@@ -141,6 +144,7 @@ def rehearse(options: RehearsalOptions, *,
         worker = Worker(max_queue=1)
 
         flops: dict[str, Any] = {}
+        moved: dict[str, Any] = {}
         board = PreviewBoard(audio=True) if options.preview else None
 
         def job(ctx) -> Any:
@@ -153,6 +157,7 @@ def rehearse(options: RehearsalOptions, *,
                                           listeners=listeners)
                 finally:
                     flops.update(work.by_phase())
+                    moved.update(work.moved_by_phase())
 
         try:
             result = worker.run(job, label="rehearsal")
@@ -173,7 +178,7 @@ def rehearse(options: RehearsalOptions, *,
             evaluations=check.evaluations if check else result.evaluations,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
-            seconds=time.perf_counter() - started, check=check, flops=flops,
+            seconds=time.perf_counter() - started, check=check, flops=flops, moved=moved,
             scheduler_shift=request_shift(pipe, request),
             preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
             preview_decoder=board.latest().decoder if board and board.latest() else None)

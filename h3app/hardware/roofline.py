@@ -1,19 +1,25 @@
 """How long a request takes on each flavor, before renting it: the rehearsal's counted work against spec-sheet peaks.
 
-A roofline: each phase takes ``max(Σ FLOPs_p / peak_p, bytes / memory bandwidth) / EFFICIENCY`` — the FLOPs per
-precision ``p`` counted on the fake-CUDA rehearsal (``work.py``), the bytes its weights take to read once, the
-peaks of ``PEAKS`` (dense, no sparsity; vendor datasheets named in docs/hardware.md) and ONE efficiency factor for
-everything. Offload adds host-link transfers: ``auto`` moves every component to the GPU once per request,
-``group`` streams the transformer once per evaluation beside the compute (a step takes at least that transfer).
-The weights are read in full on every GPU.
+A roofline: each phase takes ``(max(Σ FLOPs_p / peak_p, weight bytes / memory bandwidth) + moved bytes / memory
+bandwidth) / EFFICIENCY`` — the FLOPs per precision ``p`` of the compute-bound ops (matmuls, convolutions, fused
+attention) counted on the fake-CUDA rehearsal (``work.py``) in the precision the GPU runs each in (bf16, fp32 on
+CUDA cores, TF32 for fp32 convolutions: cuDNN's default), the bytes its weights take to read once, the bytes its
+memory-bound ops move (norms, activations, casts, residual adds, tile blending: ``work.bytes_moved``, one after the
+other as eager PyTorch runs them), the peaks of ``PEAKS`` (dense, no sparsity; vendor datasheets named in
+docs/hardware.md) and ONE efficiency factor for everything. Offload adds host-link transfers: ``auto`` moves every
+component to the GPU once per request, ``group`` streams the transformer once per evaluation beside the compute (a
+step takes at least that transfer). The weights are read in full on every GPU.
 
-Context parallel divides an evaluation's FLOPs by its ranks and adds the ranks' exchange of activations
-(``exchange_seconds``: over PCIe, not overlapped — the model is stated there).
+Context parallel divides an evaluation's FLOPs and moved bytes by its ranks and adds the ranks' exchange of
+activations (``exchange_seconds``: over PCIe, not overlapped — the model is stated there).
 
-Per flavor (``predict_one``): ``step_s`` (one transformer evaluation), ``decode_s`` (video and audio decodes),
-``video_s`` (the request's evaluations, the conditioner, the encodes and decodes, the transfers), ``check_s``
-(the equivalence check: its full generations plus the control step; unmerged LoRA only), ``usd_per_video`` (``video_s`` at the flavor's hourly price) and
-``lora_overhead`` (``step_s`` over the same step without the LoRA delta's FLOPs and factor reads).
+Per flavor (``predict_one``), nothing hidden: ``video_s = (evaluations − skipped) × step_s + skipped ×
+skipped_step_s + text_encoder_s + encode_s + decode_s + transfer_s`` — ``step_s`` one transformer evaluation,
+``skipped`` the evaluations the step cache skips (``--cache fbc``: the measured share, ``model/denoise_cache.py``;
+a skipped evaluation runs the first of ``num_layers`` main blocks), ``decode_s`` the video and audio decodes,
+``encode_s`` keyframe and reference encodes, ``transfer_s`` offload's moves; ``check_s`` (the equivalence check:
+its full generations plus the control step; unmerged LoRA only), ``usd_per_video`` (``video_s`` at the flavor's
+hourly price) and ``lora_overhead`` (``step_s`` over the same step without the LoRA delta's FLOPs and factor reads).
 These are predictions: ``bench/gpu.py`` prints them beside what a GPU measures.
 """
 
@@ -24,11 +30,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import repo
+from ..rules.choices import NO_CACHE
 from .flavors import Flavor
-from .work import BASE, LORA, TF32, total
+from .work import BASE, LORA, TF32, moved_total, total
 
 EFFICIENCY = 0.6  # fraction of every spec-sheet peak a real kernel reaches (large GEMMs ~0.6–0.75; a guess until measured)
 PHASES = ("text_encoder", "vae_encode", "audio_vae_encode", "vae_decode", "audio_vae_decode")  # once per request
+ENCODES, DECODES = ("vae_encode", "audio_vae_encode"), ("vae_decode", "audio_vae_decode")
 DENOISE = "denoise"
 
 
@@ -79,10 +87,13 @@ def usd_per_hour(hardware: Flavor) -> float | None:
     return hardware.usd_per_hour
 
 
-def phase_seconds(flops: dict[str, int], bytes_read: int, peaks: Peaks, ranks: int = 1) -> float:
-    """Roofline seconds of one phase: FLOPs by precision (split over ``ranks``) against reading ``bytes_read``."""
-    compute = sum(count / peaks.flops_per_s(prec) for prec, count in flops.items()) / max(1, ranks)
-    return max(compute, bytes_read / peaks.memory_bytes_per_s) / EFFICIENCY
+def phase_seconds(flops: dict[str, int], bytes_read: int, peaks: Peaks, ranks: int = 1, moved: int = 0) -> float:
+    """Roofline seconds of one phase: FLOPs by precision (split over ``ranks``) against reading ``bytes_read``, then
+    the memory-bound ops' ``moved`` bytes (split over ``ranks``)."""
+    ranks = max(1, ranks)
+    compute = sum(count / peaks.flops_per_s(prec) for prec, count in flops.items()) / ranks
+    memory_bound = moved / ranks / peaks.memory_bytes_per_s
+    return (max(compute, bytes_read / peaks.memory_bytes_per_s) + memory_bound) / EFFICIENCY
 
 
 def flops_per_evaluation(rehearsal: Any, kinds: tuple[str, ...] = (BASE, LORA)) -> dict[str, int]:
@@ -114,8 +125,11 @@ def step_seconds(measured: Any, placement: Any, peaks: Peaks, lora: str | None) 
     partition = repo.partition_for(measured.rehearsal.options.workflow)
     transformer = measured.fp8_transformer_bytes if placement.fp8 else measured.weights.get(partition, 0)
     unmerged = lora == "unmerged"
-    flops = flops_per_evaluation(measured.rehearsal, (BASE, LORA) if unmerged else (BASE,))
-    step = phase_seconds(flops, transformer + (measured.lora_bytes if unmerged else 0), peaks, placement.ranks)
+    kinds = (BASE, LORA) if unmerged else (BASE,)
+    flops = flops_per_evaluation(measured.rehearsal, kinds)
+    moved = moved_total(measured.rehearsal.moved, DENOISE, kinds) // max(1, measured.rehearsal.evaluations)
+    step = phase_seconds(flops, transformer + (measured.lora_bytes if unmerged else 0), peaks, placement.ranks,
+                         moved)
     if placement.offload == "group":  # the transformer streams in once per evaluation, beside the compute
         step = max(step, transformer / peaks.host_bytes_per_s)
     return step
@@ -141,16 +155,31 @@ def exchange_seconds(measured: Any, placement: Any, peaks: Peaks) -> float:
     return measured.num_layers * sent / peaks.host_bytes_per_s
 
 
+def skipped_evaluations(evaluations: int, cache: str) -> int:
+    """Evaluations of a run the step cache ``cache`` skips: the measured share (never the first, which has nothing
+    to reuse); 0 without a cache."""
+    if cache == NO_CACHE:
+        return 0
+    from ..model.denoise_cache import MEASURED_SKIP_SHARE
+
+    return min(max(0, evaluations - 1), round(MEASURED_SKIP_SHARE * evaluations))
+
+
+def skipped_step_seconds(step: float, measured: Any) -> float:
+    """An evaluation the first-block cache skips: the leader of ``measured.num_layers`` main blocks runs, the others'
+    residual is reused (embeddings, token refiner and heads, a small share at full size, are left out)."""
+    return step / max(1, measured.num_layers)
+
+
 def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: Flavor,
-                steps: int) -> dict[str, float | None] | None:
-    """``{step_s, exchange_s, decode_s, video_s, check_s, usd_per_video, lora_overhead}`` of a request of ``steps``
-    with ``placement`` on ``hardware``; None where its GPU has no spec-sheet peaks or too few GPUs for the ranks.
-    ``step_s`` is one evaluation (context parallel's exchange included), ``decode_s`` both decodes, ``video_s``
-    every evaluation, the conditioner, the encodes, the decodes and offload's transfers."""
+                steps: int, cache: str = NO_CACHE, peaks: Peaks | None = None) -> dict[str, float | None] | None:
+    """The prediction of a request of ``steps`` with ``placement`` on ``hardware`` (the module docstring's sum,
+    each term a field); None where its GPU has no spec-sheet peaks or too few GPUs for the ranks. ``peaks``: rates
+    measured on this machine instead of a spec sheet (``estimate.cpu_peaks``)."""
     from ..backend.equivalence import CONTROL_STEPS, FULL_RUNS
     from .rehearsal import PHASE_COMPONENT
 
-    peaks = PEAKS.get(hardware.gpu) or peaks_for_device(hardware.gpu)  # a flavor's GPU, or one seen at run time
+    peaks = peaks or PEAKS.get(hardware.gpu) or peaks_for_device(hardware.gpu)  # a flavor's GPU, or one seen at run time
     if peaks is None or placement.ranks > hardware.gpus:
         return None
     rehearsal = measured.rehearsal
@@ -158,27 +187,32 @@ def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: 
     exchange = exchange_seconds(measured, placement, peaks)
     step = step_seconds(measured, placement, peaks, lora_mode) + exchange
     base = step_seconds(measured, placement, peaks, None) + exchange
-    once = {name: phase_seconds(total(rehearsal.flops, name),
-                                measured.weights.get(PHASE_COMPONENT.get(name, name), 0), peaks)
-            for name in PHASES if name in rehearsal.flops}
+    once = {name: phase_seconds(total(rehearsal.flops, name), measured.weights.get(PHASE_COMPONENT.get(name, name), 0),
+                                peaks, moved=moved_total(rehearsal.moved, name))
+            for name in PHASES if name in rehearsal.flops or name in rehearsal.moved}
     moved = sum(measured.weights.values()) if placement.offload == "auto" else \
         sum(size for name, size in measured.weights.items() if name != partition) if placement.offload == "group" else 0
-    video = request_evaluations(rehearsal, steps) * step + sum(once.values()) + moved / peaks.host_bytes_per_s
+    evaluations = request_evaluations(rehearsal, steps)
+    skipped = skipped_evaluations(evaluations, cache)
+    skipped_step = skipped_step_seconds(step, measured)
+    parts = {"text_encoder_s": once.get("text_encoder", 0.0), "encode_s": sum(once.get(n, 0.0) for n in ENCODES),
+             "decode_s": sum(once.get(n, 0.0) for n in DECODES), "transfer_s": moved / peaks.host_bytes_per_s}
+    video = (evaluations - skipped) * step + skipped * skipped_step + sum(parts.values())
     price = usd_per_hour(hardware)
-    return {"step_s": round(step, 4), "exchange_s": round(exchange, 4),
-            "decode_s": round(sum(s for name, s in once.items() if name.endswith("_decode")), 2),
-            "video_s": round(video, 2),
+    return {"step_s": round(step, 4), "exchange_s": round(exchange, 4), "evaluations": evaluations,
+            "skipped": skipped, "skipped_step_s": round(skipped_step, 4),
+            **{name: round(value, 3) for name, value in parts.items()}, "video_s": round(video, 2),
             "check_s": round(len(FULL_RUNS) * video + CONTROL_STEPS * step, 2) if lora_mode == "unmerged" else None,
             "usd_per_video": round(video / 3600 * price, 4) if price is not None else None,
             "lora_overhead": round(step / base, 4) if base > 0 else None}
 
 
 def predict(measured: Any, placement: Any, lora_mode: str | None, flavors: Iterable[Flavor],
-            steps: int) -> dict[str, dict[str, float | None]]:
+            steps: int, cache: str = NO_CACHE) -> dict[str, dict[str, float | None]]:
     """:func:`predict_one` for every flavor of ``flavors`` that has spec-sheet peaks and GPUs for the ranks."""
     out = {}
     for hardware in flavors:
-        one = predict_one(measured, placement, lora_mode, hardware, steps)
+        one = predict_one(measured, placement, lora_mode, hardware, steps, cache)
         if one is not None:
             out[hardware.name] = one
     return out

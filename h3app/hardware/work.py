@@ -7,6 +7,11 @@ the innermost open phase of the rehearsal's ``ByteCounter`` (``denoise``, ``text
 dtype, or ``tf32`` for an fp32 op that PyTorch lets run on TF32 tensor cores (cuDNN convolutions by default,
 matmuls only with ``torch.backends.cuda.matmul.allow_tf32``). Layers the rehearsal replays
 (``fake_cuda.replay_repeats``) repeat their recorded counts, so every block is counted.
+
+Every other op that runs on the GPU (norms, activations, residual adds, casts, RoPE, concatenations, the VAE's tile
+blending) is memory-bound: it is filed, by phase and kind, as the bytes it moves (``moved``: its GPU inputs read and
+outputs written, once each; a gather moves its output twice), as eager PyTorch dispatches it. Views, factories of
+uninitialised memory and host tensors move nothing here.
 """
 
 from __future__ import annotations
@@ -19,12 +24,17 @@ from typing import Any
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..lora import layers
 from ..lora.layers import LoRAFactors
 from ..model.torch_compat import CONVOLUTION_OPS as CONVOLUTIONS
 
 BASE, LORA = "base", "lora"
 TF32 = "tf32"
 OUTSIDE = "other"  # ops outside every named phase
+MOVED = "moved"  # the snapshot key of memory-bound bytes (beside the precisions of FLOPs)
+_aten = torch.ops.aten
+_GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index, _aten.take}  # read ≈ what they write
+_NO_DATA = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.new_empty, _aten.new_empty_strided}
 
 Flops = dict[str, dict[str, dict[str, int]]]  # phase → kind → precision → FLOPs
 
@@ -37,6 +47,7 @@ class WorkCounter(FlopCounterMode):
         self._phases = phases
         self.kind = BASE
         self.counts: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.moved: dict[tuple[str, str], int] = defaultdict(int)  # (phase, kind) → bytes of memory-bound ops
 
     def _phase(self) -> str:
         named = [name for name in self._phases.open_phases if name != "replayed"]
@@ -48,14 +59,21 @@ class WorkCounter(FlopCounterMode):
             flops = int(formula(*args, **kwargs, out_val=out))
             if flops:
                 self.counts[(self._phase(), self.kind, precision(func_packet, _dtype_of(args)))] += flops
+        else:
+            moved = bytes_moved(func_packet, args, kwargs, out)
+            if moved:
+                self.moved[(self._phase(), self.kind)] += moved
         return out
 
     # ---------------------------------------------------------------- replay (fake_cuda.replay_repeats)
     def snapshot(self) -> dict[tuple[str, str], int]:
-        """Totals by ``(kind, precision)`` over all phases, to diff a recorded call against."""
+        """Totals by ``(kind, precision)`` (and ``(kind, MOVED)``: bytes) over all phases, to diff a recorded call
+        against."""
         totals: dict[tuple[str, str], int] = defaultdict(int)
         for (_, kind, prec), flops in self.counts.items():
             totals[(kind, prec)] += flops
+        for (_, kind), moved in self.moved.items():
+            totals[(kind, MOVED)] += moved
         return dict(totals)
 
     def since(self, before: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
@@ -66,8 +84,11 @@ class WorkCounter(FlopCounterMode):
     def repeat(self, recorded: dict[tuple[str, str], int]) -> None:
         """Count a replayed call's recorded FLOPs again, in the phase open now."""
         phase = self._phase()
-        for (kind, prec), flops in recorded.items():
-            self.counts[(phase, kind, prec)] += flops
+        for (kind, prec), count in recorded.items():
+            if prec == MOVED:
+                self.moved[(phase, kind)] += count
+            else:
+                self.counts[(phase, kind, prec)] += count
 
     def by_phase(self) -> Flops:
         """``{phase: {kind: {precision: FLOPs}}}``."""
@@ -75,6 +96,46 @@ class WorkCounter(FlopCounterMode):
         for (phase, kind, prec), flops in sorted(self.counts.items()):
             out.setdefault(phase, {}).setdefault(kind, {})[prec] = flops
         return out
+
+
+    def moved_by_phase(self) -> dict[str, dict[str, int]]:
+        """``{phase: {kind: bytes}}`` of the memory-bound ops."""
+        out: dict[str, dict[str, int]] = {}
+        for (phase, kind), moved in sorted(self.moved.items()):
+            out.setdefault(phase, {})[kind] = moved
+        return out
+
+
+def bytes_moved(func_packet: Any, args: Any, kwargs: dict[str, Any], out: Any) -> int:
+    """Bytes a memory-bound op moves through GPU memory: its GPU tensor inputs read and outputs written (a gather:
+    its output twice); 0 for views, factories of uninitialised memory and ops that return no tensor (metadata)."""
+    outputs = list(_tensors(out))
+    if not outputs or func_packet in _NO_DATA or _is_view(func_packet):  # metadata (``prim.device``), views
+        return 0
+    written = sum(_gpu_bytes(t) for t in outputs)
+    if func_packet in _GATHERS:
+        return 2 * written
+    return written + sum(_gpu_bytes(t) for t in _tensors((args, kwargs)))
+
+
+def _is_view(func_packet: Any) -> bool:
+    overloads = func_packet.overloads() if hasattr(func_packet, "overloads") else ()
+    return bool(overloads) and getattr(func_packet, overloads[0]).is_view
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _gpu_bytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size() if tensor.device.type == "cuda" else 0
 
 
 def precision(func_packet: Any, dtype: torch.dtype | None) -> str:
@@ -97,25 +158,36 @@ def _dtype_of(args: Any) -> torch.dtype | None:
 @contextlib.contextmanager
 def counting(phases: Any) -> Iterator[WorkCounter]:
     """Count FLOPs on this thread (enter it inside fake CUDA) into a new ``WorkCounter`` that ``phases`` (the
-    rehearsal's ``ByteCounter``) also carries for replays; LoRA deltas are filed under ``lora``."""
+    rehearsal's ``ByteCounter``) also carries for replays; LoRA deltas (with their input's cast and the add into the
+    base output) are filed under ``lora``."""
     work = WorkCounter(phases)
-    original = LoRAFactors.delta
+    original, original_add = LoRAFactors.delta, layers.add_deltas
 
-    def delta(self: LoRAFactors, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        outer, work.kind = work.kind, LORA
-        try:
-            return original(self, x, *args, **kwargs)
-        finally:
-            work.kind = outer
+    def as_lora(function: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            outer, work.kind = work.kind, LORA
+            try:
+                return function(*args, **kwargs)
+            finally:
+                work.kind = outer
+
+        return counted
 
     phases.work = work
-    LoRAFactors.delta = delta
+    LoRAFactors.delta = as_lora(original)
+    layers.add_deltas = as_lora(original_add)  # the input's cast and the add into the output are the delta's too
     try:
         with work:
             yield work
     finally:
         LoRAFactors.delta = original
+        layers.add_deltas = original_add
         phases.work = None
+
+
+def moved_total(moved: dict[str, dict[str, int]], phase: str, kinds: tuple[str, ...] = (BASE, LORA)) -> int:
+    """Bytes the memory-bound ops of ``phase`` moved, summed over ``kinds``."""
+    return sum(moved.get(phase, {}).get(kind, 0) for kind in kinds)
 
 
 def total(flops: Flops, phase: str, kinds: tuple[str, ...] = (BASE, LORA)) -> dict[str, int]:

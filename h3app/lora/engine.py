@@ -115,6 +115,10 @@ class LoRAEngine:
         """The settings each attached adapter runs at now (``mode`` is the engine's)."""
         return {name: dataclasses.replace(a.settings, mode=self.mode) for name, a in self._adapters.items()}
 
+    def adapter(self, name: str) -> NormalisedAdapter:
+        """The normalised adapter attached under ``name``."""
+        return self._get(name).adapter
+
     def effective_scales(self, name: str) -> dict[str, float]:
         """Canonical target → float64 effective scale now in use."""
         attached = self._get(name)

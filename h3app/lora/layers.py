@@ -127,6 +127,18 @@ def rows_per_chunk(in_features: int) -> int:
     return max(1, MERGE_CHUNK_BYTES // max(1, in_features * 4))
 
 
+def add_deltas(entries: list[LoRAFactors], x: torch.Tensor, out: torch.Tensor, dtype: torch.dtype,
+               rows: list[torch.Tensor | None] | None = None) -> None:
+    """``out += Σ entry.delta(x, row)`` for rows ``x [n, in]`` → ``out [n, out]`` (x cast to ``dtype`` once);
+    ``rows``: each entry's per-row factors for these ``n`` rows (``LoRAFactors.row_scales``; None: all 1)."""
+    xd = x.to(dtype)
+    rows = rows if rows is not None else [None] * len(entries)
+    delta = entries[0].delta(xd, rows[0])
+    for entry, row in zip(entries[1:], rows[1:]):
+        delta.add_(entry.delta(xd, row))
+    out.add_(delta)
+
+
 class LoRALinear(nn.Module):
     """An ``nn.Linear`` plus LoRA deltas, unmerged: ``base(x) + Σ_adapters scale · (x Aᵀ) Bᵀ``.
 
@@ -177,13 +189,12 @@ class LoRALinear(nn.Module):
         flat_out = out.view(-1, out.shape[-1])
         flat_rows = [row.reshape(-1) if row is not None and row.ndim else row for row in rows]
         step = forward_rows_per_chunk(max(x.shape[-1], out.shape[-1]), dtype.itemsize)
+        if flat_x.shape[0] <= step:  # one chunk, no loop: a compiled graph keeps the row count symbolic
+            add_deltas(entries, flat_x, flat_out, dtype, flat_rows)
+            return out
         for start in range(0, flat_x.shape[0], step):
-            xd = flat_x[start:start + step].to(dtype)
             chunk = [row[start:start + step] if row is not None and row.ndim else row for row in flat_rows]
-            delta = entries[0].delta(xd, chunk[0])
-            for entry, row in zip(entries[1:], chunk[1:]):
-                delta.add_(entry.delta(xd, row))
-            flat_out[start:start + step].add_(delta)
+            add_deltas(entries, flat_x[start:start + step], flat_out[start:start + step], dtype, chunk)
         return out
 
     def merge_from(self, pristine: PristineStore, key: str) -> None:

@@ -15,6 +15,10 @@ h3app uses diffusers' public API everywhere else. What only a private name does:
   ``rank % torch.accelerator.device_count()``, a division by zero on a machine without accelerator.
 - ``fp32_modules``: the modules ``from_pretrained`` keeps in fp32 (``_keep_in_fp32_modules``), for models built
   without ``from_pretrained`` (the full-size rehearsal builds them on the meta device).
+- ``register_cache_block``: diffusers' cache hooks find a block's ``hidden_states`` through
+  ``hooks._helpers.TransformerBlockRegistry``, which does not list H3's block in this version; and
+  ``first_block_computed``: whether the first-block cache's last decision was to compute the other blocks (its
+  shared state, reached through the leader hook's registered name ``_FBC_LEADER_BLOCK_HOOK``).
 
 diffusers itself is imported inside the functions: importing this module only checks the version.
 """
@@ -75,3 +79,25 @@ def one_device_without_accelerator() -> Iterator[None]:
 def fp32_modules(model: Any) -> tuple[str, ...]:
     """Names of the submodules ``from_pretrained`` keeps in fp32 whatever the dtype (with their children)."""
     return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
+
+
+def register_cache_block(block_class: type) -> None:
+    """Let diffusers' cache hooks wrap ``block_class``, whose forward takes ``hidden_states`` first and returns the
+    new hidden states alone (H3's ``MiniMaxH3TransformerBlock``)."""
+    from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+
+    try:
+        TransformerBlockRegistry.get(block_class)
+    except ValueError:
+        TransformerBlockRegistry.register(block_class, TransformerBlockMetadata(return_hidden_states_index=None,
+                                                                                return_encoder_hidden_states_index=None))
+
+
+def first_block_computed(head_block: Any) -> bool:
+    """Whether the first-block cache on ``head_block`` (the leader) decided, at its last forward, to compute the
+    remaining blocks (False: they were skipped and the cached residual reused)."""
+    from diffusers.hooks import HookRegistry
+    from diffusers.hooks.first_block_cache import _FBC_LEADER_BLOCK_HOOK
+
+    hook = HookRegistry.check_if_exists_or_initialize(head_block).get_hook(_FBC_LEADER_BLOCK_HOOK)
+    return bool(hook.state_manager.get_state().should_compute)

@@ -25,7 +25,7 @@ from ..rules import values
 from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
 from ..rules.h3_modules import QKV
 from . import conditioner, diffusers_compat, fp8, repo, torch_compat
-from .step_cache import DECODE_STEPS, TEXT_ENCODER_STEP, StepCache, with_step_caches
+from .sub_block_cache import DECODE_STEPS, TEXT_ENCODER_STEP, SubBlockCache, with_sub_block_caches
 
 # The doors to diffusers' and torch's private API, imported at start-up (every path to a model comes here): each
 # refuses, in one line, a library version it was not written for, before anything is loaded.
@@ -42,7 +42,9 @@ class LoadOptions:
     and ``fp8_text_encoder`` the conditioner's decoder layers (``model/fp8.py``: compute stays ``dtype``; LoRA is then
     unmerged-only). ``fuse_qkv`` fuses q/k/v into ``attn.to_qkv`` at load time, before any adapter, and frees the
     split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
-    ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``).
+    ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``). ``vae_dtype``:
+    what the video decoder's layers compute in (``--vae-dtype``; diffusers keeps the video VAE's encoder and norms
+    and the whole audio VAE in fp32 whatever it is; fp32, diffusers' documented pin, by default).
     """
 
     dtype: torch.dtype = torch.float32
@@ -54,6 +56,7 @@ class LoadOptions:
     revision: str | None = None
     token: str | None = None
     compile: bool = False
+    vae_dtype: torch.dtype = torch.float32
 
     def __post_init__(self) -> None:
         check_device(self.device)
@@ -174,8 +177,8 @@ class LoadedModel:
     _pipelines: dict[str, Any] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _manager: Any = None
-    prompt_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=32))
-    decode_cache: StepCache = field(default_factory=lambda: StepCache(max_entries=2, enabled=False))
+    prompt_cache: SubBlockCache = field(default_factory=lambda: SubBlockCache(max_entries=32))
+    decode_cache: SubBlockCache = field(default_factory=lambda: SubBlockCache(max_entries=2, enabled=False))
     # (location, names, options) → components; the hardware rehearsal builds full-size fake ones instead.
     component_source: Callable[[repo.ModelLocation, list[str], LoadOptions], dict[str, Any]] | None = None
 
@@ -199,7 +202,7 @@ class LoadedModel:
                 folder = str(self.location.folder)
                 blocks = ModularPipeline.from_pretrained(folder, workflow=workflow).blocks  # pruned copy
                 caches = {TEXT_ENCODER_STEP: self.prompt_cache, **{step: self.decode_cache for step in DECODE_STEPS}}
-                pipe = with_step_caches(blocks, caches).init_pipeline(folder)
+                pipe = with_sub_block_caches(blocks, caches).init_pipeline(folder)
                 needed = repo.components_for(workflow)
                 pipe.update_components(**{name: self.components[name] for name in needed})
                 pipe.set_progress_bar_config(disable=True)  # progress is reported per step by the caller
@@ -257,7 +260,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
     other = [name for name in names if name not in PARTITIONS]
     if other:
         pipe = ModularPipeline.from_pretrained(folder)
-        dtypes = {"text_encoder": options.dtype, "default": torch.float32}
+        dtypes = {"text_encoder": options.dtype, "vae": options.vae_dtype, "default": torch.float32}
         try:
             pipe.load_components(names=other, dtype=dtypes)
         except (OSError, ValueError) as error:

@@ -8,7 +8,9 @@ h3app uses torch's public API everywhere else. What only a private name does:
 - ATen's internal operators a dispatch mode sees (``aten._to_copy`` for every ``.to()``, ``_local_scalar_dense``
   for ``.item()``, the fused attention kernels a GPU runs, ``_convolution``), an operator's schema
   (``func._schema``) and the ``Tensor.data`` setter (``torch._C.TensorBase.data``);
-- dynamo's counters (``torch._dynamo.utils``): graphs built and recompiles, for ``--compile``'s report;
+- dynamo's counters (``torch._dynamo.utils``): graphs built and recompiles, for ``--compile``'s report; and
+  ``torch._dynamo.maybe_mark_dynamic`` (documented by torch, in a private module): one size of a graph input left
+  symbolic where the code allows, so ``--compile`` builds one graph for every count of distinct timesteps;
 - the default process group's store (``distributed_c10d._get_default_store``): the ranks' job channel.
 """
 
@@ -35,7 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten  # noqa: 
 __all__ = [
     "CONVOLUTION_OPS", "DataDependentOutputException", "DynamicOutputShapeException", "EFFICIENT_ATTENTION",
     "FLASH_ATTENTION", "FakeTensor", "FakeTensorMode", "LOCAL_SCALAR_DENSE", "TENSOR_DATA", "TO_COPY",
-    "default_store", "dynamo_counters", "fake_tensor_tls", "op_arguments", "tree_flatten", "tree_map",
+    "default_store", "dynamo_counters", "fake_tensor_tls", "mark_dynamic", "op_arguments", "tree_flatten", "tree_map",
     "tree_unflatten", "unset_fake_temporarily",
 ]
 
@@ -58,6 +60,14 @@ def dynamo_counters() -> tuple[Any, Any]:
     from torch._dynamo.utils import counters, guard_failures
 
     return counters, guard_failures
+
+
+def mark_dynamic(tensor: Any, dim: int) -> None:
+    """Compile graphs that take ``tensor`` with any size ``dim`` (≥ 2: dynamo always specialises sizes 0 and 1) where
+    the traced code does not need the number; where it does, the graph is specialised instead (no error)."""
+    from torch._dynamo import maybe_mark_dynamic
+
+    maybe_mark_dynamic(tensor, dim)
 
 
 def default_store() -> Any:

@@ -25,6 +25,11 @@ QKV_LAYOUTS = ("auto", "blocked", "interleaved")
 OFFLOAD_MODES = ("none", "auto", "group")
 # dtype names accepted on the command line and in the UI → torch dtype attribute names
 DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16"}
+# --cache: the denoising loop's step cache (model/denoise_cache.py): none, or diffusers' first-block cache
+NO_CACHE, FIRST_BLOCK_CACHE = "none", "fbc"
+STEP_CACHES = (NO_CACHE, FIRST_BLOCK_CACHE)
+# --vae-dtype: what the video decoder computes in (the audio decoder stays fp32); default fp32, diffusers' pin
+VAE_DTYPES = ("float32", "bfloat16")
 # Step-preview decoders (h3app.model.preview_decoders): auto picks; the model's own VAE when it is small; fitted
 # latent→RGB factors; false colours from the latents' principal directions.
 PREVIEW_VAE, PREVIEW_LATENT2RGB, PREVIEW_PCA = "vae", "latent2rgb", "pca"

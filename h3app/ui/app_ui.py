@@ -40,12 +40,16 @@ from .hub_events import HubEvents
 from .hub_panel import build_hub_panel, wire_hub_panel
 from .job_wiring import wire_jobs
 from .session import RunningJobs, new_session
+from .time_note import time_note
 from .unclamped import NO_CLAMP_JS
 
 if TYPE_CHECKING:
     from ..backend.service import Backend
 
 TITLE = "H3 LoRA Lab"
+# the predicted time: queued one at a time apart from the GPU (a new canvas or length is rehearsed, seconds)
+ESTIMATE = {"api_visibility": "private", "concurrency_id": "estimate", "concurrency_limit": 1,
+            "show_progress": "hidden", "trigger_mode": "always_last"}
 CACHE_SECONDS = 3600
 CSS = """
 .h3-card {border-radius: 10px; padding: 10px 14px; margin: 6px 0; border: 1px solid; line-height: 1.45;}
@@ -145,6 +149,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) 
                               token=token)
             advanced_strength.wire(slot.advanced, request.steps, **CHEAP)  # its note and the schedule's plot
         _wire_request(request, slot_1, backend.limits)
+        _wire_time(demo, request, backend)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
                             adapter_events, generate_events, comparisons)
         for fn, inputs, outputs in on_load:
@@ -179,6 +184,18 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any) ->
         return write(apply_preset(info, prompt), preset_parts)
 
     slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
+
+
+def _wire_time(demo: gr.Blocks, request: RequestControls, backend: Backend) -> None:
+    """The request's predicted time (``time_note``) on load and whenever a number that changes it changes; queued
+    apart from the GPU (a new canvas or length is rehearsed once, seconds)."""
+    numbers = parts(request, NUMBER_FIELDS + ("workflow", "cache"))
+
+    def note(values: dict[Any, Any]) -> str:
+        return time_note(read(RequestForm, numbers, values), backend.limits, backend.predicted_time)
+
+    triggers = [numbers[name].change for name in ("steps", "duration", "height", "width", "workflow", "cache")]
+    gr.on([demo.load, *triggers], note, set(numbers.values()), [request.time_note], **ESTIMATE)
 
 
 def launch_kwargs(backend: Backend, mcp: bool = False) -> dict[str, Any]:

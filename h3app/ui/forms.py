@@ -18,7 +18,7 @@ import gradio as gr
 from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
-from ..rules.choices import FL2VA, REF2VA, T2VA
+from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA
 from ..rules.request_defaults import SEED, TINY_DEFAULTS
 from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
@@ -90,6 +90,7 @@ class RequestForm:
     first_frame: str | None = None
     last_frame: str | None = None
     references: Sequence[Any] | None = ()
+    cache: bool = False  # the step cache (diffusers' first-block cache, ``--cache fbc``); off by default
 
     def to_request(self, seed: int | None = None, *, lenient: bool = True) -> GenerationRequest:
         """A GenerationRequest (``seed`` replaces the form's). ``lenient``: inputs of another workflow are
@@ -111,7 +112,8 @@ class RequestForm:
             duration=parse_number(self.duration, "duration"),
             height=height, width=width,
             shift=optional_number(self.shift, "shift"), audio_shift=optional_number(self.audio_shift, "audio shift"),
-            workflow=workflow, first_frame=first or None, last_frame=last or None, references=refs)
+            workflow=workflow, first_frame=first or None, last_frame=last or None, references=refs,
+            cache=FIRST_BLOCK_CACHE if self.cache else NO_CACHE)
 
 
 REQUEST_FIELDS = field_names(RequestForm)

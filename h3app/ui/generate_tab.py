@@ -13,6 +13,7 @@ from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
 from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
 from .preview_stream import build_generate_preview
+from .time_note import TIME_NOTE_ID
 from .unclamped import unclamped
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
@@ -37,8 +38,13 @@ class RequestControls:
     width: gr.Number
     shift: gr.Number
     audio_shift: gr.Number
+    time_note: gr.Markdown  # the predicted time (and $) of this request on this box (time_note.py)
+    cache: gr.Checkbox  # the step cache (--cache fbc)
 
 
+CACHE_HELP = ("diffusers' first-block cache (--cache fbc): an evaluation whose first block barely changed reuses the "
+              "other blocks' last residual; LoRA stays exact, A and B take the same decisions; off by default "
+              "(docs/performance.md: what it skips and costs).")
 UI_MAX_STEPS = MAX_STEPS  # the slider's top is the rule's (Limits.max_steps, fewer on a hosted server)
 
 
@@ -71,6 +77,8 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
                                  step=duration_step(limits), label="Duration (s)", elem_id="duration",
                                  info=f"{rule.describe()}")
         note = gr.Markdown(steps_note(defaults.steps, None), elem_classes=["h3-note"])
+        time = gr.Markdown("", elem_id=TIME_NOTE_ID, elem_classes=["h3-note"])
+        cache = gr.Checkbox(label="Step cache (first-block cache)", value=False, elem_id="cache", info=CACHE_HELP)
         with gr.Accordion("Canvas and flow shifts (0 = model default)", open=False):
             with gr.Row():
                 canvas = (f"a multiple of {limits.canvas_multiple}; height × width at most {limits.max_pixels:,} "
@@ -82,7 +90,7 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
                 shift = gr.Number(label="Video shift", value=None, minimum=0)
                 audio_shift = gr.Number(label="Audio shift", value=None, minimum=0)
     return RequestControls(workflow, first_frame, last_frame, keyframes, references, prompt, trigger_button, seed,
-                           randomize, steps, note, duration, height, width, shift, audio_shift)
+                           randomize, steps, note, duration, height, width, shift, audio_shift, time, cache)
 
 
 NUMBER_FIELDS = ("seed", "steps", "duration", "height", "width", "shift", "audio_shift")  # the request's numbers

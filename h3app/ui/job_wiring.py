@@ -43,7 +43,7 @@ from .session import Session
 from .settings_file import load_settings_view
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
-                    "audio_shift")
+                    "audio_shift", "cache")
 COMPARE_LIMIT = 2  # history compares decode two mp4s to float32 each: bounded, on their own queue id
 
 

@@ -298,7 +298,7 @@ def result_html(output: Mapping[str, Any]) -> str:
     lines = [f"<b>seed {output.get('seed')}</b> · {output.get('steps')} steps → {output.get('evaluations')} "
              f"evaluations · {output.get('frames')} frames {output.get('width')}×{output.get('height')} @ "
              f"{output.get('fps')} fps · stereo audio at {output.get('sample_rate')} Hz · generated in "
-             f"{_seconds(output.get('seconds'))}",
+             f"{_seconds(output.get('seconds'))}{_predicted(output.get('time'))}",
              f"hash <code>{esc(str(output.get('hash', ''))[:23])}…</code>"]
     adapters = output.get("adapters") or []
     if not adapters:
@@ -348,6 +348,13 @@ def setting_text(column: Mapping[str, Any]) -> str:
     else:
         alpha = "auto" if column["alpha"] is None else f"{float(column['alpha']):g}"
     return f"alpha {alpha} × scale {float(column['strength']):g}"
+
+
+def _predicted(time: Mapping[str, Any] | None) -> str:
+    """`` (predicted 0.6 s on this CPU)``: the prediction shown before the click, beside the run's seconds."""
+    if not time or time.get("predicted_s") is None:
+        return ""
+    return f" (predicted {_seconds(time['predicted_s'])} on {esc(str(time.get('box')))})"
 
 
 def _seconds(value: Any) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..backend import media
 from ..errors import H3AppError
-from ..rules.choices import T2VA, UNMERGED
+from ..rules.choices import NO_CACHE, T2VA, UNMERGED
 from ..rules.request_defaults import defaults_for
 from .adapter_events import user_error
 from .advanced_strength import FIELDS as ADVANCED_FIELDS
@@ -53,7 +53,7 @@ def settings_to_controls(data: Mapping[str, Any]) -> dict[str, Any]:
         **{name: request.get(name, getattr(defaults_for(data.get("model")), name))  # missing: the model's default
            for name in ("seed", "steps", "duration")},
         "height": request.get("height"), "width": request.get("width"), "shift": request.get("shift"),
-        "audio_shift": request.get("audio_shift"),
+        "audio_shift": request.get("audio_shift"), "cache": request.get("cache", NO_CACHE) != NO_CACHE,
         "mode": adapters[0].get("mode", UNMERGED) if adapters else UNMERGED,
     }
     for slot in ("1", "2"):
@@ -88,7 +88,7 @@ def load_settings_view(path: str | None) -> SettingsView:
     except H3AppError as error:
         raise user_error(error) from error
     request = RequestForm(**{name: controls[name] for name in ("workflow", "prompt", "seed", "steps", "duration",
-                                                               "height", "width", "shift", "audio_shift")})
+                                                               "height", "width", "shift", "audio_shift", "cache")})
     slots: dict[str, SlotForm | None] = {}
     for slot in ("1", "2"):
         adapter = controls[f"slot{slot}"]

@@ -20,7 +20,7 @@ from ..adapters.source.refs import parse_hf_url
 from ..adapters.summary import applied_lines
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
-from ..rules.choices import MAIN_PARTITION, REAL_REPO_ID, T2VA, workflow_partition
+from ..rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, workflow_partition
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import defaults_for
 from ..rules.steps import evaluations
@@ -83,6 +83,8 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     for key, flag in (("shift", "--shift"), ("audio_shift", "--audio-shift")):
         if request.get(key) is not None:
             parts.append(f"{flag} {_num(request[key])}")
+    if request.get("cache", NO_CACHE) != NO_CACHE:
+        parts.append(f"--cache {_q(request['cache'])}")
     if request.get("first_frame"):
         parts.append(f"--first-frame {_q(request['first_frame'])}")
     if request.get("last_frame"):

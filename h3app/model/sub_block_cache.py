@@ -1,9 +1,12 @@
-"""An LRU cache of text-encoder outputs, so comparisons (A, B, fallback, control, grid cells) encode a prompt once.
+"""Caches of pipeline sub-block outputs: the text encoder's (prompt embeddings), so comparisons (A, B, fallback,
+control, grid cells) encode a prompt once, and, during a comparison only, the two decoders'.
 
-The real conditioner is a 32B Qwen3-VL: encoding is a large share of a short Turbo run. The cache sits *inside* the
-diffusers pipeline: the workflow's text-encoder sub-block is swapped (in the blocks, before the pipeline is built)
-for a subclass that looks its outputs up by a digest of its inputs (prompt, keyframes, references) before running. The outputs are bitwise the ones the step
-would have produced, so cached and uncached runs hash the same.
+Not the step cache of the denoising loop (``h3app.model.denoise_cache``): nothing here skips a transformer
+evaluation. The real conditioner is a 32B Qwen3-VL: encoding is a large share of a short Turbo run. The cache sits *inside* the
+diffusers pipeline: the workflow's sub-block (diffusers' ``blocks.sub_blocks``) is swapped (in the blocks, before
+the pipeline is built) for a subclass that looks its outputs up by a digest of its inputs (prompt, keyframes,
+references; latents for a decoder) before running. The outputs are bitwise the ones the sub-block would have
+produced, so cached and uncached runs hash the same.
 """
 
 from __future__ import annotations
@@ -48,10 +51,10 @@ def _feed(digest: hashlib._Hash, value: Any) -> None:
             _feed(digest, name)
             _feed(digest, getattr(value, name))
     else:
-        raise TypeError(f"cannot key the prompt cache on a {type(value).__name__}")
+        raise TypeError(f"cannot key a sub-block cache on a {type(value).__name__}")
 
 
-class StepCache(LRU[str, dict[str, Any]]):
+class SubBlockCache(LRU[str, dict[str, Any]]):
     """Thread-safe LRU of ``digest → {output name: value}`` with at most ``max_entries`` entries.
 
     A cache created with ``enabled=False`` only answers inside ``with cache.enabled():`` and is emptied when that
@@ -80,18 +83,18 @@ class StepCache(LRU[str, dict[str, Any]]):
                 if not self.on:
                     self.clear()
 
-    def __deepcopy__(self, memo: dict) -> StepCache:
+    def __deepcopy__(self, memo: dict) -> SubBlockCache:
         # diffusers deep-copies pipeline blocks; the cache they point at is shared on purpose.
         return self
 
 
 class _CachedStep:
-    """Mixed in front of a diffusers step class (see :func:`with_step_caches`)."""
+    """Mixed in front of a diffusers step class (see :func:`with_sub_block_caches`)."""
 
-    step_cache: StepCache
+    output_cache: SubBlockCache
 
     def __call__(self, components: Any, state: Any) -> tuple[Any, Any]:
-        if not self.step_cache.on:
+        if not self.output_cache.on:
             return super().__call__(components, state)
         block_state = self.get_block_state(state)
         digest = hashlib.sha256(type(self).__mro__[2].__name__.encode())
@@ -99,18 +102,18 @@ class _CachedStep:
             _feed(digest, spec.name)
             _feed(digest, getattr(block_state, spec.name, None))
         key = digest.hexdigest()
-        cached = self.step_cache.get(key)
+        cached = self.output_cache.get(key)
         if cached is not None:
             for name, value in cached.items():
                 setattr(block_state, name, value)
             self.set_block_state(state, block_state)
             return components, state
         components, state = super().__call__(components, state)
-        self.step_cache.put(key, {spec.name: state.get(spec.name) for spec in self.intermediate_outputs})
+        self.output_cache.put(key, {spec.name: state.get(spec.name) for spec in self.intermediate_outputs})
         return components, state
 
 
-def with_step_caches(blocks: Any, caches: dict[str, StepCache]) -> Any:
+def with_sub_block_caches(blocks: Any, caches: dict[str, SubBlockCache]) -> Any:
     """Return ``blocks`` (pipeline blocks pruned to one workflow) with each named sub-block caching in its cache."""
     for name, cache in caches.items():
         step = blocks.sub_blocks.get(name)
@@ -120,5 +123,5 @@ def with_step_caches(blocks: Any, caches: dict[str, StepCache]) -> Any:
             cached_class = type(f"Cached{type(step).__name__}", (_CachedStep, type(step)), {})
             step = cached_class()
             blocks.sub_blocks[name] = step
-        step.step_cache = cache
+        step.output_cache = cache
     return blocks

@@ -1,9 +1,9 @@
-"""Step caches: a prompt-cache hit skips the text encoder; a decode-cache hit skips the VAEs; neither changes output."""
+"""Sub-block output caches: a prompt-cache hit skips the text encoder; a decode-cache hit skips the VAEs; neither changes output."""
 
 import pytest
 
 from h3app.backend.generation import GenerationRequest, run_generation
-from h3app.model.step_cache import StepCache
+from h3app.model.sub_block_cache import SubBlockCache
 
 
 @pytest.mark.slow
@@ -35,7 +35,7 @@ def test_cache_hit_skips_the_encoder_and_is_bitwise_equal(tiny_model):
 
 
 def test_lru_evicts_oldest():
-    cache = StepCache(max_entries=2)
+    cache = SubBlockCache(max_entries=2)
     for key in "abc":
         cache.put(key, {"x": key})
     assert cache.get("a") is None and cache.get("c") == {"x": "c"} and len(cache) == 2

@@ -145,8 +145,9 @@ def test_every_job_surface_carries_the_same_resolution(kind, hub, backend, event
     adapters = job_adapters(kind, hub, events, tmp_path)
     request = GenerationRequest(prompt="a red ball", **FAST)
     output = backend.generate(request, [s for _, s in adapters])
-    entry = add_history(None, {"kind": "generate", "label": "x", "settings": output.settings})["history"][-1]
-    for (demo, _), shown, stored in zip(adapters, output.to_json()["adapters"], entry["settings"]["adapters"]):
+    entry = add_history(None, kind="generate", label="x", video=output.video_path, thumbnail=output.thumbnail_path,
+                        hash=output.to_json()["hash"], settings=output.settings).history[-1]
+    for (demo, _), shown, stored in zip(adapters, output.to_json()["adapters"], entry.settings["adapters"]):
         assert facts(shown["resolved"]) == facts(stored["resolved"]) == expected(demo), f"{demo.name} via {kind}"
     turbo = next(s for d, s in adapters if d.name == "tiny_turbo_4step.safetensors")
     want = expected(TINY_DEMO_DIR / "tiny_turbo_4step.safetensors")

@@ -53,10 +53,9 @@ def test_history_labels_and_differences_name_the_advanced_strengths():
              "resolved_alpha": 2.0, "resolved_alpha_source": "metadata", "strength": 1.0, "mode": "unmerged"}
     quiet = {**plain, "audio_strength": 0.0, "strength_schedule": "linear:1:0.5"}
     request = {"prompt": "a red ball", "seed": 0, "steps": 9}
-    label = history_words.entry_label({"kind": "generate", "settings": {"request": request, "adapters": [quiet]}})
+    label = history_words.entry_label("generate", {"request": request, "adapters": [quiet]})
     assert label.endswith("× 1; audio ×0, schedule linear:1:0.5"), label
-    assert "audio" not in history_words.entry_label({"kind": "generate",
-                                                      "settings": {"request": request, "adapters": [plain]}})
+    assert "audio" not in history_words.entry_label("generate", {"request": request, "adapters": [plain]})
     a, b = ({"request": request, "adapters": adapters} for adapters in ([plain], [quiet]))
     assert history_words.differences(a, b) == [("audio strength", "1 → 0"), ("strength schedule", "none → linear:1:0.5")]
     two = {"request": request, "adapters": [plain, {**plain, "block_strength": "0:2"}]}

@@ -3,6 +3,7 @@ no model, no browser (tests/test_ui_compare_browser.py reads the same in chromiu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -16,6 +17,7 @@ from h3app.ui import history_words
 from h3app.ui.comparison_events import ComparisonEvents, alpha_in_use, column_settings
 from h3app.ui.comparison_layouts import grid_rows, grid_value, history_value, short_hash
 from h3app.ui.comparison_view import VIEW_CSS, VIEW_JS, ViewColumn, equal_marks, view_value
+from h3app.ui.session import HistoryEntry
 
 
 # ------------------------------------------------------------------------------------------- equivalence defaults
@@ -113,11 +115,10 @@ REQUEST = {"prompt": "a red ball bouncing on a wooden floor", "seed": 7, "steps"
 
 
 def test_history_label_carries_prompt_seed_and_adapter_settings():
-    entry = {"kind": "generate", "settings": {"request": REQUEST, "adapters": [ADAPTER]}}
-    assert history_words.entry_label(entry) == ("generate · “a red ball bouncing on a wooden floor” · seed 7 · "
-                                                "tiny_turbo_4step α 1 (registry) × 1")
-    base = {"kind": "grid", "settings": {"request": {**REQUEST, "prompt": "x" * 50}, "adapters": []}}
-    assert history_words.entry_label(base) == f"grid · “{'x' * 40}…” · seed 7 · no LoRA"
+    assert history_words.entry_label("generate", {"request": REQUEST, "adapters": [ADAPTER]}) == (
+        "generate · “a red ball bouncing on a wooden floor” · seed 7 · tiny_turbo_4step α 1 (registry) × 1")
+    base = {"request": {**REQUEST, "prompt": "x" * 50}, "adapters": []}
+    assert history_words.entry_label("grid", base) == f"grid · “{'x' * 40}…” · seed 7 · no LoRA"
 
 
 def test_differences_are_in_words():
@@ -135,8 +136,8 @@ def test_differences_are_in_words():
 
 
 def test_history_value_marks_equal_content():
-    a = {"kind": "check A", "video": "/out/a.mp4", "hash": "sha256:0123456789abcdef", "settings": {}}
-    b = {**a, "kind": "check B"}
+    a = HistoryEntry(1, "check A", "check A", "/out/a.mp4", None, "sha256:0123456789abcdef", {})
+    b = dataclasses.replace(a, number=2, kind="check B")
     value = history_value(a, b)
     assert [c["label"] for c in value["columns"]] == ["A: check A", "B: check B"]
     assert value["columns"][1]["mark"] == "= A" and value["columns"][0]["caption"] == "hash 0123456789ab"

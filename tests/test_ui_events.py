@@ -22,7 +22,7 @@ from h3app.ui.app_ui import header_html, launch_kwargs
 from h3app.ui.comparison_events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
 from h3app.ui.generate_events import GenerateEvents, Stopped
-from h3app.ui.session import RunningJobs, new_session
+from h3app.ui.session import RunningJobs, Session, new_session
 from h3app.ui.settings_file import load_settings_view
 
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
@@ -69,15 +69,15 @@ def slot(source: str, alpha=None, strength: float = 1.0, override: bool | None =
     return SlotForm(source, weight, "", alpha is not None if override is None else override, alpha, strength, "auto")
 
 
-def sync(adapters: AdapterEvents, first: SlotForm) -> dict:
+def sync(adapters: AdapterEvents, first: SlotForm) -> Session:
     return adapters.sync_session(SyncForm(new_session(), "unmerged", {"1": first, "2": slot("")}))
 
 
-def session_with(adapters: AdapterEvents, source: str, alpha: float | None = None, strength: float = 1.0) -> dict:
+def session_with(adapters: AdapterEvents, source: str, alpha: float | None = None, strength: float = 1.0) -> Session:
     return sync(adapters, slot(source, alpha, strength))
 
 
-def job(session: dict, **request) -> JobForm:
+def job(session: Session, **request) -> JobForm:
     fields = {"workflow": "t2va", "prompt": "a fox", "seed": 3, **FAST, **request}
     return JobForm(session, "unmerged", RequestForm(**fields), "")
 
@@ -196,7 +196,7 @@ def test_an_upload_shows_its_file_name_and_keeps_its_server_path_in_state(backen
         assert uploaded.settings("unmerged").source == view.uploaded["path"]
         assert events.inspect_view(uploaded).info["rank"] > 0  # Inspect reads the file behind the name
         session = events.sync_session(SyncForm(new_session(), "unmerged", {"1": uploaded}))
-        assert session["adapters"]["1"]["source"] == view.uploaded["path"]
+        assert session.adapters["1"]["source"] == view.uploaded["path"]
         typed = SlotForm("owner/repo", uploaded=view.uploaded)  # the box edited: what is typed counts
         assert typed.settings("unmerged").source == "owner/repo"
         with pytest.raises(gr.Error, match="not allowed on this server"):  # the label alone names no file
@@ -211,7 +211,7 @@ def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
     session, info, report, basis, group_bars, block_bars, note, box = (
         view.session, view.info, view.report_html, view.basis, view.group_plot, view.block_plot, view.profile_html,
         view.profile_box)
-    assert session["adapters"]["1"]["source"] == NO_ALPHA and session["adapters"]["1"]["alpha"] is None
+    assert session.adapters["1"]["source"] == NO_ALPHA and session.adapters["1"]["alpha"] is None
     assert "Loaded: all" in report and "0 keys unmatched" in report and "sha256" in report
     assert len(basis["targets"]) == info["num_targets"] and box["visible"] is True
     assert set(basis["targets"]) == set(basis["adapter"]["ranks"])  # every bar has the resolved adapter's scale
@@ -277,7 +277,7 @@ def test_generate_writes_back_a_random_seed_and_shows_how_to_reproduce(adapters,
     assert f"--seed {seed}" in h3app and "--alpha 8" in h3app
     assert "--lora-alpha 8" in sglang and "sglang serves the real weights" in notes
     assert "load_lora_weights" in snippet
-    assert session["history"][-1]["video"] == video and session["history"][-1]["hash"] == settings["hash"]
+    assert session.history[-1].video == video and session.history[-1].hash == settings["hash"]
 
     restored = load_settings_view(video)  # "load settings" from the mp4 it just made
     first = restored.slots["1"]
@@ -334,7 +334,7 @@ def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, compari
     assert set(plot["pair"]) == {"A vs B", "A vs fallback"}
     assert plot[plot["pair"] == "A vs B"]["PSNR (dB)"].eq(100.0).all()  # identical frames at the ceiling
     assert plot[plot["pair"] == "A vs fallback"]["PSNR (dB)"].lt(100.0).any()
-    assert "alpha 128 × scale 0.0625" in cap_b and "check A" in session["history"][-2]["kind"]
+    assert "alpha 128 × scale 0.0625" in cap_b and "check A" in session.history[-2].kind
     cost = comparisons.check_estimate(RequestForm(prompt="a fox", steps=2, height=32, width=32))
     assert "costs **3 generations + 1 denoising step ≈" in cost  # timed: a generation has run on this backend
 
@@ -372,7 +372,7 @@ def test_grid_fills_cell_by_cell_and_flags_a_do_nothing_cell(adapters, compariso
     assert zero["strength"] == 0.0 and zero["baseline_psnr"] == "inf"  # scale 0 is no LoRA: flagged
     assert one["strength"] == 1.0 and one["baseline_psnr"] != "inf"
     assert "1 cells are identical to no LoRA" in status
-    assert [h["kind"] for h in final_session["history"][-2:]] == ["grid", "grid"]
+    assert [h.kind for h in final_session.history[-2:]] == ["grid", "grid"]
     assert steps[0].session is KEEP  # the session is written once, at the end
 
 
@@ -387,8 +387,8 @@ def test_history_compare_names_the_settings_that_differ(adapters, generation, co
     newest, older = list(table["result"])
     assert newest == "generate · “a fox in snow” · seed 12 · kohya_musubi α 1.5 (.alpha tensors) × 1"
     assert older == newest.replace("seed 12", "seed 11")
-    assert pick_b["value"] == session["history"][-1]["id"] and pick_a["value"] == session["history"][0]["id"]
-    assert pick_b["choices"][0] == (f"#2 {newest}", session["history"][-1]["id"])
+    assert pick_b["value"] == session.history[-1].id and pick_a["value"] == session.history[0].id
+    assert pick_b["choices"][0] == (f"#2 {newest}", session.history[-1].id)
     shown = comparisons.compare(session, pick_a["value"], pick_b["value"])
     view, verdict, differences = shown.view, shown.verdict, shown.differences
     assert [Path(c["video"]["path"]).is_file() for c in view["columns"]] == [True, True]

@@ -26,6 +26,7 @@ from h3app.ui.session import (
     RunningJobs,
     add_history,
     job_adapters,
+    new_session,
     parse_adapters_json,
     settings_from_json,
     with_adapter,
@@ -230,18 +231,23 @@ def test_adapters_json_for_sessionless_clients():
 
 
 def test_session_slots_and_history_are_copies_and_bounded():
-    empty = {"adapters": {}, "history": []}
+    empty = new_session()
     one = with_adapter(empty, "2", LoRASettings("b/b", alpha=8.0))
     one = with_adapter(one, "1", LoRASettings("a/a", strength=0.5))
-    assert empty == {"adapters": {}, "history": []}
+    assert empty == new_session() and set(one.adapters) == {"1", "2"}
     assert [a.source for a in job_adapters(one)] == ["a/a", "b/b"]
     assert {a.mode for a in job_adapters(one, "merged")} == {"merged"}
     assert job_adapters(with_adapter(one, "1", None)) == [LoRASettings("b/b", alpha=8.0)]
     session = empty
     for index in range(MAX_HISTORY + 5):
-        session = add_history(session, {"label": f"run {index}", "hash": "h"})
-    assert len(session["history"]) == MAX_HISTORY
-    assert session["history"][-1]["id"] == f"#{MAX_HISTORY + 5} run {MAX_HISTORY + 4}"
+        session = add_history(session, kind="generate", label=f"run {index}", video=f"/out/{index}.mp4",
+                              thumbnail=None, hash="h", settings={})
+    assert len(session.history) == MAX_HISTORY
+    assert session.history[0].number == 6 and session.history[-1].id == f"#{MAX_HISTORY + 5} run {MAX_HISTORY + 4}"
+    assert session.entry(session.history[-1].id) is session.history[-1] and session.entry("#1 run 0") is None
+    # Gradio tells a State's changes apart by hash: equal content hashes equal, a change does not
+    assert hash(with_adapter(empty, "1", LoRASettings("a/a"))) == hash(with_adapter(new_session(), "1", LoRASettings("a/a")))
+    assert hash(one) != hash(with_adapter(one, "2", None)) and hash(session) != hash(new_session())
 
 
 def test_running_jobs_cancel_only_the_sessions_own_job():

@@ -114,7 +114,8 @@ def test_generate_from_the_page_for_every_demo_adapter_shows_its_distinct_values
         words = describe(AdapterSummary.of(resolution(demo), ""))
         assert words in view.result_html, demo.name
         assert view.settings_json["applied"] == [f"{AdapterSummary.from_json(adapter).name}: {words}"]
-        label = history_words.entry_label(view.session["history"][-1])
+        newest = view.session.history[-1]
+        label = history_words.entry_label(newest.kind, newest.settings)
         assert alpha_text(AdapterSummary.of(resolution(demo), "")) in label, (demo.name, label)
         alphas, scales = per_target(resolution(demo))
         assert set(AdapterSummary.from_json(adapter).alphas) == alphas, demo.name

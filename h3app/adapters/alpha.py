@@ -188,7 +188,7 @@ def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, sa
     if explicit is not None:
         candidates.append((EXPLICIT, explicit))
     if module.alpha_key is not None:
-        candidates.append((MODULE_TENSOR, _stored_alpha(module, view, tally)))
+        candidates.append((MODULE_TENSOR, _stored_alpha(module, module.alpha_key, view, tally)))
     for tier, settings in ((ADAPTER_CONFIG, said.config), (METADATA, said.metadata.get(module.file_partition))):
         if settings is not None:
             value = settings.alpha_for(module.peft_name)
@@ -209,16 +209,17 @@ def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, sa
     return candidates
 
 
-def _stored_alpha(module: ModulePlan, view: HeaderView, tally: _Tally) -> float:
-    """``module``'s ``.alpha`` scalar; 0 means rank (kohya's convention); negative, NaN or inf refuse the file."""
-    stored = view.scalars[module.alpha_key]
+def _stored_alpha(module: ModulePlan, alpha_key: str, view: HeaderView, tally: _Tally) -> float:
+    """``module``'s ``.alpha`` scalar (at ``alpha_key``); 0 means rank (kohya's convention); negative, NaN or inf
+    refuse the file."""
+    stored = view.scalars[alpha_key]
     if not math.isfinite(stored) or stored < 0:
         raise H3AppError(
-            f"{view.name}: {module.alpha_key!r} stores alpha {stored!r}: a LoRA alpha must be a finite number "
+            f"{view.name}: {alpha_key!r} stores alpha {stored!r}: a LoRA alpha must be a finite number "
             "≥ 0; the file is damaged — re-export it, or give alpha explicitly after fixing it."
         )
     if stored == 0:
-        tally.zero_alpha.append(module.alpha_key)
+        tally.zero_alpha.append(alpha_key)
         return float(module.rank)
     return stored
 
@@ -375,8 +376,8 @@ def _peft_settings_from_metadata(metadata: Mapping[str, str], partition: str, wa
 
 
 def _plain_metadata_alpha(metadata: Mapping[str, str], warnings: list[str]) -> float | None:
-    found = [(key, _number(metadata[key], f"metadata {key}", warnings)) for key in PLAIN_METADATA_ALPHAS if key in metadata]
-    found = [(key, value) for key, value in found if value is not None]
+    numbers = [(key, _number(metadata[key], f"metadata {key}", warnings)) for key in PLAIN_METADATA_ALPHAS if key in metadata]
+    found = [(key, value) for key, value in numbers if value is not None]
     if not found:
         return None
     key, value = found[0]

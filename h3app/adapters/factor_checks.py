@@ -39,11 +39,12 @@ class FactorFacts:
     suffix_style: str
 
 
-def check_alpha(view: HeaderView, entry: StemFacts) -> None:
-    if entry.alpha not in view.scalars:
-        alpha_dtype, alpha_shape = view.tensors[entry.alpha]
+def check_alpha(view: HeaderView, alpha_key: str) -> None:
+    """Refuse an alpha key whose tensor is not a scalar the header can give."""
+    if alpha_key not in view.scalars:
+        alpha_dtype, alpha_shape = view.tensors[alpha_key]
         raise H3AppError(
-            f"{view.name}: {entry.alpha!r} is {alpha_dtype} {list(alpha_shape)}, not a readable scalar alpha: "
+            f"{view.name}: {alpha_key!r} is {alpha_dtype} {list(alpha_shape)}, not a readable scalar alpha: "
             "re-export the file."
         )
 
@@ -98,9 +99,10 @@ def check_factors(
     if down_rank == 0:
         raise H3AppError(f"{name}: module {entry.stem!r} has rank 0: the file is damaged; re-export it.")
     if entry.alpha is not None:
-        check_alpha(view, entry)
+        check_alpha(view, entry.alpha)
 
     qkv_order = ""
+    shapes: tuple[tuple[int, int], ...]
     if rule.layout == FUSED_QKV:
         if stacked:
             qkv_order = BLOCKED

@@ -152,9 +152,18 @@ class _Stem:
     styles: frozenset[str] = frozenset()
 
 
+def _prefix_end(key: str) -> tuple[int, bool]:
+    """Where ``key``'s wrapper prefix ends, and whether it ends in a flattened kohya prefix (``(0, False)``: none)."""
+    if not key.startswith(_PREFIX_STARTS):
+        return 0, False
+    found = _PREFIX.match(key)
+    assert found is not None, "every part of _PREFIX is optional: it matches at the start of any key"
+    return found.end(), found.group("flattened") is not None
+
+
 def strip_prefix(key: str) -> tuple[str, str, str]:
     """``(file partition, wrapper prefix, the rest)`` of a key or a key's stem."""
-    start = _PREFIX.match(key).end() if key.startswith(_PREFIX_STARTS) else 0
+    start, _ = _prefix_end(key)
     partition = REFERENCE_PARTITION if start and "transformer_ref." in key[:start] else MAIN_PARTITION
     return partition, key[:start], key[start:]
 
@@ -164,11 +173,7 @@ def _collect_stems(name: str, keys: list[str]) -> tuple[dict[tuple[str, str], _S
     stems: dict[tuple[str, str], _Stem] = {}
     unparsed: list[str] = []
     for key in keys:
-        if key.startswith(_PREFIX_STARTS):
-            found_prefix = _PREFIX.match(key)
-            start, flattened = found_prefix.end(), found_prefix.group("flattened") is not None
-        else:
-            start, flattened = 0, False
+        start, flattened = _prefix_end(key)
         parsed = _FACTOR.search(key, start + 1)
         stem_end = parsed.start() if parsed is not None else 0
         if parsed is None or "\n" in key[start:stem_end]:

@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypedDict
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.choices import FL2VA, REF2VA, T2VA, TINY_REPO_ID
@@ -70,10 +70,26 @@ def _lightx2v(file_pattern: str, variant: str, resolution: str, steps: int, shif
                         shift=shift, audio_shift=3.0, resolution=resolution, **more)
 
 
-LIGHTX2V_V0_1 = {"alpha": 8.0, "rank": 128}  # the v0.1 files: rank 128, trained at alpha 8
+class _Training(TypedDict):
+    """How a family of files was trained, shared by several entries (passed to ``KnownAdapter`` as keywords)."""
+
+    alpha: float
+    rank: int
+
+
+class _Recipe(_Training):
+    """Training plus the sampling settings, shared by several entries."""
+
+    steps: int
+    shift: float
+    audio_shift: float
+    scale: float
+
+
+LIGHTX2V_V0_1: _Training = {"alpha": 8.0, "rank": 128}  # the v0.1 files: rank 128, trained at alpha 8
 ALPHA_IN_FILE = "Alpha is read from the file's metadata."
 
-PDD_RECIPE = {"alpha": 64.0, "rank": 64, "steps": 9, "shift": 12.0, "audio_shift": 3.0, "scale": 1.0}
+PDD_RECIPE: _Recipe = {"alpha": 64.0, "rank": 64, "steps": 9, "shift": 12.0, "audio_shift": 3.0, "scale": 1.0}
 PDD_NOTES = ("Rank-64 trunk (bare lora_down/lora_up, pdd_config lora_alpha 64) plus a bank of 32 output heads per "
              "modality, combined per evaluation; 8 evaluations (9 steps) at shifts 12 / 3, Euler, no CFG. Other step "
              "counts that leave the bank's grid are refused; do not stack with other distillations or a step cache.")
@@ -178,6 +194,7 @@ def registry_identity(source: str, weight_name: str | None, file_name: str, *,
     path = Path(source)
     if path.is_dir():  # a local folder names its weight file by weight_name (or the one file it holds)
         path = path / (weight_name or file_name)
+    relative: Path | str | None
     try:
         relative = path.resolve().relative_to(TINY_DEMO_DIR)
     except (OSError, ValueError):

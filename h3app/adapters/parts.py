@@ -263,7 +263,8 @@ def check_parts_fit(plan: PartsPlan, shapes: TransformerShapes | None, name: str
     for bank in plan.banks:
         expected = params.get(f"{bank.module}.{WEIGHT}")
         if expected != bank.head_shape:
-            problem = f"its {bank.module} head bank has heads of {list(bank.head_shape)}, the model's head is {list(expected)}"
+            head = list(expected) if expected is not None else "absent"  # a model without the module: say so, not crash
+            problem = f"its {bank.module} head bank has heads of {list(bank.head_shape)}, the model's head is {head}"
             if full:
                 warnings.append(f"{name}: {problem} (the full-size H3): fine if it is for a smaller model.")
                 continue

@@ -158,19 +158,19 @@ def resolve_adapter(info: Any, alpha: float | None = None, strength: float = 1.0
 def _far_warnings(groups: tuple[GroupScale, ...], suggested: float, known: bool) -> tuple[str, ...]:
     """One warning when the strongest (or weakest) group runs far from what the adapter's own facts imply —
     whichever knob (override alpha, strength, group strength) moved it there."""
-    measured = [(abs(g.scale) / g.expected, g) for g in groups if g.expected and g.scale != 0]
+    measured = [(abs(g.scale) / g.expected, g.expected, g) for g in groups if g.expected and g.scale != 0]
     if not measured:
         return ()
-    ratio, group = max(measured, key=lambda item: item[0])
-    low_ratio, low_group = min(measured, key=lambda item: item[0])
+    ratio, expected, group = max(measured, key=lambda item: item[0])
+    low_ratio, low_expected, low_group = min(measured, key=lambda item: item[0])
     at = f"the registry's scale {suggested:g}" if known and suggested != 1.0 else "scale 1"
     if ratio > FAR:
         return (f"effective scale {_num(group.scale)} ({group.group.replace('_', '-')}, rank {group.rank}) is "
-                f"{_num(ratio)}× the {_num(group.expected)} this adapter's own alpha gives at {at}: expect a "
+                f"{_num(ratio)}× the {_num(expected)} this adapter's own alpha gives at {at}: expect a "
                 f"broken, over-driven result; lower the alpha or the scale.",)
     if low_ratio < 1 / FAR:
         return (f"effective scale {_num(low_group.scale)} ({low_group.group.replace('_', '-')}, rank "
-                f"{low_group.rank}) is 1/{_num(1 / low_ratio)} of the {_num(low_group.expected)} this adapter's own "
+                f"{low_group.rank}) is 1/{_num(1 / low_ratio)} of the {_num(low_expected)} this adapter's own "
                 f"alpha gives at {at}: the adapter will barely show; raise the alpha or the scale.",)
     return ()
 

@@ -86,7 +86,8 @@ class AdapterSummary:
         """From a run's adapter JSON: a provenance (``AdapterBinding.provenance()``, with its ``resolved``), a
         ``ResolvedAdapter.to_json()``, or a bare entry of older settings that has only ``resolved_alpha`` and its
         source (then one row without rank or scale)."""
-        resolved = adapter.get("resolved") if isinstance(adapter.get("resolved"), Mapping) else adapter
+        nested = adapter.get("resolved")
+        resolved: Mapping[str, Any] = nested if isinstance(nested, Mapping) else adapter
         name = file_stem(adapter)
         strength = float(adapter.get("strength", resolved.get("strength", 1.0)) or 0.0)
         override = _float_or_none(resolved["override"] if "override" in resolved else adapter.get("alpha"))
@@ -107,6 +108,8 @@ class AdapterSummary:
         alpha it had) and ``strength``; ``rank_fallback``: the old loaders' alpha = rank without rsLoRA at scale 1
         (the equivalence check's third column)."""
         rows = []
+        used: float | None
+        source: AlphaSource | None
         for row in self.rows:
             if row.rank is None or row.kind != LORA:
                 rows.append(row)

@@ -9,7 +9,7 @@ detached. If anything fails, every adapter is detached so the next job starts fr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -28,9 +28,9 @@ from ..lora.cache import AdapterCache, AdapterKey
 from ..lora.engine import LoRAEngine
 from ..lora.report import MatchReport
 from ..model import fp8, repo
-from ..model.loader import LoadedModel
+from ..model.loader import LoadedModel, config_of
 from ..rules.choices import T2VA
-from ..rules.h3_modules import transformer_shapes
+from ..rules.h3_modules import TransformerShapes, transformer_shapes
 from ..settings import LoRASettings
 from .access_ledger import AccessLedger
 
@@ -145,7 +145,7 @@ class LoadedAdapter:
                                self.settings.group_strengths)
 
 
-def trim_hub_cache(max_bytes: int, *, keep_commits: set[str | None] = frozenset(),
+def trim_hub_cache(max_bytes: int, *, keep_commits: Set[str | None] = frozenset(),
                    protected_repos: Sequence[str] = ()) -> int:
     """Hosted mode: keep the Hugging Face cache's adapter downloads under ``max_bytes`` by deleting the least
     recently used model-repo revisions (never ``keep_commits``, the file just fetched, nor ``protected_repos``, the
@@ -215,8 +215,8 @@ class AdapterBinder:
                 self._engines[partition] = LoRAEngine(self.model.transformer(workflow), device=device)
             return self._engines[partition]
 
-    def shapes(self, workflow: str = T2VA):
-        return transformer_shapes(dict(self.model.transformer(workflow).config))
+    def shapes(self, workflow: str = T2VA) -> TransformerShapes:
+        return transformer_shapes(config_of(self.model.transformer(workflow)))
 
     def load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None,
              progress: Callable[[int, int | None], None] | None = None) -> LoadedAdapter:

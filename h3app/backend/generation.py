@@ -169,10 +169,10 @@ def workflow_inputs(request: GenerationRequest, sample_rate: int = 32000) -> dic
                 MiniMaxH3VideoReference,
             )
 
-            classes = {"image": MiniMaxH3ImageReference, "video": MiniMaxH3VideoReference,
-                       "audio": MiniMaxH3AudioReference}
-            inputs["references"] = [_at_rate(classes[reference_kind(p)].from_file(p), sample_rate)
-                                    for p in request.references]
+            readers: dict[str, Callable[[str], Any]] = {
+                "image": MiniMaxH3ImageReference.from_file, "video": MiniMaxH3VideoReference.from_file,
+                "audio": MiniMaxH3AudioReference.from_file}
+            inputs["references"] = [_at_rate(readers[reference_kind(p)](p), sample_rate) for p in request.references]
     except H3AppError:
         raise
     except Exception as error:  # PIL/PyAV decoding errors come in many types; name the problem for the user
@@ -220,7 +220,8 @@ def request_evaluations(pipe: Any, request: GenerationRequest) -> int:
 
 def count_evaluations(steps: int, shift: float) -> int:
     """Transformer evaluations for ``steps`` sigma points at ``shift`` (N−1 unless the shift collapses sigmas)."""
-    from diffusers import MiniMaxH3Scheduler
+    # The defining module: a type checker reads diffusers' top-level name as its torch-less dummy class.
+    from diffusers.schedulers.scheduling_minimax_h3 import MiniMaxH3Scheduler
 
     scheduler = MiniMaxH3Scheduler(shift=shift)
     scheduler.set_timesteps(steps)
@@ -241,7 +242,7 @@ def _prepared(pipe: Any, request: GenerationRequest) -> Iterator[tuple[dict[str,
         "output_type": "np",
         "prompt": request.prompt,
     }
-    if request.height is not None:
+    if request.height is not None and request.width is not None:  # both or neither (GenerationRequest's check)
         inputs["height"], inputs["width"] = int(request.height), int(request.width)
     inputs.update(workflow_inputs(request, int(pipe.audio_vae.config.sampling_rate)))
     transformer = pipe.transformer_ref if request.workflow == REF2VA else pipe.transformer

@@ -10,7 +10,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 from ..errors import H3AppError
 from ..rules import values
@@ -110,8 +110,17 @@ def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds:
     return dataclasses.replace(plan, estimated_seconds=estimate)
 
 
-def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float | None]:
-    """``"8, 16, auto"`` → ``[8.0, 16.0, None]`` (ranges are checked by :func:`plan_grid`)."""
+@overload
+def parse_values(text: str, what: str, allow_auto: Literal[False] = False) -> list[float]: ...
+
+
+@overload
+def parse_values(text: str, what: str, allow_auto: bool) -> list[float | None]: ...
+
+
+def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float | None] | list[float]:
+    """``"8, 16, auto"`` → ``[8.0, 16.0, None]`` (``auto`` only with ``allow_auto``; ranges are checked by
+    :func:`plan_grid`)."""
 
     def item(word: str, name: str) -> float | None:
         if allow_auto and word.lower() in values.AUTO_WORDS:

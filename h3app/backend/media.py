@@ -159,8 +159,8 @@ def probe_mp4(path: str | Path) -> MediaInfo:
 
     with av.open(str(path)) as container:
         settings_text = container.metadata.get(SETTINGS_TAG)
-        video = next((s for s in container.streams if s.type == "video"), None)
-        audio = next((s for s in container.streams if s.type == "audio"), None)
+        video = container.streams.video[0] if container.streams.video else None
+        audio = container.streams.audio[0] if container.streams.audio else None
         frames = sum(1 for _ in container.decode(video=0)) if video is not None else 0
         duration = float(container.duration / 1_000_000) if container.duration else 0.0
         return MediaInfo(

@@ -75,7 +75,7 @@ def save_image(rgb: np.ndarray, path: str | Path, min_side: int = 128) -> Path:
     image = Image.fromarray(rgb)
     if min(image.size) < min_side:
         factor = math.ceil(min_side / max(1, min(image.size)))
-        image = image.resize((image.width * factor, image.height * factor), Image.NEAREST)
+        image = image.resize((image.width * factor, image.height * factor), Image.Resampling.NEAREST)
     path = Path(path)
     image.save(path, compress_level=1)  # a noisy difference map took ~2× as long at PNG's default level 6
     return path

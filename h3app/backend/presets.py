@@ -35,7 +35,7 @@ def resolve_presets(given: Mapping[str, Any], known: KnownAdapter | None,
         if fields.get(name) is not None:
             continue
         preset = getattr(known, name, None) if known is not None else None
-        if preset is not None:
+        if known is not None and preset is not None:
             fields[name] = preset
             notes.append(f"{name}={preset} from the registry ({known.title})")
         else:

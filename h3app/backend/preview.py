@@ -62,6 +62,7 @@ def read_layout(inputs: Mapping[str, Any], patch: Sequence[int], audio_channels:
     """The generated rows' layout from the transformer's inputs. Every H3 layout ends ``[target audio | target
     video]``: the target video starts right after the last audio row and shares its rotary origin with the target
     audio, whose rows are ``audio_channels`` blocks of one row per audio latent."""
+    pt, ph, pw = (int(p) for p in patch)  # a video patch is (frames, height, width)
     positions = inputs["position_ids"]
     audio_indices = inputs["audio_indices"]
     video_start = int(audio_indices[-1]) + 1
@@ -75,7 +76,7 @@ def read_layout(inputs: Mapping[str, Any], patch: Sequence[int], audio_channels:
     if video_rows % frame_rows or frame_rows % width or audio_rows <= 0:
         raise ValueError(f"unexpected packed layout ({video_rows} video rows, {frame_rows} per frame)")
     return Layout(video_start, video_rows, audio_rows, video_rows // frame_rows, frame_rows // width, width,
-                  tuple(int(p) for p in patch), audio_channels)
+                  (pt, ph, pw), audio_channels)
 
 
 def _run_length(values: np.ndarray) -> int:
@@ -219,7 +220,7 @@ class StepPreview(EvaluationListener):
         wave = self._waveform(audio, step_seconds)
         read = sum(_nbytes(t) for t in (inputs["hidden_states"], inputs["audio_hidden_states"], *velocities(output)))
         read += _nbytes(*getattr(self.decoders.video, "vae", torch.nn.Module()).parameters())
-        if wave is not None:
+        if wave is not None and self.decoders.audio is not None:  # a waveform comes from the audio decoder only
             read += _nbytes(*self.decoders.audio.vae.parameters())
         return strip(frames, wave), wave is not None, read
 

@@ -9,7 +9,7 @@ import dataclasses
 import hashlib
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..rules.alpha_source import AlphaSource
@@ -98,7 +98,8 @@ def output_bytes(output: Any) -> tuple[bytes, torch.Tensor, torch.Tensor]:
     return video.numpy().tobytes() + audio.numpy().tobytes(), video, audio
 
 
-def _max_abs_diff(x: tuple[torch.Tensor, torch.Tensor], y: tuple[torch.Tensor, torch.Tensor]) -> float:
+def _max_abs_diff(x: Sequence[torch.Tensor], y: Sequence[torch.Tensor]) -> float:
+    """The largest ``|p - q|`` over paired tensors (video and audio outputs), in float64."""
     return max(float((p.double() - q.double()).abs().max()) if p.numel() else 0.0 for p, q in zip(x, y))
 
 
@@ -138,11 +139,12 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
 
     from ..adapters.parts import check_note
     from ..lora.engine import LoRAEngine
+    from ..model.loader import config_of
 
     base = _check_settings(advanced, source or adapter.identity or "adapter")
     started = time.perf_counter()
     device = next(transformer.parameters()).device
-    inputs = packed_check_input(transformer.config, seed, device)
+    inputs = packed_check_input(config_of(transformer), seed, device)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     engine = LoRAEngine(transformer)
@@ -170,15 +172,12 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         engine.detach()
         torch.use_deterministic_algorithms(was_deterministic)
 
-    def sha(raw: bytes) -> str:
-        return hashlib.sha256(raw).hexdigest()
-
     matched_ranks = {m.target: m.rank for m in report.matched}
     return {
         "identical": bytes_a == bytes_b,
-        "hash_a": sha(bytes_a),
-        "hash_b": sha(bytes_b),
-        "hash_fallback": sha(bytes_fallback),
+        "hash_a": _sha(bytes_a),
+        "hash_b": _sha(bytes_b),
+        "hash_fallback": _sha(bytes_fallback),
         "max_abs_diff": _max_abs_diff(tuple(out_a), tuple(out_b)),
         "fallback_max_abs_diff": _max_abs_diff(tuple(out_fallback), tuple(out_a)),
         "control_identical": bytes_a == bytes_control,
@@ -203,6 +202,10 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),
         "finite": all(math.isfinite(float(t.abs().max())) for t in (*out_a, *out_b) if t.numel()),
     }
+
+
+def _sha(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _check_settings(advanced: LoRASettings | None, source: str) -> LoRASettings:

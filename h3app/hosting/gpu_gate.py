@@ -14,29 +14,50 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import gradio as gr
 
-from .admission import OWNER, Refused
+from .admission import OWNER, Admission, Refused
 from .limits import LIMITS
 from .visitors import visitor_keys
 
 GPU_CONCURRENCY_ID = "gpu"
 
 
-def gpu_events(backend: Any) -> dict[str, Any]:
+class _WorkerLine(Protocol):
+    @property
+    def max_queue(self) -> int:
+        """Jobs the backend's worker lets wait."""
+        ...
+
+
+class GatedBackend(Protocol):
+    """What the gate reads of the app's ``Backend`` (``backend.service``, which hosting/ may not import): whether
+    it is hosted, its admission, and its worker's line."""
+
+    @property
+    def hosted(self) -> bool: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
+    @property
+    def worker(self) -> _WorkerLine: ...
+
+
+def gpu_events(backend: GatedBackend) -> dict[str, Any]:
     """Event keyword arguments of a GPU event on ``backend``'s app."""
     limit = backend.admission.max_pending + LIMITS.refusal_slots if backend.hosted else 1
     return {"concurrency_id": GPU_CONCURRENCY_ID, "concurrency_limit": limit}
 
 
-def queue_size(backend: Any) -> int:
+def queue_size(backend: GatedBackend) -> int:
     """Gradio's ``max_size`` for ``backend``'s app."""
-    return LIMITS.gradio_queue if backend.hosted else getattr(backend.worker, "max_queue", LIMITS.gpu_pending)
+    return LIMITS.gradio_queue if backend.hosted else backend.worker.max_queue
 
 
-def admitted(fn: Callable[..., Any], backend: Any) -> Callable[..., Any]:
+def admitted(fn: Callable[..., Any], backend: GatedBackend) -> Callable[..., Any]:
     """``fn`` (a GPU event taking a ``gr.Request`` argument) held in ``backend``'s admission in hosted mode;
     unchanged in local mode. A refusal is one ``gr.Error`` line, before anything waits."""
     if not backend.hosted:

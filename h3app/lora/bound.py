@@ -33,7 +33,7 @@ class Binding:
 
     @property
     def original(self) -> nn.Linear:
-        return self.wrapper.base  # type: ignore[return-value]
+        return self.wrapper.base
 
     def install(self, module: nn.Module) -> None:
         if getattr(self.parent, self.attr) is not module:
@@ -83,7 +83,10 @@ class BoundLayers:
         if binding is not None:
             return binding.original.weight
         module = self.transformer.get_submodule(path)
-        return module.base.weight if isinstance(module, LoRALinear) else module.weight
+        linear = module.base if isinstance(module, LoRALinear) else module
+        if not isinstance(linear, nn.Linear):
+            raise H3AppError(f"{path} is a {type(linear).__name__}, not a Linear: no LoRA target sits there.")
+        return linear.weight
 
     def base_rows(self, path: str, start: int, stop: int) -> torch.Tensor:
         """Rows ``[start, stop)`` of ``path``'s base weight: read from the pristine copy (those rows only) while

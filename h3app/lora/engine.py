@@ -177,10 +177,14 @@ class LoRAEngine:
                 self._layers.binding(path).wrapper.exact_entries.extend(items)
 
         self._layers.transaction(attached.paths, change, mode=mode, exact_paths=exact.linear)
+
+        def add_params() -> None:
+            for parameter, items in exact.params.items():
+                for entry in items:
+                    self._params.add(parameter, entry)
+
         try:
-            self._params.transaction(exact.params, lambda: [self._params.add(parameter, entry)
-                                                            for parameter, items in exact.params.items()
-                                                            for entry in items])
+            self._params.transaction(exact.params, add_params)
         except BaseException:
             self._unbind([name], {name: attached})
             raise
@@ -293,7 +297,12 @@ class LoRAEngine:
                     self._layers.binding(path).wrapper.remove_adapter(each)
 
         self._layers.transaction(paths, change, mode=self.mode)
-        self._params.transaction(params, lambda: [self._params.remove_adapter(each, params) for each in names])
+
+        def remove_params() -> None:
+            for each in names:
+                self._params.remove_adapter(each, params)
+
+        self._params.transaction(params, remove_params)
 
     # ----------------------------------------------------------------------------------------------- helpers
     def _get(self, name: str) -> _Attached:

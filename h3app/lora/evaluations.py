@@ -60,7 +60,8 @@ class RunSchedule:
     def of(cls, steps: int, shift: float, audio_shift: float) -> RunSchedule:
         """The schedules diffusers' ``MiniMaxH3Scheduler`` builds for ``steps`` sigma points at these shifts (the
         pipeline's own schedulers run the same code)."""
-        from diffusers import MiniMaxH3Scheduler
+        # The defining module: a type checker reads diffusers' top-level name as its torch-less dummy class.
+        from diffusers.schedulers.scheduling_minimax_h3 import MiniMaxH3Scheduler
 
         sigmas = []
         for value in (shift, audio_shift):

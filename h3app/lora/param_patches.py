@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from ..errors import H3AppError
 from .exact import BankHead, ExactEntry, parameter_of
 from .pristine import PristineStore
 
@@ -68,6 +69,11 @@ class ParamPatches:
         """Make ``name`` hold its pristine value with its entries applied (or, with none, its pristine value)."""
         parameter = parameter_of(self.transformer, name)
         entries = self.entries.get(name)
+        if parameter is None:
+            if entries or name in self.pristine:  # a rollback of a name never written has nothing to do here
+                raise H3AppError(f"the model has no parameter {name}: the adapter's exact part for it cannot be "
+                                 "written; nothing was applied.")
+            return
         if entries:
             if name not in self.pristine:
                 self.pristine.put(name, parameter.detach())

@@ -232,7 +232,7 @@ class PristineStore:
                 ready.record(side)
             return start, stop, raw, ready
 
-        pending = issue(0)
+        pending: tuple[int, int, torch.Tensor, torch.cuda.Event] | None = issue(0)
         while pending is not None:
             start, stop, raw, ready = pending
             compute.wait_event(ready)

@@ -86,7 +86,11 @@ class NormMemo:
         key = id(adapter)
         held = self._updates.get(key)
         if held is None or held[0]() is not adapter:
-            held = (weakref.ref(adapter, lambda _, key=key: self._updates.pop(key, None)), {})
+
+            def forget(_: weakref.ref) -> None:  # the adapter is gone: its id may be reused by another
+                self._updates.pop(key, None)
+
+            held = (weakref.ref(adapter, forget), {})
             self._updates[key] = held
         norms = held[1]
         with torch.no_grad():

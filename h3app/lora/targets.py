@@ -62,9 +62,9 @@ def _is_fused_attention(module: nn.Module) -> bool:
         getattr(module, "to_qkv", None), (nn.Linear, LoRALinear))
 
 
-def _linears(transformer: nn.Module) -> list[tuple[str, nn.Module]]:
+def _linears(transformer: nn.Module) -> list[tuple[str, nn.Linear]]:
     """``(path, Linear)`` for every Linear, a ``LoRALinear`` standing for its base (whose own path is skipped)."""
-    found: list[tuple[str, nn.Module]] = []
+    found: list[tuple[str, nn.Linear]] = []
     wrapped: list[str] = []
     for name, module in transformer.named_modules():
         if any(name.startswith(prefix) for prefix in wrapped):

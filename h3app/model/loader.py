@@ -105,6 +105,15 @@ def parse_dtype(name: str) -> torch.dtype:
     return getattr(torch, values.parse_dtype_name(name))
 
 
+def config_of(model: torch.nn.Module) -> dict[str, Any]:
+    """A diffusers model's config (``ConfigMixin.config``: the H3 transformer's shapes) as a plain dict."""
+    from diffusers.configuration_utils import ConfigMixin
+
+    if not isinstance(model, ConfigMixin):
+        raise H3AppError(f"{type(model).__name__} is not a diffusers model: it has no config to read its shapes from.")
+    return dict(model.config)
+
+
 def fuse_qkv(transformer: torch.nn.Module) -> None:
     """Fuse every attention's q/k/v into a blocked ``[q; k; v]`` ``to_qkv`` and free the split weights.
 

@@ -8,7 +8,10 @@ from typing import Any
 
 import torch
 
+from ..errors import H3AppError
 from ..rules.choices import T2VA
+from .lockstep import Lockstep
+from .rank_backend import RankBackend
 
 
 def state_digest(module: Any) -> str:
@@ -21,12 +24,15 @@ def state_digest(module: Any) -> str:
     return digest.hexdigest()
 
 
-def weights_digests(backend: Any, workflow: str = T2VA) -> list[str]:
+def weights_digests(backend: RankBackend, workflow: str = T2VA) -> list[str]:
     """One job on every rank of a Backend bound to its ranks (``follower.bind``): each rank's :func:`state_digest`
     of ``workflow``'s transformer, in rank order."""
+    lockstep = backend.wrap_job
+    if not isinstance(lockstep, Lockstep):
+        raise H3AppError("weights digests compare ranks: bind the Backend to its ranks first (parallel.follower.bind).")
 
     def job(ctx: Any) -> list[str]:
-        return backend.wrap_job.group.gather(state_digest(backend.model.transformer(workflow)))
+        return lockstep.group.gather(state_digest(backend.model.transformer(workflow)))
 
     again = functools.partial(weights_digests, workflow=workflow)
     return backend.run(backend.submit_job(job, "weights digest", again, workflow))

@@ -12,16 +12,16 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from ..rules.choices import PARTITIONS
 from .context_parallel import parallelize
 from .group import STOP, RankGroup
 from .lockstep import Lockstep
+from .rank_backend import RankBackend
 from .timeouts import RankLost
 
 
-def bind(group: RankGroup | None, backend: Any) -> None:
+def bind(group: RankGroup | None, backend: RankBackend) -> None:
     """Called by the entry points on every rank once the Backend is built (no-op for one rank): shard the held
     transformers, run every job in lockstep (``backend.wrap_job``), and give a follower a scratch output folder."""
     if group is None:
@@ -34,7 +34,7 @@ def bind(group: RankGroup | None, backend: Any) -> None:
         backend.output_dir = Path(tempfile.mkdtemp(prefix=f"h3app-rank{group.rank}-"))
 
 
-def follow(group: RankGroup, backend: Any) -> int:
+def follow(group: RankGroup, backend: RankBackend) -> int:
     """Serve rank 0's jobs until it stops (returns 0) or a rank is lost (returns 3). A job's error was already
     shared with every rank; here it only goes to this rank's log."""
     while True:

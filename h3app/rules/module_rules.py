@@ -107,9 +107,10 @@ class _Rules:
                 group += 1 + alone.groups
         self.any = re.compile("|".join(parts))
 
-    def match(self, name: str) -> tuple[Alternative, tuple[str | None, ...]] | None:
+    def match(self, name: str) -> tuple[Alternative, tuple[str, ...]] | None:
+        """The alternative ``name`` fullmatches and its own groups (each a ``(\\d+)`` that took part, so a str)."""
         found = self.any.fullmatch(name)
-        if found is None:
+        if found is None or found.lastindex is None:  # every alternative is a group: a match always sets lastindex
             return None
         alternative = self.by_group[found.lastindex]
         return alternative, found.groups()[alternative.first:alternative.last]
@@ -142,7 +143,9 @@ def match_module(name: str, flattened: bool) -> tuple[str, ModuleRule, re.Match[
         return None
     alternative, _, matched_flat = found
     text = name.replace(".", "_") if matched_flat else name
-    return alternative.family, alternative.rule, alternative.alone.fullmatch(text), matched_flat
+    match = alternative.alone.fullmatch(text)
+    assert match is not None, f"{name!r} matched the alternation but not its own rule {alternative.rule.pattern!r}"
+    return alternative.family, alternative.rule, match, matched_flat
 
 
 def dotted_name(rule: ModuleRule, groups: tuple[str, ...]) -> str:

@@ -9,7 +9,7 @@ import os
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 import pandas as pd
@@ -28,7 +28,10 @@ from . import render
 from .forms import KEEP, SlotForm, SyncForm, chain_text
 from .gradio_compat import client_gone
 from .scales import profile_basis, profile_view
-from .session import RunningJobs, with_adapter
+from .session import RunningJobs, Session, new_session, with_adapter
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
@@ -120,7 +123,7 @@ class InspectView:
 class LoadView:
     """What Load shows: the session with the slot set, the match report and the strength profile."""
 
-    session: dict[str, Any]
+    session: Session
     info: dict[str, Any]
     report_html: str
     basis: dict[str, Any] | None
@@ -133,7 +136,7 @@ class LoadView:
 class AdapterEvents:
     """Event functions of the adapter panel, bound to one backend."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs | None = None) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs | None = None) -> None:
         self.backend = backend
         self.jobs = jobs or RunningJobs()
         self.upload_policy = UploadPolicy.of(backend.policy, backend.uploads_dir)
@@ -296,9 +299,9 @@ class AdapterEvents:
         return Readout(card, render.readout_html(info, used, strength))
 
     # ------------------------------------------------------------------------------------------------- load
-    def load(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings, workflow: str = T2VA,
+    def load(self, session: Session | None, slot: str, settings: LoRASettings, workflow: str = T2VA,
              token: str | None = None, request: gr.Request | None = None, progress: Any = None
-             ) -> tuple[dict[str, Any], Any]:
+             ) -> tuple[Session, Any]:
         """Fetch only the pinned file, normalise and bind it as a worker job; the session's ``slot`` now holds
         ``settings``. Returns (session, LoadResult). Zero matches raise; a partial match warns."""
         handle = self.backend.submit_load(settings, workflow or T2VA, token or None)
@@ -322,7 +325,7 @@ class AdapterEvents:
                        f"model and are ignored (see the match report).")
         return with_adapter(session, slot, settings), result
 
-    def load_view(self, session: dict[str, Any] | None, slot_name: str, slot: SlotForm, mode: str,
+    def load_view(self, session: Session | None, slot_name: str, slot: SlotForm, mode: str,
                   workflow: str = T2VA, token: str | None = None, request: gr.Request | None = None,
                   progress: Any = None) -> LoadView:
         """Load and render: the session with ``slot_name`` set, the match report and the strength profile."""
@@ -385,14 +388,14 @@ class AdapterEvents:
         return gr.update(value=by_group, y_lim=[0, top]), gr.update(value=by_block, y_lim=[0, top])
 
     # --------------------------------------------------------------------------------------------- sessions
-    def set_lora(self, session: dict[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:
+    def set_lora(self, session: Session | None, slot: str, settings: LoRASettings | None) -> Session:
         """Edit the session's ``slot`` for its next job (None clears it); nothing runs."""
         return with_adapter(session, slot, settings)
 
-    def sync_session(self, form: SyncForm) -> dict[str, Any]:
+    def sync_session(self, form: SyncForm) -> Session:
         """The UI's controls → the session's adapters, right before a job (so a job always carries what the panel
         shows)."""
-        updated = form.session
+        updated = form.session or new_session()
         for slot_name, slot in sorted(form.slots.items()):
             try:
                 settings = slot.settings(form.mode)

@@ -35,9 +35,11 @@ from .endpoint_guard import public_report
 from .forms import CheckForm, GridForm, JobForm, RequestForm
 from .generate_events import GenerateEvents, Stopped
 from .session import (
+    Session,
     adapters_json_words,
     check_slot,
     job_adapters,
+    new_session,
     parse_adapters_json,
     settings_from_json,
     settings_to_json,
@@ -73,10 +75,10 @@ class ApiEvents:
             raise user_error(error) from error
         return {**info, "weight_files": [{"name": f.name, "size": f.size} for f in files]}
 
-    def load(self, session: dict[str, Any] | None, slot: float, source: str, weight_name: str, revision: str,
+    def load(self, session: Session | None, slot: float, source: str, weight_name: str, revision: str,
              alpha: str, scale: float, mode: str, token: str, video_strength: float = 1.0, text_strength: float = 1.0,
              audio_strength: float = 1.0, strength_schedule: str = "", block_strength: str = "",
-             request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[dict[str, Any], dict[str, Any]]:
+             request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Session, dict[str, Any]]:
         """Download only the pinned weight file, bind it to the model and make it this session's adapter in
         slot 1 or 2 (the next /generate, /check_equivalence and /grid of this client use it).
 
@@ -107,14 +109,14 @@ class ApiEvents:
             raise user_error(error) from error
         session, result = self.adapters.load(session, slot_name, settings, T2VA, token, request, progress)
         name = result.provenance.get("weight_name") or Path(settings.source).name
-        return session, {"slot": slot_name, "settings": session["adapters"][slot_name],
+        return session, {"slot": slot_name, "settings": session.adapters[slot_name],
                          "report": public_report(result.report.to_json(), name), "provenance": result.provenance,
                          "summary": result.report.summary()}
 
-    def set_lora(self, session: dict[str, Any] | None, slot: float, alpha: str, scale: float, mode: str,
+    def set_lora(self, session: Session | None, slot: float, alpha: str, scale: float, mode: str,
                  source: str, weight_name: str, revision: str, enabled: bool, video_strength: float = 1.0,
                  text_strength: float = 1.0, audio_strength: float = 1.0, strength_schedule: str = "",
-                 block_strength: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+                 block_strength: str = "") -> tuple[Session, dict[str, Any]]:
         """Edit this session's adapter in slot 1 or 2 for its next job; nothing runs and nothing is downloaded.
 
         Parameters:
@@ -138,8 +140,8 @@ class ApiEvents:
             slot_name = check_slot(slot)
             if not enabled:
                 session = with_adapter(session, slot_name, None)
-                return session, {"adapters": session["adapters"]}
-            current = dict((session or {}).get("adapters", {}).get(slot_name) or {})
+                return session, {"adapters": session.adapters}
+            current = dict((session or new_session()).adapters.get(slot_name) or {})
             if source and source.strip():
                 current = {"source": source.strip(), "weight_name": weight_name or None, "revision": revision or None}
             if not current:
@@ -150,9 +152,9 @@ class ApiEvents:
             session = with_adapter(session, slot_name, settings_from_json(current))
         except H3AppError as error:
             raise user_error(error) from error
-        return session, {"adapters": session["adapters"]}
+        return session, {"adapters": session.adapters}
 
-    def generate(self, session: dict[str, Any] | None, prompt: str, seed: float, steps: float, duration: float,
+    def generate(self, session: Session | None, prompt: str, seed: float, steps: float, duration: float,
                  height: float, width: float, shift: float, audio_shift: float, workflow: str,
                  first_frame: str | None = None, last_frame: str | None = None, references: list[Any] | None = None,
                  adapters_json: str = "", token: str = "", request: gr.Request = None, progress: Any = gr.Progress()
@@ -191,7 +193,7 @@ class ApiEvents:
         return output.video_path, {**output.to_json(), "settings": output.settings,
                                    "applied": applied_lines(output.settings.get("adapters") or ())}
 
-    def check_equivalence(self, session: dict[str, Any] | None, prompt: str, seed: float, steps: float,
+    def check_equivalence(self, session: Session | None, prompt: str, seed: float, steps: float,
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
                           scale_b: float, adapters_json: str, token: str, request: gr.Request = None,
                           progress: Any = gr.Progress()) -> dict[str, Any]:
@@ -225,7 +227,7 @@ class ApiEvents:
             raise gr.Error("the equivalence check was cancelled.", print_exception=False)
         return result.to_json()
 
-    def grid(self, session: dict[str, Any] | None, prompt: str, steps: float, duration: float, height: float,
+    def grid(self, session: Session | None, prompt: str, steps: float, duration: float, height: float,
              width: float, alphas: str, scales: str, seeds: str, adapters_json: str, token: str,
              request: gr.Request = None, progress: Any = gr.Progress()) -> Iterator[list[dict[str, Any]]]:
         """Sweep alpha x scale x seed with the first adapter; streams the cells as they finish, each with its
@@ -328,7 +330,7 @@ def documented(function: Callable[..., Any], doc: str) -> Callable[..., Any]:
     return call
 
 
-def _adapters(session: dict[str, Any] | None, adapters_json: str | None) -> list[LoRASettings]:
+def _adapters(session: Session | None, adapters_json: str | None) -> list[LoRASettings]:
     """The adapters a job carries: the explicit JSON when given, else the session's."""
     explicit = parse_adapters_json(adapters_json)
     return job_adapters(session) if explicit is None else explicit
@@ -341,9 +343,9 @@ def _advanced(video: Any, text: Any, audio: Any, schedule: Any, blocks: Any) -> 
             "block_strength": blocks or ""}
 
 
-def _probe(adapters: list[LoRASettings]) -> dict[str, Any]:
+def _probe(adapters: list[LoRASettings]) -> Session:
     """A session value holding exactly ``adapters`` (the comparison events read adapters from a session)."""
-    return {"adapters": {str(i + 1): settings_to_json(a) for i, a in enumerate(adapters)}, "history": []}
+    return Session(adapters={str(i + 1): settings_to_json(a) for i, a in enumerate(adapters)})
 
 
 def build_api(events: ApiEvents, session: gr.State) -> None:

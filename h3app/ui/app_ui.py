@@ -9,7 +9,7 @@ queued events too (``hosting/join_bound.py``), and cheap UI arithmetic runs off 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -42,6 +42,9 @@ from .job_wiring import wire_jobs
 from .session import RunningJobs, new_session
 from .time_note import time_note
 from .unclamped import NO_CLAMP_JS
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 TITLE = "H3 LoRA Lab"
 # the predicted time: queued one at a time apart from the GPU (a new canvas or length is rehearsed, seconds)
@@ -82,7 +85,7 @@ CSS = """
 """
 
 
-def header_html(backend: Any, hardware: str | None = None) -> str:
+def header_html(backend: Backend, hardware: str | None = None) -> str:
     """The title row: model, hosted or local mode, and (from the entry point) the GPU, planned peak and headroom."""
     hosted = ("hosted mode: local paths limited to the demo adapters" if backend.hosted else "local mode")
     chips = [f"<span class='h3-chip h3-chip-strong'>model {render.esc(backend.model_name)}</span>",
@@ -94,7 +97,7 @@ def header_html(backend: Any, hardware: str | None = None) -> str:
             + "".join(chips) + "</div>")
 
 
-def build_app(backend: Any, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
+def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
     """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``); ``hardware``: the header's
     GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point; ``mcp``: add the MCP tools
     (``mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``)."""
@@ -183,7 +186,7 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any) ->
     slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
 
 
-def _wire_time(demo: gr.Blocks, request: RequestControls, backend: Any) -> None:
+def _wire_time(demo: gr.Blocks, request: RequestControls, backend: Backend) -> None:
     """The request's predicted time (``time_note``) on load and whenever a number that changes it changes; queued
     apart from the GPU (a new canvas or length is rehearsed once, seconds)."""
     numbers = parts(request, NUMBER_FIELDS + ("workflow", "cache"))
@@ -195,7 +198,7 @@ def _wire_time(demo: gr.Blocks, request: RequestControls, backend: Any) -> None:
     gr.on([demo.load, *triggers], note, set(numbers.values()), [request.time_note], **ESTIMATE)
 
 
-def launch_kwargs(backend: Any, mcp: bool = False) -> dict[str, Any]:
+def launch_kwargs(backend: Backend, mcp: bool = False) -> dict[str, Any]:
     """What ``launch`` needs: outputs served from the backend's folder (never its uploads), theme and CSS, uploads
     capped in hosted mode, Gradio's browser-side run history off (it would keep the HF token field's value in localStorage);
     ``mcp``: Gradio's MCP server on (``app.py --mcp`` or ``GRADIO_MCP_SERVER=true``), with ``build_app(mcp=True)``."""
@@ -210,7 +213,7 @@ def launch_kwargs(backend: Any, mcp: bool = False) -> dict[str, Any]:
         "footer_links": ["api", "gradio", "settings"],
         "mcp_server": mcp,
     }
-    limit = getattr(backend.policy, "max_remote_bytes", None) if backend.hosted else None
+    limit = backend.policy.max_remote_bytes if backend.hosted else None
     if limit:
         kwargs["max_file_size"] = int(limit)
     if backend.hosted:

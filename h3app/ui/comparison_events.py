@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 import pandas as pd
@@ -35,7 +35,10 @@ from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from .generate_events import JobRunner, Stopped
 from .gradio_compat import client_gone
 from .media_tools import decode_video, extract_audio
-from .session import RunningJobs, add_history, job_adapters, settings_to_json
+from .session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
@@ -74,7 +77,7 @@ class CheckView:
     spectrogram_ab: str
     spectrogram_fallback: str
     result_json: dict[str, Any]
-    session: dict[str, Any]
+    session: Session
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ class CompareView:
 class ComparisonEvents:
     """Event functions of the Equivalence, Grid and History tabs, bound to one backend."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs) -> None:
         self.backend = backend
         self.jobs = jobs
         self.runner = JobRunner(backend, jobs)
@@ -171,13 +174,12 @@ class ComparisonEvents:
         videos = {name: run.video_path for name, run in runs.items()}
         wavs = {name: str(extract_audio(path, Path(path).with_suffix(".wav"))) for name, path in videos.items()}
         plot = psnr_frame({"A vs B": result.a_vs_b.frame_psnr, "A vs fallback": result.a_vs_fallback.frame_psnr})
-        session = form.session
+        session = form.session or new_session()
         for name, kind in (("b", "check B"), ("a", "check A"), ("fallback", "check fallback")):
             run = runs[name]
-            session = add_history(session, {"kind": kind, "label": f"{kind}: {render.setting_text(data[name])}",
-                                            "video": run.video_path, "thumbnail": run.thumbnail_path,
-                                            "hash": run.hash, "settings": column_settings(result.settings,
-                                                                                          data[name])})
+            session = add_history(session, kind=kind, label=f"{kind}: {render.setting_text(data[name])}",
+                                  video=run.video_path, thumbnail=run.thumbnail_path, hash=run.hash,
+                                  settings=column_settings(result.settings, data[name]))
         return CheckView(verdict=render.verdict_html(data), view=check_value(data, videos, wavs),
                          heat_ab=result.heatmap_path, heat_fallback=result.fallback_heatmap_path, psnr_plot=plot,
                          spectrogram_ab=result.spectrogram_diff_path,
@@ -314,16 +316,16 @@ class ComparisonEvents:
         for cell in self.grid_cells(form, grid, request, progress, stopped):
             cells.append(cell)
             yield shown(self._grid_status(cells))
-        session = form.session
+        session = form.session or new_session()
         adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells else {}
         request_json = form.request.to_request().to_json() if cells else {}
         for cell in cells:  # each cell's own provenance: the resolution its run applied
             settings = {"request": {**request_json, "seed": cell.seed},
                         "adapters": [cell.adapter or {**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
-            session = add_history(session, {"kind": "grid", "label": f"grid α{history_words.number(cell.alpha)}×"
-                                                                     f"{cell.strength:g} seed {cell.seed}",
-                                            "video": cell.video_path, "thumbnail": cell.thumbnail_path,
-                                            "hash": cell.hash, "settings": settings})
+            session = add_history(session, kind="grid", label=f"grid α{history_words.number(cell.alpha)}×"
+                                                                f"{cell.strength:g} seed {cell.seed}",
+                                  video=cell.video_path, thumbnail=cell.thumbnail_path, hash=cell.hash,
+                                  settings=settings)
         yield shown(stopped[0].status if stopped else self._grid_status(cells, done=True), session)
 
     @staticmethod
@@ -337,40 +339,40 @@ class ComparisonEvents:
 
     # ----------------------------------------------------------------------------------------------- history
     @staticmethod
-    def history_view(session: dict[str, Any] | None) -> HistoryView:
+    def history_view(session: Session | None) -> HistoryView:
         """This session's results, newest first, each labelled with its prompt, seed and adapter settings; A and
         B preset to the two newest."""
-        history = list(reversed((session or {}).get("history", [])))
-        labels = {h["id"]: f"#{h['number']} {history_words.entry_label(h)}" for h in history}
-        gallery = [(h["thumbnail"], labels[h["id"]]) for h in history if h.get("thumbnail")]
-        table = pd.DataFrame([[h["number"], history_words.entry_label(h), short_hash(h["hash"])] for h in history],
-                             columns=HISTORY_COLUMNS)
-        choices = [(labels[h["id"]], h["id"]) for h in history]
-        ids = [h["id"] for h in history]
+        history = list(reversed((session or new_session()).history))
+        labels = {h.id: f"#{h.number} {history_words.entry_label(h.kind, h.settings)}" for h in history}
+        gallery = [(h.thumbnail, labels[h.id]) for h in history if h.thumbnail]
+        table = pd.DataFrame([[h.number, history_words.entry_label(h.kind, h.settings), short_hash(h.hash)]
+                              for h in history], columns=HISTORY_COLUMNS)
+        choices = [(labels[h.id], h.id) for h in history]
+        ids = [h.id for h in history]
         first = ids[1] if len(ids) > 1 else (ids[0] if ids else None)
         return HistoryView(gallery, table, gr.update(choices=choices, value=first),
                            gr.update(choices=choices, value=ids[0] if ids else None))
 
     @staticmethod
-    def compare(session: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> CompareView:
+    def compare(session: Session | None, a_id: str | None, b_id: str | None) -> CompareView:
         """Two history entries in the comparison view (decodes both mp4s when their hashes differ), and the
         settings they differ in, in words."""
-        entries = {h["id"]: h for h in (session or {}).get("history", [])}
-        if a_id not in entries or b_id not in entries:
+        session = session or new_session()
+        a, b = session.entry(a_id), session.entry(b_id)
+        if a is None or b is None:
             raise gr.Error("pick two results of this session to compare (run something first).", print_exception=False)
-        a, b = entries[a_id], entries[b_id]
-        rows = [list(row) for row in history_words.differences(a.get("settings") or {}, b.get("settings") or {})]
+        rows = [list(row) for row in history_words.differences(a.settings, b.settings)]
         table = pd.DataFrame(rows or [["(no differences in settings)", ""]], columns=DIFFERENCE_COLUMNS)
         return CompareView(history_value(a, b), _compare_verdict(a, b), table)
 
 
-def _compare_verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
-    if a["hash"] == b["hash"]:
+def _compare_verdict(a: HistoryEntry, b: HistoryEntry) -> str:
+    if a.hash == b.hash:
         return render.card("ok", f"<div class='h3-big'>IDENTICAL ✔</div>same content hash "
-                                 f"<code>{render.esc(a['hash'][:23])}…</code> (bitwise, on the raw arrays).")
+                                 f"<code>{render.esc(a.hash[:23])}…</code> (bitwise, on the raw arrays).")
     detail = ""
     try:
-        va, vb = decode_video(a["video"]), decode_video(b["video"])
+        va, vb = decode_video(a.video), decode_video(b.video)
         if va.shape == vb.shape:
             from ..backend.metrics import psnr
 
@@ -382,8 +384,8 @@ def _compare_verdict(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
     except Exception as error:  # a file cleaned up after an hour, or unreadable: say so, keep the verdict
         detail = f" (could not decode the mp4s: {type(error).__name__})"
     return render.card("warn", f"<div class='h3-big'>DIFFERENT</div>hashes "
-                               f"<code>{render.esc(a['hash'][:19])}</code> vs "
-                               f"<code>{render.esc(b['hash'][:19])}</code>.{render.esc(detail)}")
+                               f"<code>{render.esc(a.hash[:19])}</code> vs "
+                               f"<code>{render.esc(b.hash[:19])}</code>.{render.esc(detail)}")
 
 
 def alpha_in_use(info: Mapping[str, Any] | None, override: bool, alpha_text: Any) -> tuple[float | None, str | None]:

@@ -10,6 +10,7 @@ from typing import Any
 from . import render
 from .comparison_view import GridLayout, ViewColumn, equal_marks, view_value
 from .history_words import entry_label, number
+from .session import HistoryEntry
 
 HASH_CHARS = 12  # enough to tell results apart at a glance; the settings JSON has them whole
 GRID_CORNER = "alpha ╲ scale"
@@ -93,10 +94,10 @@ def grid_rows(cells: Sequence[Any]) -> list[list[Any]]:
 
 
 # ----------------------------------------------------------------------------------------------------- history
-def history_value(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+def history_value(a: HistoryEntry, b: HistoryEntry) -> dict[str, Any]:
     """Two history entries side by side, labelled with their prompt, seed and adapter settings."""
-    mark = "= A" if a["hash"] == b["hash"] else ""
-    return view_value([ViewColumn(key="A", label=f"A: {entry_label(a)}", video=a["video"], thumb=a.get("thumbnail"),
-                                  caption=f"hash {short_hash(a['hash'])}"),
-                       ViewColumn(key="B", label=f"B: {entry_label(b)}", video=b["video"], thumb=b.get("thumbnail"),
-                                  caption=f"hash {short_hash(b['hash'])}", mark=mark)])
+    mark = "= A" if a.hash == b.hash else ""
+    return view_value([ViewColumn(key="A", label=f"A: {entry_label(a.kind, a.settings)}", video=a.video,
+                                  thumb=a.thumbnail, caption=f"hash {short_hash(a.hash)}"),
+                       ViewColumn(key="B", label=f"B: {entry_label(b.kind, b.settings)}", video=b.video,
+                                  thumb=b.thumbnail, caption=f"hash {short_hash(b.hash)}", mark=mark)])

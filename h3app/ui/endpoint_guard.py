@@ -20,7 +20,8 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 from gradio_client.utils import is_file_obj_with_meta
@@ -33,6 +34,9 @@ from ..hosting.upload_policy import UPLOAD_PREFIX
 from ..hosting.visitors import visitor_keys
 from ..rules.values import MAX_FIELD_CHARS, check_length
 from .gradio_compat import EventFunction, current_request, wrap_events
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 ADAPTERS_JSON_CHARS = 8 * MAX_FIELD_CHARS  # two adapters' source, weight name and revision, with room for keys
 FIELD_CHARS = {"prompt": MAX_PROMPT_CHARS, "adapters_json": ADAPTERS_JSON_CHARS}
@@ -73,13 +77,14 @@ class Redactor:
     an allowed folder (the demo adapters) by its path inside it, anything under the working folder relative to
     it, and the output folder, the Hub cache and the home folder as a word."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Backend) -> None:
         from huggingface_hub import constants
 
         rules: list[tuple[str, str]] = []
-        uploads = getattr(backend, "uploads_dir", None)
-        folders = [(f, "") for f in getattr(backend.policy, "allowed_local_dirs", ()) if f != uploads]
-        folders += [(os.getcwd(), ""), (getattr(backend, "output_dir", None), "results/"),
+        uploads = backend.uploads_dir
+        # Every allowed folder by the path inside it, the uploads folder too (an upload's own folder is "upload: ").
+        folders: list[tuple[str | Path, str]] = [(f, "") for f in backend.policy.allowed_local_dirs]
+        folders += [(os.getcwd(), ""), (backend.output_dir, "results/"),
                     (constants.HF_HUB_CACHE, "hub-cache/"), (os.path.expanduser("~"), "~/")]
         for folder, shown in folders:
             for spelling in _spellings(folder):
@@ -197,7 +202,7 @@ def _answer_redactor(outputs: Iterable[Any], redactor: Redactor | None) -> Calla
     return redacted
 
 
-def guard_events(demo: gr.Blocks, backend: Any) -> None:
+def guard_events(demo: gr.Blocks, backend: Backend) -> None:
     """Wrap every event function of ``demo`` (built for ``backend``) in :func:`guarded`; hosted mode also redacts."""
     redactor = Redactor(backend) if backend.hosted else None
     off_queue = InFlight() if backend.hosted else None

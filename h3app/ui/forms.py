@@ -24,6 +24,7 @@ from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_streng
 from ..settings import LoRASettings
 from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .advanced_strength import AdvancedForm
+from .session import Session
 
 SCALE_RANGE = (SCALE_SLIDER.low, SCALE_SLIDER.high)  # the Scale slider's ends: those of the rule that checks it
 
@@ -216,7 +217,7 @@ def alpha_from_controls(override: bool, alpha: Any) -> float | None:
 class SyncForm:
     """What a job reads from the panel right before it runs: the session, the LoRA mode and each slot."""
 
-    session: dict[str, Any] | None
+    session: Session | None
     mode: str
     slots: Mapping[str, SlotForm] = field(default_factory=dict)
 
@@ -226,7 +227,7 @@ class SyncForm:
 class JobForm:
     """A GPU job's common inputs: the session (its adapters and history), LoRA mode, HF token and the request."""
 
-    session: dict[str, Any] | None
+    session: Session | None
     mode: str | None
     request: RequestForm
     token: str | None = None

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -27,7 +27,10 @@ from .adapter_events import user_error
 from .advanced_strength import FIELDS as ADVANCED_FIELDS
 from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from .gradio_compat import client_gone
-from .session import RunningJobs, add_history, job_adapters
+from .session import RunningJobs, Session, add_history, job_adapters, new_session
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 # A drawn seed stays below 2**53 so that the browser's number box (a JavaScript double) shows it exactly.
 RANDOM_SEED_TOP = 2**31 - 1
@@ -43,7 +46,7 @@ class Stopped:
 class JobRunner:
     """Submit a worker job, forward its progress to ``gr.Progress``, let the session's Cancel stop it."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs) -> None:
         self.backend = backend
         self.jobs = jobs
 
@@ -155,7 +158,7 @@ def describe_phase(what: str, phase: str) -> str:
 class GenerateEvents:
     """Event functions of the Generate tab, bound to one backend."""
 
-    def __init__(self, backend: Any, jobs: RunningJobs) -> None:
+    def __init__(self, backend: Backend, jobs: RunningJobs) -> None:
         self.backend = backend
         self.runner = JobRunner(backend, jobs)
 
@@ -199,10 +202,9 @@ class GenerateEvents:
         settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")},
                     "applied": applied_lines(output.settings.get("adapters") or ())}
         sglang = reproduction_views(settings, list(infos)[:len(output.settings.get("adapters") or [])])
-        label = history_words.entry_label({"kind": "generate", "settings": output.settings})
-        session = add_history(form.session, {"kind": "generate", "label": label, "video": output.video_path,
-                                             "thumbnail": output.thumbnail_path, "hash": summary["hash"],
-                                             "settings": output.settings})
+        label = history_words.entry_label("generate", output.settings)
+        session = add_history(form.session, kind="generate", label=label, video=output.video_path,
+                              thumbnail=output.thumbnail_path, hash=summary["hash"], settings=output.settings)
         return GenerateView(video=output.video_path, seed=generation.seed, settings_json=settings,
                             result_html=render.result_html(summary), h3app_command=sglang.h3app_command,
                             sglang_command=sglang.sglang_command, sglang_notes=sglang.sglang_notes,
@@ -227,7 +229,7 @@ class GenerateView(Reproduction):
     seed: int = SEED
     settings_json: dict[str, Any] = field(default_factory=dict)
     result_html: str = ""
-    session: dict[str, Any] = field(default_factory=dict)
+    session: Session = field(default_factory=Session)
 
 
 def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any] | None] = ()
@@ -273,7 +275,7 @@ def apply_note(form: SyncForm) -> str:
         except H3AppError as error:
             lines.append(f"⚠ adapter {name}: {error}")
             continue
-        loaded = ((form.session or {}).get("adapters") or {}).get(name) or {}
+        loaded = (form.session or new_session()).adapters.get(name) or {}
         same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
         state = ("loaded" if same_file else
                  "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")

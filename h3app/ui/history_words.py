@@ -40,11 +40,11 @@ def file_name(adapter: Mapping[str, Any]) -> str:
     return summary.file_stem(adapter)
 
 
-def entry_label(entry: Mapping[str, Any]) -> str:
-    """One line per history entry: ``check B · “a red ball…” · seed 7 · tiny_turbo_4step α 16 (typed) × 0.0625``."""
-    settings = entry.get("settings") or {}
+def entry_label(kind: str, settings: Mapping[str, Any]) -> str:
+    """One line per history entry of ``kind`` run with ``settings`` (its settings JSON): ``check B · “a red ball…” ·
+    seed 7 · tiny_turbo_4step α 16 (typed) × 0.0625``."""
     request = settings.get("request") or {}
-    parts = [str(entry.get("kind", "result"))]
+    parts = [kind]
     prompt = str(request.get("prompt") or "").strip()
     if prompt:
         parts.append(f"“{prompt[:PROMPT_CHARS]}{'…' if len(prompt) > PROMPT_CHARS else ''}”")

@@ -11,7 +11,7 @@ visitor like the others (``hosting/join_bound.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 import pandas as pd
@@ -25,6 +25,9 @@ from ..rules.units import format_bytes
 from . import render
 from .adapter_events import user_error
 from .forms import KEEP
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 SEARCH_CACHE_SECONDS = 300  # hosted: how long one search answers again without asking the Hub
 MAX_CHECKS = 12  # files one "Check" press reads (each: one listing and a few range reads)
@@ -80,7 +83,7 @@ def table(rows: list[dict[str, Any]]) -> pd.DataFrame:
 class HubEvents:
     """Event functions of the panel, bound to one backend (its policy decides the token and the local rule)."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.cache = RecentSearches(SEARCH_CACHE_SECONDS) if backend.hosted else None
 

@@ -39,6 +39,7 @@ from .preview_stream import (
     generate_finished,
     generate_update,
 )
+from .session import Session
 from .settings_file import load_settings_view
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
@@ -77,7 +78,7 @@ class JobWiring:
                        values[self.token])
 
     # ------------------------------------------------------------------------------------- shared handlers
-    def sync(self, values: dict[Any, Any], request: gr.Request = None) -> dict[str, Any]:
+    def sync(self, values: dict[Any, Any], request: gr.Request = None) -> Session:
         """The panel's controls → the session's adapters, right before a job; the click counts as expected."""
         session_value = self.events.adapters.sync_session(self.sync_form(values))
         self.events.generate.runner.expect(request)
@@ -86,7 +87,7 @@ class JobWiring:
     def refused(self, values: dict[Any, Any]) -> str:
         return refusal_status(self.sync_form(values))
 
-    def show_history(self, session_value: dict[str, Any] | None) -> dict[Any, Any]:
+    def show_history(self, session_value: Session | None) -> dict[Any, Any]:
         return write(self.events.comparisons.history_view(session_value), self.history_parts)
 
     def grid_estimate(self, values: dict[Any, Any]) -> str:
@@ -224,7 +225,7 @@ class JobWiring:
         history = self.tabs.history
         compare_parts = parts(history, field_names(CompareView))
 
-        def compare(session_value: dict[str, Any] | None, a_id: str | None, b_id: str | None) -> dict[Any, Any]:
+        def compare(session_value: Session | None, a_id: str | None, b_id: str | None) -> dict[Any, Any]:
             return write(self.events.comparisons.compare(session_value, a_id, b_id), compare_parts)
 
         history.compare_button.click(compare, [self.session, history.pick_a, history.pick_b],

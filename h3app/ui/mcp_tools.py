@@ -15,7 +15,7 @@ app's six API endpoints appear beside these four.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -28,6 +28,9 @@ from ..rules.frames import RELEASED
 from .api import ApiEvents
 from .endpoint_guard import Redactor
 from .hub_events import HubEvents
+
+if TYPE_CHECKING:
+    from ..backend.service import Backend
 
 TOOL_NAMES = ("search_h3_adapters", "inspect_adapter", "generate_video", "check_alpha_equivalence")
 
@@ -148,7 +151,7 @@ for _tool in (McpTools.generate_video, McpTools.check_alpha_equivalence):
 McpTools.search_h3_adapters.__doc__ = McpTools.search_h3_adapters.__doc__.replace("MAX_LIMIT", str(MAX_LIMIT))
 
 
-def build_mcp_tools(tools: McpTools, backend: Any) -> None:
+def build_mcp_tools(tools: McpTools, backend: Backend) -> None:
     """Hidden inputs and outputs for the four tools (inside the current Blocks context)."""
     defaults = backend.defaults  # the held model's request defaults, as the UI's controls and the API show them
     with gr.Column(visible=False):

@@ -1,9 +1,10 @@
 """A browser (or gradio_client) session's own settings, and the job it is running.
 
-The session dict lives in a ``gr.State`` (per session, deep-copied, so it holds only plain JSON-able values):
-``adapters`` maps slot ``"1"``/``"2"`` to one adapter's settings (what ``/load`` and ``/set_lora`` edit, what the
-next job carries — docs/architecture.md, decision 7) and ``history`` lists this session's results. Job handles
-hold threads and events, so they live in :class:`RunningJobs`, keyed by the session hash, never in the State.
+A :class:`Session` lives in a ``gr.State`` (per session, deep-copied, so it holds only plain values): ``adapters``
+maps slot ``"1"``/``"2"`` to one adapter's settings JSON (what ``/load`` and ``/set_lora`` edit, what the next job
+carries — docs/architecture.md, decision 7) and ``history`` holds this session's results as :class:`HistoryEntry`.
+Both are frozen: every change makes a new Session. Job handles hold threads and events, so they live in
+:class:`RunningJobs`, keyed by the session hash, never in the State.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import H3AppError
@@ -79,9 +80,43 @@ def adapters_json_words() -> str:
             f'e.g. {ADAPTERS_JSON_EXAMPLE}')
 
 
-def new_session() -> dict[str, Any]:
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One result of this session: its number (``#n``, from 1), what ran (``kind``: generate, check A/B/fallback,
+    grid) and its label, the mp4, its thumbnail and hash, and the settings it ran with (the run's settings JSON)."""
+
+    number: int
+    kind: str
+    label: str
+    video: str
+    thumbnail: str | None
+    hash: str
+    settings: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        """``#n label``: the entry's name in the A/B pickers (unique within the session)."""
+        return f"#{self.number} {self.label}".strip()
+
+
+@dataclass(frozen=True)
+class Session:
+    """A session's adapters (slot → settings JSON, see :func:`settings_to_json`) and results, oldest first."""
+
+    adapters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    history: tuple[HistoryEntry, ...] = ()
+
+    def __hash__(self) -> int:  # Gradio tells a State's changes apart by hash: the content's, as for a dict
+        return hash(json.dumps(asdict(self), sort_keys=True, default=str))
+
+    def entry(self, entry_id: str | None) -> HistoryEntry | None:
+        """The history entry named ``entry_id`` (its :attr:`HistoryEntry.id`), or None."""
+        return next((h for h in self.history if h.id == entry_id), None)
+
+
+def new_session() -> Session:
     """The value of a fresh session: no adapter, no history."""
-    return {"adapters": {}, "history": []}
+    return Session()
 
 
 def check_slot(slot: Any) -> str:
@@ -141,21 +176,20 @@ def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:
     return [settings_from_json(item) for item in items]
 
 
-def with_adapter(session: Mapping[str, Any] | None, slot: str, settings: LoRASettings | None) -> dict[str, Any]:
-    """A copy of ``session`` with ``slot`` set to ``settings`` (None removes it)."""
-    updated = _copy(session)
-    if settings is None:
-        updated["adapters"].pop(slot, None)
-    else:
-        updated["adapters"][slot] = settings_to_json(settings)
-    return updated
+def with_adapter(session: Session | None, slot: str, settings: LoRASettings | None) -> Session:
+    """``session`` with ``slot`` set to ``settings`` (None removes it)."""
+    session = session or new_session()
+    adapters = {name: data for name, data in session.adapters.items() if name != slot}
+    if settings is not None:
+        adapters[slot] = settings_to_json(settings)
+    return replace(session, adapters=adapters)
 
 
-def job_adapters(session: Mapping[str, Any] | None, mode: str | None = None) -> list[LoRASettings]:
+def job_adapters(session: Session | None, mode: str | None = None) -> list[LoRASettings]:
     """The session's adapters in slot order, as the next job will carry them (``mode`` overrides each one's)."""
     adapters = []
     for slot in SLOTS:
-        data = (session or {}).get("adapters", {}).get(slot)
+        data = (session or new_session()).adapters.get(slot)
         if data:
             settings = settings_from_json(data)
             if mode is not None and settings.mode != mode:
@@ -164,18 +198,13 @@ def job_adapters(session: Mapping[str, Any] | None, mode: str | None = None) -> 
     return adapters
 
 
-def add_history(session: Mapping[str, Any] | None, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``session`` with ``entry`` appended (numbered ``#n``); the oldest entries drop past MAX_HISTORY."""
-    updated = _copy(session)
-    number = (updated["history"][-1]["number"] + 1) if updated["history"] else 1
-    updated["history"].append({**entry, "number": number, "id": f"#{number} {entry.get('label', '')}".strip()})
-    del updated["history"][:-MAX_HISTORY]
-    return updated
-
-
-def _copy(session: Mapping[str, Any] | None) -> dict[str, Any]:
+def add_history(session: Session | None, *, kind: str, label: str, video: str, thumbnail: str | None, hash: str,
+                settings: Mapping[str, Any]) -> Session:
+    """``session`` with one more result (numbered ``#n``, after the newest); the oldest drop past MAX_HISTORY."""
     session = session or new_session()
-    return {"adapters": dict(session.get("adapters", {})), "history": list(session.get("history", []))}
+    number = session.history[-1].number + 1 if session.history else 1
+    entry = HistoryEntry(number, kind, label, str(video), thumbnail and str(thumbnail), hash, dict(settings))
+    return replace(session, history=(*session.history, entry)[-MAX_HISTORY:])
 
 
 class RunningJobs:

@@ -125,8 +125,8 @@ def list_weight_files(source: LocalPath | SourceRef, revision: str | None = None
     ref = as_ref(source, None, revision, allowed_local_dirs)
     if ref.kind == "local":
         if ref.filename is not None:
-            return [WeightFile(ref.filename, ref.local_path.stat().st_size)]
-        return list_local(ref.local_path)
+            return [WeightFile(ref.filename, ref.local().stat().st_size)]
+        return list_local(ref.local())
     return in_folder(hub_listing(ref, clean_token(token), cache_dir).weights, ref.folder)
 
 
@@ -237,7 +237,7 @@ def _fetch_hub(ref: SourceRef, token: Token, progress: ProgressCallback | None, 
     config = path.with_name(ADAPTER_CONFIG_NAME)
     return AdapterFile(path=path, adapter_config_path=config if config.is_file() else None, repo_id=ref.repo_id,
                        revision=ref.revision or "main", commit=commit, filename=weight.name, size=size,
-                       sidecar_paths=sidecars, identity=SourceIdentity.of_hub(ref.repo_id, weight.name, commit))
+                       sidecar_paths=sidecars, identity=SourceIdentity.of_hub(ref.repo(), weight.name, commit))
 
 
 def current_identity(file: AdapterFile, token: Token = None, *, cache_dir: LocalPath | None = None) -> SourceIdentity:

@@ -30,6 +30,11 @@ ProgressCallback = Callable[[int, "int | None"], None]
 Token = str | bool | None  # a token; None: HF_TOKEN or the saved login; False: none at all
 
 
+def hub_cache(cache_dir: LocalPath | None) -> Path | None:
+    """``cache_dir`` as huggingface_hub's downloads take it (None: its own ``HF_HUB_CACHE``)."""
+    return Path(cache_dir) if cache_dir is not None else None
+
+
 @dataclass(frozen=True)
 class HubListing:
     """Every file of a repo at one commit (name → size in bytes), from the Hub or from the local cache."""
@@ -60,7 +65,7 @@ def hub_listing(ref: SourceRef, token: Token, cache_dir: LocalPath | None) -> Hu
     if constants.is_offline_mode():
         return cached_listing(ref, cache_dir)
     with hub_errors(ref):
-        info = HfApi().model_info(ref.repo_id, revision=ref.revision, files_metadata=True, token=token)
+        info = HfApi().model_info(ref.repo(), revision=ref.revision, files_metadata=True, token=token)
     return HubListing(info.sha, {s.rfilename: s.size for s in info.siblings or []})
 
 
@@ -69,7 +74,7 @@ def cached_listing(ref: SourceRef, cache_dir: LocalPath | None) -> HubListing:
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
-    storage = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=ref.repo_id, repo_type="model")
+    storage = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=ref.repo(), repo_type="model")
     revision = ref.revision or "main"
     commit: str | None = revision if COMMIT_SHA.match(revision) else None
     ref_file = storage / "refs" / revision
@@ -162,7 +167,7 @@ def download_pinned(ref: SourceRef, filename: str, listing: HubListing, token: T
 
     with hub_errors(ref, filename):
         path = Path(hf_hub_download(
-            ref.repo_id, filename, revision=ref.revision, token=token, cache_dir=cache_dir,
+            ref.repo(), filename, revision=ref.revision, token=token, cache_dir=hub_cache(cache_dir),
             tqdm_class=_progress_relay(progress) if progress is not None else None,
         ))
     depth = len(filename.split("/"))
@@ -179,7 +184,8 @@ def download_sidecar(ref: SourceRef, name: str, commit: str | None, token: Token
 
     with hub_errors(ref, name):
         try:
-            hf_hub_download(ref.repo_id, name, revision=commit or ref.revision, token=token, cache_dir=cache_dir)
+            hf_hub_download(ref.repo(), name, revision=commit or ref.revision, token=token,
+                           cache_dir=hub_cache(cache_dir))
         except RemoteEntryNotFoundError:
             return  # listed a moment ago, gone at that commit: a sidecar is optional
 
@@ -189,7 +195,7 @@ def remote_size(ref: SourceRef, filename: str, token: Token) -> int | None:
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
     with hub_errors(ref, filename):
-        return get_hf_file_metadata(hf_hub_url(ref.repo_id, filename, revision=ref.revision), token=token).size
+        return get_hf_file_metadata(hf_hub_url(ref.repo(), filename, revision=ref.revision), token=token).size
 
 
 def _progress_relay(progress: ProgressCallback) -> type:

@@ -54,7 +54,7 @@ def implied_weight(source: LocalPath, weight_name: str | None, *,
     Hosted mode (``allowed_local_dirs``): a path outside the allowed folders is never looked at; the name passes
     through and :func:`parse_source` refuses the path, so an existing and a missing path get the same answer.
     """
-    if not is_given(weight_name):
+    if weight_name is None or not is_given(weight_name):
         return None
     text = check_length(os.fspath(source), "SOURCE").strip()
     if not text or is_url(text):

@@ -60,6 +60,18 @@ class SourceRef:
     folder: str | None = None
     nested_filename: str | None = None  # a folder URL's weight name that starts with the folder may mean this too
 
+    def local(self) -> Path:
+        """The file or folder of a local source (``local_path``); asking a Hub source for one is refused."""
+        if self.local_path is None:
+            raise H3AppError(f"{self.describe()} is a Hub source, not a local file or folder.")
+        return self.local_path
+
+    def repo(self) -> str:
+        """The ``owner/name`` of a Hub source (``repo_id``); asking a local source for one is refused."""
+        if self.repo_id is None:
+            raise H3AppError(f"{self.describe()} is a local file or folder, not a Hub repo.")
+        return self.repo_id
+
     def describe(self) -> str:
         """``owner/name/file@rev`` or the local path, for messages."""
         if self.kind == "local":
@@ -87,16 +99,14 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
         raise H3AppError(
             "SOURCE is empty: give a Hub repo id (owner/name), an HF URL, or a local .safetensors file or folder."
         )
-    link = is_url(text)
-    path = Path(os.path.abspath(Path(text).expanduser())) if not link else None
-    local_looking = not link and _looks_like_local_path(text)
+    if is_url(text):
+        return parse_hf_url(text, *_given_names(weight_name, revision))
+    path = Path(os.path.abspath(Path(text).expanduser()))
+    local_looking = _looks_like_local_path(text)
     if allowed_local_dirs is not None and local_looking:
         # First of all, so that the answer is the same whether or not such a path exists (nor what it is).
         check_allowed_local_path(path, allowed_local_dirs, text)
-    weight_name = check_weight_name(weight_name) if is_given(weight_name) else None
-    revision = check_revision(revision) if is_given(revision) else None
-    if link:
-        return parse_hf_url(text, weight_name, revision)
+    weight_name, revision = _given_names(weight_name, revision)
 
     # In hosted mode a repo-id-like text names a local folder only inside the allowed folders: elsewhere it is a
     # repo id, whether or not such a path exists on the server (nothing about the server's files is revealed).
@@ -116,6 +126,12 @@ def parse_source(source: LocalPath, weight_name: str | None = None, revision: st
             "with https://huggingface.co/)."
         )
     return SourceRef("hub", repo_id=check_repo_id(text), filename=weight_name, revision=revision)
+
+
+def _given_names(weight_name: str | None, revision: str | None) -> tuple[str | None, str | None]:
+    """``weight_name`` and ``revision`` checked, each None when not given (None or blank)."""
+    return (check_weight_name(weight_name) if weight_name is not None and is_given(weight_name) else None,
+            check_revision(revision) if revision is not None and is_given(revision) else None)
 
 
 def _clearly_a_path(text: str) -> bool:
@@ -243,18 +259,19 @@ def as_ref(source: LocalPath | SourceRef, weight_name: str | None, revision: str
         if weight_name is not None or revision is not None:
             raise ValueError("pass weight_name/revision to parse_source, not with a SourceRef")
         if source.kind == "local" and allowed_local_dirs is not None:
-            check_allowed_local_path(source.local_path, allowed_local_dirs)
+            check_allowed_local_path(source.local(), allowed_local_dirs)
         return source
     return parse_source(source, weight_name, revision, allowed_local_dirs=allowed_local_dirs)
 
 
 def local_weight(ref: SourceRef, allowed_local_dirs: Sequence[LocalPath] | None) -> tuple[Path, str]:
     """(file, name relative to the folder given) for a local source, choosing in a folder when needed."""
+    local = ref.local()
     if ref.filename is not None:
-        path, name = ref.local_path, ref.filename
+        path, name = local, ref.filename
     else:
-        chosen = choose_weight(list_local(ref.local_path), None, where=f"folder {ref.local_path}")
-        path, name = ref.local_path.joinpath(*chosen.name.split("/")), chosen.name
+        chosen = choose_weight(list_local(local), None, where=f"folder {local}")
+        path, name = local.joinpath(*chosen.name.split("/")), chosen.name
     if allowed_local_dirs is not None:
         check_allowed_local_path(path, allowed_local_dirs)
     if not path.is_file():

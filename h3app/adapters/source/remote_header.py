@@ -30,7 +30,7 @@ from ..header import (
 )
 from ..header_caps import check_header_length
 from ..types import HeaderView
-from .hub import SIDECAR_MAX_BYTES, HubListing, Token, hub_errors, remote_size
+from .hub import SIDECAR_MAX_BYTES, HubListing, Token, hub_cache, hub_errors, remote_size
 from .local import LocalPath
 from .names import COMMIT_SHA
 from .refs import SourceRef
@@ -94,7 +94,8 @@ def _read(ref: SourceRef, weight: WeightFile, listing: HubListing, token: Token,
                 f"(limit {format_bytes(SIDECAR_MAX_BYTES)}): fix the repo, or download the file and inspect it locally."
             )
         with hub_errors(ref, config_name):
-            config_path = hf_hub_download(ref.repo_id, config_name, revision=pinned, token=token, cache_dir=cache_dir)
+            config_path = hf_hub_download(ref.repo(), config_name, revision=pinned, token=token,
+                                          cache_dir=hub_cache(cache_dir))
         adapter_config = read_adapter_config(config_path)
     return make_header_view(tensors, metadata, scalars, adapter_config, size, name)
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import H3AppError
 from ...lru import LRU
@@ -32,8 +32,11 @@ from .hub import Token, hub_errors
 from .names import WEIGHT_SUFFIX
 from .refs import SourceRef
 
+if TYPE_CHECKING:  # huggingface_hub's names for list_models' arguments (the module itself loads lazily)
+    from huggingface_hub.hf_api import ExpandModelProperty_T, ModelSort_T
+
 BASE_MODEL_TAG = f"base_model:adapter:{REAL_REPO_ID}"  # the Hub's tag on every adapter of the base model
-SORTS = {"downloads": "downloads", "likes": "likes", "updated": "last_modified"}  # ours → list_models' sort
+SORTS: dict[str, ModelSort_T] = {"downloads": "downloads", "likes": "likes", "updated": "last_modified"}  # ours → list_models' sort
 DEFAULT_SORT = "downloads"
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 50  # results of one search, so also the size requests it may make
@@ -43,7 +46,7 @@ SIZE_SECONDS = 10.0  # one repo's size request
 SIZE_WORKERS = 8
 OFFLINE = ("searching the Hub needs the network, and HF_HUB_OFFLINE=1 is set: unset HF_HUB_OFFLINE to search, or "
            "inspect a repo id you know (its files are read from the cache).")
-LISTED = ["downloads", "likes", "lastModified", "gated", "siblings", "tags"]  # list_models(expand=...)
+LISTED: list[ExpandModelProperty_T] = ["downloads", "likes", "lastModified", "gated", "siblings", "tags"]  # expand
 
 
 @dataclass(frozen=True)

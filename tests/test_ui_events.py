@@ -415,3 +415,15 @@ def test_cancel_stops_a_running_grid_between_steps(adapters, comparisons, genera
     assert calls and calls[0] == "Cancelling **grid**: it stops at its next step; the model is left unchanged."
     assert len(steps[-1].cells) < 6  # stopped before the sixth cell
     assert Path(generate(generation, new_session(), seed=2).video).is_file()  # the worker serves on
+
+
+def test_the_grid_tab_and_the_cli_parse_seeds_alike(comparisons):
+    from h3app.cli import build_parser
+    from h3app.errors import H3AppError
+
+    with pytest.raises(H3AppError, match="whole number, got '1.5'"):
+        comparisons.plan(GridForm(seeds="0, 1.5"))  # the UI used to cut it to 1
+    argv = ["grid", "--prompt", "x", "--adapter", "a.safetensors", "--out-dir", "d"]
+    with pytest.raises(H3AppError, match="whole number, got '1.5'"):
+        build_parser().parse_args([*argv, "--seeds", "0,1.5"])  # refused as the page refuses it
+    assert list(comparisons.plan(GridForm(seeds="3; 0")).seeds) == build_parser().parse_args([*argv, "--seeds", "3,0"]).seeds

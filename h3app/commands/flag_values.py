@@ -30,11 +30,8 @@ def mp4_path(text: str) -> str:
 
 
 def seed_list(text: str) -> list[int]:
-    """``--seeds``: comma-separated whole numbers ≥ 0, at least one."""
-    seeds = values.parse_list(text, "--seeds", lambda item, what: values.parse_int(item, what, 0, None))
-    if not seeds:
-        raise H3AppError("--seeds needs at least one seed, e.g. --seeds 0,1.")
-    return seeds
+    """``--seeds``: comma-separated whole numbers ≥ 0, at least one (the UI's grid parses them the same way)."""
+    return values.parse_seeds(text, "--seeds")
 
 
 def check_setting(flag: str) -> Callable[[str], CheckSetting]:

@@ -130,6 +130,14 @@ def parse_list(text: Any, what: str, parse_item=parse_number) -> list[Any]:
     return [parse_item(item, what) for item in items if item]
 
 
+def parse_seeds(text: Any, what: str = "seeds") -> list[int]:
+    """A grid's seeds: ``"0, 1"`` → ``[0, 1]``, whole numbers ≥ 0, at least one (``"1.5"`` is refused, not cut)."""
+    seeds = parse_list(text, what, lambda item, name: parse_int(item, name, 0, None))
+    if not seeds:
+        raise H3AppError(f"{what} needs at least one seed, e.g. 0,1.")
+    return seeds
+
+
 def short(value: Any, limit: int = 60) -> str:
     """``repr`` cut to ``limit`` characters: an error message never echoes megabytes of input."""
     if isinstance(value, (str, bytes)) and len(value) > limit:

@@ -27,7 +27,7 @@ from ..errors import H3AppError
 from ..hosting.visitors import session_key
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting, default_pair
-from ..rules.values import parse_alpha, parse_strength
+from ..rules.values import parse_alpha, parse_seeds, parse_strength
 from . import history_words, render
 from .adapter_events import user_error
 from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
@@ -236,7 +236,7 @@ class ComparisonEvents:
     # -------------------------------------------------------------------------------------------------- grid
     def plan(self, grid: GridForm) -> Any:
         """The grid plan (cells and estimated time) for the axis texts; raises H3AppError on bad input."""
-        seed_values = [int(s) for s in parse_values(grid.seeds, "seeds")]
+        seed_values = parse_seeds(grid.seeds, "seeds")
         return self.backend.plan_grid(parse_values(grid.alphas, "alphas", allow_auto=True),
                                       parse_values(grid.scales, "scales"), seed_values)
 

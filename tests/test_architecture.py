@@ -113,7 +113,7 @@ NO_TORCH_CASES = [
     (["generate", "--prompt", "x", "--weight-name", "w.safetensors", *OUT], 2, "belong to --adapter"),
     (["check", "--adapter", "a", "--a", "8"], 2, "--a must be ALPHA:SCALE"),
     (["check", "--adapter", "a", "--b", "0:1"], 2, "--b alpha must be"),
-    (["grid", "--adapter", "a", "--prompt", "x", "--seeds", "-1", "--out-dir", "g"], 2, "--seeds must be at least 0"),
+    (["grid", "--adapter", "a", "--prompt", "x", "--seeds", "-1", "--out-dir", "g"], 2, "seed must be between 0"),
     (["grid", "--adapter", "a", "--prompt", "x", "--seeds", ",", "--out-dir", "g"], 2, "--seeds needs at least one"),
     (["generate", "--prompt", "x", "--steps", "1", *OUT], 2, "--steps must be between"),
     (["generate", "--prompt", "x", "--frames", "2000", *OUT], 2, "--frames must give"),

@@ -20,7 +20,7 @@ ADAPTER = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensor
 @pytest.mark.parametrize("flag, value, words", [
     ("--scales", "1,abc", "--scales must be comma-separated numbers"),
     ("--alphas", "-3", "alpha"),
-    ("--seeds", "1.5", "--seeds must be a whole number"),
+    ("--seeds", "1.5", "seed must be a whole number"),
 ])
 def test_bad_axes_are_one_line(capsys, tmp_path, flag, value, words):
     code = cli.main(["grid", "--adapter", ADAPTER, "--prompt", "x", "--out-dir", str(tmp_path), flag, value])

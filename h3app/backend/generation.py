@@ -34,11 +34,10 @@ from ..rules.choices import FL2VA, NO_CACHE, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
 from ..rules.request_defaults import TINY_DEFAULTS
 from ..rules.steps import MIN_STEPS
+from ..rules.values import MAX_SEED, MIN_SEED  # re-exported: the UI and the grid import them from here
 from . import media
 from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
-
-MIN_SEED, MAX_SEED = 0, 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 
 
 @dataclass(frozen=True)

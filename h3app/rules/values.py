@@ -55,6 +55,7 @@ STRENGTH = Bounds(-MAX_STRENGTH, MAX_STRENGTH)  # the CLI's --scale, the API's s
 SCALE_SLIDER = Bounds(-2.0, 4.0, where="the Scale slider's range",
                       elsewhere=f"the API and the CLI take up to ±{MAX_STRENGTH:g}")  # the page's Scale slider
 MAX_FIELD_CHARS = 4096  # a source, weight name, revision or path: PATH_MAX on Linux
+MIN_SEED, MAX_SEED = 0, 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit integer
 MAX_NAME_PART_CHARS = 255  # one file or folder name: NAME_MAX on Linux
 AUTO_WORDS = ("", "auto", "none", "null")
 
@@ -131,8 +132,9 @@ def parse_list(text: Any, what: str, parse_item=parse_number) -> list[Any]:
 
 
 def parse_seeds(text: Any, what: str = "seeds") -> list[int]:
-    """A grid's seeds: ``"0, 1"`` → ``[0, 1]``, whole numbers ≥ 0, at least one (``"1.5"`` is refused, not cut)."""
-    seeds = parse_list(text, what, lambda item, name: parse_int(item, name, 0, None))
+    """A grid's seeds: ``"0, 1"`` → ``[0, 1]``, each refused as one request's seed is (``"1.5"`` is refused, not
+    cut to 1), at least one."""
+    seeds = parse_list(text, what, lambda item, _: parse_int(item, "seed", MIN_SEED, MAX_SEED))
     if not seeds:
         raise H3AppError(f"{what} needs at least one seed, e.g. 0,1.")
     return seeds

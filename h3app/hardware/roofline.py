@@ -1,17 +1,17 @@
 """How long a request takes on each flavor, before renting it: the rehearsal's counted work against spec-sheet peaks.
 
 A roofline plus a per-op cost: each phase takes ``(max(Σ FLOPs_p / peak_p, weight bytes / memory bandwidth) + moved
-bytes / memory bandwidth) / EFFICIENCY + ops × Peaks.op_overhead_s`` — the FLOPs per precision ``p`` of the compute-bound ops (matmuls, convolutions, fused
-attention) counted on the fake-CUDA rehearsal (``work.py``) in the precision the GPU runs each in (bf16, fp32 on
-CUDA cores, TF32 for fp32 convolutions: cuDNN's default), the bytes its weights take to read once, the bytes its
-memory-bound ops move (norms, activations, casts, residual adds, tile blending: ``work.bytes_moved``, one after the
-other as eager PyTorch runs them), the peaks of ``PEAKS`` (dense, no sparsity; vendor datasheets named in
-docs/hardware.md) and ONE efficiency factor for everything; ``ops`` are the ops that did work in the phase (one
-kernel launch each, ``work.py``), each at a fixed cost: on a GPU the launch overhead of eager PyTorch
-(:data:`LAUNCH_OVERHEAD_S`, docs/hardware.md names the source), on a CPU the per-op cost measured at start-up
-(``estimate.cpu_peaks``). On a small model that term is most of a step. Offload adds host-link transfers: ``auto`` moves every
-component to the GPU once per request, ``group`` streams the transformer once per evaluation beside the compute (a
-step takes at least that transfer). The weights are read in full on every GPU.
+bytes / memory bandwidth) / EFFICIENCY + ops × Peaks.op_overhead_s`` — the FLOPs per precision ``p`` of the
+compute-bound ops (matmuls, convolutions, fused attention) counted on the fake-CUDA rehearsal (``work.py``) in the
+precision the GPU runs each in (bf16, fp32 on CUDA cores, TF32 for fp32 convolutions: cuDNN's default), the bytes
+its weights take to read once, the bytes its memory-bound ops move (norms, activations, casts, residual adds, tile
+blending: ``work.bytes_moved``, one after the other as eager PyTorch runs them), the peaks of ``PEAKS`` (dense, no
+sparsity; vendor datasheets named in docs/hardware.md) and ONE efficiency factor for everything; ``ops`` are the ops
+that did work in the phase (one kernel launch each, ``work.py``), each at a fixed cost: on a GPU the launch overhead
+of eager PyTorch (:data:`LAUNCH_OVERHEAD_S`, docs/hardware.md names the source), on a CPU the per-op cost measured
+at start-up (``estimate.cpu_peaks``). On a small model on a GPU that term is most of a step. Offload adds host-link
+transfers: ``auto`` moves every component to the GPU once per request, ``group`` streams the transformer once per
+evaluation beside the compute (a step takes at least that transfer). The weights are read in full on every GPU.
 
 Context parallel divides an evaluation's FLOPs and moved bytes by its ranks and adds the ranks' exchange of
 activations (``exchange_seconds``: over PCIe, not overlapped — the model is stated there).
@@ -101,7 +101,8 @@ def phase_seconds(flops: dict[str, int], bytes_read: int, peaks: Peaks, ranks: i
     ranks = max(1, ranks)
     compute = sum(count / peaks.flops_per_s(prec) for prec, count in flops.items()) / ranks
     memory_bound = moved / ranks / peaks.memory_bytes_per_s
-    return (max(compute, bytes_read / peaks.memory_bytes_per_s) + memory_bound) / EFFICIENCY + ops * peaks.op_overhead_s
+    roof = (max(compute, bytes_read / peaks.memory_bytes_per_s) + memory_bound) / EFFICIENCY
+    return roof + ops * peaks.op_overhead_s
 
 
 def flops_per_evaluation(rehearsal: Any, kinds: tuple[str, ...] = (BASE, LORA)) -> dict[str, int]:

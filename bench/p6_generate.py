@@ -11,6 +11,8 @@ runs (B's latents equal A's: decoded once, its mp4 remuxed from A's), the determ
 each mp4 encoded while the next run denoises, plus difference heatmaps and spectrograms drawn while the last mp4
 is written — against one ``Backend.generate``.
 
+Then the predicted time the page shows before Generate over the measured one (``predicted_time.py``).
+
 These rows are wall clock (the worker thread and the encoders run beside the caller), and a 0.4 s pipeline on a
 shared 2-core machine moves by tens of per cent from run to run: every row is the median of interleaved rounds
 after a warm-up (the check's warm-up attaches the adapter once, as a person re-running the check finds it cached),
@@ -24,6 +26,7 @@ from typing import Any
 
 from h3app.rules.choices import T2VA
 
+from . import predicted_time
 from .context import BenchContext
 from .table import Goal, Row
 from .timing import Timing, Variant, compare
@@ -124,6 +127,8 @@ def run(ctx: BenchContext) -> list[Row]:
                         f"adapter {DEMO_ADAPTER.name}; 3 pipeline runs + a 1-step control, B's decode and mp4 taken "
                         "from A's, mp4s encoded beside the next run, + difference maps vs 1 run + 1 mp4; "
                         f"{best_of(checks['check'], checks['ours'])}", clock))
+        ctx.log("P6: the predicted time against the measured one …")
+        rows.extend(predicted_time.rows(backend.model, request, ctx.heavy_repeats, clock))
         return rows
     finally:
         backend.close()

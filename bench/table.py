@@ -10,21 +10,24 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Goal:
-    """A row's goal: ``ratio ≤ max_ratio`` and/or ``ours ≤ max_seconds``; ``text`` is what the table shows."""
+    """A row's goal: ``ratio ≤ max_ratio`` and/or ``ours ≤ max_seconds`` (and ``ratio ≥ min_ratio``: a prediction
+    over a measurement, wrong both ways); ``text`` is what the table shows."""
 
     text: str
     max_ratio: float | None = None
     max_seconds: float | None = None
+    min_ratio: float | None = None
 
     def met(self, ours_s: float, ratio: float | None) -> bool | None:
         """True/False, or None when the goal needs a ratio that could not be measured (peer missing)."""
         checks: list[bool] = []
         if self.max_seconds is not None:
             checks.append(ours_s <= self.max_seconds)
-        if self.max_ratio is not None:
+        if self.max_ratio is not None or self.min_ratio is not None:
             if ratio is None:
                 return None
-            checks.append(ratio <= self.max_ratio)
+            checks.append(ratio <= (self.max_ratio if self.max_ratio is not None else math.inf))
+            checks.append(ratio >= (self.min_ratio or 0.0))
         return all(checks) if checks else None
 
 

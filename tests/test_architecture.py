@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "hosting": {"adapters", "errors", "rules"},  # admission, quotas and refusals of a public server
     "backend": {"adapters", "errors", "hosting", "lora", "model", "rules", "settings"},
     "ui": {"adapters", "backend", "errors", "hosting", "rules", "settings"},
-    "hardware": {"adapters", "backend", "errors", "lora", "model", "rules", "settings"},
+    "hardware": {"adapters", "backend", "errors", "lora", "lru", "model", "rules", "settings"},
 }
 
 

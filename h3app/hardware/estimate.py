@@ -4,7 +4,8 @@
 request as it stands, how long it will take and what it costs. It asks :func:`judge.judge` — the same judgement
 the plan prints (``plan --json``'s ``video_s``, ``decode_s``…) — for this model, setup, placement and box. On a GPU
 the box is the one this process sees (spec-sheet peaks, ``roofline.PEAKS``); on a CPU there is no spec sheet, so
-the rates come from :func:`cpu_peaks`, measured once at start-up (a float32 and a bfloat16 matmul, a copy). A
+the rates come from :func:`cpu_peaks`, measured once at start-up (a float32 and a bfloat16 matmul, a copy, the
+fixed cost of one small op). A
 request's canvas and length are rehearsed once each (``planner.measure``, a few seconds on the tiny model); steps
 and the step cache change only the sum, not the rehearsal.
 """
@@ -29,6 +30,8 @@ from .roofline import PCIE4, Peaks
 CPU = "CPU"
 MATMUL_SIDE = 512  # a square matmul big enough to run at the CPU's GEMM rate, small enough for ~10 ms
 COPY_BYTES = 64 * 2**20  # larger than the caches: what a copy moves through RAM
+SMALL_ROWS, SMALL_WIDTH = 16, 32  # tensors so small that an op's fixed cost, not its arithmetic, is its time
+SMALL_REPEATS = 200  # passes of the small block per timed run (~10 ms)
 
 
 def _rate(work: float, run: Any, repeats: int = 5) -> float:
@@ -44,9 +47,42 @@ def _timed(run: Any) -> float:
     return time.perf_counter() - start
 
 
+class _SmallBlock(torch.nn.Module):
+    """The ops a transformer block is made of, on tiny tensors: a norm, a Linear, an activation, a Linear, a residual
+    add and a scale — :data:`SMALL_BLOCK_OPS` ops that each do work (``work.py`` counts each once), run through
+    ``nn.Module`` calls as the model runs them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(SMALL_WIDTH)
+        self.up, self.down = torch.nn.Linear(SMALL_WIDTH, SMALL_WIDTH), torch.nn.Linear(SMALL_WIDTH, SMALL_WIDTH)
+        self.act = torch.nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x + self.down(self.act(self.up(self.norm(x))))) * 0.5
+
+
+SMALL_BLOCK_OPS = 6  # layer_norm, addmm, silu, addmm, add, mul
+
+
+def op_overhead() -> float:
+    """Seconds one op costs on this CPU when its tensors are tiny: the best of a few runs of :class:`_SmallBlock`
+    (``SMALL_REPEATS`` passes) over its ops. Eager PyTorch's dispatch and the Python around each call, which on a
+    small model is most of a step."""
+    block, x = _SmallBlock().eval(), torch.randn(SMALL_ROWS, SMALL_WIDTH)
+
+    def passes() -> None:
+        with torch.inference_mode():
+            for _ in range(SMALL_REPEATS):
+                block(x)
+
+    return 1.0 / _rate(SMALL_REPEATS * SMALL_BLOCK_OPS, passes)
+
+
 def cpu_peaks() -> Peaks:
     """This CPU's rates as :class:`roofline.Peaks`: FLOP/s of a float32 and a bfloat16 matmul (fp32 convolutions run
-    in fp32 here, no TF32), and the bytes/s a copy moves (read + write). Measured, never looked up; ~0.3 s."""
+    in fp32 here, no TF32), the bytes/s a copy moves (read + write) and the seconds one small op costs
+    (:func:`op_overhead`). Measured, never looked up; ~0.4 s."""
     side = MATMUL_SIDE
     flops = 2.0 * side**3
     rates = {}
@@ -58,7 +94,7 @@ def cpu_peaks() -> Peaks:
     memory = _rate(2.0 * COPY_BYTES, lambda: target.copy_(source)) / 1e12
     fp32 = rates[torch.float32]
     return Peaks(CPU, bf16=rates[torch.bfloat16], fp8=None, tf32=fp32, fp32=fp32, memory_tbps=memory,
-                 host_gbps=PCIE4)  # host_gbps: offload is a GPU placement; unused on a CPU
+                 host_gbps=PCIE4, op_overhead_s=op_overhead())  # host_gbps: offload is a GPU placement; unused here
 
 
 def cpu_box() -> Flavor:

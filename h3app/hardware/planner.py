@@ -41,6 +41,7 @@ from typing import Any
 import torch
 
 from ..errors import H3AppError
+from ..lru import LRU
 from ..model import repo
 from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES
 from ..rules.h3_modules import transformer_shapes
@@ -95,18 +96,19 @@ class Measured:
 
 
 # (options without the adapter, the adapter's identity, model) → (the adapter, its numbers): each request is
-# rehearsed once per process; every placement and box is composed from those numbers (the adapter is kept so that
-# its identity cannot be reused while its entry lives).
-_MEASURED: dict[tuple[Any, int, str], tuple[Any, Measured]] = {}
+# rehearsed once while its entry lives; every placement and box is composed from those numbers (the adapter is kept
+# so that its identity cannot be reused while its entry lives). Bounded: on a public Space every canvas and length a
+# visitor tries is a new entry, and an unbounded map would keep them all for the life of the process.
+MEASURED_ENTRIES = 32  # more than the plan, the docs tables and a session of the app ask for at once
+_MEASURED: LRU[tuple[Any, int, str], tuple[Any, Measured]] = LRU(MEASURED_ENTRIES)
 
 
 def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
-    """Rehearse ``options`` on ``model`` (``full`` or ``tiny``) with everything resident and keep the numbers;
-    once per distinct request in this process (the same :class:`Measured` is returned again: treat it as read-only)."""
+    """Rehearse ``options`` on ``model`` (``full`` or ``tiny``) with everything resident and keep the numbers; once
+    per distinct request while it is among the :data:`MEASURED_ENTRIES` most recently asked (the same
+    :class:`Measured` is returned again: treat it as read-only)."""
     key = (replace(options, adapter=None, offload="none"), id(options.adapter), model)
-    if key not in _MEASURED:
-        _MEASURED[key] = (options.adapter, _measure(options, model))
-    return _MEASURED[key][1]
+    return _MEASURED.get_or_compute(key, lambda: (options.adapter, _measure(options, model)))[1]
 
 
 def _measure(options: RehearsalOptions, model: str) -> Measured:

@@ -99,6 +99,7 @@ class Rehearsal:
     check: CheckRehearsal | None = None  # what the equivalence check ran (``options.equivalence``)
     flops: Flops = field(default_factory=dict)  # phase → kind (base/lora) → precision → FLOPs (``work.py``)
     moved: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → bytes of memory-bound ops
+    ops: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → ops that did work (kernel launches)
     scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
     preview_read_bytes: int = 0  # device bytes one step preview reads (``options.preview``; FLOPs: phase "preview")
     preview_decoder: str | None = None
@@ -145,6 +146,7 @@ def rehearse(options: RehearsalOptions, *,
 
         flops: dict[str, Any] = {}
         moved: dict[str, Any] = {}
+        ops: dict[str, Any] = {}
         board = PreviewBoard(audio=True) if options.preview else None
 
         def job(ctx) -> Any:
@@ -158,6 +160,7 @@ def rehearse(options: RehearsalOptions, *,
                 finally:
                     flops.update(work.by_phase())
                     moved.update(work.moved_by_phase())
+                    ops.update(work.ops_by_phase())
 
         try:
             result = worker.run(job, label="rehearsal")
@@ -178,7 +181,7 @@ def rehearse(options: RehearsalOptions, *,
             evaluations=check.evaluations if check else result.evaluations,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
-            seconds=time.perf_counter() - started, check=check, flops=flops, moved=moved,
+            seconds=time.perf_counter() - started, check=check, flops=flops, moved=moved, ops=ops,
             scheduler_shift=request_shift(pipe, request),
             preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
             preview_decoder=board.latest().decoder if board and board.latest() else None)

@@ -1,14 +1,17 @@
 """How long a request takes on each flavor, before renting it: the rehearsal's counted work against spec-sheet peaks.
 
-A roofline: each phase takes ``(max(Σ FLOPs_p / peak_p, weight bytes / memory bandwidth) + moved bytes / memory
-bandwidth) / EFFICIENCY`` — the FLOPs per precision ``p`` of the compute-bound ops (matmuls, convolutions, fused
-attention) counted on the fake-CUDA rehearsal (``work.py``) in the precision the GPU runs each in (bf16, fp32 on
-CUDA cores, TF32 for fp32 convolutions: cuDNN's default), the bytes its weights take to read once, the bytes its
-memory-bound ops move (norms, activations, casts, residual adds, tile blending: ``work.bytes_moved``, one after the
-other as eager PyTorch runs them), the peaks of ``PEAKS`` (dense, no sparsity; vendor datasheets named in
-docs/hardware.md) and ONE efficiency factor for everything. Offload adds host-link transfers: ``auto`` moves every
-component to the GPU once per request, ``group`` streams the transformer once per evaluation beside the compute (a
-step takes at least that transfer). The weights are read in full on every GPU.
+A roofline plus a per-op cost: each phase takes ``(max(Σ FLOPs_p / peak_p, weight bytes / memory bandwidth) + moved
+bytes / memory bandwidth) / EFFICIENCY + ops × Peaks.op_overhead_s`` — the FLOPs per precision ``p`` of the
+compute-bound ops (matmuls, convolutions, fused attention) counted on the fake-CUDA rehearsal (``work.py``) in the
+precision the GPU runs each in (bf16, fp32 on CUDA cores, TF32 for fp32 convolutions: cuDNN's default), the bytes
+its weights take to read once, the bytes its memory-bound ops move (norms, activations, casts, residual adds, tile
+blending: ``work.bytes_moved``, one after the other as eager PyTorch runs them), the peaks of ``PEAKS`` (dense, no
+sparsity; vendor datasheets named in docs/hardware.md) and ONE efficiency factor for everything; ``ops`` are the ops
+that did work in the phase (one kernel launch each, ``work.py``), each at a fixed cost: on a GPU the launch overhead
+of eager PyTorch (:data:`LAUNCH_OVERHEAD_S`, docs/hardware.md names the source), on a CPU the per-op cost measured
+at start-up (``estimate.cpu_peaks``). On a small model on a GPU that term is most of a step. Offload adds host-link
+transfers: ``auto`` moves every component to the GPU once per request, ``group`` streams the transformer once per
+evaluation beside the compute (a step takes at least that transfer). The weights are read in full on every GPU.
 
 Context parallel divides an evaluation's FLOPs and moved bytes by its ranks and adds the ranks' exchange of
 activations (``exchange_seconds``: over PCIe, not overlapped — the model is stated there).
@@ -34,6 +37,7 @@ from ..rules.choices import NO_CACHE
 from .flavors import Flavor
 from .work import BASE, LORA, TF32, moved_total, total
 
+LAUNCH_OVERHEAD_S = 5e-6  # one eager kernel launch on an NVIDIA GPU: 4–6 µs measured, "a few µs" (docs/hardware.md)
 EFFICIENCY = 0.6  # fraction of every spec-sheet peak a real kernel reaches (large GEMMs ~0.6–0.75; a guess until measured)
 PHASES = ("text_encoder", "vae_encode", "audio_vae_encode", "vae_decode", "audio_vae_decode")  # once per request
 ENCODES, DECODES = ("vae_encode", "audio_vae_encode"), ("vae_decode", "audio_vae_decode")
@@ -43,7 +47,8 @@ DENOISE = "denoise"
 @dataclass(frozen=True)
 class Peaks:
     """Spec-sheet peaks of one GPU: dense TFLOPS per precision, memory bandwidth (TB/s) and host link (GB/s, one
-    direction). ``fp8`` is None where the card has no fp8 tensor cores."""
+    direction). ``fp8`` is None where the card has no fp8 tensor cores. ``op_overhead_s``: the fixed seconds each
+    op costs beside its FLOPs and bytes (a GPU's kernel launch; a CPU's per-op cost, measured)."""
 
     gpu: str
     bf16: float
@@ -52,6 +57,7 @@ class Peaks:
     fp32: float
     memory_tbps: float
     host_gbps: float
+    op_overhead_s: float = LAUNCH_OVERHEAD_S
 
     def flops_per_s(self, precision: str) -> float:
         """Peak FLOP/s of ``precision`` (a ``work.precision`` name)."""
@@ -87,13 +93,16 @@ def usd_per_hour(hardware: Flavor) -> float | None:
     return hardware.usd_per_hour
 
 
-def phase_seconds(flops: dict[str, int], bytes_read: int, peaks: Peaks, ranks: int = 1, moved: int = 0) -> float:
-    """Roofline seconds of one phase: FLOPs by precision (split over ``ranks``) against reading ``bytes_read``, then
-    the memory-bound ops' ``moved`` bytes (split over ``ranks``)."""
+def phase_seconds(flops: dict[str, int], bytes_read: int, peaks: Peaks, ranks: int = 1, moved: int = 0,
+                  ops: int = 0) -> float:
+    """Seconds of one phase: FLOPs by precision (split over ``ranks``) against reading ``bytes_read``, then the
+    memory-bound ops' ``moved`` bytes (split over ``ranks``), all over :data:`EFFICIENCY`; then ``ops`` ×
+    ``peaks.op_overhead_s`` (every rank launches every op: not split; already a measured cost: no efficiency)."""
     ranks = max(1, ranks)
     compute = sum(count / peaks.flops_per_s(prec) for prec, count in flops.items()) / ranks
     memory_bound = moved / ranks / peaks.memory_bytes_per_s
-    return (max(compute, bytes_read / peaks.memory_bytes_per_s) + memory_bound) / EFFICIENCY
+    roof = (max(compute, bytes_read / peaks.memory_bytes_per_s) + memory_bound) / EFFICIENCY
+    return roof + ops * peaks.op_overhead_s
 
 
 def flops_per_evaluation(rehearsal: Any, kinds: tuple[str, ...] = (BASE, LORA)) -> dict[str, int]:
@@ -127,9 +136,11 @@ def step_seconds(measured: Any, placement: Any, peaks: Peaks, lora: str | None) 
     unmerged = lora == "unmerged"
     kinds = (BASE, LORA) if unmerged else (BASE,)
     flops = flops_per_evaluation(measured.rehearsal, kinds)
-    moved = moved_total(measured.rehearsal.moved, DENOISE, kinds) // max(1, measured.rehearsal.evaluations)
+    evaluations = max(1, measured.rehearsal.evaluations)
+    moved = moved_total(measured.rehearsal.moved, DENOISE, kinds) // evaluations
+    ops = moved_total(measured.rehearsal.ops, DENOISE, kinds) // evaluations
     step = phase_seconds(flops, transformer + (measured.lora_bytes if unmerged else 0), peaks, placement.ranks,
-                         moved)
+                         moved, ops)
     if placement.offload == "group":  # the transformer streams in once per evaluation, beside the compute
         step = max(step, transformer / peaks.host_bytes_per_s)
     return step
@@ -188,8 +199,8 @@ def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: 
     step = step_seconds(measured, placement, peaks, lora_mode) + exchange
     base = step_seconds(measured, placement, peaks, None) + exchange
     once = {name: phase_seconds(total(rehearsal.flops, name), measured.weights.get(PHASE_COMPONENT.get(name, name), 0),
-                                peaks, moved=moved_total(rehearsal.moved, name))
-            for name in PHASES if name in rehearsal.flops or name in rehearsal.moved}
+                                peaks, moved=moved_total(rehearsal.moved, name), ops=moved_total(rehearsal.ops, name))
+            for name in PHASES if name in rehearsal.flops or name in rehearsal.moved or name in rehearsal.ops}
     moved = sum(measured.weights.values()) if placement.offload == "auto" else \
         sum(size for name, size in measured.weights.items() if name != partition) if placement.offload == "group" else 0
     evaluations = request_evaluations(rehearsal, steps)
@@ -235,4 +246,5 @@ def preview_seconds(measured: Any, peaks: Peaks) -> float | None:
         return None
     evaluations = max(1, rehearsal.evaluations)
     flops = {prec: count // evaluations for prec, count in total(rehearsal.flops, PREVIEW).items()}
-    return phase_seconds(flops, rehearsal.preview_read_bytes, peaks) + PREVIEW_HOST_SECONDS
+    ops = moved_total(rehearsal.ops, PREVIEW) // evaluations
+    return phase_seconds(flops, rehearsal.preview_read_bytes, peaks, ops=ops) + PREVIEW_HOST_SECONDS

@@ -12,6 +12,11 @@ Every other op that runs on the GPU (norms, activations, residual adds, casts, R
 blending) is memory-bound: it is filed, by phase and kind, as the bytes it moves (``moved``: its GPU inputs read and
 outputs written, once each; a gather moves its output twice), as eager PyTorch dispatches it. Views, factories of
 uninitialised memory and host tensors move nothing here.
+
+Every op that does work on the GPU (FLOPs or moved bytes) is also counted once (``ops``, by phase and kind): eager
+PyTorch launches one kernel for each, and on a small model the fixed cost of each launch, not its FLOPs or bytes,
+is what a step takes (``roofline.phase_seconds``' per-op term). Views and metadata launch nothing and are not
+counted.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ BASE, LORA = "base", "lora"
 TF32 = "tf32"
 OUTSIDE = "other"  # ops outside every named phase
 MOVED = "moved"  # the snapshot key of memory-bound bytes (beside the precisions of FLOPs)
+OPS = "ops"  # the snapshot key of the ops that did work (one kernel launch each)
 _aten = torch.ops.aten
 _GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index, _aten.take}  # read ≈ what they write
 _NO_DATA = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.new_empty, _aten.new_empty_strided}
@@ -48,6 +54,7 @@ class WorkCounter(FlopCounterMode):
         self.kind = BASE
         self.counts: dict[tuple[str, str, str], int] = defaultdict(int)
         self.moved: dict[tuple[str, str], int] = defaultdict(int)  # (phase, kind) → bytes of memory-bound ops
+        self.ops: dict[tuple[str, str], int] = defaultdict(int)  # (phase, kind) → ops that did work (kernels)
 
     def _phase(self) -> str:
         named = [name for name in self._phases.open_phases if name != "replayed"]
@@ -59,21 +66,24 @@ class WorkCounter(FlopCounterMode):
             flops = int(formula(*args, **kwargs, out_val=out))
             if flops:
                 self.counts[(self._phase(), self.kind, precision(func_packet, _dtype_of(args)))] += flops
+                self.ops[(self._phase(), self.kind)] += 1
         else:
             moved = bytes_moved(func_packet, args, kwargs, out)
             if moved:
                 self.moved[(self._phase(), self.kind)] += moved
+                self.ops[(self._phase(), self.kind)] += 1
         return out
 
     # ---------------------------------------------------------------- replay (fake_cuda.replay_repeats)
     def snapshot(self) -> dict[tuple[str, str], int]:
-        """Totals by ``(kind, precision)`` (and ``(kind, MOVED)``: bytes) over all phases, to diff a recorded call
-        against."""
+        """Totals by ``(kind, precision)`` (and ``(kind, MOVED)``: bytes, ``(kind, OPS)``: ops) over all phases, to
+        diff a recorded call against."""
         totals: dict[tuple[str, str], int] = defaultdict(int)
         for (_, kind, prec), flops in self.counts.items():
             totals[(kind, prec)] += flops
-        for (_, kind), moved in self.moved.items():
-            totals[(kind, MOVED)] += moved
+        for key, per_kind in ((MOVED, self.moved), (OPS, self.ops)):
+            for (_, kind), count in per_kind.items():
+                totals[(kind, key)] += count
         return dict(totals)
 
     def since(self, before: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
@@ -85,8 +95,8 @@ class WorkCounter(FlopCounterMode):
         """Count a replayed call's recorded FLOPs again, in the phase open now."""
         phase = self._phase()
         for (kind, prec), count in recorded.items():
-            if prec == MOVED:
-                self.moved[(phase, kind)] += count
+            if prec in (MOVED, OPS):
+                (self.moved if prec == MOVED else self.ops)[(phase, kind)] += count
             else:
                 self.counts[(phase, kind, prec)] += count
 
@@ -97,13 +107,20 @@ class WorkCounter(FlopCounterMode):
             out.setdefault(phase, {}).setdefault(kind, {})[prec] = flops
         return out
 
-
     def moved_by_phase(self) -> dict[str, dict[str, int]]:
         """``{phase: {kind: bytes}}`` of the memory-bound ops."""
-        out: dict[str, dict[str, int]] = {}
-        for (phase, kind), moved in sorted(self.moved.items()):
-            out.setdefault(phase, {})[kind] = moved
-        return out
+        return _by_phase(self.moved)
+
+    def ops_by_phase(self) -> dict[str, dict[str, int]]:
+        """``{phase: {kind: ops}}``: the ops that did work (FLOPs or moved bytes), one kernel launch each."""
+        return _by_phase(self.ops)
+
+
+def _by_phase(counts: dict[tuple[str, str], int]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (phase, kind), count in sorted(counts.items()):
+        out.setdefault(phase, {})[kind] = count
+    return out
 
 
 def bytes_moved(func_packet: Any, args: Any, kwargs: dict[str, Any], out: Any) -> int:
@@ -186,7 +203,8 @@ def counting(phases: Any) -> Iterator[WorkCounter]:
 
 
 def moved_total(moved: dict[str, dict[str, int]], phase: str, kinds: tuple[str, ...] = (BASE, LORA)) -> int:
-    """Bytes the memory-bound ops of ``phase`` moved, summed over ``kinds``."""
+    """Bytes the memory-bound ops of ``phase`` moved (or, given ``Rehearsal.ops``, the ops it ran), summed over
+    ``kinds``."""
     return sum(moved.get(phase, {}).get(kind, 0) for kind in kinds)
 
 

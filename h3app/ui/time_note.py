@@ -58,8 +58,8 @@ def time_words(prediction: Mapping[str, Any] | None) -> str:
     text = (f"⏱ **Predicted: {seconds_words(prediction['video_s'])}** per video on {prediction['box']}{price} — "
             f"{' + '.join(parts)}.")
     if prediction.get("measured_rates"):
-        text += ("  \n<small>The plan's time model at rates measured on this CPU at start-up (a matmul, a copy); a "
-                 "small model's per-call overheads are not counted, so a CPU run takes longer.</small>")
+        text += ("  \n<small>The plan's time model at rates measured on this CPU at start-up (a matmul, a copy, the "
+                 "cost of one small op); other work on this machine slows the run, and the rates, alike.</small>")
     return text
 
 

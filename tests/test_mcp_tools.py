@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -51,7 +52,10 @@ def talk(url: str, calls: list[tuple[str, dict[str, Any]]], progress: list[str] 
                        for name, arguments in calls]
             return tools, results
 
-    return asyncio.run(asyncio.wait_for(session(), timeout=180))
+    # Its own thread: the session's Playwright browser keeps an event loop running in the main thread, where
+    # asyncio.run refuses to start a second one.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, asyncio.wait_for(session(), timeout=180)).result()
 
 
 @pytest.fixture(scope="module")

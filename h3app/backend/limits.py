@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import H3AppError
+from ..rules.canvas import check_canvas
 from ..rules.frames import FrameRule
 from ..rules.steps import MIN_STEPS
 
@@ -51,17 +52,9 @@ class Limits:
         return replace(self, frames=frames, max_pixels=min(self.max_pixels, int(max_pixels)))
 
     def check_canvas(self, height: int | None, width: int | None) -> None:
-        """Sides a positive multiple of ``canvas_multiple``, area within ``max_pixels`` (None: the model's own)."""
-        if height is None or width is None:
-            return
-        for name, value in (("height", height), ("width", width)):
-            if value < self.canvas_multiple or value % self.canvas_multiple:
-                raise H3AppError(f"{name} must be a positive multiple of {self.canvas_multiple} for this model, "
-                                 f"got {_count(value)}.")
-        if height * width > self.max_pixels:
-            raise H3AppError(f"the canvas {_count(height)}×{_count(width)} has {_count(height * width)} pixels, more "
-                             f"than this model generates ({self.max_pixels:,}, e.g. {self._largest_16_9()}): use a "
-                             f"smaller canvas.")
+        """The canvas rule (``rules.canvas``) with the loaded pipeline's values; None: the model's own canvas."""
+        if height is not None and width is not None:
+            check_canvas(height, width, self.canvas_multiple, self.max_pixels)
 
     def check_steps(self, steps: int) -> None:
         if not self.min_steps <= steps <= self.max_steps:
@@ -90,16 +83,6 @@ class Limits:
         self.check_steps(request.steps)
         self.frames.check_duration(request.duration)
         self.check_prompt(request.prompt, tokenizer)
-
-    def _largest_16_9(self) -> str:
-        short = int((self.max_pixels * 9 / 16) ** 0.5) // self.canvas_multiple * self.canvas_multiple
-        long = self.max_pixels // max(short, 1) // self.canvas_multiple * self.canvas_multiple
-        return f"{short}×{long}"
-
-
-def _count(value: int) -> str:
-    """``1,234,567``; absurd sizes in short scientific form (a message never carries a 300-digit number)."""
-    return f"{value:,}" if value < 10**12 else f"about 10^{len(str(value)) - 1}"
 
 
 def model_limits(pipe: Any, hosted: bool = False) -> Limits:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
+from ..rules.canvas import check_canvas
 from ..rules.choices import DTYPE_NAMES, LORA_MODES, NO_CACHE, OFFLOAD_MODES, STEP_CACHES, VAE_DTYPES, WORKFLOWS
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
@@ -268,12 +269,6 @@ def request_flags(args: argparse.Namespace, model: str | None) -> RequestFlags:
     if (height is None) != (width is None):
         raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
     canvas = known_canvas(model)
-    if height is not None and canvas is not None:
-        for name, value in (("--height", height), ("--width", width)):
-            if value < canvas.canvas_multiple or value % canvas.canvas_multiple:
-                raise H3AppError(f"{name} must be a positive multiple of {canvas.canvas_multiple} for this model, "
-                                 f"got {value}.")
-        if height * width > canvas.max_pixels:
-            raise H3AppError(f"the canvas {height}×{width} has {height * width:,} pixels, more than this model "
-                             f"generates ({canvas.max_pixels:,}): use a smaller canvas.")
+    if height is not None and width is not None and canvas is not None:
+        check_canvas(height, width, canvas.canvas_multiple, canvas.max_pixels, names=("--height", "--width"))
     return RequestFlags(getattr(args, "workflow", None), steps, duration, height, width)

@@ -10,9 +10,8 @@ from dataclasses import replace
 import gradio as gr
 import pytest
 
-from h3app.backend.generation import MAX_SEED
 from h3app.errors import H3AppError
-from h3app.rules.values import ALPHA, SCALE_SLIDER, STRENGTH, parse_alpha, parse_strength
+from h3app.rules.values import ALPHA, MAX_SEED, SCALE_SLIDER, STRENGTH, parse_alpha, parse_strength
 from h3app.ui.comparison_events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, RequestForm, SlotForm
 from h3app.ui.generate_events import request_note, request_problem

@@ -34,7 +34,7 @@ from ..rules.choices import FL2VA, NO_CACHE, REF2VA, T2VA, WORKFLOWS
 from ..rules.frames import FPS, RELEASED
 from ..rules.request_defaults import TINY_DEFAULTS
 from ..rules.steps import MIN_STEPS
-from ..rules.values import MAX_SEED, MIN_SEED  # re-exported: the UI and the grid import them from here
+from ..rules.values import MAX_SEED, MIN_SEED
 from . import media
 from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
 from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)

@@ -16,7 +16,7 @@ from ..errors import H3AppError
 from ..rules import values
 from ..settings import LoRASettings
 from . import metrics
-from .generation import MAX_SEED, GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
+from .generation import GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
 from .media import write_thumbnail
 from .outputs import Outputs
 from .preview import PreviewBoard
@@ -105,7 +105,7 @@ def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds:
         raise H3AppError("the grid needs at least one alpha, one scale and one seed.")
     plan = GridPlan(tuple(values.parse_alpha(a, "alpha") for a in alphas),
                     tuple(values.parse_strength(s, "scale") for s in strengths),
-                    tuple(values.parse_int(s, "seed", values.MIN_SEED, MAX_SEED) for s in seeds), None)
+                    tuple(values.parse_int(s, "seed", values.MIN_SEED, values.MAX_SEED) for s in seeds), None)
     estimate = None if seconds_per_run is None else seconds_per_run * (plan.cells + len(plan.seeds))
     return dataclasses.replace(plan, estimated_seconds=estimate)
 

@@ -19,14 +19,13 @@ from typing import Any
 import gradio as gr
 
 from ..adapters.summary import applied_lines
-from ..backend.generation import MAX_SEED
 from ..backend.limits import HOSTED_MAX_STEPS
 from ..errors import H3AppError
 from ..hosting.gpu_gate import admitted, gpu_events
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import T2VA
 from ..rules.frames import RELEASED
-from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH
+from ..rules.values import ALPHA, MAX_FIELD_CHARS, MAX_SEED, STRENGTH
 from ..settings import LoRASettings
 from .adapter_events import AdapterEvents, user_error
 from .advanced_strength import BLOCKS_HINT, SCHEDULE_HINT

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..backend.generation import MAX_SEED, MIN_SEED
 from ..backend.limits import MAX_STEPS, Limits
 from ..rules.choices import T2VA, WORKFLOWS
 from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
+from ..rules.values import MAX_SEED, MIN_SEED
 from . import render
 from .generate_events import APPLY_NOTE_EMPTY, steps_note
 from .preview_stream import build_generate_preview

@@ -115,7 +115,7 @@ def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_sa
 def test_the_profile_block_bars_follow_the_per_block_strength():
     from test_ui_logic import basis
 
-    from h3app.ui.scales import profile_view, relative_updates
+    from h3app.lora.profile_rescale import profile_view, relative_updates
 
     b = basis()
     base = relative_updates(b, None, 1.0)

@@ -11,6 +11,7 @@ import pytest
 
 from h3app.adapters.resolved import resolve_adapter
 from h3app.errors import H3AppError
+from h3app.lora.profile_rescale import profile_view, relative_updates
 from h3app.settings import LoRASettings
 from h3app.ui import render, snippets
 from h3app.ui.forms import KEEP
@@ -20,7 +21,6 @@ from h3app.ui.generate_events import (
     with_trigger,
     workflow_inputs,
 )
-from h3app.ui.scales import profile_view, relative_updates
 from h3app.ui.session import (
     MAX_HISTORY,
     RunningJobs,

@@ -20,6 +20,7 @@ from ..errors import H3AppError
 from ..hosting.upload_policy import UploadPolicy
 from ..hosting.upload_quota import discard, upload_quota
 from ..hosting.visitors import session_key, visitor_keys
+from ..lora.profile_rescale import profile_basis, profile_view
 from ..rules.choices import T2VA
 from ..rules.strength import FAR_ABOVE_FACTOR
 from ..rules.units import format_bytes
@@ -27,7 +28,6 @@ from ..settings import LoRASettings
 from . import render
 from .forms import KEEP, SlotForm, SyncForm, chain_text
 from .gradio_compat import client_gone
-from .scales import profile_basis, profile_view
 from .session import RunningJobs, Session, new_session, with_adapter
 
 if TYPE_CHECKING:

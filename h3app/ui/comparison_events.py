@@ -21,6 +21,7 @@ import pandas as pd
 from ..adapters.summary import AdapterSummary
 from ..backend.generation import Cancelled
 from ..backend.grid import parse_values
+from ..backend.media import decode_video, extract_audio
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
 from ..errors import H3AppError
@@ -34,7 +35,6 @@ from .comparison_layouts import check_value, grid_rows, grid_value, history_valu
 from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from .generate_events import JobRunner, Stopped
 from .gradio_compat import client_gone
-from .media_tools import decode_video, extract_audio
 from .session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
 
 if TYPE_CHECKING:

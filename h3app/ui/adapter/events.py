@@ -15,23 +15,23 @@ import gradio as gr
 import pandas as pd
 from gradio.utils import get_upload_folder
 
-from ..adapters.source import implied_weight
-from ..errors import H3AppError
-from ..hosting.upload_policy import UploadPolicy
-from ..hosting.upload_quota import discard, upload_quota
-from ..hosting.visitors import session_key, visitor_keys
-from ..lora.profile_rescale import profile_basis, profile_view
-from ..rules.choices import T2VA
-from ..rules.strength import FAR_ABOVE_FACTOR
-from ..rules.units import format_bytes
-from ..settings import LoRASettings
-from . import render
-from .forms import KEEP, SlotForm, SyncForm, chain_text
-from .gradio_compat import client_gone
-from .session import RunningJobs, Session, new_session, with_adapter
+from ...adapters.source import implied_weight
+from ...errors import H3AppError
+from ...hosting.upload_policy import UploadPolicy
+from ...hosting.upload_quota import discard, upload_quota
+from ...hosting.visitors import session_key, visitor_keys
+from ...lora.profile_rescale import profile_basis, profile_view
+from ...rules.choices import T2VA
+from ...rules.strength import FAR_ABOVE_FACTOR
+from ...rules.units import format_bytes
+from ...settings import LoRASettings
+from ..forms import KEEP, SlotForm, SyncForm, chain_text
+from ..gradio_compat import client_gone
+from ..presenters import render
+from ..session import RunningJobs, Session, new_session, with_adapter
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3

@@ -29,6 +29,7 @@ from ..forms import KEEP, SlotForm, SyncForm, chain_text
 from ..gradio_compat import client_gone
 from ..presenters import render
 from ..session import RunningJobs, Session, new_session, with_adapter
+from ..user_error import user_error
 
 if TYPE_CHECKING:
     from ...backend.service import Backend
@@ -55,11 +56,6 @@ def demo_question(given: str, demo: str) -> str:
     """The confirm row's question when a demo pick would replace a source the person gave."""
     return render.card("info", f"The source box holds <b>{render.esc(given[:120])}</b>. Replace it with the demo "
                                f"adapter <b>{render.esc(demo)}</b>?", testid="demo-question")
-
-
-def user_error(error: H3AppError) -> gr.Error:
-    """The backend's one-line message as a Gradio error modal (never a traceback)."""
-    return gr.Error(str(error), print_exception=False)
 
 
 @dataclass(frozen=True)
@@ -405,5 +401,4 @@ class AdapterEvents:
         return updated
 
 
-__all__ = ["AdapterEvents", "InspectView", "demo_question", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView",
-           "user_error"]
+__all__ = ["AdapterEvents", "InspectView", "demo_question", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView"]

@@ -29,12 +29,12 @@ from ...hosting.visitors import session_key
 from ...rules.alpha_source import AlphaSource
 from ...rules.check_pair import CheckSetting, default_pair
 from ...rules.values import parse_alpha, parse_seeds, parse_strength
-from ..adapter.events import user_error
 from ..forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from ..generate.events import JobRunner, Stopped
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render
 from ..session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
+from ..user_error import user_error
 from .layouts import check_value, grid_rows, grid_value, history_value, short_hash
 
 if TYPE_CHECKING:

@@ -23,11 +23,11 @@ from ...rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ...rules.request_defaults import SEED
 from ...rules.steps import evaluations
 from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
-from ..adapter.events import user_error
 from ..forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render, snippets
 from ..session import RunningJobs, Session, add_history, job_adapters, new_session
+from ..user_error import user_error
 
 if TYPE_CHECKING:
     from ...backend.service import Backend

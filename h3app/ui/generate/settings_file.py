@@ -14,8 +14,8 @@ from ...errors import H3AppError
 from ...rules.choices import NO_CACHE, T2VA, UNMERGED
 from ...rules.request_defaults import defaults_for
 from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
-from ..adapter.events import user_error
 from ..forms import RequestForm, SlotForm
+from ..user_error import user_error
 
 ADVANCED_DEFAULTS = {name: getattr(SlotForm(), name) for name in ADVANCED_FIELDS}  # a file from before: all 1
 

@@ -22,9 +22,9 @@ from ...backend.access_ledger import token_key
 from ...errors import H3AppError
 from ...rules.choices import T2VA
 from ...rules.units import format_bytes
-from ..adapter.events import user_error
 from ..forms import KEEP
 from ..presenters import render
+from ..user_error import user_error
 
 if TYPE_CHECKING:
     from ...backend.service import Backend

@@ -28,7 +28,7 @@ from ...rules.frames import RELEASED
 from ...rules.values import ALPHA, MAX_FIELD_CHARS, MAX_SEED, STRENGTH
 from ...settings import LoRASettings
 from ..adapter.advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
-from ..adapter.events import AdapterEvents, user_error
+from ..adapter.events import AdapterEvents
 from ..compare.events import ComparisonEvents
 from ..forms import CheckForm, GridForm, JobForm, RequestForm
 from ..generate.events import GenerateEvents, Stopped
@@ -43,6 +43,7 @@ from ..session import (
     settings_to_json,
     with_adapter,
 )
+from ..user_error import user_error
 from .endpoint_guard import public_report
 
 

@@ -119,7 +119,7 @@ def serve() -> None:
     from h3app.parallel.follower import bind, follow
     from h3app.parallel.launch import close_ranks, start_ranks
     from h3app.ui.app_ui import build_app, launch_kwargs
-    from h3app.ui.startup_page import while_starting
+    from h3app.ui.serving.startup_page import while_starting
 
     print(choose(args).line, flush=True)  # what runs here and why, before anything is downloaded
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,

@@ -77,7 +77,7 @@ def test_the_app_holds_its_ui_and_api_to_the_box_limits(tiny_model):
     by the backend (API and CLI alike) before it is queued."""
     from h3app.backend.generation import GenerationRequest
     from h3app.backend.service import Backend
-    from h3app.ui.generate_tab import build_request_controls
+    from h3app.ui.generate.tab import build_request_controls
 
     backend = Backend(loaded=tiny_model)
     try:

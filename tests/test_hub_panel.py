@@ -11,8 +11,8 @@ from hub_catalog import GATED_TOKEN, LARRY, LIGHTX2V, NOT_H3_REPO, PICKLE, STYLE
 from hub_server import FakeHub
 
 from h3app.backend.adapter_binding import SourcePolicy
-from h3app.ui import hub_events
-from h3app.ui.hub_events import HubEvents
+from h3app.ui.hub import events as hub_events
+from h3app.ui.hub.events import HubEvents
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from h3app.backend.generation import GenerationRequest, run_generation
 from h3app.backend.limits import model_limits
 from h3app.errors import H3AppError
 from h3app.rules.frames import RELEASED
-from h3app.ui.generate_tab import build_request_controls
+from h3app.ui.generate.tab import build_request_controls
 
 TURBO = "assets/adapters/tiny_turbo_4step.safetensors"
 

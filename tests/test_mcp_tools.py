@@ -15,7 +15,7 @@ import pytest
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.hosting.visitors import UNKNOWN_ADDRESS
 from h3app.ui.app_ui import build_app, launch_kwargs
-from h3app.ui.mcp_tools import TOOL_NAMES
+from h3app.ui.serving.mcp_tools import TOOL_NAMES
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,8 @@ from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
 from h3app.backend.worker import Progress
 from h3app.hosting.gpu_gate import admitted
 from h3app.ui.forms import JobForm, RequestForm
-from h3app.ui.generate_events import GenerateEvents
-from h3app.ui.job_wiring import streamed_reply
-from h3app.ui.preview_stream import (
+from h3app.ui.generate.events import GenerateEvents
+from h3app.ui.generate.preview_stream import (
     CheckPreviews,
     GeneratePreview,
     check_finished,
@@ -25,6 +24,7 @@ from h3app.ui.preview_stream import (
     generate_finished,
     generate_update,
 )
+from h3app.ui.job_wiring import streamed_reply
 from h3app.ui.session import RunningJobs, new_session
 
 PROMPTS = {"ann": "a red ball moving left over a grey floor", "bob": "a blue ball moving up over a sand floor"}

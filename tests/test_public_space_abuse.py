@@ -195,7 +195,7 @@ def test_an_upload_is_kept_once_and_a_visitor_s_uploads_are_capped(hosted: Any) 
     import gradio as gr
     from gradio.utils import get_upload_folder
 
-    from h3app.ui.adapter_events import AdapterEvents
+    from h3app.ui.adapter.events import AdapterEvents
 
     backend, _, _ = hosted
     events = AdapterEvents(backend)

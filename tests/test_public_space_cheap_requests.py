@@ -173,7 +173,7 @@ def test_a_huge_rank_is_refused_from_the_header_before_any_tensor_is_read(hosted
 def test_an_upload_is_not_served_as_a_file(hosted: Any) -> None:
     from gradio.utils import get_upload_folder
 
-    from h3app.ui.adapter_events import AdapterEvents
+    from h3app.ui.adapter.events import AdapterEvents
 
     backend, url, _ = hosted
     cached = Path(get_upload_folder()) / "h3-serve-test"
@@ -194,7 +194,7 @@ def test_gradio_s_upload_cache_is_capped(hosted: Any) -> None:
     import gradio as gr
     from gradio.utils import get_upload_folder
 
-    from h3app.ui.adapter_events import AdapterEvents
+    from h3app.ui.adapter.events import AdapterEvents
 
     backend, _, _ = hosted
     events = AdapterEvents(backend)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from h3app.ui.comparison_view import file_data
-from h3app.ui.endpoint_guard import Redactor
+from h3app.ui.compare.view import file_data
+from h3app.ui.serving.endpoint_guard import Redactor
 
 
 def test_text_is_redacted_and_served_files_keep_their_path(tmp_path):

@@ -17,10 +17,10 @@ from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from h3app.ui import adapter_events as events
-from h3app.ui import generate_events as generate
 from h3app.ui import session
+from h3app.ui.adapter import events
 from h3app.ui.forms import SlotForm
+from h3app.ui.generate import events as generate
 
 REQUEST = GenerationRequest(prompt="a fox in the snow", seed=1, steps=2)
 ENTRIES = {entry.kind: entry for entry in corpus_entries()}

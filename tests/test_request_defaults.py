@@ -115,7 +115,7 @@ def test_the_ui_the_api_the_cli_and_the_plan_use_each_models_defaults(kind, tiny
 
 
 def _api(found: dict, name: str):
-    """The default of the API's hidden input ``name`` (``ui/api.py`` gives each the elem_id ``api-NAME``)."""
+    """The default of the API's hidden input ``name`` (``ui/serving/api.py`` gives each the elem_id ``api-NAME``)."""
     return found[f"api-{name}"].value
 
 
@@ -141,7 +141,7 @@ def test_the_released_canvas_rule_is_the_pipelines(tiny_model):
 def test_a_known_distilled_adapter_still_brings_its_own_steps_and_the_ui_says_so():
     from h3app.adapters.known import KNOWN_ADAPTERS
     from h3app.backend.presets import resolve_presets
-    from h3app.ui.generate_events import steps_note
+    from h3app.ui.generate.events import steps_note
 
     turbo = next(k for k in KNOWN_ADAPTERS if k.steps is not None and k.steps < FULL_DEFAULTS.steps)
     given = {"steps": None, "shift": None, "audio_shift": None, "workflow": None}

@@ -24,7 +24,7 @@ from h3app.backend.adapter_binding import adapter_slot_name
 from h3app.backend.generation import GenerationRequest
 from h3app.rules.h3_modules import group_of
 from h3app.settings import LoRASettings
-from h3app.ui.adapter_events import AdapterEvents
+from h3app.ui.adapter.events import AdapterEvents
 from h3app.ui.forms import SlotForm
 from h3app.ui.session import add_history
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from h3app.model import repo
-from h3app.ui.startup_page import StartupPage, progress_text, while_starting
+from h3app.ui.serving.startup_page import StartupPage, progress_text, while_starting
 
 EXTRA = "transformer/extra-shard.safetensors"
 EXTRA_BYTES = 12_000_000

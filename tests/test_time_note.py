@@ -18,9 +18,9 @@ from h3app.hardware.judge import Setup, judge
 from h3app.hardware.planner import Placement
 from h3app.model import repo
 from h3app.rules.frames import RELEASED
-from h3app.ui import render
 from h3app.ui.forms import RequestForm
-from h3app.ui.time_note import time_note, time_words
+from h3app.ui.generate.time_note import time_note, time_words
+from h3app.ui.presenters import render
 
 PREDICTION = {"step_s": 1.25, "evaluations": 29, "skipped": 7, "text_encoder_s": 0.2, "encode_s": 0.0,
               "decode_s": 3.5, "transfer_s": 0.0, "video_s": 31.9, "usd_per_video": 0.0123, "box": "h200 (H200)",

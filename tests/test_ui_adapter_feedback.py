@@ -9,11 +9,11 @@ import pytest
 
 from h3app.adapters.known import TINY_DEMO_DIR
 from h3app.adapters.resolved import resolve_adapter
-from h3app.ui import render
-from h3app.ui.adapter_events import AdapterEvents
-from h3app.ui.comparison_events import grid_progress
+from h3app.ui.adapter.events import AdapterEvents
+from h3app.ui.compare.events import grid_progress
 from h3app.ui.forms import SlotForm, SyncForm
-from h3app.ui.generate_events import apply_note, apply_preset, refusal_status
+from h3app.ui.generate.events import apply_note, apply_preset, refusal_status
+from h3app.ui.presenters import render
 
 TURBO = str(TINY_DEMO_DIR / "tiny_turbo_4step.safetensors")
 NO_ALPHA = str(TINY_DEMO_DIR / "lightx2v_turbo_no_alpha.safetensors")

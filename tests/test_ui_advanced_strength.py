@@ -9,7 +9,7 @@ import pytest
 
 from h3app.errors import H3AppError
 from h3app.settings import LoRASettings
-from h3app.ui.advanced_strength import FIELDS, AdvancedForm, note, schedule_plot
+from h3app.ui.adapter.advanced_strength import FIELDS, AdvancedForm, note, schedule_plot
 
 
 def test_the_form_gives_canonical_settings_fields_and_refuses_bad_values():
@@ -47,7 +47,7 @@ def test_the_plot_has_one_point_per_evaluation_at_the_schedule_factors():
 
 
 def test_history_labels_and_differences_name_the_advanced_strengths():
-    from h3app.ui import history_words
+    from h3app.ui.presenters import history_words
 
     plain = {"source": "/demo/style.safetensors", "rank": 4, "stored_alpha": 2.0, "alpha_source": "metadata",
              "resolved_alpha": 2.0, "resolved_alpha_source": "metadata", "strength": 1.0, "mode": "unmerged"}
@@ -66,7 +66,7 @@ def test_history_labels_and_differences_name_the_advanced_strengths():
 def test_load_settings_puts_the_advanced_strengths_back_in_their_slot(tmp_path):
     import json
 
-    from h3app.ui.settings_file import load_settings_view
+    from h3app.ui.generate.settings_file import load_settings_view
 
     set_ = {"video_strength": 0.8, "text_strength": 1.0, "audio_strength": 0.0, "strength_schedule": "cosine:1:0",
             "block_strength": "0-1:0.5"}
@@ -85,7 +85,7 @@ def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_sa
 
     from h3app.cli import build_parser
     from h3app.commands.generate import adapters_from_args
-    from h3app.ui import snippets
+    from h3app.ui.presenters import snippets
 
     first = {"source": "owner/a", "alpha": None, "rank": 4, "resolved_alpha": 4.0, "strength": 1.0, "video_strength": 1.0,
              "text_strength": 0.5, "audio_strength": 0.0, "strength_schedule": "linear:1:0.5@0-0.5",
@@ -115,7 +115,7 @@ def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_sa
 def test_the_profile_block_bars_follow_the_per_block_strength():
     from test_ui_logic import basis
 
-    from h3app.ui.scales import profile_view, relative_updates
+    from h3app.lora.profile_rescale import profile_view, relative_updates
 
     b = basis()
     base = relative_updates(b, None, 1.0)

@@ -13,10 +13,10 @@ from gradio_client.utils import is_file_obj_with_meta
 
 from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B, default_pair
 from h3app.rules.scale import effective_scale
-from h3app.ui import history_words
-from h3app.ui.comparison_events import ComparisonEvents, alpha_in_use, column_settings
-from h3app.ui.comparison_layouts import grid_rows, grid_value, history_value, short_hash
-from h3app.ui.comparison_view import VIEW_CSS, VIEW_JS, ViewColumn, equal_marks, view_value
+from h3app.ui.compare.events import ComparisonEvents, alpha_in_use, column_settings
+from h3app.ui.compare.layouts import grid_rows, grid_value, history_value, short_hash
+from h3app.ui.compare.view import VIEW_CSS, VIEW_JS, ViewColumn, equal_marks, view_value
+from h3app.ui.presenters import history_words
 from h3app.ui.session import HistoryEntry
 
 

@@ -17,13 +17,13 @@ from safetensors.torch import load_file, save_file
 
 from h3app.backend import media
 from h3app.backend.service import DEMO_ADAPTERS_DIR, Backend
-from h3app.ui.adapter_events import AdapterEvents, SourcePick, implied_weight
+from h3app.ui.adapter.events import AdapterEvents, SourcePick, implied_weight
 from h3app.ui.app_ui import header_html, launch_kwargs
-from h3app.ui.comparison_events import ComparisonEvents
+from h3app.ui.compare.events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm, SyncForm
-from h3app.ui.generate_events import GenerateEvents, Stopped
+from h3app.ui.generate.events import GenerateEvents, Stopped
+from h3app.ui.generate.settings_file import load_settings_view
 from h3app.ui.session import RunningJobs, Session, new_session
-from h3app.ui.settings_file import load_settings_view
 
 NO_ALPHA = str(DEMO_ADAPTERS_DIR / "lightx2v_turbo_no_alpha.safetensors")
 KOHYA = str(DEMO_ADAPTERS_DIR / "kohya_musubi.safetensors")

@@ -12,10 +12,10 @@ import pytest
 
 from h3app.errors import H3AppError
 from h3app.rules.values import ALPHA, MAX_SEED, SCALE_SLIDER, STRENGTH, parse_alpha, parse_strength
-from h3app.ui.comparison_events import ComparisonEvents
+from h3app.ui.compare.events import ComparisonEvents
 from h3app.ui.forms import KEEP, CheckForm, RequestForm, SlotForm
-from h3app.ui.generate_events import request_note, request_problem
-from h3app.ui.generate_tab import NUMBER_FIELDS, bind_limits, build_request_controls
+from h3app.ui.generate.events import request_note, request_problem
+from h3app.ui.generate.tab import NUMBER_FIELDS, bind_limits, build_request_controls
 from h3app.ui.unclamped import UNCLAMPED_CLASS, unclamped
 
 

@@ -11,16 +11,17 @@ import pytest
 
 from h3app.adapters.resolved import resolve_adapter
 from h3app.errors import H3AppError
+from h3app.lora.profile_rescale import profile_view, relative_updates
 from h3app.settings import LoRASettings
-from h3app.ui import render, snippets
 from h3app.ui.forms import KEEP
-from h3app.ui.generate_events import (
+from h3app.ui.generate.events import (
     apply_preset,
     steps_note,
     with_trigger,
     workflow_inputs,
 )
-from h3app.ui.scales import profile_view, relative_updates
+from h3app.ui.generate.settings_file import load_settings_view, read_settings_file
+from h3app.ui.presenters import render, snippets
 from h3app.ui.session import (
     MAX_HISTORY,
     RunningJobs,
@@ -31,7 +32,6 @@ from h3app.ui.session import (
     settings_from_json,
     with_adapter,
 )
-from h3app.ui.settings_file import load_settings_view, read_settings_file
 
 
 def mixed_info(alpha_source: str = "rank_fallback", rslora: bool = False) -> dict:

@@ -3,7 +3,7 @@ used; the sglang command reproduces h3app's per-module scales, or says in one se
 
 from __future__ import annotations
 
-from h3app.ui import snippets
+from h3app.ui.presenters import snippets
 
 
 def _settings(workflow: str = "t2va", **adapter) -> dict:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from h3app.rules.choices import FIRST_BLOCK_CACHE, NO_CACHE
 from h3app.rules.frames import RELEASED
 from h3app.ui.forms import RequestForm
-from h3app.ui.settings_file import settings_to_controls
-from h3app.ui.snippets import h3app_command
-from h3app.ui.time_note import predicted_for
+from h3app.ui.generate.settings_file import settings_to_controls
+from h3app.ui.generate.time_note import predicted_for
+from h3app.ui.presenters.snippets import h3app_command
 
 
 class Limits:

@@ -17,10 +17,10 @@ from h3app.adapters.known import TINY_DEMO_DIR
 from h3app.adapters.resolved import resolve_adapter
 from h3app.adapters.summary import AdapterSummary, alpha_text, applied_lines, describe, per_group
 from h3app.rules.frames import RELEASED
-from h3app.ui import history_words, snippets
-from h3app.ui.adapter_events import AdapterEvents
+from h3app.ui.adapter.events import AdapterEvents
 from h3app.ui.forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
-from h3app.ui.generate_events import GenerateEvents, apply_note
+from h3app.ui.generate.events import GenerateEvents, apply_note
+from h3app.ui.presenters import history_words, snippets
 from h3app.ui.session import RunningJobs, with_adapter
 
 DEMOS = sorted(p for p in TINY_DEMO_DIR.iterdir() if p.suffix == ".safetensors" or p.is_dir())

@@ -1,4 +1,6 @@
-"""Decoded frames + stereo audio → a browser-playable mp4 (h264 yuv420p + AAC), with the settings inside.
+"""Decoded frames + stereo audio → a browser-playable mp4 (h264 yuv420p + AAC), with the settings inside; and back,
+for the UI: an mp4's soundtrack as a WAV (the A/B audio players) and its frames (comparing two history entries),
+decoded from the lossy mp4 and labelled as such.
 
 Hashes are computed on the decoded arrays (docs/architecture.md, decision 10), never on mp4 bytes: encoders are not bitwise
 stable across machines, the pipeline's output is.
@@ -10,6 +12,7 @@ import functools
 import hashlib
 import json
 import threading
+import wave
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -214,3 +217,39 @@ def write_thumbnail(path: str | Path, video: np.ndarray, max_side: int = 256) ->
     path = Path(path)
     image.save(path)
     return path
+
+
+def extract_audio(mp4: str | Path, wav: str | Path) -> Path:
+    """Decode the audio track of ``mp4`` to a 16-bit PCM WAV (channels kept) at ``wav``."""
+    import av
+
+    chunks: list[np.ndarray] = []
+    rate, channels = 0, 0
+    with av.open(str(mp4)) as container:
+        stream = next(iter(container.streams.audio))  # the first audio stream
+        rate = stream.codec_context.sample_rate
+        for frame in container.decode(stream):
+            samples = frame.to_ndarray()  # planar float: [channels, n]; packed: [1, n * channels]
+            if frame.format.is_planar:
+                chunks.append(samples.astype(np.float32))
+            else:
+                chunks.append(samples.reshape(-1, len(frame.layout.channels)).T.astype(np.float32))
+    audio = np.concatenate(chunks, axis=1) if chunks else np.zeros((2, 0), np.float32)
+    channels = audio.shape[0]
+    pcm = (np.clip(audio, -1.0, 1.0) * 32767.0).round().astype("<i2").T.reshape(-1)
+    wav = Path(wav)
+    with wave.open(str(wav), "wb") as handle:
+        handle.setnchannels(channels)
+        handle.setsampwidth(2)
+        handle.setframerate(rate)
+        handle.writeframes(pcm.tobytes())
+    return wav
+
+
+def decode_video(mp4: str | Path) -> np.ndarray:
+    """``[F, H, W, 3]`` float32 in [0, 1] from an mp4 (lossy: h264)."""
+    import av
+
+    with av.open(str(mp4)) as container:
+        frames = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+    return np.stack(frames).astype(np.float32) / 255.0 if frames else np.zeros((0, 0, 0, 3), np.float32)

@@ -16,16 +16,14 @@ import gradio as gr
 from ..hosting.gpu_gate import queue_size
 from ..hosting.join_bound import CheapJoinBound
 from ..rules.choices import LORA_MODES
-from . import advanced_strength, render
-from .adapter_events import AdapterEvents
-from .adapter_panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
-from .api import ApiEvents, build_api
-from .comparison_events import ComparisonEvents
-from .comparison_tabs import build_equivalence_tab, build_grid_tab, build_history_tab
-from .comparison_view import VIEW_CSS
-from .endpoint_guard import guard_events
+from .adapter import advanced_strength
+from .adapter.events import AdapterEvents
+from .adapter.panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
+from .compare.events import ComparisonEvents
+from .compare.tabs import build_equivalence_tab, build_grid_tab, build_history_tab
+from .compare.view import VIEW_CSS
 from .forms import RequestForm, field_names, parts, read, write
-from .generate_events import (
+from .generate.events import (
     GenerateEvents,
     WorkflowInputs,
     apply_preset,
@@ -34,13 +32,16 @@ from .generate_events import (
     with_trigger,
     workflow_inputs,
 )
-from .generate_tab import NUMBER_FIELDS, RequestControls, bind_limits, build_generate_tab, build_request_controls
+from .generate.tab import NUMBER_FIELDS, RequestControls, bind_limits, build_generate_tab, build_request_controls
+from .generate.time_note import time_note
 from .gradio_compat import hook_queue
-from .hub_events import HubEvents
-from .hub_panel import build_hub_panel, wire_hub_panel
+from .hub.events import HubEvents
+from .hub.panel import build_hub_panel, wire_hub_panel
 from .job_wiring import wire_jobs
+from .presenters import render
+from .serving.api import ApiEvents, build_api
+from .serving.endpoint_guard import guard_events
 from .session import RunningJobs, new_session
-from .time_note import time_note
 from .unclamped import NO_CLAMP_JS
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def header_html(backend: Backend, hardware: str | None = None) -> str:
 def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
     """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``); ``hardware``: the header's
     GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point; ``mcp``: add the MCP tools
-    (``mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``)."""
+    (``serving/mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``)."""
     jobs = RunningJobs()
     adapter_events = AdapterEvents(backend, jobs)
     generate_events = GenerateEvents(backend, jobs)
@@ -140,7 +141,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) 
         hub_events = HubEvents(backend)
         wire_hub_panel(hub_events, hub, adapter_events, slot_1, token, request.workflow)
         if mcp:
-            from .mcp_tools import McpTools, build_mcp_tools
+            from .serving.mcp_tools import McpTools, build_mcp_tools
 
             build_mcp_tools(McpTools(api_events, hub_events), backend)
 

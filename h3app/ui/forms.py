@@ -22,8 +22,8 @@ from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA
 from ..rules.request_defaults import SEED, TINY_DEFAULTS
 from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
-from .advanced_strength import FIELDS as ADVANCED_FIELDS
-from .advanced_strength import AdvancedForm
+from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
+from .adapter.advanced_strength import AdvancedForm
 from .session import Session
 
 SCALE_RANGE = (SCALE_SLIDER.low, SCALE_SLIDER.high)  # the Scale slider's ends: those of the rule that checks it
@@ -135,7 +135,7 @@ class SlotForm:
     uploaded: Mapping[str, str] | None = None
     refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
     info: Mapping[str, Any] | None = None  # what Inspect showed for this source (its alpha chain fills the box)
-    # "Advanced strength" (ui/advanced_strength.py; parsed by h3app.rules through LoRASettings)
+    # "Advanced strength" (ui/adapter/advanced_strength.py; parsed by h3app.rules through LoRASettings)
     video_strength: Any = 1.0
     text_strength: Any = 1.0
     audio_strength: Any = 1.0

@@ -12,10 +12,10 @@ import gradio as gr
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
 from ..hosting.gpu_gate import admitted, gpu_events
-from .adapter_events import AdapterEvents
-from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
-from .advanced_strength import FIELDS as ADVANCED_FIELDS
-from .comparison_events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
+from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
+from .adapter.events import AdapterEvents
+from .adapter.panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from .compare.events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
 from .forms import (
     REQUEST_FIELDS,
     CheckForm,
@@ -29,9 +29,8 @@ from .forms import (
     read,
     write,
 )
-from .generate_events import GenerateEvents, GenerateView, Stopped, apply_note, refusal_status
-from .generate_tab import RequestControls
-from .preview_stream import (
+from .generate.events import GenerateEvents, GenerateView, Stopped, apply_note, refusal_status
+from .generate.preview_stream import (
     CheckPreviews,
     GeneratePreview,
     check_finished,
@@ -39,8 +38,9 @@ from .preview_stream import (
     generate_finished,
     generate_update,
 )
+from .generate.settings_file import load_settings_view
+from .generate.tab import RequestControls
 from .session import Session
-from .settings_file import load_settings_view
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
                     "audio_shift", "cache")

@@ -20,8 +20,8 @@ from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, QKV_LAYOUTS
 from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH, parse_alpha, parse_strength
 from ..settings import LoRASettings
-from .advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
-from .advanced_strength import FIELDS as ADVANCED_FIELDS
+from .adapter.advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
+from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 
 SLOTS = ("1", "2")
 MAX_HISTORY = 60

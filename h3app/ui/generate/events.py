@@ -12,25 +12,25 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from ..adapters.resolved import resolve_adapter
-from ..adapters.summary import AdapterSummary, advanced_words, applied_lines, describe
-from ..backend.generation import Cancelled, GenerationRequest
-from ..backend.preview import PreviewBoard, watch
-from ..backend.worker import CLIENT_GONE, Progress
-from ..errors import H3AppError
-from ..hosting.visitors import session_key
-from ..rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
-from ..rules.request_defaults import SEED
-from ..rules.steps import evaluations
-from . import history_words, render, snippets
-from .adapter_events import user_error
-from .advanced_strength import FIELDS as ADVANCED_FIELDS
-from .forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
-from .gradio_compat import client_gone
-from .session import RunningJobs, Session, add_history, job_adapters, new_session
+from ...adapters.resolved import resolve_adapter
+from ...adapters.summary import AdapterSummary, advanced_words, applied_lines, describe
+from ...backend.generation import Cancelled, GenerationRequest
+from ...backend.preview import PreviewBoard, watch
+from ...backend.worker import CLIENT_GONE, Progress
+from ...errors import H3AppError
+from ...hosting.visitors import session_key
+from ...rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
+from ...rules.request_defaults import SEED
+from ...rules.steps import evaluations
+from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
+from ..forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
+from ..gradio_compat import client_gone
+from ..presenters import history_words, render, snippets
+from ..session import RunningJobs, Session, add_history, job_adapters, new_session
+from ..user_error import user_error
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 # A drawn seed stays below 2**53 so that the browser's number box (a JavaScript double) shows it exactly.
 RANDOM_SEED_TOP = 2**31 - 1

@@ -18,27 +18,27 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 import pandas as pd
 
-from ..adapters.summary import AdapterSummary
-from ..backend.generation import Cancelled
-from ..backend.grid import parse_values
-from ..backend.preview import PreviewBoard
-from ..backend.worker import Progress
-from ..errors import H3AppError
-from ..hosting.visitors import session_key
-from ..rules.alpha_source import AlphaSource
-from ..rules.check_pair import CheckSetting, default_pair
-from ..rules.values import parse_alpha, parse_seeds, parse_strength
-from . import history_words, render
-from .adapter_events import user_error
-from .comparison_layouts import check_value, grid_rows, grid_value, history_value, short_hash
-from .forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
-from .generate_events import JobRunner, Stopped
-from .gradio_compat import client_gone
-from .media_tools import decode_video, extract_audio
-from .session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
+from ...adapters.summary import AdapterSummary
+from ...backend.generation import Cancelled
+from ...backend.grid import parse_values
+from ...backend.media import decode_video, extract_audio
+from ...backend.preview import PreviewBoard
+from ...backend.worker import Progress
+from ...errors import H3AppError
+from ...hosting.visitors import session_key
+from ...rules.alpha_source import AlphaSource
+from ...rules.check_pair import CheckSetting, default_pair
+from ...rules.values import parse_alpha, parse_seeds, parse_strength
+from ..forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
+from ..generate.events import JobRunner, Stopped
+from ..gradio_compat import client_gone
+from ..presenters import history_words, render
+from ..session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
+from ..user_error import user_error
+from .layouts import check_value, grid_rows, grid_value, history_value, short_hash
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 PSNR_CAP_DB = 100.0  # identical frames have infinite PSNR; the plot shows them at this ceiling
 PSNR_COLUMNS = ["frame", "PSNR (dB)", "pair"]
@@ -374,7 +374,7 @@ def _compare_verdict(a: HistoryEntry, b: HistoryEntry) -> str:
     try:
         va, vb = decode_video(a.video), decode_video(b.video)
         if va.shape == vb.shape:
-            from ..backend.metrics import psnr
+            from ...backend.metrics import psnr
 
             value = psnr(va, vb)
             detail = (f" PSNR {value:.1f} dB from the mp4s (lossy h264)." if math.isfinite(value)

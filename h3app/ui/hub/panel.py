@@ -12,12 +12,12 @@ from typing import Any
 
 import gradio as gr
 
-from ..adapters.source.search import DEFAULT_SORT, SORTS
-from . import render
-from .adapter_events import AdapterEvents
-from .adapter_panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
-from .forms import field_names, parts, write
-from .hub_events import COLUMN_WIDTHS, COLUMNS, HubEvents, HubPick, SearchView
+from ...adapters.source.search import DEFAULT_SORT, SORTS
+from ..adapter.events import AdapterEvents
+from ..adapter.panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from ..forms import field_names, parts, write
+from ..presenters import render
+from .events import COLUMN_WIDTHS, COLUMNS, HubEvents, HubPick, SearchView
 
 HUB_EVENTS = {"api_visibility": "private", "concurrency_id": "hub", "concurrency_limit": 4}
 

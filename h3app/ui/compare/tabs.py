@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B
-from ..rules.request_defaults import TINY_DEFAULTS, GridAxes
-from ..rules.values import ALPHA, STRENGTH
-from . import render
-from .comparison_events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
-from .comparison_view import build_comparison_view
-from .preview_stream import build_check_previews
-from .unclamped import unclamped
+from ...rules.check_pair import DEFAULT_A, DEFAULT_B
+from ...rules.request_defaults import TINY_DEFAULTS, GridAxes
+from ...rules.values import ALPHA, STRENGTH
+from ..generate.preview_stream import build_check_previews
+from ..presenters import render
+from ..unclamped import unclamped
+from .events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
+from .view import build_comparison_view
 
 EQUIVALENCE_INTRO = (
     "Does **A** give the same output as **B**? Their alpha × scale products are equal, so with an exact engine they "
@@ -67,7 +67,7 @@ class EquivalenceTab(JobControls):
     spectrogram_ab: gr.Image
     spectrogram_fallback: gr.Image
     result_json: gr.JSON
-    preview_a: gr.Image  # A, B and the fallback step by step while the check runs (preview_stream.py)
+    preview_a: gr.Image  # A, B and the fallback step by step while the check runs (generate/preview_stream.py)
     preview_b: gr.Image
     preview_fallback: gr.Image
     preview_note: gr.Markdown

@@ -8,12 +8,13 @@ from typing import Any
 
 import gradio as gr
 
-from ..hosting.gpu_gate import admitted, gpu_events
-from ..rules.choices import QKV_LAYOUTS
-from . import advanced_strength, render
-from .adapter_events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
-from .forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
-from .unclamped import unclamped
+from ...hosting.gpu_gate import admitted, gpu_events
+from ...rules.choices import QKV_LAYOUTS
+from ..forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
+from ..presenters import render
+from ..unclamped import unclamped
+from . import advanced_strength
+from .events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
 
 CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 INSPECTED = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}

@@ -1,4 +1,4 @@
-"""The comparison view: one ``gr.HTML`` with its own JS (``comparison_view.js``) and CSS that plays any number of
+"""The comparison view: one ``gr.HTML`` with its own JS (``view.js``) and CSS that plays any number of
 results under one control — Play/Pause, scrub, loop, frame step, side by side or an A|B wipe or blink — with each
 column's soundtrack and a switch of which one is heard. The Equivalence tab, the Grid (which adds its cells under
 row and column headers, one click to compare) and History's compare all show it.
@@ -17,11 +17,11 @@ from typing import Any
 
 import gradio as gr
 
-from ..backend.media import FPS
+from ...backend.media import FPS
 
 HERE = Path(__file__).parent
-VIEW_JS = (HERE / "comparison_view.js").read_text(encoding="utf-8")
-VIEW_CSS = (HERE / "comparison_view.css").read_text(encoding="utf-8")
+VIEW_JS = (HERE / "view.js").read_text(encoding="utf-8")
+VIEW_CSS = (HERE / "view.css").read_text(encoding="utf-8")
 MEDIA_TYPES = {".mp4": "video/mp4", ".wav": "audio/wav", ".png": "image/png", ".webp": "image/webp"}
 
 

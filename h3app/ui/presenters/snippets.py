@@ -13,17 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..adapters.resolved import resolve_adapter
-from ..adapters.sglang import SglangFlags, advanced_strength_notes, solve_flags
-from ..adapters.source.names import is_url
-from ..adapters.source.refs import parse_hf_url
-from ..adapters.summary import applied_lines
-from ..errors import H3AppError
-from ..rules.alpha_source import AlphaSource
-from ..rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, workflow_partition
-from ..rules.frames import RELEASED
-from ..rules.request_defaults import defaults_for
-from ..rules.steps import evaluations
+from ...adapters.resolved import resolve_adapter
+from ...adapters.sglang import SglangFlags, advanced_strength_notes, solve_flags
+from ...adapters.source.names import is_url
+from ...adapters.source.refs import parse_hf_url
+from ...adapters.summary import applied_lines
+from ...errors import H3AppError
+from ...rules.alpha_source import AlphaSource
+from ...rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, workflow_partition
+from ...rules.frames import RELEASED
+from ...rules.request_defaults import defaults_for
+from ...rules.steps import evaluations
 
 REAL_MODEL = REAL_REPO_ID
 

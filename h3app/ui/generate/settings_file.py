@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..backend import media
-from ..errors import H3AppError
-from ..rules.choices import NO_CACHE, T2VA, UNMERGED
-from ..rules.request_defaults import defaults_for
-from .adapter_events import user_error
-from .advanced_strength import FIELDS as ADVANCED_FIELDS
-from .forms import RequestForm, SlotForm
+from ...backend import media
+from ...errors import H3AppError
+from ...rules.choices import NO_CACHE, T2VA, UNMERGED
+from ...rules.request_defaults import defaults_for
+from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
+from ..forms import RequestForm, SlotForm
+from ..user_error import user_error
 
 ADVANCED_DEFAULTS = {name: getattr(SlotForm(), name) for name in ADVANCED_FIELDS}  # a file from before: all 1
 

@@ -18,22 +18,21 @@ from typing import Any
 
 import gradio as gr
 
-from ..adapters.summary import applied_lines
-from ..backend.limits import HOSTED_MAX_STEPS
-from ..errors import H3AppError
-from ..hosting.gpu_gate import admitted, gpu_events
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B
-from ..rules.choices import T2VA
-from ..rules.frames import RELEASED
-from ..rules.values import ALPHA, MAX_FIELD_CHARS, MAX_SEED, STRENGTH
-from ..settings import LoRASettings
-from .adapter_events import AdapterEvents, user_error
-from .advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
-from .comparison_events import ComparisonEvents
-from .endpoint_guard import public_report
-from .forms import CheckForm, GridForm, JobForm, RequestForm
-from .generate_events import GenerateEvents, Stopped
-from .session import (
+from ...adapters.summary import applied_lines
+from ...backend.limits import HOSTED_MAX_STEPS
+from ...errors import H3AppError
+from ...hosting.gpu_gate import admitted, gpu_events
+from ...rules.check_pair import DEFAULT_A, DEFAULT_B
+from ...rules.choices import T2VA
+from ...rules.frames import RELEASED
+from ...rules.values import ALPHA, MAX_FIELD_CHARS, MAX_SEED, STRENGTH
+from ...settings import LoRASettings
+from ..adapter.advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
+from ..adapter.events import AdapterEvents
+from ..compare.events import ComparisonEvents
+from ..forms import CheckForm, GridForm, JobForm, RequestForm
+from ..generate.events import GenerateEvents, Stopped
+from ..session import (
     Session,
     adapters_json_words,
     check_slot,
@@ -44,6 +43,8 @@ from .session import (
     settings_to_json,
     with_adapter,
 )
+from ..user_error import user_error
+from .endpoint_guard import public_report
 
 
 class ApiEvents:

@@ -1,5 +1,5 @@
 // The comparison view (gr.HTML js_on_load body: `element`, `props`, `watch` come from Gradio).
-// props.value (h3app/ui/comparison_view.py): {fps, columns: [{key, label, caption, mark, video, thumb, audio}],
+// props.value (h3app/ui/compare/view.py): {fps, columns: [{key, label, caption, mark, video, thumb, audio}],
 // show: [column indexes played side by side], grids: [{title, corner, headers, baseline, rows: [{header, cells}]}],
 // empty}. Files are Gradio FileData ({url}); every text is set with textContent (labels come from adapter files).
 // One transport for all players: the first shown video leads; the others are re-seeked whenever they drift by

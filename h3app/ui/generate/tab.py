@@ -6,15 +6,15 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ..backend.limits import MAX_STEPS, Limits
-from ..rules.choices import T2VA, WORKFLOWS
-from ..rules.request_defaults import TINY_DEFAULTS, RequestDefaults
-from ..rules.values import MAX_SEED, MIN_SEED
-from . import render
-from .generate_events import APPLY_NOTE_EMPTY, steps_note
+from ...backend.limits import MAX_STEPS, Limits
+from ...rules.choices import T2VA, WORKFLOWS
+from ...rules.request_defaults import TINY_DEFAULTS, RequestDefaults
+from ...rules.values import MAX_SEED, MIN_SEED
+from ..presenters import render
+from ..unclamped import unclamped
+from .events import APPLY_NOTE_EMPTY, steps_note
 from .preview_stream import build_generate_preview
 from .time_note import TIME_NOTE_ID
-from .unclamped import unclamped
 
 DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
@@ -99,8 +99,8 @@ NUMBER_FIELDS = ("seed", "steps", "duration", "height", "width", "shift", "audio
 def bind_limits(controls: RequestControls, limits: Limits) -> RequestControls:
     """Give each of the request's numbers the ends of the rule that checks it — seed: ``GenerationRequest``'s
     0…``MAX_SEED``; steps, duration and canvas: the held model's ``limits`` (a side at most ``max_pixels`` ÷
-    ``canvas_multiple``; 0 = the model's own) — and let typed values through unclamped (``unclamped.py``): a value
-    outside is refused in one line (``generate_events.request_note``), never clamped."""
+    ``canvas_multiple``; 0 = the model's own) — and let typed values through unclamped (``ui/unclamped.py``): a value
+    outside is refused in one line (``generate.events.request_note``), never clamped."""
     rule = limits.frames
     side = limits.max_pixels // limits.canvas_multiple
     for name, low, high in (("seed", MIN_SEED, MAX_SEED), ("steps", limits.min_steps, limits.max_steps),

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import H3AppError
-from .forms import RequestForm
+from ...errors import H3AppError
+from ..forms import RequestForm
 
 TIME_NOTE_ID = "predicted-time"
 

@@ -26,17 +26,17 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 from gradio_client.utils import is_file_obj_with_meta
 
-from ..backend.limits import MAX_PROMPT_CHARS
-from ..backend.outputs import MAX_DEPTH, names_only
-from ..errors import H3AppError, for_visitor
-from ..hosting.admission import InFlight, Refused
-from ..hosting.upload_policy import UPLOAD_PREFIX
-from ..hosting.visitors import visitor_keys
-from ..rules.values import MAX_FIELD_CHARS, check_length
-from .gradio_compat import EventFunction, current_request, wrap_events
+from ...backend.limits import MAX_PROMPT_CHARS
+from ...backend.outputs import MAX_DEPTH, names_only
+from ...errors import H3AppError, for_visitor
+from ...hosting.admission import InFlight, Refused
+from ...hosting.upload_policy import UPLOAD_PREFIX
+from ...hosting.visitors import visitor_keys
+from ...rules.values import MAX_FIELD_CHARS, check_length
+from ..gradio_compat import EventFunction, current_request, wrap_events
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 ADAPTERS_JSON_CHARS = 8 * MAX_FIELD_CHARS  # two adapters' source, weight name and revision, with room for keys
 FIELD_CHARS = {"prompt": MAX_PROMPT_CHARS, "adapters_json": ADAPTERS_JSON_CHARS}

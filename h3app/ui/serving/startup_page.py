@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from ..rules.units import byte_unit
+from ...rules.units import byte_unit
 
 LOG = logging.getLogger("h3app.startup")
 REDRAW_SECONDS = 2.0

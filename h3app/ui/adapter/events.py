@@ -15,23 +15,24 @@ import gradio as gr
 import pandas as pd
 from gradio.utils import get_upload_folder
 
-from ..adapters.source import implied_weight
-from ..errors import H3AppError
-from ..hosting.upload_policy import UploadPolicy
-from ..hosting.upload_quota import discard, upload_quota
-from ..hosting.visitors import session_key, visitor_keys
-from ..rules.choices import T2VA
-from ..rules.strength import FAR_ABOVE_FACTOR
-from ..rules.units import format_bytes
-from ..settings import LoRASettings
-from . import render
-from .forms import KEEP, SlotForm, SyncForm, chain_text
-from .gradio_compat import client_gone
-from .scales import profile_basis, profile_view
-from .session import RunningJobs, Session, new_session, with_adapter
+from ...adapters.source import implied_weight
+from ...errors import H3AppError
+from ...hosting.upload_policy import UploadPolicy
+from ...hosting.upload_quota import discard, upload_quota
+from ...hosting.visitors import session_key, visitor_keys
+from ...lora.profile_rescale import profile_basis, profile_view
+from ...rules.choices import T2VA
+from ...rules.strength import FAR_ABOVE_FACTOR
+from ...rules.units import format_bytes
+from ...settings import LoRASettings
+from ..forms import KEEP, SlotForm, SyncForm, chain_text
+from ..gradio_compat import client_gone
+from ..presenters import render
+from ..session import RunningJobs, Session, new_session, with_adapter
+from ..user_error import user_error
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
@@ -55,11 +56,6 @@ def demo_question(given: str, demo: str) -> str:
     """The confirm row's question when a demo pick would replace a source the person gave."""
     return render.card("info", f"The source box holds <b>{render.esc(given[:120])}</b>. Replace it with the demo "
                                f"adapter <b>{render.esc(demo)}</b>?", testid="demo-question")
-
-
-def user_error(error: H3AppError) -> gr.Error:
-    """The backend's one-line message as a Gradio error modal (never a traceback)."""
-    return gr.Error(str(error), print_exception=False)
 
 
 @dataclass(frozen=True)
@@ -405,5 +401,4 @@ class AdapterEvents:
         return updated
 
 
-__all__ = ["AdapterEvents", "InspectView", "demo_question", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView",
-           "user_error"]
+__all__ = ["AdapterEvents", "InspectView", "demo_question", "LoadView", "ProfileBars", "Readout", "SourcePick", "UploadView"]

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 import pandas as pd
 
-from ..adapters.catalog import FileCheck, passed, refused, result_json
-from ..adapters.source.search import DEFAULT_LIMIT, DEFAULT_SORT, RecentSearches, search_adapters
-from ..backend.access_ledger import token_key
-from ..errors import H3AppError
-from ..rules.choices import T2VA
-from ..rules.units import format_bytes
-from . import render
-from .adapter_events import user_error
-from .forms import KEEP
+from ...adapters.catalog import FileCheck, passed, refused, result_json
+from ...adapters.source.search import DEFAULT_LIMIT, DEFAULT_SORT, RecentSearches, search_adapters
+from ...backend.access_ledger import token_key
+from ...errors import H3AppError
+from ...rules.choices import T2VA
+from ...rules.units import format_bytes
+from ..forms import KEEP
+from ..presenters import render
+from ..user_error import user_error
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 SEARCH_CACHE_SECONDS = 300  # hosted: how long one search answers again without asking the Hub
 MAX_CHECKS = 12  # files one "Check" press reads (each: one listing and a few range reads)

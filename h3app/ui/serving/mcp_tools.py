@@ -6,7 +6,7 @@ name and whose docstring is its description (Gradio reads ``Parameters:``/``Retu
 adapter as ``source`` (+ ``weight_name``, ``revision``), as the command line does, and hold no session: each call
 carries everything it needs, and each answers JSON text (Gradio hands an agent ``str()`` of a JSON output, which is
 Python's spelling, not JSON; in hosted mode the text is redacted as the guard redacts JSON outputs). They run the
-same code as the app's API endpoints (``api.py``) and the Hub panel (``hub_events.py``), so the same guards apply: ``endpoint_guard`` bounds inputs and redacts hosted answers, GPU
+same code as the app's API endpoints (``api.py``) and the Hub panel (``hub/events.py``), so the same guards apply: ``endpoint_guard`` bounds inputs and redacts hosted answers, GPU
 tools pass the GPU admission (``hosting.gpu_gate.admitted``), cheap ones queue under their own concurrency ids
 and count against the visitor's bound (``hosting/join_bound.py``). Gradio lists every public endpoint as a tool, so the
 app's six API endpoints appear beside these four.
@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
-from ..adapters.catalog import passed
-from ..adapters.source.search import DEFAULT_LIMIT, DEFAULT_SORT, MAX_LIMIT
-from ..hosting.gpu_gate import admitted, gpu_events
-from ..rules.check_pair import DEFAULT_A, DEFAULT_B
-from ..rules.choices import T2VA
-from ..rules.frames import RELEASED
+from ...adapters.catalog import passed
+from ...adapters.source.search import DEFAULT_LIMIT, DEFAULT_SORT, MAX_LIMIT
+from ...hosting.gpu_gate import admitted, gpu_events
+from ...rules.check_pair import DEFAULT_A, DEFAULT_B
+from ...rules.choices import T2VA
+from ...rules.frames import RELEASED
+from ..hub.events import HubEvents
 from .api import ApiEvents
 from .endpoint_guard import Redactor
-from .hub_events import HubEvents
 
 if TYPE_CHECKING:
-    from ..backend.service import Backend
+    from ...backend.service import Backend
 
 TOOL_NAMES = ("search_h3_adapters", "inspect_adapter", "generate_video", "check_alpha_equivalence")
 

@@ -7,10 +7,10 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import render
-from .comparison_view import GridLayout, ViewColumn, equal_marks, view_value
-from .history_words import entry_label, number
-from .session import HistoryEntry
+from ..presenters import render
+from ..presenters.history_words import entry_label, number
+from ..session import HistoryEntry
+from .view import GridLayout, ViewColumn, equal_marks, view_value
 
 HASH_CHARS = 12  # enough to tell results apart at a glance; the settings JSON has them whole
 GRID_CORNER = "alpha ╲ scale"

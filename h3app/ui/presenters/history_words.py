@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..adapters import summary
-from ..rules.modality import MODALITIES
+from ...adapters import summary
+from ...rules.modality import MODALITIES
 
 NO_LORA = "none (no LoRA)"
 PROMPT_CHARS = 40  # of the prompt in a label; the differences show it whole

@@ -11,13 +11,13 @@ from typing import Any
 
 import gradio as gr
 
-from ..errors import H3AppError
-from ..rules.modality import MODALITIES, MODALITY_SLIDER
-from ..rules.schedule import parse_schedule
-from ..rules.steps import evaluations
-from ..rules.values import STRENGTH
-from ..settings import LoRASettings
-from .unclamped import unclamped
+from ...errors import H3AppError
+from ...rules.modality import MODALITIES, MODALITY_SLIDER
+from ...rules.schedule import parse_schedule
+from ...rules.steps import evaluations
+from ...rules.values import STRENGTH
+from ...settings import LoRASettings
+from ..unclamped import unclamped
 
 FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
 SLIDERS = ("video_strength", "audio_strength")  # the two sliders (text: a number box with the API's range)

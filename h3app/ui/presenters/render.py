@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
-from ..adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
-from ..adapters.summary import AdapterSummary, describe, values_text
-from ..rules.alpha_source import AlphaSource
-from ..rules.steps import evaluations
-from ..rules.units import format_bytes
-from .scales import targets_by_group
+from ...adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
+from ...adapters.summary import AdapterSummary, describe, values_text
+from ...lora.profile_rescale import targets_by_group
+from ...rules.alpha_source import AlphaSource
+from ...rules.steps import evaluations
+from ...rules.units import format_bytes
 
 GROUP_NAMES = {"attention": "attention", "feed_forward": "feed-forward", "adaln": "AdaLN", "refiner": "refiner",
                "input_output": "input/output"}

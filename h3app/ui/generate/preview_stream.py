@@ -11,8 +11,8 @@ from typing import Any
 
 import gradio as gr
 
-from ..backend.preview import PreviewBoard
-from ..backend.worker import Progress
+from ...backend.preview import PreviewBoard
+from ...backend.worker import Progress
 
 CHECK_COLUMNS = ("A", "B", "fallback")  # left to right; the backend runs the fallback first, then A, then B
 CHECK_LABELS = {"A": "A", "B": "B", "fallback": "fallback (alpha = rank)"}

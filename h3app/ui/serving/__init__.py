@@ -1,0 +1,2 @@
+"""What serves the app beyond its tabs: the named endpoints (`api`), MCP tools, the endpoint guard and the
+first-start page."""

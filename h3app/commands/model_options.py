@@ -13,7 +13,16 @@ from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
 from ..rules.canvas import check_canvas
-from ..rules.choices import DTYPE_NAMES, LORA_MODES, NO_CACHE, OFFLOAD_MODES, STEP_CACHES, VAE_DTYPES, WORKFLOWS
+from ..rules.choices import (
+    DTYPE_NAMES,
+    LORA_MODES,
+    NO_CACHE,
+    OFFLOAD_MODES,
+    STEP_CACHES,
+    UNMERGED,
+    VAE_DTYPES,
+    WORKFLOWS,
+)
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
 from ..rules.steps import MIN_STEPS
@@ -109,7 +118,7 @@ def add_part_flags(parser: argparse.ArgumentParser) -> None:
 def add_lora_mode_flag(parser: argparse.ArgumentParser, mode_alias: bool = True) -> None:
     """``--lora-mode unmerged|merged`` (``args.lora_mode``). ``mode_alias``: ``--mode`` stays a hidden alias (on
     generate and grid, so scripts written before ``--lora-mode`` keep working; ``check --mode`` is the check's)."""
-    parser.add_argument("--lora-mode", default="unmerged", choices=LORA_MODES,
+    parser.add_argument("--lora-mode", default=UNMERGED, choices=LORA_MODES,
                         help="how LoRA is applied" + (" (--mode: deprecated alias)" if mode_alias else ""))
     if mode_alias:
         parser.add_argument("--mode", dest="lora_mode", default=argparse.SUPPRESS, choices=LORA_MODES,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import H3AppError
-from ..rules.choices import OFFLOAD_MODES
+from ..rules.choices import MERGED, OFFLOAD_MODES
 from ..rules.request_defaults import FULL, TINY, defaults_for
 from .flag_values import dtype_name
 from .model_options import (
@@ -76,7 +76,7 @@ def check_plan_values(args: argparse.Namespace):
     for flag in ("ulysses", "ring"):
         if not 1 <= getattr(args, flag) <= MAX_RANKS:
             raise H3AppError(f"--{flag} must be between 1 and {MAX_RANKS}, got {getattr(args, flag)}.")
-    if args.fp8 and args.lora_mode == "merged" and args.adapter is not None:
+    if args.fp8 and args.lora_mode == MERGED and args.adapter is not None:
         raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
                          "use --lora-mode unmerged, or drop --fp8.")
     if args.hardware is not None:

@@ -30,6 +30,8 @@ from .flag_values import dtype_name
 
 if TYPE_CHECKING:
     from ..model.loader import LoadOptions
+    from ..settings import LoRASettings
+
 
 def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> None:
     parser.add_argument("--model", default=None if required else os.environ.get("H3APP_MODEL", TINY),
@@ -87,7 +89,7 @@ def add_compile_flag(parser: argparse.ArgumentParser) -> None:
                              "LoRA setting changes do not recompile")
 
 
-def compile_fields(args: argparse.Namespace) -> dict:
+def compile_fields(args: argparse.Namespace) -> dict[str, Any]:
     """``{"compile": {graphs, recompiles}}`` for a command run with ``--compile``, else nothing."""
     if not getattr(args, "compile", False):
         return {}
@@ -180,7 +182,7 @@ def check_strengths(args: argparse.Namespace, **fields: Any) -> None:
     LoRASettings(source=args.adapter, **fields, **strength_fields(args))
 
 
-def parse_adapter_spec(spec: str, mode: str) -> Any:
+def parse_adapter_spec(spec: str, mode: str) -> LoRASettings:
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S,audio=0,schedule=1,1,0.5,blocks=0-9:0.5"`` → LoRASettings (SOURCE
     first; the rest optional, any order; a part without ``=`` after ``schedule=``/``blocks=`` continues its list)."""
     from ..errors import H3AppError
@@ -190,8 +192,8 @@ def parse_adapter_spec(spec: str, mode: str) -> Any:
     parts = [part.strip() for part in spec.split(",")]
     if not parts or not parts[0] or "=" in parts[0]:
         raise H3AppError(f'--adapter-spec must start with the source, e.g. "repo/name,alpha=8,scale=1", got {spec!r}.')
-    fields: dict[str, Any] = {"source": parts[0], "mode": mode}
-    last = None
+    fields: dict[str, Any] = {"source": parts[0], "mode": mode}  # LoRASettings' keyword arguments
+    last = ""  # the field the previous part set
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep and last in LIST_FIELDS:
@@ -255,6 +257,11 @@ class RequestFlags:
     duration: float
     height: int | None
     width: int | None
+
+    @property
+    def canvas(self) -> tuple[int, int] | None:
+        """``(height, width)`` as given (``request_flags`` takes both or neither), None: the default canvas."""
+        return (self.height, self.width) if self.height is not None and self.width is not None else None
 
 
 def request_flags(args: argparse.Namespace, model: str | None) -> RequestFlags:

@@ -307,6 +307,44 @@ def test_the_frame_rate_is_written_once() -> None:
     assert found == []
 
 
+def process_wide_ignores(tree: ast.AST) -> list[int]:
+    """Lines of ``tree`` that ignore warnings for the whole process: ``simplefilter("ignore")``, or
+    ``filterwarnings("ignore", ...)`` naming neither the message nor the module; inside a ``catch_warnings()``
+    block the filter ends with the block, so it is not one."""
+    def catches(item: ast.withitem) -> bool:
+        return isinstance(item.context_expr, ast.Call) and "catch_warnings" in ast.unparse(item.context_expr.func)
+
+    scoped = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.With) and any(map(catches, node.items))
+              for inner in ast.walk(node)}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in scoped or not node.args \
+                or not (isinstance(node.args[0], ast.Constant) and node.args[0].value == "ignore"):
+            continue
+        name = ast.unparse(node.func).rsplit(".", 1)[-1]
+        narrowed = len(node.args) > 1 or any(k.arg in ("message", "module") for k in node.keywords)
+        if name == "simplefilter" or name == "filterwarnings" and not narrowed:
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_warning_scan_finds_what_it_looks_for() -> None:
+    tree = ast.parse('import warnings\nwarnings.simplefilter("ignore")\n'
+                     'filterwarnings("ignore", category=UserWarning)\n'
+                     'warnings.filterwarnings("ignore", category=UserWarning, module="torch")\n'
+                     'with warnings.catch_warnings():\n    warnings.simplefilter("ignore")\n')
+    assert process_wide_ignores(tree) == [2, 3]
+
+
+def test_no_warning_is_ignored_process_wide() -> None:
+    """Warnings are filtered by category and module (``cli.QUIET_MODULES``: the libraries' own), never for the whole
+    process: h3app's own warnings, and any a person can act on, stay visible."""
+    found = []
+    for path in sources():
+        found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in process_wide_ignores(parsed(path))]
+    assert found == []
+
+
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
 

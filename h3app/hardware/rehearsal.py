@@ -140,9 +140,9 @@ def rehearse(options: RehearsalOptions, *,
             engine, bound, lora_bytes = _attach(transformer, options, counter)
         pristine = engine.pristine.ram_bytes if engine is not None else 0  # the count we plan for
 
-        request = GenerationRequest(prompt=PROMPT, steps=REHEARSAL_STEPS, duration=options.duration, height=height, width=width,
-                                    workflow=options.workflow, **_workflow_files(options.workflow, Path(scratch),
-                                                                                 height, width))
+        request = GenerationRequest(prompt=PROMPT, steps=REHEARSAL_STEPS, duration=options.duration, height=height,
+                                    width=width, workflow=options.workflow,
+                                    **_workflow_files(options.workflow, Path(scratch), height, width))
         tokens: dict[str, int] = {}
         undo = _instrument(loaded, options.workflow, counter, tokens)
         worker = Worker(max_queue=1)

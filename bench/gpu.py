@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3app.rules.choices import MERGED, UNMERGED
 from h3app.rules.frames import RELEASED
 
 from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, cuda_device, time_cuda, time_host
@@ -240,14 +241,14 @@ def merged_rows(bench: FullSizeBench, layers: int, inputs: dict[str, tuple[dict[
     rows = placement_rows(bench.engine, layers, lambda change: time_host(change, repeats))
     try:
         started = time.perf_counter()
-        bench.engine.set_mode("merged")
+        bench.engine.set_mode(MERGED)
         torch.cuda.synchronize()
         rows.append(("switch to merged (pristine copies + merge)", "", time.perf_counter() - started,
                      f"copies of the weights of {layers} targets, placed by the store's auto rule"))
         for name, (_, batch) in inputs.items():
             rows.append(("one denoising step, merged", name, time_cuda(bench.forward(batch), repeats),
                          "no per-forward overhead expected"))
-        bench.engine.set_mode("unmerged")
+        bench.engine.set_mode(UNMERGED)
     except H3AppError as error:
         rows.append(("merged mode", "", float("nan"), f"skipped: {error}"))
     return rows

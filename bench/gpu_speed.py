@@ -21,12 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from h3app.rules.choices import MERGED, UNMERGED
+
 BUDGET_S = 360.0  # the matrix; with the rehearsal and the build the script stays within 8 minutes
 PRECISIONS = ("bf16", "fp8")
 MODES = ("eager", "compiled")
-LORAS = ("none", "unmerged", "merged")
+LORAS = ("none", UNMERGED, MERGED)
 VARIANTS: tuple[tuple[str, str, str], ...] = tuple((p, m, lora) for p in PRECISIONS for m in MODES for lora in LORAS)
-REFUSED = {("fp8", "merged"): "refused: fp8 storage keeps LoRA exact only unmerged"}
+REFUSED = {("fp8", MERGED): "refused: fp8 storage keeps LoRA exact only unmerged"}
 
 
 @dataclass
@@ -122,11 +124,11 @@ def measure_steps(model: Any, engine: Any, attach: Callable[[], None], step: Cal
             engine.detach()
             timed((precision, mode, "none"))
             attach()
-            timed((precision, mode, "unmerged"))
-            if (precision, "merged") not in REFUSED:
-                engine.set_mode("merged")
-                timed((precision, mode, "merged"))
-                engine.set_mode("unmerged")
+            timed((precision, mode, UNMERGED))
+            if (precision, MERGED) not in REFUSED:
+                engine.set_mode(MERGED)
+                timed((precision, mode, MERGED))
+                engine.set_mode(UNMERGED)
     engine.detach()
     return out
 

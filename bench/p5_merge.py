@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from h3app.rules.choices import MERGED, UNMERGED
+
 from .context import BenchContext
 from .models import MEDIUM_CONFIG, medium_case
 from .table import Goal, Row
@@ -38,17 +40,17 @@ def time_placements(engine: Any, name: str, timer: Callable[[Callable[[], None]]
 
     results: dict[str, Any] = {}
     for placement in placements:
-        engine.set_mode("unmerged")
+        engine.set_mode(UNMERGED)
         engine.set_lora(name, alpha=8.0)
         engine.pristine.set_placement(placement, device_budget)
         try:
-            engine.set_mode("merged")
+            engine.set_mode(MERGED)
         except H3AppError as error:
             results[placement] = str(error)
             continue
         alpha = Alternate(8.0, 16.0)
         results[placement] = timer(lambda alpha=alpha: engine.set_lora(name, alpha=alpha()))
-    engine.set_mode("unmerged")
+    engine.set_mode(UNMERGED)
     engine.set_lora(name, alpha=8.0)
     engine.pristine.set_placement("auto")
     return results

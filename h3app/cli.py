@@ -10,11 +10,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn, Protocol
 
 from .commands import check, export, generate, grid, inspect, plan, search
 from .errors import H3AppError
 
-COMMANDS = (inspect, generate, check, export, grid, plan, search)  # light modules: heavy imports inside each ``run``
+
+class Command(Protocol):
+    """A command module: ``add_parser`` adds its subcommand, whose defaults set ``run`` (``Namespace`` → exit
+    status) and, where it has checks across flags, ``check`` (``Namespace`` → None, or H3AppError)."""
+
+    def add_parser(self, sub: argparse._SubParsersAction) -> None: ...
+
+
+# light modules: heavy imports inside each ``run``
+COMMANDS: tuple[Command, ...] = (inspect, generate, check, export, grid, plan, search)
 LIGHT = ("inspect", "search")  # commands that never import torch: the libraries are not configured for them
 # Warnings raised in these libraries' own modules are not the user's to act on; h3app's and any other stay visible.
 QUIET_MODULES = r"(torch|diffusers|transformers)(\.|$)"
@@ -23,7 +33,7 @@ QUIET_MODULES = r"(torch|diffusers|transformers)(\.|$)"
 class _OneLineParser(argparse.ArgumentParser):
     """Argument errors are bad input: one line on stderr, exit 2, no usage dump."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 

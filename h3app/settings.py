@@ -10,11 +10,9 @@ from typing import Any
 from .errors import H3AppError
 from .rules import values
 from .rules.blocks import BlockStrength, parse_block_strength
-from .rules.choices import LORA_MODES, QKV_LAYOUTS
+from .rules.choices import LORA_MODES, MERGED, QKV_LAYOUTS, UNMERGED
 from .rules.modality import MODALITIES, ModalityStrength, parse_modality_strength
 from .rules.schedule import StrengthSchedule, parse_schedule
-
-MODES = LORA_MODES  # the name the LoRA engine imports
 
 
 def check_alpha(alpha: Any) -> float | None:
@@ -42,7 +40,7 @@ class LoRASettings:
     revision: str | None = None
     alpha: float | None = None
     strength: float = 1.0
-    mode: str = "unmerged"
+    mode: str = UNMERGED
     group_strengths: Mapping[str, float] = field(default_factory=dict)
     qkv_layout: str = "auto"
     skip_parts: tuple[str, ...] = ()  # part kinds left out (``adaln``: a pruned-base file's AdaLN parts)
@@ -87,7 +85,7 @@ class LoRASettings:
         schedule = parse_schedule(self.strength_schedule)
         object.__setattr__(self, "strength_schedule", schedule.label if schedule is not None else "")
         object.__setattr__(self, "block_strength", parse_block_strength(self.block_strength).label)
-        refusal = merged_refusal(self.modality, schedule) if self.mode == "merged" else None
+        refusal = merged_refusal(self.modality, schedule) if self.mode == MERGED else None
         if refusal:
             raise H3AppError(refusal)
 

@@ -29,7 +29,7 @@ from ..lora.engine import LoRAEngine
 from ..lora.report import MatchReport
 from ..model import fp8, repo
 from ..model.loader import LoadedModel, config_of
-from ..rules.choices import T2VA
+from ..rules.choices import MERGED, T2VA, UNMERGED
 from ..rules.h3_modules import TransformerShapes, transformer_shapes
 from ..settings import LoRASettings
 from .access_ledger import AccessLedger
@@ -298,7 +298,7 @@ class AdapterBinder:
         modes = {a.mode for a in adapters}
         if len(modes) > 1:
             raise H3AppError("all adapters of one job must use the same mode (unmerged or merged): pick one.")
-        if "merged" in modes and self.model.options.fp8:
+        if MERGED in modes and self.model.options.fp8:
             raise H3AppError(fp8.MERGED_REFUSAL)
         names = [adapter_slot_name(a) for a in adapters]
         if len(set(names)) != len(names):
@@ -351,13 +351,13 @@ class AdapterBinder:
         if not self.model.options.compile:
             self.reset(workflow)
             return
-        if adapters and all(a.mode == "unmerged" for a in adapters):
+        if adapters and all(a.mode == UNMERGED for a in adapters):
             self.apply(adapters, workflow, token)
         with self._lock:
             engine = self.engine(workflow)
             try:
                 for name, settings in engine.active().items():
-                    if engine.mode != "unmerged" or engine.adapter(name).has_exact_parts:
+                    if engine.mode != UNMERGED or engine.adapter(name).has_exact_parts:
                         engine.detach(name)
                         self._files.pop(name, None)
                     elif settings.strength != 0:

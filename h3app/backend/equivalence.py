@@ -29,7 +29,7 @@ import torch
 from ..adapters.parts import check_note
 from ..model.loader import LoadOptions
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
-from ..rules.choices import FULL_CHECK, REF2VA
+from ..rules.choices import FULL_CHECK, REF2VA, UNMERGED
 from ..settings import LoRASettings
 from . import metrics
 from .generation import (
@@ -261,12 +261,12 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
             # The fallback first: its mp4 is encoded while A denoises, and A, the control and B then run back to
             # back with only the slider change (set_lora) between A and B; B's mp4, last, is normally a remux.
             engine.attach(with_rank_alpha(loaded.adapter),
-                          dataclasses.replace(adapter, alpha=None, strength=1.0, mode="unmerged"), CHECK_NAME)
+                          dataclasses.replace(adapter, alpha=None, strength=1.0, mode=UNMERGED), CHECK_NAME)
             rf = runs.run("fallback")
             runs.encode("fallback", None, 1.0)
             engine.detach()
             engine.attach(loaded.adapter, dataclasses.replace(adapter, alpha=a.alpha, strength=a.strength,
-                                                              mode="unmerged"), CHECK_NAME)
+                                                              mode=UNMERGED), CHECK_NAME)
             with first_output_digest(pipe, request) as first_a:
                 ra = runs.run("A")
             runs.encode("A", a.alpha, a.strength)

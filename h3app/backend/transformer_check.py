@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.check_pair import CheckSetting
-from ..rules.choices import TRANSFORMER_CHECK
+from ..rules.choices import TRANSFORMER_CHECK, UNMERGED
 from ..rules.request_defaults import SEED
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "adapter": source or adapter.identity,
         "matched": len(report.matched),
         "ranks": sorted(set(matched_ranks.values()), reverse=True),
-        "lora_mode": "unmerged",
+        "lora_mode": UNMERGED,
         "device": str(device),
         "dtype": str(next(transformer.parameters()).dtype).replace("torch.", ""),
         "deterministic": True,
@@ -212,7 +212,7 @@ def _check_settings(advanced: LoRASettings | None, source: str) -> LoRASettings:
     """The settings every column starts from: ``advanced``'s per-modality, schedule and block strengths, unmerged."""
     from ..settings import LoRASettings
 
-    return dataclasses.replace(advanced or LoRASettings(source=source), mode="unmerged", source=source)
+    return dataclasses.replace(advanced or LoRASettings(source=source), mode=UNMERGED, source=source)
 
 
 def _check_warnings(report: Any, settings: LoRASettings) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
@@ -85,9 +85,10 @@ def run(args: argparse.Namespace) -> int:
         if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
 
-            result = (run_full_check(FullCheck(args.model, options, adapter_settings, request, a, b,
-                                               args.low_rank_only, previews), os.environ.get("HF_TOKEN"))
-                      if group is None else _full_check_on_ranks(args, a, b, group, previews))
+            result: dict[str, Any] | None = (
+                run_full_check(FullCheck(args.model, options, adapter_settings, request, a, b, args.low_rank_only,
+                                         previews), os.environ.get("HF_TOKEN"))
+                if group is None else _full_check_on_ranks(args, a, b, group, previews))
         else:
             from ..model.loader import load_transformer
             from ..parallel.lockstep import on_every_rank
@@ -107,9 +108,9 @@ def run(args: argparse.Namespace) -> int:
             result["model"] = args.model
     finally:
         close_ranks(group)
+    if result is None or group is not None and not group.leader:
+        return 0  # a follower rank: rank 0 reports
     if group is not None:
-        if not group.leader:
-            return 0
         result["parallel"] = group.spec.label
     result.update(compile_fields(args))
     if previews is not None:
@@ -137,8 +138,9 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
 
 
 def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,
-                         group: RankGroup, previews: PreviewBoard | None = None) -> dict | None:
-    """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank."""
+                         group: RankGroup, previews: PreviewBoard | None = None) -> dict[str, Any] | None:
+    """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank; its
+    JSON on rank 0, None on a follower (which served rank 0's jobs)."""
     from ..backend.service import Backend
     from ..parallel.follower import bind, follow
 
@@ -162,6 +164,7 @@ def load_check_adapter(args: argparse.Namespace, transformer: torch.nn.Module,
     ranks, shard ``transformer``'s sequence over them first."""
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
+    from ..model.loader import config_of
     from ..rules.h3_modules import transformer_shapes
 
     if group is not None:
@@ -170,7 +173,7 @@ def load_check_adapter(args: argparse.Namespace, transformer: torch.nn.Module,
         parallelize(transformer, group.spec)
 
     fetched = fetch(args.adapter, weight_name=args.weight_name, revision=args.revision)
-    return load_adapter(fetched.path, shapes=transformer_shapes(dict(transformer.config)),
+    return load_adapter(fetched.path, shapes=transformer_shapes(config_of(transformer)),
                         adapter_config_path=fetched.adapter_config_path, repo_id=fetched.repo_id,
                         filename=fetched.filename, skip_parts=tuple(args.skip_parts),
                         any_partition=args.any_partition)

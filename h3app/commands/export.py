@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .inspect import add_source_flags
 from .model_options import add_strength_flags, strength_fields
+
+if TYPE_CHECKING:  # heavy imports stay inside functions
+    from ..rules.h3_modules import TransformerShapes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -> Any:
+def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -> TransformerShapes:
     """The model's shapes, or (no ``--model``) the full-size H3's, or the tiny checkpoint's if the file fits that."""
     from ..adapters.fit import misfits
     from ..adapters.formats import plan_adapter
@@ -39,10 +42,9 @@ def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -
     from ..errors import H3AppError
     from ..model.repo import TINY, read_transformer_config
     from ..rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
-    from .inspect import model_shapes
 
     if model is not None:
-        return model_shapes(model, partition)
+        return transformer_shapes(read_transformer_config(model, partition))
     plan = plan_adapter(read_local_header(path), qkv_layout=qkv_layout, partition=partition)
     modules = plan.modules + plan.reference_modules
     for config in (lambda: FULL_SIZE_CONFIG, lambda: read_transformer_config(TINY, partition)):
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_unbakeable(advanced)  # before anything is fetched
     adapter_file = fetch(args.adapter, args.weight_name, args.revision, token=os.environ.get("HF_TOKEN"))
     path = Path(adapter_file.path)
+    repo_id: str | None  # None: a local file the registry does not name
     if adapter_file.repo_id is not None:
         repo_id, filename = adapter_file.repo_id, adapter_file.filename
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import H3AppError
 from ..rules.choices import PREVIEW_DECODERS, T2VA
@@ -20,6 +20,10 @@ from .model_options import (  # noqa: F401 - parse_adapter_spec: importable from
     request_flags,
     strength_fields,
 )
+
+if TYPE_CHECKING:  # heavy imports stay inside functions
+    from ..backend.preview import PreviewBoard
+    from ..settings import LoRASettings
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +58,7 @@ def add_preview_flags(p: argparse.ArgumentParser, where: str) -> None:
                    help="auto: the model's own VAE when small, else fitted latent→RGB factors, else pca false colours")
 
 
-def preview_board(args: argparse.Namespace) -> Any:
+def preview_board(args: argparse.Namespace) -> PreviewBoard | None:
     """The run's PreviewBoard for ``--preview-dir`` (None without it)."""
     if args.preview_dir is None:
         return None
@@ -79,7 +83,8 @@ def check_values(args: argparse.Namespace) -> None:
     adapters_from_args(args)
 
 
-def adapters_from_args(args: argparse.Namespace) -> list:
+def adapters_from_args(args: argparse.Namespace) -> list[LoRASettings]:
+    """``--adapter`` with its flags, then each ``--adapter-spec``, as LoRASettings (checked: one line each)."""
     from ..settings import LoRASettings
 
     adapters = []

@@ -7,9 +7,13 @@ that model's transformer config (no weights loaded).
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..rules.choices import MAIN_PARTITION, PARTITIONS, QKV_LAYOUTS
+
+if TYPE_CHECKING:  # heavy imports stay inside functions
+    from ..adapters.types import HeaderView
+    from ..rules.h3_modules import TransformerShapes
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +36,7 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
                    help="leave these parts out (adaln: the AdaLN parts of a file built for a pruned H3); repeatable")
 
 
-def read_source_header(source: str, weight_name: str | None, revision: str | None) -> Any:
+def read_source_header(source: str, weight_name: str | None, revision: str | None) -> HeaderView:
     """The ``HeaderView`` of ``source`` (local file/folder, Hub repo id or URL) without downloading weights."""
     import os
 
@@ -41,7 +45,7 @@ def read_source_header(source: str, weight_name: str | None, revision: str | Non
     return read_header(source, weight_name=weight_name, revision=revision, token=os.environ.get("HF_TOKEN"))
 
 
-def model_shapes(model: str | None, partition: str) -> Any:
+def model_shapes(model: str | None, partition: str) -> TransformerShapes | None:
     """``TransformerShapes`` of ``model``'s transformer config, or None without a model."""
     if model is None:
         return None

@@ -13,7 +13,16 @@ from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
 from ..rules.canvas import check_canvas
-from ..rules.choices import DTYPE_NAMES, LORA_MODES, NO_CACHE, OFFLOAD_MODES, STEP_CACHES, VAE_DTYPES, WORKFLOWS
+from ..rules.choices import (
+    DTYPE_NAMES,
+    LORA_MODES,
+    NO_CACHE,
+    OFFLOAD_MODES,
+    STEP_CACHES,
+    UNMERGED,
+    VAE_DTYPES,
+    WORKFLOWS,
+)
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
 from ..rules.steps import MIN_STEPS
@@ -21,6 +30,8 @@ from .flag_values import dtype_name
 
 if TYPE_CHECKING:
     from ..model.loader import LoadOptions
+    from ..settings import LoRASettings
+
 
 def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> None:
     parser.add_argument("--model", default=None if required else os.environ.get("H3APP_MODEL", TINY),
@@ -78,7 +89,7 @@ def add_compile_flag(parser: argparse.ArgumentParser) -> None:
                              "LoRA setting changes do not recompile")
 
 
-def compile_fields(args: argparse.Namespace) -> dict:
+def compile_fields(args: argparse.Namespace) -> dict[str, Any]:
     """``{"compile": {graphs, recompiles}}`` for a command run with ``--compile``, else nothing."""
     if not getattr(args, "compile", False):
         return {}
@@ -109,7 +120,7 @@ def add_part_flags(parser: argparse.ArgumentParser) -> None:
 def add_lora_mode_flag(parser: argparse.ArgumentParser, mode_alias: bool = True) -> None:
     """``--lora-mode unmerged|merged`` (``args.lora_mode``). ``mode_alias``: ``--mode`` stays a hidden alias (on
     generate and grid, so scripts written before ``--lora-mode`` keep working; ``check --mode`` is the check's)."""
-    parser.add_argument("--lora-mode", default="unmerged", choices=LORA_MODES,
+    parser.add_argument("--lora-mode", default=UNMERGED, choices=LORA_MODES,
                         help="how LoRA is applied" + (" (--mode: deprecated alias)" if mode_alias else ""))
     if mode_alias:
         parser.add_argument("--mode", dest="lora_mode", default=argparse.SUPPRESS, choices=LORA_MODES,
@@ -171,7 +182,7 @@ def check_strengths(args: argparse.Namespace, **fields: Any) -> None:
     LoRASettings(source=args.adapter, **fields, **strength_fields(args))
 
 
-def parse_adapter_spec(spec: str, mode: str) -> Any:
+def parse_adapter_spec(spec: str, mode: str) -> LoRASettings:
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S,audio=0,schedule=1,1,0.5,blocks=0-9:0.5"`` → LoRASettings (SOURCE
     first; the rest optional, any order; a part without ``=`` after ``schedule=``/``blocks=`` continues its list)."""
     from ..errors import H3AppError
@@ -181,8 +192,8 @@ def parse_adapter_spec(spec: str, mode: str) -> Any:
     parts = [part.strip() for part in spec.split(",")]
     if not parts or not parts[0] or "=" in parts[0]:
         raise H3AppError(f'--adapter-spec must start with the source, e.g. "repo/name,alpha=8,scale=1", got {spec!r}.')
-    fields: dict[str, Any] = {"source": parts[0], "mode": mode}
-    last = None
+    fields: dict[str, Any] = {"source": parts[0], "mode": mode}  # LoRASettings' keyword arguments
+    last = ""  # the field the previous part set
     for part in parts[1:]:
         key, sep, value = part.partition("=")
         if not sep and last in LIST_FIELDS:
@@ -246,6 +257,11 @@ class RequestFlags:
     duration: float
     height: int | None
     width: int | None
+
+    @property
+    def canvas(self) -> tuple[int, int] | None:
+        """``(height, width)`` as given (``request_flags`` takes both or neither), None: the default canvas."""
+        return (self.height, self.width) if self.height is not None and self.width is not None else None
 
 
 def request_flags(args: argparse.Namespace, model: str | None) -> RequestFlags:

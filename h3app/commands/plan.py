@@ -9,12 +9,14 @@ same way before anything heavy is imported. docs/hardware.md explains the number
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ..errors import H3AppError
-from ..rules.choices import OFFLOAD_MODES
+from ..rules.choices import MERGED, OFFLOAD_MODES
 from ..rules.request_defaults import FULL, TINY, defaults_for
 from .flag_values import dtype_name
 from .model_options import (
+    RequestFlags,
     add_adapter_flags,
     add_cache_flag,
     add_fp8_flags,
@@ -23,6 +25,10 @@ from .model_options import (
     add_vae_dtype_flag,
     request_flags,
 )
+
+if TYPE_CHECKING:  # heavy imports stay inside functions
+    from ..hardware.judge import PlannedRequest, Setup
+    from ..hardware.planner import Placement
 
 MAX_RANKS = 64
 
@@ -65,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def check_plan_values(args: argparse.Namespace):
+def check_plan_values(args: argparse.Namespace) -> RequestFlags:
     """The checked request flags (``RequestFlags``); one line for anything invalid, before torch is imported."""
     if args.model not in (FULL, TINY):
         raise H3AppError(f"plan --model {args.model!r}: use full (the published MiniMax-H3 sizes, no weights) or "
@@ -76,7 +82,7 @@ def check_plan_values(args: argparse.Namespace):
     for flag in ("ulysses", "ring"):
         if not 1 <= getattr(args, flag) <= MAX_RANKS:
             raise H3AppError(f"--{flag} must be between 1 and {MAX_RANKS}, got {getattr(args, flag)}.")
-    if args.fp8 and args.lora_mode == "merged" and args.adapter is not None:
+    if args.fp8 and args.lora_mode == MERGED and args.adapter is not None:
         raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
                          "use --lora-mode unmerged, or drop --fp8.")
     if args.hardware is not None:
@@ -86,7 +92,7 @@ def check_plan_values(args: argparse.Namespace):
     return flags
 
 
-def plan_options(args: argparse.Namespace):
+def plan_options(args: argparse.Namespace) -> tuple[PlannedRequest, Placement, Setup]:
     """``(PlannedRequest, Placement, Setup)`` of ``args``; ``H3AppError`` (one line) for anything invalid."""
     from ..rules.values import parse_alpha, parse_strength
 
@@ -103,7 +109,7 @@ def plan_options(args: argparse.Namespace):
     from ..rules.frames import RELEASED
 
     defaults = defaults_for(args.model)
-    height, width = (flags.height, flags.width) if flags.height is not None else defaults.planned_canvas
+    height, width = flags.canvas or defaults.planned_canvas
     request = PlannedRequest(flags.workflow or defaults.workflow, height, width, RELEASED.frames(flags.duration),
                              flags.steps or defaults.steps, args.cache)
     setup = Setup(model=args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ..adapters.types import HeaderView
-from ..rules.choices import NO_CACHE
+from ..rules.choices import MERGED, NO_CACHE, UNMERGED
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import BY_MODEL, FULL
 from .flavors import Flavor
@@ -83,7 +83,7 @@ class Setup:
     adapter: HeaderView | None = None
     alpha: float | None = None
     scale: float = 1.0
-    lora_mode: str = "unmerged"
+    lora_mode: str = UNMERGED
 
     @property
     def lora(self) -> str | None:
@@ -159,7 +159,7 @@ def judge(request: PlannedRequest, placement: Placement, box: Flavor, setup: Set
     peak, phases = compose(measured, placement, lora)
     host = host_bytes(measured, placement, lora) * max(1, placement.ranks)
     refused = ("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): use --lora-mode "
-               "unmerged, or drop --fp8." if placement.fp8 and lora == "merged" else None)
+               "unmerged, or drop --fp8." if placement.fp8 and lora == MERGED else None)
     return Verdict(request, placement, box, peak, host, fits(peak, box, placement), fits_host(host, box), phases,
                    predict_one(measured, placement, lora, box, request.steps, request.cache, peaks), refused)
 
@@ -180,7 +180,7 @@ def candidates(box: Flavor, setup: Setup = DEFAULT_SETUP, **fixed: Any) -> list[
     for count in (ranks,) if ranks else rank_options(box):
         for placement in PREFERENCE:
             placement = replace(placement, ranks=count, ring=ring or 1)
-            if placement.fp8 and setup.lora == "merged":
+            if placement.fp8 and setup.lora == MERGED:
                 continue
             if all(getattr(placement, name) == value for name, value in fixed.items() if value is not None):
                 out.append(placement)

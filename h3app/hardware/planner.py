@@ -43,7 +43,7 @@ import torch
 from ..errors import H3AppError
 from ..lru import LRU
 from ..model import repo
-from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES
+from ..rules.choices import MAIN_PARTITION, MERGED, OFFLOAD_MODES
 from ..rules.h3_modules import transformer_shapes
 from ..rules.request_defaults import TINY_DEFAULTS
 from . import full_size
@@ -236,7 +236,7 @@ def host_bytes(measured: Measured, placement: Placement, lora_mode: str | None) 
         loading = max(as_loaded.values())
     else:
         loading = max(as_loaded["text_encoder"], sum(placed.values()) - placed[partition] + as_loaded[partition])
-    pristine = rehearsal.pristine_host_bytes if lora_mode == "merged" else 0
+    pristine = rehearsal.pristine_host_bytes if lora_mode == MERGED else 0
     return loading + pristine + rehearsal.host_peak - rehearsal.pristine_host_bytes
 
 

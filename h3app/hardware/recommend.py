@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import H3AppError
-from ..rules.choices import OFFLOAD_MODES
+from ..rules.choices import MERGED, OFFLOAD_MODES
 from .flavors import FLAVORS, Flavor, flavor
 from .judge import DEFAULT_SETUP, PREDICTION_FIELDS, PlannedRequest, Setup, Verdict, best, judge, limits, measured_for
 from .planner import Measured, Placement, dtype_name, placed_weights, run_options
@@ -108,7 +108,7 @@ def make_plan(request: PlannedRequest, placement: Placement, setup: Setup = DEFA
     if placement.offload not in OFFLOAD_MODES:
         raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {placement.offload!r}.")
     lora = setup.lora
-    if placement.fp8 and lora == "merged":
+    if placement.fp8 and lora == MERGED:
         raise H3AppError("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): "
                          "use --lora-mode unmerged, or drop --fp8.")
     judged = (flavor(hardware),) if hardware else FLAVORS
@@ -149,7 +149,7 @@ def _warnings(verdicts: dict[str, Verdict], measured: Any, placement: Placement,
     elif not any(v.fits for v in verdicts.values()):
         warnings.append(f"{placement.label} fits some GPUs but no box with {format_bytes(first.host_bytes)} of host "
                         f"RAM beside them; see each flavor's `best` and `recommended`.")
-    if lora == "merged":
+    if lora == MERGED:
         warnings.append(f"merged mode keeps pristine copies of the bound weights in host RAM "
                         f"({format_bytes(measured.rehearsal.pristine_host_bytes)}).")
     if placement.offload != "none":

@@ -31,7 +31,7 @@ from ..model import repo
 from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.sub_block_cache import SubBlockCache
-from ..rules.choices import FL2VA, T2VA
+from ..rules.choices import FL2VA, T2VA, UNMERGED
 from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
@@ -50,6 +50,9 @@ PROMPT = "a paper boat drifting down a rain-filled street gutter, rain and dista
 ADAPTER_NAME = "rehearsal"
 ENCODERS = ("text_encoder",)
 PREVIEW = "preview"  # the phase a step preview's work is counted under
+# Sigma points the rehearsal runs: 2 = one denoising step, not a request default. The rehearsal measures one
+# evaluation's bytes and FLOPs, and roofline.py scales them to a request's own steps: more would only cost time.
+REHEARSAL_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ class RehearsalOptions:
     adapter: HeaderView | None = None
     alpha: float | None = None
     scale: float = 1.0
-    lora_mode: str = "unmerged"
+    lora_mode: str = UNMERGED
     size: tuple[int, int] | None = None
     vae_dtype: torch.dtype = torch.float32  # what the video decoder's layers compute in (``--vae-dtype``)
     equivalence: bool = False  # run the backend's equivalence check (fallback, A, control, B) with ``adapter``
@@ -137,9 +140,9 @@ def rehearse(options: RehearsalOptions, *,
             engine, bound, lora_bytes = _attach(transformer, options, counter)
         pristine = engine.pristine.ram_bytes if engine is not None else 0  # the count we plan for
 
-        request = GenerationRequest(prompt=PROMPT, steps=2, duration=options.duration, height=height, width=width,
-                                    workflow=options.workflow, **_workflow_files(options.workflow, Path(scratch),
-                                                                                 height, width))
+        request = GenerationRequest(prompt=PROMPT, steps=REHEARSAL_STEPS, duration=options.duration, height=height,
+                                    width=width, workflow=options.workflow,
+                                    **_workflow_files(options.workflow, Path(scratch), height, width))
         tokens: dict[str, int] = {}
         undo = _instrument(loaded, options.workflow, counter, tokens)
         worker = Worker(max_queue=1)

@@ -29,7 +29,7 @@ from ..backend.outputs import Outputs
 from ..model import repo
 from ..model.loader import LoadedModel
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
-from ..rules.choices import T2VA
+from ..rules.choices import T2VA, UNMERGED
 from ..settings import LoRASettings
 from .header_adapter import adapter_from_header, factor_bytes
 
@@ -95,7 +95,7 @@ def rehearse_check(loaded: LoadedModel, header: HeaderView, request: GenerationR
     def on_step(done: int, _: int) -> None:
         steps[0] = max(steps[0], done)
 
-    settings = LoRASettings(source=header.name, mode="unmerged")
+    settings = LoRASettings(source=header.name, mode=UNMERGED)
     result = run_equivalence(binder, request, settings, a=a, b=b, outputs=Outputs(folder / "check"), on_step=on_step,
                              on_phase=lambda label: phases.append(label.split(" ")[0]))
     bound = binder.engine(request.workflow).match(binder.loaded.adapter, settings).matched

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..model import repo
-from ..rules.choices import NO_CACHE
+from ..rules.choices import NO_CACHE, UNMERGED
 from .flavors import Flavor
 from .work import BASE, LORA, TF32, moved_total, total
 
@@ -133,7 +133,7 @@ def step_seconds(measured: Any, placement: Any, peaks: Peaks, lora: str | None) 
     ``group`` offload at least the transformer's transfer over the host link."""
     partition = repo.partition_for(measured.rehearsal.options.workflow)
     transformer = measured.fp8_transformer_bytes if placement.fp8 else measured.weights.get(partition, 0)
-    unmerged = lora == "unmerged"
+    unmerged = lora == UNMERGED
     kinds = (BASE, LORA) if unmerged else (BASE,)
     flops = flops_per_evaluation(measured.rehearsal, kinds)
     evaluations = max(1, measured.rehearsal.evaluations)
@@ -213,7 +213,7 @@ def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: 
     return {"step_s": round(step, 4), "exchange_s": round(exchange, 4), "evaluations": evaluations,
             "skipped": skipped, "skipped_step_s": round(skipped_step, 4),
             **{name: round(value, 3) for name, value in parts.items()}, "video_s": round(video, 2),
-            "check_s": round(len(FULL_RUNS) * video + CONTROL_STEPS * step, 2) if lora_mode == "unmerged" else None,
+            "check_s": round(len(FULL_RUNS) * video + CONTROL_STEPS * step, 2) if lora_mode == UNMERGED else None,
             "usd_per_video": round(video / 3600 * price, 4) if price is not None else None,
             "lora_overhead": round(step / base, 4) if base > 0 else None}
 

@@ -18,6 +18,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import H3AppError
+from ..rules.choices import MERGED, UNMERGED
 from .layers import LoRALinear, is_mergeable
 from .pristine import PristineStore
 
@@ -47,7 +48,7 @@ class BoundLayers:
     def __init__(self, transformer: nn.Module, pristine: PristineStore) -> None:
         self.transformer = transformer
         self.pristine = pristine
-        self.mode = "unmerged"
+        self.mode = UNMERGED
         self._bindings: dict[str, Binding] = {}
 
     @property
@@ -107,7 +108,7 @@ class BoundLayers:
         weights exact parts will be written into whatever the mode (room is reserved for their pristine copies)."""
         paths = list(paths)
         old_mode = self.mode
-        self._reserve(paths if mode == "merged" else list(exact_paths))
+        self._reserve(paths if mode == MERGED else list(exact_paths))
         saved = {path: (list(self.binding(path).wrapper.lora_entries), list(self.binding(path).wrapper.exact_entries))
                  for path in paths}
         try:
@@ -155,7 +156,7 @@ class BoundLayers:
         for path in paths:
             binding = self._bindings[path]
             wrapper = binding.wrapper
-            merged = mode == "merged" and bool(wrapper.lora_entries)
+            merged = mode == MERGED and bool(wrapper.lora_entries)
             if merged or wrapper.exact_entries:  # the weight is written: W0 (+ exact parts) (+ Σ scale·BA merged)
                 binding.install(wrapper if wrapper.lora_entries and not merged else binding.original)
                 if path not in self.pristine:

@@ -21,7 +21,8 @@ import torch.nn as nn
 from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
 from ..rules.blocks import block_index
-from ..settings import MODES, LoRASettings, merged_refusal
+from ..rules.choices import LORA_MODES, MERGED
+from ..settings import LoRASettings, merged_refusal
 from .bound import BoundLayers
 from .delegate import read_through
 from .entries import build_entries
@@ -154,14 +155,14 @@ class LoRAEngine:
         refuse_unfit(name, plan.report, has_parts=adapter.has_exact_parts)
         check_ranks(name, plan.matched, self._slots)
         mode = self._engine_mode(settings)
-        refusal = merged_refusal(settings.modality, settings.schedule) if mode == "merged" else None
+        refusal = merged_refusal(settings.modality, settings.schedule) if mode == MERGED else None
         if refusal:
             raise H3AppError(refusal)
         taken = self._taken()
         exact = plan_exact(name, adapter, self.transformer, self._slots, PartStrength(settings.strength), taken)
         _refuse_replaced(name, plan.matched, taken)
         lora_paths = sorted({self._slots[t].module for t in plan.matched})
-        if mode == "merged":
+        if mode == MERGED:
             self._layers.check_mergeable(lora_paths)
         state = adapter_scale(plan.matched, settings, self._tags)
         entries = build_entries(name, plan.matched, self._slots, state, device_of=self._device_of,
@@ -219,7 +220,7 @@ class LoRAEngine:
         old = dataclasses.replace(attached.settings, mode=self.mode)  # the engine's mode is the one in force
         new = changed_settings(old, alpha, strength, group_strengths, advanced)
         new.blocks.check_blocks(self.num_blocks)
-        refusal = merged_refusal(new.modality, new.schedule) if self.mode == "merged" else None
+        refusal = merged_refusal(new.modality, new.schedule) if self.mode == MERGED else None
         if refusal:
             raise H3AppError(refusal)
         parts = attached.exact.strength or PartStrength(old.strength)
@@ -236,7 +237,7 @@ class LoRAEngine:
             attached.state.update(old.alpha, old.strength, old.group_strengths, old.blocks, old.modality)
             parts.strength, parts.pinned = old_parts
 
-        paths = (list(attached.entries) if self.mode == "merged" else []) + (
+        paths = (list(attached.entries) if self.mode == MERGED else []) + (
             list(attached.exact.linear) if deltas_move else [])
         if not paths and not deltas_move:
             change()
@@ -257,12 +258,12 @@ class LoRAEngine:
     def set_mode(self, mode: str) -> None:
         """Switch every attached adapter to ``unmerged`` or ``merged`` (refused with the reason when the base
         cannot be merged or no room is left for its pristine copy)."""
-        if mode not in MODES:
-            raise H3AppError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
+        if mode not in LORA_MODES:
+            raise H3AppError(f"mode must be one of {', '.join(LORA_MODES)}, got {mode!r}.")
         if mode == self.mode:
             return
         paths = list(self._layers.paths)
-        if mode == "merged":
+        if mode == MERGED:
             for name, attached in self._adapters.items():
                 refusal = merged_refusal(attached.settings.modality, attached.settings.schedule)
                 if refusal:

@@ -14,13 +14,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from torch.distributed import DistError
 
 from .context_parallel import parallelize
 from .group import PeerFailed, RankGroup
 from .timeouts import RankLost
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -53,15 +55,14 @@ class Lockstep:
         return run
 
 
-def on_every_rank(group: RankGroup | None, work: Callable[[], Any]) -> Any:
+def on_every_rank(group: RankGroup | None, work: Callable[[], T]) -> T:
     """Run ``work`` on every rank (SPMD, no job channel) and agree on the outcome: a failure on any rank raises on
     every rank (the failing rank's own error there, :class:`PeerFailed` elsewhere). ``None`` group: just run it."""
     if group is None:
         return work()
     error: BaseException | None = None
-    result = None
     try:
-        result = work()
+        result = work()  # bound unless ``work`` raised, and then every path below raises
     except BaseException as caught:  # noqa: BLE001 — shared with the other ranks below
         error = caught
     try:

@@ -21,6 +21,7 @@ from ...lora.bound import BoundLayers
 from ...lora.layers import LoRAFactors
 from ...lora.pristine import PristineStore
 from ...lora.scaling import AdapterScale, ModuleAlpha
+from ...rules.choices import UNMERGED
 from ...rules.h3_modules import group_of, is_block_linear
 
 
@@ -92,11 +93,11 @@ class TrainingLora:
             for path in paths:
                 layers.binding(path).wrapper.remove_adapter(self.NAME)
 
-        layers.transaction(paths, attach, mode="unmerged")
+        layers.transaction(paths, attach, mode=UNMERGED)
         try:
             yield
         finally:
-            layers.transaction(paths, detach, mode="unmerged")
+            layers.transaction(paths, detach, mode=UNMERGED)
 
     def save(self, path: Path) -> None:
         """The work folder's copy of a finished stage (``torch.save``: rank, alpha, factors)."""

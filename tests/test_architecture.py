@@ -239,16 +239,6 @@ def vocabularies() -> dict[str, tuple[str, set[str]]]:
     }
 
 
-# ui/ modules (by file name: they are being regrouped into subpackages) that still spell out the LoRA modes; this
-# set empties once they import UNMERGED/MERGED from rules/choices.py, and the scan then covers the whole of ui/ too.
-PENDING_UI: set[str] = {"snippets.py", "app_ui.py", "api.py", "forms.py"}
-
-
-def pending(vocabulary: str, path: Path) -> bool:
-    """Whether ``path`` is a ui/ module still allowed to spell out ``vocabulary`` (``PENDING_UI``)."""
-    return vocabulary == "lora mode" and path.is_relative_to(H3APP / "ui") and path.name in PENDING_UI
-
-
 def spelled_out(tree: ast.AST, words: set[str]) -> list[int]:
     """Lines of ``tree`` where a string constant (f-strings' inner ones included) is one of ``words``."""
     return sorted(node.lineno for node in ast.walk(tree)
@@ -291,7 +281,7 @@ def test_each_vocabulary_is_written_once(vocabulary: str) -> None:
     home, words = vocabularies()[vocabulary]
     found = []
     for path in sources():
-        if path == H3APP / home or pending(vocabulary, path):
+        if path == H3APP / home:
             continue
         lines = spelled_out(parsed(path), words)
         found += [f"{path.relative_to(H3APP.parent)}:{line}" for line in lines]

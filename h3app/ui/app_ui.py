@@ -15,7 +15,7 @@ import gradio as gr
 
 from ..hosting.gpu_gate import queue_size
 from ..hosting.join_bound import CheapJoinBound
-from ..rules.choices import LORA_MODES
+from ..rules.choices import LORA_MODES, UNMERGED
 from .adapter import advanced_strength
 from .adapter.events import AdapterEvents
 from .adapter.panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
@@ -113,7 +113,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) 
         with gr.Row(equal_height=False, elem_id="h3-main"):
             with gr.Column(scale=5, min_width=380):
                 gr.HTML("<div class='h3-step'>1 · Adapter</div>")
-                mode = gr.Radio(list(LORA_MODES), value="unmerged", label="LoRA mode (every adapter)",
+                mode = gr.Radio(list(LORA_MODES), value=UNMERGED, label="LoRA mode (every adapter)",
                                 elem_id="mode", render=False,
                                 info="unmerged: exact, alpha/scale changes are free · merged: faster steps, "
                                      "re-merged from a pristine copy on change")

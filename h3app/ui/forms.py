@@ -18,7 +18,7 @@ import gradio as gr
 from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
-from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA
+from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA, UNMERGED
 from ..rules.request_defaults import SEED, TINY_DEFAULTS
 from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
@@ -187,7 +187,7 @@ class SlotForm:
             raise H3AppError(self.refused)
         return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
-                            strength=self.strength_value(), mode=mode or "unmerged",
+                            strength=self.strength_value(), mode=mode or UNMERGED,
                             qkv_layout=self.qkv_layout or "auto", **self.advanced().fields())
 
     def advanced(self) -> AdvancedForm:

@@ -20,7 +20,7 @@ from ...adapters.source.refs import parse_hf_url
 from ...adapters.summary import applied_lines
 from ...errors import H3AppError
 from ...rules.alpha_source import AlphaSource
-from ...rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, workflow_partition
+from ...rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, UNMERGED, workflow_partition
 from ...rules.frames import RELEASED
 from ...rules.request_defaults import defaults_for
 from ...rules.steps import evaluations
@@ -114,7 +114,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
             spec.append(f"scale={_num(adapter.get('strength', 1.0))}")
             spec += [f"{key}={value}" for _, key, value in _advanced(adapter)]
             parts.append(f"--adapter-spec {_q(','.join(spec))}")
-    if adapters and adapters[0].get("mode", "unmerged") != "unmerged":
+    if adapters and adapters[0].get("mode", UNMERGED) != UNMERGED:
         parts.append(f"--lora-mode {_q(adapters[0]['mode'])}")
     parts.append(f"--out {_q(out)} --json")
     return "\n".join(applied_comment(settings)) + "\n" + " \\\n  ".join(parts)

@@ -23,7 +23,7 @@ from ...backend.limits import HOSTED_MAX_STEPS
 from ...errors import H3AppError
 from ...hosting.gpu_gate import admitted, gpu_events
 from ...rules.check_pair import DEFAULT_A, DEFAULT_B
-from ...rules.choices import T2VA
+from ...rules.choices import LORA_MODES, T2VA, UNMERGED
 from ...rules.frames import RELEASED
 from ...rules.values import ALPHA, MAX_FIELD_CHARS, MAX_SEED, STRENGTH
 from ...settings import LoRASettings
@@ -102,7 +102,7 @@ class ApiEvents:
         try:
             slot_name = check_slot(slot)
             settings = settings_from_json({"source": source, "weight_name": weight_name, "revision": revision,
-                                           "alpha": alpha, "strength": scale, "mode": mode or "unmerged",
+                                           "alpha": alpha, "strength": scale, "mode": mode or UNMERGED,
                                            **_advanced(video_strength, text_strength, audio_strength,
                                                        strength_schedule, block_strength)})
         except H3AppError as error:
@@ -146,7 +146,7 @@ class ApiEvents:
                 current = {"source": source.strip(), "weight_name": weight_name or None, "revision": revision or None}
             if not current:
                 raise H3AppError(f"adapter slot {slot_name} is empty: give a source (or call /load first).")
-            current.update({"alpha": alpha, "strength": scale, "mode": mode or current.get("mode") or "unmerged",
+            current.update({"alpha": alpha, "strength": scale, "mode": mode or current.get("mode") or UNMERGED,
                             **_advanced(video_strength, text_strength, audio_strength, strength_schedule,
                                         block_strength)})
             session = with_adapter(session, slot_name, settings_from_json(current))
@@ -364,7 +364,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("weight_name", "", "weight file name (empty: the only one)"),
             ("revision", "", "branch, tag or commit (empty: main)"),
             ("token", "", "Hugging Face token (empty: none)"), ("alpha", "auto", "alpha: a number, or auto"),
-            ("mode", "unmerged", "LoRA mode: unmerged or merged"),
+            ("mode", UNMERGED, f"LoRA mode: {' or '.join(LORA_MODES)}"),
             ("prompt", "a red fox running through snow, wind howling", "prompt"),
             ("workflow", T2VA, "workflow: t2va, fl2va or ref2va"),
             ("adapters_json", "", "adapters as JSON (empty: this session's)"),

@@ -3,7 +3,9 @@
 A rehearsal on fake CUDA costs seconds even on the tiny checkpoint, and ``planner.measure`` keeps one per adapter
 *object*: two modules that each build the same adapter header rehearse twice. ``tiny_rank4_measured`` builds it
 once for the session (the plan's speed fields, tests/test_hardware_speed.py, and bench/gpu_speed's predictions,
-tests/test_bench_gpu_speed.py)."""
+tests/test_bench_gpu_speed.py). ``full_size_t2va_previewed`` is the one full-size t2va request at 544p (with step
+previews: the request itself runs as without them) that tests/test_rehearsal_full_size.py and
+tests/test_preview_cost.py both read: about a minute on 2 cores, paid once."""
 
 from __future__ import annotations
 
@@ -24,6 +26,15 @@ def tiny_lightx2v_options(rank: int) -> Any:
     header = lightx2v_header(transformer_shapes(repo.read_transformer_config(repo.TINY)), rank=rank,
                              dtype=torch.bfloat16, alpha=2.0)
     return RehearsalOptions(adapter=header)
+
+
+@pytest.fixture(scope="session")
+def full_size_t2va_previewed() -> Any:
+    """``planner.measure`` of the full model's t2va request at 544p, no LoRA, a step preview after every evaluation."""
+    from h3app.hardware.planner import measure
+    from h3app.hardware.rehearsal import RehearsalOptions
+
+    return measure(RehearsalOptions(workflow="t2va", resolution="544p", preview=True))
 
 
 @pytest.fixture(scope="session")

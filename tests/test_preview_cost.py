@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from h3app.hardware.planner import Placement, measure
-from h3app.hardware.rehearsal import PREVIEW, RehearsalOptions
+from h3app.hardware.planner import Placement
+from h3app.hardware.rehearsal import PREVIEW
 from h3app.hardware.roofline import PEAKS, PREVIEW_HOST_SECONDS, phase_seconds, preview_seconds, step_seconds
 from h3app.hardware.work import total
 
@@ -15,8 +15,9 @@ BUDGET = 0.05  # the issue's: a preview costs at most 5 % of a step on the full 
 
 
 @pytest.fixture(scope="module")
-def measured():
-    return measure(RehearsalOptions(workflow="t2va", resolution="544p", preview=True))
+def measured(full_size_t2va_previewed):
+    """The t2va request at 544p with a preview after every evaluation (the session's: tests/rehearsal_fixtures.py)."""
+    return full_size_t2va_previewed
 
 
 def test_the_rehearsal_counts_the_preview_apart_from_the_request(measured):

@@ -1,6 +1,7 @@
 """The full-size rehearsal: MiniMax-H3's real sizes through h3app's own loader, LoRA engine, worker and pipeline on
-fake CUDA, at 544p with the token counts the pipeline packs. Each rehearsal is one module-scoped run (the 33B
-transformer and the 32B conditioner are built on meta and placed on fake CUDA in seconds; no weights exist)."""
+fake CUDA, at 544p with the token counts the pipeline packs. Each rehearsal is one module-scoped run (t2va's is the
+session's, shared with tests/test_preview_cost.py; the 33B transformer and the 32B conditioner are built on meta and
+placed on fake CUDA in seconds; no weights exist)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ def header():
 
 
 @pytest.fixture(scope="module")
-def t2va():
-    return rehearse(RehearsalOptions(workflow="t2va", resolution="544p"))
+def t2va(full_size_t2va_previewed):
+    """The plain t2va request: the session's rehearsal of it (tests/rehearsal_fixtures.py), which also previews each
+    step; the request's own phases, tokens and outputs are as without previews (tests/test_preview_cost.py)."""
+    return full_size_t2va_previewed.rehearsal
 
 
 @pytest.fixture(scope="module")

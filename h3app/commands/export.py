@@ -42,9 +42,11 @@ def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -
     from ..errors import H3AppError
     from ..model.repo import TINY, read_transformer_config
     from ..rules.h3_modules import FULL_SIZE_CONFIG, transformer_shapes
+    from .inspect import model_shapes
 
-    if model is not None:
-        return transformer_shapes(read_transformer_config(model, partition))
+    shapes = model_shapes(model, partition)
+    if shapes is not None:
+        return shapes
     plan = plan_adapter(read_local_header(path), qkv_layout=qkv_layout, partition=partition)
     modules = plan.modules + plan.reference_modules
     for config in (lambda: FULL_SIZE_CONFIG, lambda: read_transformer_config(TINY, partition)):

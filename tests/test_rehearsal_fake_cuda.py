@@ -148,3 +148,58 @@ def test_a_planted_device_bug_in_the_check_b_run_is_caught(monkeypatch, tiny_hea
     monkeypatch.setattr(LoRAEngine, "set_lora", rescale_on_the_host)
     with pytest.raises(RuntimeError, match="device"):
         _tiny_rehearsal(_tiny(dtype=torch.float32, adapter=tiny_header, equivalence=True))
+
+
+class _Clips(torch.nn.Module):
+    """A decoder shaped like the video VAE's: ``decode`` cuts its input into clips, ``decode_clip`` runs each clip's
+    tiles through identical layers — replayed calls nested inside a replayed call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tiles = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.SiLU())
+                                         for _ in range(3))
+
+    def decode_clip(self, clip: torch.Tensor) -> torch.Tensor:
+        return torch.cat([tile(clip) for tile in self.tiles], dim=0)
+
+    def decode(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.decode_clip(clip) for clip in x.split(4)], dim=0)
+
+
+def _counted_decode(replayed: bool):
+    from h3app.hardware.fake_cuda import replay_calls
+    from h3app.hardware.work import counting
+
+    with fake_cuda() as mode:
+        model = _Clips().to("cuda")
+        undo = replay_calls([(model, "decode_clip"), *((tile, "forward") for tile in model.tiles)],
+                            mode.counter) if replayed else (lambda: None)
+        try:
+            with counting(mode.counter) as work, mode.counter.phase("vae_decode"), torch.no_grad():
+                out = model.decode(torch.empty(16, 8, device="cuda"))
+        finally:
+            undo()
+        return tuple(out.shape), mode.counter.device_peak, mode.counter.phases["vae_decode"], work.by_phase(), \
+            work.moved_by_phase(), work.ops_by_phase()
+
+
+def test_replayed_calls_nested_in_a_replayed_call_count_what_running_them_counts():
+    shape, peak, phase, flops, moved, ops = _counted_decode(replayed=True)
+    assert shape == (48, 16) and ops["vae_decode"]
+    assert (shape, peak, phase, flops, moved, ops) == _counted_decode(replayed=False)
+
+
+@pytest.mark.slow
+def test_a_tiny_rehearsal_counts_the_same_with_and_without_replay(monkeypatch):
+    """Replay (identical layers, the video VAE's clips and tiles, the audio decoder's activations) only saves time:
+    every byte, FLOP and op of a 10 s tiny clip (several VAE clips) equals running each call for real."""
+    from h3app.hardware import rehearsal
+
+    def numbers():
+        result = _tiny_rehearsal(_tiny(duration=10.0))
+        return (result.device_peak, result.host_peak, {k: (v.start, v.peak) for k, v in result.phases.items()},
+                result.flops, result.moved, result.ops, result.video_shape, result.audio_shape)
+
+    replayed = numbers()
+    monkeypatch.setattr(rehearsal, "replay_calls", lambda methods, counter: lambda: None)
+    assert replayed == numbers()

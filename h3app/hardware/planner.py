@@ -111,6 +111,11 @@ def measure(options: RehearsalOptions, model: str = full_size.FULL) -> Measured:
     return _MEASURED.get_or_compute(key, lambda: (options.adapter, _measure(options, model)))[1]
 
 
+# The weights' sizes (fp8 storage, largest block, the conditioner's) depend on the model, partition, dtype and q/k/v
+# fusion, never on the request: built from meta models once per such key (a second or two at full size).
+_SIZES: LRU[tuple[Any, ...], tuple[int, int, int, int, int]] = LRU(8)
+
+
 def _measure(options: RehearsalOptions, model: str) -> Measured:
     if model == full_size.FULL:
         rehearsal = rehearse(replace(options, offload="none"))
@@ -131,12 +136,13 @@ def _measure(options: RehearsalOptions, model: str) -> Measured:
         raise H3AppError(f"plan --model {model!r}: use full (the published MiniMax-H3 sizes) or tiny.")
     partition = repo.partition_for(options.workflow)
     weights = dict(rehearsal.components)
-    fp8_bytes, block = _transformer_sizes(config, options)
+    key = (model, str(folder), partition, options.dtype, options.fuse_qkv)
+    fp8_bytes, block, whole, fp8_conditioner, conditioner_linear = _SIZES.get_or_compute(
+        key, lambda: (*_transformer_sizes(config, options), *_text_encoder_sizes(conditioner_config, folder, options)))
     shapes = transformer_shapes(config)
     element = torch.empty((), dtype=options.dtype).element_size()
     largest = max(s.out_features * s.in_features for s in shapes.linears.values()) * element
     weights.setdefault(partition, 0)
-    whole, fp8_conditioner, conditioner_linear = _text_encoder_sizes(conditioner_config, folder, options)
     return Measured(rehearsal=rehearsal, weights=weights, fp8_transformer_bytes=fp8_bytes,
                     largest_linear_bytes=largest, block_bytes=block, lora_bytes=rehearsal.lora_bytes,
                     num_layers=shapes.num_layers, fp8_text_encoder_bytes=fp8_conditioner,

@@ -27,7 +27,7 @@ from ..backend.worker import Worker
 from ..errors import H3AppError
 from ..lora.engine import LoRAEngine
 from ..lora.layers import PristineStore
-from ..model import repo
+from ..model import diffusers_compat, repo
 from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.sub_block_cache import SubBlockCache
@@ -36,7 +36,7 @@ from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
-from .fake_cuda import PhaseBytes, fake_cuda, replay_repeats
+from .fake_cuda import PhaseBytes, fake_cuda, replay_calls
 from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
 from .work import Flops, counting
@@ -274,11 +274,16 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
         if component is not None:
             wrap(component, "decode", f"{name}_decode")
             wrap(component, "encode", f"{name}_encode")
-    # Identical layers are run once per signature and replayed (fake_cuda.replay_repeats): same bytes, far fewer ops.
-    repeated = [transformer, *[loaded.components[name] for name in ENCODERS if name in loaded.components]]
+    # Identical layers are run once per signature and replayed (fake_cuda.replay_calls): same bytes, far fewer ops.
+    # The video VAE's clips (one shape each but the last), tiles and blocks; the audio decoder's repeated activations.
+    repeated = [transformer, *[loaded.components[name] for name in (*ENCODERS, "vae", "audio_vae")
+                               if name in loaded.components]]
     vae = loaded.components.get("vae")
-    undo_replay = replay_repeats([layer for component in repeated for layer in blocks_of(component, at_least=2)]
-                                 + ([vae.encoder, vae.decoder] if vae is not None else []), counter)
+    layers = [layer for component in repeated for layer in blocks_of(component, at_least=2)]
+    if vae is not None:
+        layers += [vae.encoder, vae.decoder]
+    clips = diffusers_compat.per_clip_methods(vae) if vae is not None else []
+    undo_replay = replay_calls([(layer, "forward") for layer in layers] + clips, counter)
 
     def undo() -> None:
         undo_replay()

@@ -32,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..lora import layers
 from ..lora.layers import LoRAFactors
 from ..model.torch_compat import CONVOLUTION_OPS as CONVOLUTIONS
+from .fake_cuda import is_replay_phase
 
 BASE, LORA = "base", "lora"
 TF32 = "tf32"
@@ -57,7 +58,7 @@ class WorkCounter(FlopCounterMode):
         self.ops: dict[tuple[str, str], int] = defaultdict(int)  # (phase, kind) → ops that did work (kernels)
 
     def _phase(self) -> str:
-        named = [name for name in self._phases.open_phases if name != "replayed"]
+        named = [name for name in self._phases.open_phases if not is_replay_phase(name)]
         return named[-1] if named else OUTSIDE
 
     def _count_flops(self, func_packet, out, args, kwargs):  # FlopCounterMode's hook for every counted op

@@ -15,6 +15,8 @@ h3app uses diffusers' public API everywhere else. What only a private name does:
   ``rank % torch.accelerator.device_count()``, a division by zero on a machine without accelerator.
 - ``fp32_modules``: the modules ``from_pretrained`` keeps in fp32 (``_keep_in_fp32_modules``), for models built
   without ``from_pretrained`` (the full-size rehearsal builds them on the meta device).
+- ``per_clip_methods``: the video VAE's ``_encode_clip`` / ``_decode_clip`` (one temporal clip each, spatially tiled),
+  which the full-size rehearsal runs once per clip shape and replays for the others (``hardware.fake_cuda``).
 - ``register_cache_block``: diffusers' cache hooks find a block's ``hidden_states`` through
   ``hooks._helpers.TransformerBlockRegistry``, which does not list H3's block in this version; and
   ``first_block_computed``: whether the first-block cache's last decision was to compute the other blocks (its
@@ -79,6 +81,15 @@ def one_device_without_accelerator() -> Iterator[None]:
 def fp32_modules(model: Any) -> tuple[str, ...]:
     """Names of the submodules ``from_pretrained`` keeps in fp32 whatever the dtype (with their children)."""
     return tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
+
+
+VIDEO_VAE_CLIP_METHODS = ("_encode_clip", "_decode_clip")
+
+
+def per_clip_methods(vae: Any) -> list[tuple[Any, str]]:
+    """``(vae, name)`` of the video VAE's per-clip encode and decode: ``encode``/``decode`` cut a video into clips of
+    one shape (``clip_length`` frames; ``tokens_chunk_size`` latent frames) and run each through these."""
+    return [(vae, name) for name in VIDEO_VAE_CLIP_METHODS if callable(getattr(vae, name, None))]
 
 
 def register_cache_block(block_class: type) -> None:

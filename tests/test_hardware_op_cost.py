@@ -45,7 +45,7 @@ def test_every_op_that_does_work_is_counted_once_in_its_phase_and_kind():
 
 
 def test_a_replayed_layer_repeats_its_recorded_ops():
-    from h3app.hardware.fake_cuda import replay_repeats
+    from h3app.hardware.replay import replay_repeats
 
     blocks = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU()).to("meta") for _ in range(3)]
     with fake_cuda() as mode:

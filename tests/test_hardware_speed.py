@@ -10,12 +10,13 @@ import torch
 from rehearsal_fixtures import tiny_lightx2v_options
 
 from h3app.hardware import roofline
-from h3app.hardware.fake_cuda import PhaseBytes, fake_cuda, replay_repeats
+from h3app.hardware.fake_cuda import PhaseBytes, fake_cuda
 from h3app.hardware.flavors import BY_NAME
 from h3app.hardware.judge import Setup, default_request
 from h3app.hardware.planner import Measured, Placement, measure
 from h3app.hardware.recommend import make_plan
 from h3app.hardware.rehearsal import Rehearsal, RehearsalOptions
+from h3app.hardware.replay import replay_repeats
 from h3app.hardware.summary import describe_plan
 from h3app.hardware.work import BASE, LORA, counting
 from h3app.lora.layers import LoRAFactors, LoRALinear

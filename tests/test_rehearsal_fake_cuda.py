@@ -167,7 +167,7 @@ class _Clips(torch.nn.Module):
 
 
 def _counted_decode(replayed: bool):
-    from h3app.hardware.fake_cuda import replay_calls
+    from h3app.hardware.replay import replay_calls
     from h3app.hardware.work import counting
 
     with fake_cuda() as mode:

@@ -36,9 +36,10 @@ from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
-from .fake_cuda import PhaseBytes, fake_cuda, replay_calls
+from .fake_cuda import PhaseBytes, fake_cuda
 from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
+from .replay import replay_calls
 from .work import Flops, counting
 
 # The component whose weights each phase of a request reads (the denoising steps read the transformer).
@@ -274,7 +275,7 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
         if component is not None:
             wrap(component, "decode", f"{name}_decode")
             wrap(component, "encode", f"{name}_encode")
-    # Identical layers are run once per signature and replayed (fake_cuda.replay_calls): same bytes, far fewer ops.
+    # Identical layers are run once per signature and replayed (replay.replay_calls): same bytes, far fewer ops.
     # The video VAE's clips (one shape each but the last), tiles and blocks; the audio decoder's repeated activations.
     repeated = [transformer, *[loaded.components[name] for name in (*ENCODERS, "vae", "audio_vae")
                                if name in loaded.components]]

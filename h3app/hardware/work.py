@@ -6,7 +6,7 @@ the innermost open phase of the rehearsal's ``ByteCounter`` (``denoise``, ``text
 ``lora`` while a ``LoRAFactors.delta`` runs (else ``base``), and under the precision a GPU runs it in: the tensor's
 dtype, or ``tf32`` for an fp32 op that PyTorch lets run on TF32 tensor cores (cuDNN convolutions by default,
 matmuls only with ``torch.backends.cuda.matmul.allow_tf32``). Layers the rehearsal replays
-(``fake_cuda.replay_repeats``) repeat their recorded counts, so every block is counted.
+(``replay.replay_repeats``) repeat their recorded counts, so every block is counted.
 
 Every other op that runs on the GPU (norms, activations, residual adds, casts, RoPE, concatenations, the VAE's tile
 blending) is memory-bound: it is filed, by phase and kind, as the bytes it moves (``moved``: its GPU inputs read and
@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from ..lora import layers
 from ..lora.layers import LoRAFactors
 from ..model.torch_compat import CONVOLUTION_OPS as CONVOLUTIONS
-from .fake_cuda import is_replay_phase
+from .replay import is_replay_phase
 
 BASE, LORA = "base", "lora"
 TF32 = "tf32"
@@ -75,7 +75,7 @@ class WorkCounter(FlopCounterMode):
                 self.ops[(self._phase(), self.kind)] += 1
         return out
 
-    # ---------------------------------------------------------------- replay (fake_cuda.replay_repeats)
+    # ---------------------------------------------------------------- replay (replay.replay_calls)
     def snapshot(self) -> dict[tuple[str, str], int]:
         """Totals by ``(kind, precision)`` (and ``(kind, MOVED)``: bytes, ``(kind, OPS)``: ops) over all phases, to
         diff a recorded call against."""

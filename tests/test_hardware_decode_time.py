@@ -91,6 +91,7 @@ def test_a_cached_run_is_predicted_from_the_measured_share():
     assert roofline.skipped_evaluations(1, "fbc") == 0  # the first evaluation has nothing to reuse
 
 
+@pytest.mark.slow  # tiny rehearsals (two, a few seconds each)
 def test_the_tiny_decoder_is_counted_in_the_precision_vae_dtype_runs_it_in():
     request = default_request(repo.TINY)
     fp32 = measure(RehearsalOptions(size=(request.height, request.width)), repo.TINY).rehearsal
@@ -102,6 +103,7 @@ def test_the_tiny_decoder_is_counted_in_the_precision_vae_dtype_runs_it_in():
     assert fp32.flops["denoise"] == bf16.flops["denoise"]
 
 
+@pytest.mark.slow  # tiny rehearsals (two, a few seconds each)
 def test_the_judge_hands_the_request_cache_and_the_vae_dtype_to_the_prediction():
     request = default_request(repo.TINY)
     setup = Setup(model=repo.TINY)

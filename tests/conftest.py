@@ -28,6 +28,7 @@ How the suite is put together (tests/test_suite_rules.py checks the first four):
 """
 
 import os
+import tempfile
 
 from hf_home import isolate_process_environment
 
@@ -49,10 +50,18 @@ if TYPE_CHECKING:
     from model_state import ModelGuard
 
 
+@pytest.fixture(scope="session")
+def _hf_homes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder that holds every test's Hugging Face home."""
+    return tmp_path_factory.mktemp("hf_homes")
+
+
 @pytest.fixture(autouse=True)
-def private_hf_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's own, empty Hugging Face home (``fake_hub`` moves it again, under the test's ``tmp_path``)."""
-    return use_hf_home(monkeypatch, tmp_path_factory.mktemp("hf_home"))
+def private_hf_home(_hf_homes: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own, empty Hugging Face home (``fake_hub`` moves it again, under the test's ``tmp_path``).
+    ``mkdtemp``, not ``tmp_path_factory.mktemp``: that lists every earlier numbered folder to number the next one,
+    a cost that grows with each test."""
+    return use_hf_home(monkeypatch, tempfile.mkdtemp(prefix="home-", dir=_hf_homes))
 
 
 @pytest.fixture(scope="session")

@@ -45,6 +45,7 @@ def test_the_rehearsal_builds_the_same_dtypes_the_loader_loads(bf16_model):
     assert _dtypes(built) == _dtypes(bf16_model.components["vae"])
 
 
+@pytest.mark.slow  # two generations on the tiny model
 def test_bf16_frames_stay_close_to_fp32_and_the_audio_is_untouched():
     from bench.vae_dtype_quality import markdown, measure
 

@@ -16,7 +16,7 @@ h3app uses diffusers' public API everywhere else. What only a private name does:
 - ``fp32_modules``: the modules ``from_pretrained`` keeps in fp32 (``_keep_in_fp32_modules``), for models built
   without ``from_pretrained`` (the full-size rehearsal builds them on the meta device).
 - ``per_clip_methods``: the video VAE's ``_encode_clip`` / ``_decode_clip`` (one temporal clip each, spatially tiled),
-  which the full-size rehearsal runs once per clip shape and replays for the others (``hardware.fake_cuda``).
+  which the full-size rehearsal runs once per clip shape and replays for the others (``hardware.replay``).
 - ``register_cache_block``: diffusers' cache hooks find a block's ``hidden_states`` through
   ``hooks._helpers.TransformerBlockRegistry``, which does not list H3's block in this version; and
   ``first_block_computed``: whether the first-block cache's last decision was to compute the other blocks (its

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian machine: system packages, Python packages, then pytest (random order).
 #
-#   bash scripts/test.sh [PYTEST ARGS…]    e.g. -q, -x, -m "not slow", -p randomly --randomly-seed=N (replay an order)
+#   bash scripts/test.sh [PYTEST ARGS…]    e.g. -q, -x, -m "not slow", -p randomly --randomly-seed=N -n 0 (replay an order)
 #   bash scripts/test.sh --install-only    only the installs (.ci/run does this first, to tell install from test errors)
 #
 # System packages (Debian): packages.txt (what the app needs: ffmpeg) plus what the tests drive: chromium and
@@ -54,4 +54,11 @@ fi
 [ "${1:-}" = "--install-only" ] && exit 0
 
 export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False
-exec "$PY" -m pytest "$@"
+# Two worker processes (pytest-xdist), each with one torch thread (OMP_NUM_THREADS, inherited by the apps, CLIs and
+# ranks the tests start): on 2 cores, OpenMP threads of two processes that wait on each other spin away the time
+# (h3app/model/tiny_training/recipe.py found the same), while two single-threaded workers share the cores well.
+# --dist loadfile keeps a file's tests on one worker, so a module fixture (a full-size rehearsal, a launched app) is
+# built once; each worker builds its session fixtures (the tiny model, the app, chromium). An -n given after these
+# wins: -n 0 runs everything in this one process.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+exec "$PY" -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -23,7 +23,9 @@ How the suite is put together (tests/test_suite_rules.py checks the first four):
    ``@pytest.mark.timeout(SECONDS)``. A test over a few seconds is ``@pytest.mark.slow`` (the quick subset,
    ``-m "not slow"``, leaves it out); a browser test is also ``@pytest.mark.browser``.
 6. Expensive things are shared: the session's ``tiny_model`` (never load another model unless the test is about
-   loading), a module's ``backend``, the session's one app and chromium. Call the CLI in-process
+   loading), a module's ``backend``, the session's one app and chromium. ``scripts/test.sh`` runs two worker
+   processes (pytest-xdist, ``--dist loadfile``): a session fixture is built once per worker, a module fixture once
+   (a file's tests stay on one worker), and nothing may rely on another file's tests running in the same process. Call the CLI in-process
    (``cli_runner.run_cli``) unless the test is about the process itself (exit status, stderr, what it imports).
 """
 
@@ -37,7 +39,7 @@ isolate_process_environment()
 os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
 
 # Fixture modules shared by the whole suite (convention 2 above): light at import, heavy imports inside fixtures.
-pytest_plugins = ["hub_server", "model_state", "browser_fixtures", "rehearsal_fixtures"]
+pytest_plugins = ["hub_server", "model_state", "browser_fixtures", "rehearsal_fixtures", "file_order"]
 
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -125,4 +127,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session_failed = getattr(reporter, "stats", {}).get("failed") or getattr(reporter, "stats", {}).get("error")
     if isinstance(seed, int) and reporter is not None and session_failed:
         reporter.write_line(f"random order seed {seed}: replay with "
-                            f"bash scripts/test.sh -p randomly --randomly-seed={seed}")
+                            f"bash scripts/test.sh -p randomly --randomly-seed={seed} -n 0")

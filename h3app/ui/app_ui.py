@@ -18,7 +18,8 @@ from ..hosting.join_bound import CheapJoinBound
 from ..rules.choices import LORA_MODES, UNMERGED
 from .adapter import advanced_strength
 from .adapter.events import AdapterEvents
-from .adapter.panel import CHEAP, AdapterSlot, build_adapter_slot, wire_adapter_slot
+from .adapter.panel import AdapterSlot, build_adapter_slot, wire_adapter_slot
+from .change_events import CHEAP, ChangeEvents
 from .compare.events import ComparisonEvents
 from .compare.tabs import build_equivalence_tab, build_grid_tab, build_history_tab
 from .compare.view import VIEW_CSS
@@ -145,14 +146,16 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) 
 
             build_mcp_tools(McpTools(api_events, hub_events), backend)
 
+        changes = ChangeEvents()  # the redraws on change: one event per trigger, added by changes.wire()
         for slot in (slot_1, slot_2):
-            wire_adapter_slot(adapter_events, slot, session=session, mode=mode, workflow=request.workflow,
+            wire_adapter_slot(adapter_events, slot, changes, session=session, mode=mode, workflow=request.workflow,
                               token=token)
-            advanced_strength.wire(slot.advanced, request.steps, **CHEAP)  # its note and the schedule's plot
-        _wire_request(request, slot_1, backend.limits)
+            advanced_strength.wire(slot.advanced, request.steps, changes)  # its note and the schedule's plot
+        _wire_request(request, slot_1, backend.limits, changes)
         _wire_time(demo, request, backend)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
-                            adapter_events, generate_events, comparisons)
+                            adapter_events, generate_events, comparisons, changes)
+        changes.wire()
         for fn, inputs, outputs in on_load:
             demo.load(fn, inputs, outputs, **CHEAP)
         demo.unload(generate_events.runner.abandon)
@@ -162,21 +165,21 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) 
     return demo
 
 
-def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any) -> None:
+def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any, changes: ChangeEvents) -> None:
     shown_inputs = parts(request, field_names(WorkflowInputs))
 
     def show_inputs(workflow: str) -> dict[Any, Any]:
         return write(workflow_inputs(workflow), shown_inputs)
 
-    request.workflow.change(show_inputs, [request.workflow], list(shown_inputs.values()), **CHEAP)
+    changes.on([request.workflow.change], show_inputs, [request.workflow], list(shown_inputs.values()))
     numbers = parts(request, NUMBER_FIELDS)
 
     def note(values: dict[Any, Any]) -> str:
         return request_note(read(RequestForm, numbers, values), limits, values[slot_1.info])
 
-    gr.on([c.change for c in numbers.values()] + [slot_1.info.change], note, {*numbers.values(), slot_1.info},
-          [request.steps_note], **CHEAP)
-    slot_1.info.change(trigger_button, [slot_1.info], [request.trigger_button], **CHEAP)
+    changes.on([c.change for c in numbers.values()] + [slot_1.info.change], note, {*numbers.values(), slot_1.info},
+               [request.steps_note])
+    changes.on([slot_1.info.change], trigger_button, [slot_1.info], [request.trigger_button])
     request.trigger_button.click(with_trigger, [request.prompt, slot_1.info], [request.prompt], **CHEAP)
     preset_parts = {"strength": slot_1.strength, "override": slot_1.override, "alpha": slot_1.alpha,
                     **parts(request, ["steps", "shift", "audio_shift", "workflow", "prompt"])}

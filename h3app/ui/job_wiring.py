@@ -14,7 +14,8 @@ from ..backend.worker import Progress
 from ..hosting.gpu_gate import admitted, gpu_events
 from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 from .adapter.events import AdapterEvents
-from .adapter.panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from .adapter.panel import INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from .change_events import CHEAP, ChangeEvents
 from .compare.events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
 from .forms import (
     REQUEST_FIELDS,
@@ -52,11 +53,11 @@ class JobWiring:
     method per event family. ``page_loaded`` collects the (function, inputs, outputs) to run when a page loads."""
 
     def __init__(self, session: gr.State, mode: gr.Radio, token: gr.Textbox, request: RequestControls,
-                 slots: Sequence[AdapterSlot], tabs: JobTabs, events: JobEvents) -> None:
+                 slots: Sequence[AdapterSlot], tabs: JobTabs, events: JobEvents, changes: ChangeEvents) -> None:
         self.session, self.mode, self.token, self.slots = session, mode, token, list(slots)
         self.request = request
         self.request_parts = parts(request, REQUEST_FIELDS)
-        self.tabs, self.events = tabs, events
+        self.tabs, self.events, self.changes = tabs, events, changes
         self.history_parts = parts(tabs.history, field_names(HistoryView))
         self.grid_parts = parts(tabs.grid, field_names(GridForm))
         self.gpu = {**gpu_events(events.generate.backend), "api_visibility": "private"}
@@ -118,8 +119,8 @@ class JobWiring:
                     for trigger in (slot.source.change, slot.weight.change, slot.revision.change, slot.refused.change,
                                     slot.override.change, slot.alpha.change, slot.strength.change,
                                     *(control.change for control in slot.advanced.parts.values()))]
-        gr.on(triggers + [self.session.change, self.mode.change], note, self.sync_inputs(),
-              [self.tabs.generate.apply_note], **CHEAP)
+        self.changes.on(triggers + [self.session.change, self.mode.change], note, self.sync_inputs(),
+                        [self.tabs.generate.apply_note])
 
     def wire_generate(self) -> Any:
         generate, seed = self.tabs.generate, self.request.seed
@@ -150,7 +151,7 @@ class JobWiring:
         request_changes = [getattr(self.request, name).change
                            for name in ("steps", "duration", "height", "width", "prompt", "workflow")]
         inputs, estimated = set(self.request_parts.values()), [self.tabs.equivalence.estimate]
-        gr.on(request_changes, self.check_estimate, inputs, estimated, **CHEAP)
+        self.changes.on(request_changes, self.check_estimate, inputs, estimated)
         self.page_loaded.append((self.check_estimate, inputs, estimated))
         generated.then(self.check_estimate, inputs, estimated, **CHEAP)
 
@@ -164,8 +165,8 @@ class JobWiring:
             return write(self.events.comparisons.check_pair(info, override, alpha_text, last), pair_parts)
 
         pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha, suggested]
-        gr.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
-              list(pair_parts.values()), **CHEAP)
+        self.changes.on([slot_1.info.change, slot_1.override.change, slot_1.alpha.change], check_pair, pair_inputs,
+                        list(pair_parts.values()))
         self.page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
 
     def wire_check(self) -> Any:
@@ -189,8 +190,8 @@ class JobWiring:
         def values_note(values: dict[Any, Any]) -> str:
             return self.events.comparisons.check_values_note(read(CheckForm, check_parts, values))
 
-        gr.on([c.change for c in check_parts.values()], values_note, set(check_parts.values()), [equivalence.status],
-              **CHEAP)
+        self.changes.on([c.change for c in check_parts.values()], values_note, set(check_parts.values()),
+                        [equivalence.status])
         checked = self.start(equivalence.run_button, equivalence.status, run_check,
                              self.job_inputs(*check_parts.values()),
                              [*check_outputs.values(), equivalence.status, *vars(live).values()],
@@ -216,8 +217,8 @@ class JobWiring:
                              list(grid_outputs.values()), show_progress_on=[grid.view])
         inputs = set(self.grid_parts.values())
         gridded.then(self.grid_estimate, inputs, [grid.estimate], **CHEAP)
-        gr.on([grid.alphas.change, grid.scales.change, grid.seeds.change], self.grid_estimate, inputs,
-              [grid.estimate], **CHEAP)
+        self.changes.on([grid.alphas.change, grid.scales.change, grid.seeds.change], self.grid_estimate, inputs,
+                        [grid.estimate])
         return gridded
 
     def wire_compare(self) -> None:
@@ -261,12 +262,12 @@ class JobEvents:
 
 def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Sequence[AdapterSlot],
               request: RequestControls, generate: Any, equivalence: Any, grid: Any, history: Any,
-              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents
-              ) -> list[tuple[Any, Any, Any]]:
+              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents,
+              changes: ChangeEvents) -> list[tuple[Any, Any, Any]]:
     """Bind Generate, Equivalence, Grid, History, Cancel and settings files. Returns the (function, inputs,
     outputs) to run when a page loads."""
     jobs = JobWiring(session, mode, token, request, slots, JobTabs(generate, equivalence, grid, history),
-                     JobEvents(adapter_events, generate_events, comparisons))
+                     JobEvents(adapter_events, generate_events, comparisons), changes)
     jobs.wire_apply_note()
     generated = jobs.wire_generate()
     jobs.wire_check_estimate(generated)

@@ -17,6 +17,7 @@ from ...rules.schedule import parse_schedule
 from ...rules.steps import evaluations
 from ...rules.values import STRENGTH
 from ...settings import LoRASettings
+from ..change_events import ChangeEvents
 from ..unclamped import unclamped
 
 FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
@@ -155,14 +156,13 @@ def build(slot: str) -> AdvancedSection:
     return AdvancedSection(video, text, audio, schedule, blocks, plot, shown)
 
 
-def wire(section: AdvancedSection, steps: gr.components.Component, **cheap: Any) -> None:
+def wire(section: AdvancedSection, steps: gr.components.Component, changes: ChangeEvents) -> None:
     """Redraw the note on any change and the plot on a schedule or steps change (no queue, no model)."""
     controls = list(section.parts.values())
 
     def shown(*values: Any) -> str:
         return note(AdvancedForm(*values))
 
-    for control in controls:
-        control.change(shown, controls, section.note, **cheap)
-    for control in (section.strength_schedule, steps):
-        control.change(schedule_plot, [section.strength_schedule, steps], section.plot, **cheap)
+    changes.on([control.change for control in controls], shown, controls, section.note)
+    changes.on([section.strength_schedule.change, steps.change], schedule_plot, [section.strength_schedule, steps],
+               section.plot)

@@ -10,13 +10,13 @@ import gradio as gr
 
 from ...hosting.gpu_gate import admitted, gpu_events
 from ...rules.choices import QKV_LAYOUTS
+from ..change_events import CHEAP, ChangeEvents
 from ..forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
 from ..presenters import render
 from ..unclamped import unclamped
 from . import advanced_strength
 from .events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
 
-CHEAP = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
 INSPECTED = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
 
@@ -181,13 +181,14 @@ def inspect_outputs(ui: AdapterSlot) -> list[Any]:
             ui.refused]
 
 
-def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio,
-                      workflow: gr.Radio, token: gr.Textbox) -> None:
-    """Bind the slot's events: inspect (listing + header), readout and profile (off the queue), load (GPU)."""
+def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEvents, *, session: gr.State,
+                      mode: gr.Radio, workflow: gr.Radio, token: gr.Textbox) -> None:
+    """Bind the slot's events: inspect (listing + header), readout and profile (off the queue, through
+    ``changes``), load (GPU)."""
     _wire_inspect(events, ui, token, workflow)
     _wire_source_edits(ui)
-    _wire_alpha_box(ui)
-    _wire_strength(events, ui)
+    _wire_alpha_box(ui, changes)
+    _wire_strength(events, ui, changes)
     _wire_load(events, ui, session=session, mode=mode, workflow=workflow, token=token)
 
 
@@ -246,7 +247,7 @@ def _wire_source_edits(ui: AdapterSlot) -> None:
                     list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box], **CHEAP)
 
 
-def _wire_alpha_box(ui: AdapterSlot) -> None:
+def _wire_alpha_box(ui: AdapterSlot, changes: ChangeEvents) -> None:
     """The alpha box and Override agree however the box was filled: a value other than the file's own (typed,
     pasted, dropped — ``SlotForm.typed_alpha``) ticks Override, an emptied box unticks it, and unticking puts
     the file's alpha back in the box. The job and the line above Generate read the box by the same rule, so a
@@ -261,7 +262,7 @@ def _wire_alpha_box(ui: AdapterSlot) -> None:
     def follow_tick(override: bool, info: dict[str, Any] | None) -> Any:
         return gr.skip() if override else chain_text(info)
 
-    ui.alpha.change(follow_box, [ui.alpha, ui.info, ui.override], [ui.override], **CHEAP)
+    changes.on([ui.alpha.change], follow_box, [ui.alpha, ui.info, ui.override], [ui.override])
     ui.override.input(follow_tick, [ui.override, ui.info], [ui.alpha], **CHEAP)
 
 
@@ -293,7 +294,7 @@ def _axes_event(events: AdapterEvents, ui: AdapterSlot) -> Callable[[dict[Any, A
     return axes
 
 
-def _wire_strength(events: AdapterEvents, ui: AdapterSlot) -> None:
+def _wire_strength(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEvents) -> None:
     """Readout and profile bars redrawn off the queue as alpha and scale move; the axes follow."""
     strength_parts = _strength_parts(ui)
     readout, axes = _readout_event(events, ui), _axes_event(events, ui)
@@ -310,11 +311,9 @@ def _wire_strength(events: AdapterEvents, ui: AdapterSlot) -> None:
         return shown
 
     redraw_outputs = [*parts(ui, field_names(Readout)).values(), *profile_parts.values()]
-    # one event for the three controls, newest input last: answers never arrive out of order
-    redrawn = gr.on([ui.override.change, ui.alpha.change, ui.strength.change, ui.block_strength.change], redraw,
-                    strength_inputs,
-                    redraw_outputs, trigger_mode="always_last", **CHEAP)
-    redrawn.then(axes, strength_inputs, [ui.group_plot, ui.block_plot], **CHEAP)
+    # always_last (ChangeEvents): the newest input last, so answers never arrive out of order
+    changes.on([ui.override.change, ui.alpha.change, ui.strength.change, ui.block_strength.change], redraw,
+               strength_inputs, redraw_outputs, then=(axes, strength_inputs, [ui.group_plot, ui.block_plot]))
 
 
 def _wire_load(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mode: gr.Radio, workflow: gr.Radio,

@@ -14,7 +14,8 @@ import gradio as gr
 
 from ...adapters.source.search import DEFAULT_SORT, SORTS
 from ..adapter.events import AdapterEvents
-from ..adapter.panel import CHEAP, INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from ..adapter.panel import INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
+from ..change_events import CHEAP
 from ..forms import field_names, parts, write
 from ..presenters import render
 from .events import COLUMN_WIDTHS, COLUMNS, HubEvents, HubPick, SearchView

@@ -1,0 +1,112 @@
+"""Queue-less "redraw on change" events: at most one per trigger.
+
+Gradio 6.31's page defers an ``always_last`` event that is triggered again while it runs, and when the run ends
+it re-sends the *trigger* to every event listening on it, not only to the deferred one. Two such events on one
+trigger then defer and restart each other for as long as their runs overlap: the page posts requests a few
+times a second until it is closed (seen: one Override tick re-running the readout, the line above Generate and
+the check's pair every 0.45 s, and a note that never settled on a loaded machine).
+
+So the panel's cheap listeners register here (:meth:`ChangeEvents.on`) and :meth:`ChangeEvents.wire` makes
+*one* event per trigger that runs that trigger's listeners in the order they registered and returns their
+outputs together. A listener sees exactly the inputs it asked for, as Gradio would pass them: a list of
+components → positional arguments, a set → one ``{component: value}`` dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+# Off the queue, no spinner, not in the API: a redraw of text or plots from the controls, milliseconds.
+CHEAP: dict[str, Any] = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One redraw: ``fn`` of ``inputs`` (positional, or one dict when ``keyed``) writing ``outputs``."""
+
+    fn: Callable[..., Any]
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    keyed: bool
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any], inputs: Any, outputs: Any) -> Listener:
+        keyed = isinstance(inputs, (set, frozenset))
+        return cls(fn, tuple(inputs), tuple(outputs) if isinstance(outputs, (list, tuple)) else (outputs,), keyed)
+
+    def __call__(self, values: Mapping[Any, Any]) -> dict[Any, Any]:
+        """Its outputs as ``{component: value or update}`` (components it leaves out keep their value)."""
+        if self.keyed:
+            result = self.fn({component: values[component] for component in self.inputs})
+        else:
+            result = self.fn(*(values[component] for component in self.inputs))
+        if isinstance(result, dict) and result and all(key in self.outputs for key in result):
+            return result  # already keyed by component (``write``)
+        if len(self.outputs) == 1:
+            return {self.outputs[0]: result}  # one output: a value, or an update such as ``gr.skip()``
+        return dict(zip(self.outputs, result, strict=True))
+
+
+@dataclass
+class _Group:
+    trigger: Any
+    listeners: list[Listener] = field(default_factory=list)
+    then: list[Listener] = field(default_factory=list)
+
+
+def _union(components: Sequence[Sequence[Any]]) -> list[Any]:
+    """Each component once, in first-seen order (components hash by identity)."""
+    return list(dict.fromkeys(c for group in components for c in group))
+
+
+def _run_all(listeners: list[Listener]) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
+    def run(values: dict[Any, Any]) -> dict[Any, Any]:
+        shown: dict[Any, Any] = {}
+        for listener in listeners:
+            shown.update(listener(values))
+        return shown
+
+    return run
+
+
+class ChangeEvents:
+    """Collects the cheap change listeners of one app while it is laid out; :meth:`wire` adds their events."""
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[int, str], _Group] = {}
+        self._wired = False
+
+    def on(self, triggers: Sequence[Any] | Any, fn: Callable[..., Any], inputs: Any, outputs: Any,
+           then: tuple[Callable[..., Any], Any, Any] | None = None) -> None:
+        """Like ``gr.on(triggers, fn, inputs, outputs)`` off the queue; ``then``: ``(fn, inputs, outputs)`` run
+        right after (once per trigger, after every listener of that trigger)."""
+        if self._wired:
+            raise RuntimeError("ChangeEvents.on after wire(): register every listener before the app is wired")
+        listener = Listener.of(fn, inputs, outputs)
+        after = Listener.of(*then) if then is not None else None
+        for trigger in triggers if isinstance(triggers, (list, tuple)) else [triggers]:
+            group = self._groups.setdefault((id(trigger.__self__), trigger.event_name), _Group(trigger))
+            group.listeners.append(listener)
+            if after is not None and after not in group.then:
+                group.then.append(after)
+
+    def wire(self) -> None:
+        """One ``always_last`` event per trigger (inside the app's ``gr.Blocks``), its ``then`` chained after."""
+        self._wired = True
+        for group in self._groups.values():
+            event = gr.on([group.trigger], _run_all(group.listeners),
+                          set(_union([listener.inputs for listener in group.listeners])),
+                          _union([listener.outputs for listener in group.listeners]),
+                          trigger_mode="always_last", **CHEAP)
+            if group.then:
+                event.then(_run_all(group.then), set(_union([listener.inputs for listener in group.then])),
+                           _union([listener.outputs for listener in group.then]), **CHEAP)
+
+    def listeners(self, trigger: Any) -> list[Listener]:
+        """The listeners registered on ``trigger`` (tests: what one change runs)."""
+        group = self._groups.get((id(trigger.__self__), trigger.event_name))
+        return list(group.listeners) if group else []

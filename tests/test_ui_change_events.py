@@ -48,6 +48,7 @@ def test_a_listener_gets_what_it_asked_for_and_its_outputs_come_back_keyed():
     assert Listener.of(lambda x, y: (x + y, x * y), [a, b], [out_1, out_2])(values) == {out_1: 7, out_2: 12}
     assert Listener.of(lambda y: y, [b], out_1)(values) == {out_1: 4}
     assert Listener.of(keyed, {a}, [out_1])(values) == {out_1: 30}
+    assert Listener.of(lambda x: {}, [a], [out_1, out_2])(values) == {}  # nothing to change: no value is set
     assert seen == [{a: 3}]  # a set of inputs: one dict of exactly those
     skipped = Listener.of(lambda x: gr.skip(), [a], [out_1])(values)
     assert list(skipped) == [out_1] and skipped[out_1] == gr.skip()  # an update for the one output, not a mapping

@@ -44,8 +44,8 @@ class Listener:
             result = self.fn({component: values[component] for component in self.inputs})
         else:
             result = self.fn(*(values[component] for component in self.inputs))
-        if isinstance(result, dict) and result and all(key in self.outputs for key in result):
-            return result  # already keyed by component (``write``)
+        if isinstance(result, dict) and all(key in self.outputs for key in result):
+            return result  # keyed by component (``write``); {} changes nothing
         if len(self.outputs) == 1:
             return {self.outputs[0]: result}  # one output: a value, or an update such as ``gr.skip()``
         return dict(zip(self.outputs, result, strict=True))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gradio as gr
@@ -140,6 +141,29 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                        confirm_note, replace_button, keep_button, advanced)
 
 
+@dataclass
+class InspectedTexts:
+    """The source text each page last asked this slot to inspect, kept on the server (a page's own state would be
+    read when its event was sent, too early). Typing fires a queue-less "forget" and Enter a queued Inspect at
+    almost the same moment; on a loaded server Inspect's answer can arrive first, and forget would then wipe it
+    ("Source changed: press Inspect"). Forget checks here when it runs and keeps an answer for the same text."""
+
+    limit: int = 4096  # pages remembered, oldest forgotten first
+    texts: OrderedDict[str, str] = field(default_factory=OrderedDict)
+
+    def asked(self, request: gr.Request | None, source: Any) -> None:
+        page = getattr(request, "session_hash", None)
+        if page:
+            self.texts[page] = str(source or "").strip()
+            self.texts.move_to_end(page)
+            while len(self.texts) > self.limit:
+                self.texts.popitem(last=False)
+
+    def answered(self, request: gr.Request | None, source: Any) -> bool:
+        page = getattr(request, "session_hash", None)
+        return bool(page) and self.texts.get(page) == str(source or "").strip()
+
+
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
     """The slot's controls by :class:`SlotForm` field name."""
     return parts(ui, SLOT_FIELDS)
@@ -185,19 +209,26 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEve
                       mode: gr.Radio, workflow: gr.Radio, token: gr.Textbox) -> None:
     """Bind the slot's events: inspect (listing + header), readout and profile (off the queue, through
     ``changes``), load (GPU)."""
-    _wire_inspect(events, ui, token, workflow)
-    _wire_source_edits(ui)
+    inspected = InspectedTexts()
+    _wire_inspect(events, ui, token, workflow, inspected)
+    _wire_source_edits(ui, inspected)
     _wire_alpha_box(ui, changes)
     _wire_strength(events, ui, changes)
     _wire_load(events, ui, session=session, mode=mode, workflow=workflow, token=token)
 
 
-def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, workflow: gr.Radio) -> None:
+def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, workflow: gr.Radio,
+                  inspected: InspectedTexts) -> None:
     """Inspect on the button, Enter or a weight pick, and after a demo pick or an upload has filled the slot."""
     inspect_inputs = {*slot_inputs(ui).values(), token, workflow, ui.info}
     inspect = inspect_event(events, ui, token, workflow)
-    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs, inspect_outputs(ui),
-          **INSPECTED)
+
+    def inspect_typed(values: dict[Any, Any], request: gr.Request = None) -> dict[Any, Any]:
+        inspected.asked(request, values[ui.source])
+        return inspect(values)
+
+    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect_typed, inspect_inputs,
+          inspect_outputs(ui), **INSPECTED)
     pick_parts = parts(ui, field_names(SourcePick))
 
     def pick(path: str | None, revision: str | None, token_value: str | None, current: str | None
@@ -227,13 +258,16 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
     uploaded.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
 
 
-def _wire_source_edits(ui: AdapterSlot) -> None:
+def _wire_source_edits(ui: AdapterSlot, inspected: InspectedTexts) -> None:
     """Typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
     override belonged to the adapter shown before, so it goes too (and the alpha card says so)."""
 
-    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
+    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None, request: gr.Request = None
+               ) -> dict[Any, Any]:
         if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
             return gr.skip()  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
+        if inspected.answered(request, source):
+            return gr.skip()  # Inspect already ran for this very text (its answer may have reached the page first)
         shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None,
                  ui.pending: None, ui.confirm_box: gr.update(visible=False)}
         if override and info:

@@ -61,4 +61,8 @@ export HF_HUB_OFFLINE=1 GRADIO_ANALYTICS_ENABLED=False
 # built once; each worker builds its session fixtures (the tiny model, the app, chromium). An -n given after these
 # wins: -n 0 runs everything in this one process.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+# Bytecode caches on (a container may set PYTHONDONTWRITEBYTECODE): each worker and each of the ~30 CLI, app and
+# rank processes the tests start would otherwise compile h3app and pytest would re-rewrite every test file again
+# (measured on 2 cores: collection 37 s → 27 s per worker; importing the app stack 14.7 s → 10.8 s per process).
+unset PYTHONDONTWRITEBYTECODE
 exec "$PY" -m pytest -n 2 --dist loadfile --no-loadscope-reorder "$@"

@@ -134,7 +134,8 @@ def test_the_predicted_time_is_on_the_page_before_generate(tiny_model, tmp_path_
     expected = cpu_time_model(GenerationRequest(prompt="x", seed=1, steps=backend.defaults.steps))
     try:
         with running_app(backend) as url:  # its own app: a backend with a time model; the session's chromium
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page = browser.new_page()
+            page.set_viewport_size({"width": 1400, "height": 1000})
             page.set_default_timeout(90_000)
             page.goto(url)
             note = page.locator("#predicted-time")

@@ -108,24 +108,20 @@ def choose(args: argparse.Namespace, box=True):
 def serve() -> None:
     use_persistent_storage()
     args = build_parser().parse_args()
-    quiet_libraries()
 
-    from h3app.backend.service import backend_from_env, hosted_from_env
-    from h3app.hardware.estimate import for_app
-    from h3app.hardware.preflight import check_before_download, held_limits
-    from h3app.hardware.summary import hardware_line
     from h3app.model.loader import LoadOptions, parse_dtype
-    from h3app.model.repo import pending_download
-    from h3app.parallel.follower import bind, follow
-    from h3app.parallel.launch import close_ranks, start_ranks
-    from h3app.ui.app_ui import build_app, launch_kwargs
-    from h3app.ui.serving.startup_page import while_starting
 
     print(choose(args).line, flush=True)  # what runs here and why, before anything is downloaded
+    # A bad dtype or a missing GPU: refused with torch alone imported, before diffusers and Gradio (~10 s more on
+    # 2 cores) and before any rank starts.
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                           fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
-                          compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype))  # a bad dtype or a
-    # missing GPU: refused before any rank starts
+                          compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype))
+    quiet_libraries()
+    from h3app.hardware.preflight import check_before_download, held_limits
+    from h3app.model.repo import pending_download
+    from h3app.parallel.launch import close_ranks, start_ranks
+
     # the judge's verdict on this box (a real model that cannot fit: refused before downloading), and the longest
     # clip and largest canvas it holds there: the UI's and the API's limits
     verdict = check_before_download(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
@@ -133,6 +129,13 @@ def serve() -> None:
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader
     download = pending_download(args.model, revision=options.revision, token=options.token) if leader else None
+    from h3app.backend.service import backend_from_env, hosted_from_env
+    from h3app.hardware.estimate import for_app
+    from h3app.hardware.summary import hardware_line
+    from h3app.parallel.follower import bind, follow
+    from h3app.ui.app_ui import build_app, launch_kwargs
+    from h3app.ui.serving.startup_page import while_starting
+
     with while_starting(download, show_log=not hosted_from_env()):  # first-start download progress on the app's port
         backend = backend_from_env(args.model, options)
         if held is not None:

@@ -159,6 +159,10 @@ MISSING_GPU = [["app.py", "--device", "cuda"],
                ["-m", "h3app", "generate", "--device", "cuda", "--prompt", "x", "--out", "x.mp4"],
                ["-m", "h3app", "check", "--device", "cuda", "--adapter", str(TURBO)]]
 UNCACHED = ["app.py", "--model", "MiniMaxAI/MiniMax-H3"]
+LIBRARIES_AT_REFUSAL = ["-c", "import sys; from h3app.cli import main; "
+                              "code = main(['generate', '--device', 'cuda', '--prompt', 'x', '--out', 'x.mp4']); "
+                              "print('exit', code, 'loaded:', sorted(m for m in ('torch', 'diffusers', 'transformers', "
+                              "'gradio') if m in sys.modules))"]
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +172,7 @@ def start_ups(tmp_path_factory) -> dict[str, subprocess.Popen]:
     uncached_home = tmp_path_factory.mktemp("uncached_hf_home")
     runs = {" ".join(argv): (argv, NO_GPU) for argv in MISSING_GPU}
     runs[" ".join(UNCACHED)] = (UNCACHED, {"HF_HUB_OFFLINE": "1", "HF_HOME": str(uncached_home)})
+    runs["libraries"] = (LIBRARIES_AT_REFUSAL, NO_GPU)
     started = {name: subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT), **env})
@@ -187,6 +192,14 @@ def finished(process: subprocess.Popen) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("argv", MISSING_GPU, ids=lambda argv: argv[0] if argv[0] == "app.py" else argv[2])
 def test_a_missing_gpu_is_one_line_at_start_up(argv, start_ups):
     assert_one_line_refusal(finished(start_ups[" ".join(argv)]), "cuda", "--device cpu")
+
+
+@pytest.mark.slow
+def test_a_missing_gpu_is_refused_with_torch_alone_imported(start_ups):
+    """Before diffusers, transformers and Gradio load (~9 s more on 2 cores): ``cli.refuse_missing_device``."""
+    done = finished(start_ups["libraries"])
+    assert done.stdout.strip().endswith("exit 2 loaded: ['torch']"), (done.stdout, done.stderr)
+    assert "no usable CUDA GPU" in done.stderr
 
 
 @pytest.mark.slow

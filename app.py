@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from h3app.cli import quiet_libraries
+from h3app.cli import quiet_libraries, refuse_before_libraries
 from h3app.commands.model_options import (
     FP8_ENV,
     FP8_TEXT_ENCODER_ENV,
@@ -112,8 +112,9 @@ def serve() -> None:
     from h3app.model.loader import LoadOptions, parse_dtype
 
     print(choose(args).line, flush=True)  # what runs here and why, before anything is downloaded
-    # A bad dtype or a missing GPU: refused with torch alone imported, before diffusers and Gradio (~10 s more on
-    # 2 cores) and before any rank starts.
+    # A bad dtype, a missing GPU or (offline) an uncached model: refused before diffusers and Gradio load (~10 s
+    # more on 2 cores) and before any rank starts.
+    refuse_before_libraries(args)
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                           fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
                           compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype))

@@ -8,12 +8,14 @@ default, so a bad value is refused before torch (or the libraries :func:`quiet_l
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
 from .commands import check, export, generate, grid, inspect, plan, search
 from .errors import H3AppError
+from .rules.choices import T2VA
 
 
 class Command(Protocol):
@@ -64,15 +66,26 @@ def quiet_libraries() -> None:
     transformers_logging.disable_progress_bar()
 
 
-def refuse_missing_device(args: argparse.Namespace) -> None:
-    """``--device`` this machine lacks (``cuda`` without a GPU): one line with torch alone imported, before
-    :func:`quiet_libraries` imports diffusers and transformers (~9 s more on 2 cores). The rule is the loader's
-    ``check_device``, which ``LoadOptions`` applies again."""
+def refuse_before_libraries(args: argparse.Namespace) -> None:
+    """What can be refused before :func:`quiet_libraries` imports diffusers and transformers (~9 s more on 2 cores),
+    each by the rule the load applies again: a ``--device`` this machine lacks (the loader's ``check_device``, torch
+    alone imported) and, offline, a Hub ``--model`` the local cache does not hold (``repo.locate``)."""
     device = getattr(args, "device", None)
     if device is not None:
         from .model.loader import check_device
 
         check_device(device)
+    model = getattr(args, "model", None)
+    if model is None:
+        return
+    from .model import repo
+
+    if repo.is_hub_repo(model):
+        from huggingface_hub import constants
+
+        if constants.HF_HUB_OFFLINE:
+            repo.locate(model, getattr(args, "workflow", None) or T2VA, getattr(args, "model_revision", None),
+                        os.environ.get("HF_TOKEN"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "check", None) is not None:
             args.check(args)  # the command's checks across flags (or for its model), light too
         if args.command not in LIGHT:
-            refuse_missing_device(args)
+            refuse_before_libraries(args)
             quiet_libraries()
         return int(args.run(args) or 0)
     except H3AppError as error:

@@ -160,8 +160,9 @@ MISSING_GPU = [["app.py", "--device", "cuda"],
                ["-m", "h3app", "check", "--device", "cuda", "--adapter", str(TURBO)]]
 UNCACHED = ["app.py", "--model", "MiniMaxAI/MiniMax-H3"]
 LIBRARIES_AT_REFUSAL = ["-c", "import sys; from h3app.cli import main; "
-                              "code = main(['generate', '--device', 'cuda', '--prompt', 'x', '--out', 'x.mp4']); "
-                              "print('exit', code, 'loaded:', sorted(m for m in ('torch', 'diffusers', 'transformers', "
+                              "codes = [main(['generate', '--device', 'cuda', '--prompt', 'x', '--out', 'x.mp4']), "
+                              "main(['generate', '--model', 'someone/not-cached', '--prompt', 'x', '--out', 'x.mp4'])]; "
+                              "print('exit', codes, 'loaded:', sorted(m for m in ('torch', 'diffusers', 'transformers', "
                               "'gradio') if m in sys.modules))"]
 
 
@@ -172,7 +173,7 @@ def start_ups(tmp_path_factory) -> dict[str, subprocess.Popen]:
     uncached_home = tmp_path_factory.mktemp("uncached_hf_home")
     runs = {" ".join(argv): (argv, NO_GPU) for argv in MISSING_GPU}
     runs[" ".join(UNCACHED)] = (UNCACHED, {"HF_HUB_OFFLINE": "1", "HF_HOME": str(uncached_home)})
-    runs["libraries"] = (LIBRARIES_AT_REFUSAL, NO_GPU)
+    runs["libraries"] = (LIBRARIES_AT_REFUSAL, {**NO_GPU, "HF_HUB_OFFLINE": "1", "HF_HOME": str(uncached_home)})
     started = {name: subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True,
                                       env={**os.environ, "PYTHONPATH": str(ROOT), **env})
@@ -195,11 +196,12 @@ def test_a_missing_gpu_is_one_line_at_start_up(argv, start_ups):
 
 
 @pytest.mark.slow
-def test_a_missing_gpu_is_refused_with_torch_alone_imported(start_ups):
-    """Before diffusers, transformers and Gradio load (~9 s more on 2 cores): ``cli.refuse_missing_device``."""
+def test_a_missing_gpu_and_an_uncached_model_are_refused_before_the_libraries_load(start_ups):
+    """Before diffusers, transformers and Gradio load (~9 s more on 2 cores): ``cli.refuse_before_libraries``."""
     done = finished(start_ups["libraries"])
-    assert done.stdout.strip().endswith("exit 2 loaded: ['torch']"), (done.stdout, done.stderr)
-    assert "no usable CUDA GPU" in done.stderr
+    assert done.stdout.strip().endswith("exit [2, 2] loaded: ['torch']"), (done.stdout, done.stderr)
+    first, second = done.stderr.strip().splitlines()
+    assert "no usable CUDA GPU" in first and "someone/not-cached" in second and "cache" in second
 
 
 @pytest.mark.slow

@@ -68,7 +68,8 @@ def quiet_libraries() -> None:
 
 def refuse_before_libraries(args: argparse.Namespace) -> None:
     """What can be refused before :func:`quiet_libraries` imports diffusers and transformers (~9 s more on 2 cores),
-    each by the rule the load applies again: a ``--device`` this machine lacks (the loader's ``check_device``, torch
+    each by the rule the load applies again, for a command that loads the model here (generate, check, grid;
+    ``app.py``): a ``--device`` this machine lacks (the loader's ``check_device``, torch
     alone imported) and, offline, a Hub ``--model`` the local cache does not hold (``repo.locate``)."""
     device = getattr(args, "device", None)
     if device is not None:
@@ -95,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "check", None) is not None:
             args.check(args)  # the command's checks across flags (or for its model), light too
         if args.command not in LIGHT:
-            refuse_before_libraries(args)
+            if getattr(args, "loads_model_here", False):  # set by add_model_flags (not plan's --device: a GPU box's)
+                refuse_before_libraries(args)
             quiet_libraries()
         return int(args.run(args) or 0)
     except H3AppError as error:

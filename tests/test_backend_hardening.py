@@ -204,6 +204,19 @@ def test_a_missing_gpu_and_an_uncached_model_are_refused_before_the_libraries_lo
     assert "no usable CUDA GPU" in first and "someone/not-cached" in second and "cache" in second
 
 
+def test_only_commands_that_load_the_model_here_refuse_a_missing_device_early():
+    """``plan --device cuda`` names the GPU box planned for, not this machine: it is never refused for a GPU
+    this machine lacks (``loads_model_here`` is set by the flags of generate, check and grid only)."""
+    from h3app.cli import build_parser
+
+    parser, here = build_parser(), {}
+    for argv in (["generate", "--prompt", "x", "--out", "x.mp4"], ["check", "--adapter", str(TURBO)],
+                 ["grid", "--adapter", str(TURBO), "--prompt", "x", "--out-dir", "grid"], ["plan"],
+                 ["inspect", str(TURBO)]):
+        here[argv[0]] = getattr(parser.parse_args(argv), "loads_model_here", False)
+    assert here == {"generate": True, "check": True, "grid": True, "plan": False, "inspect": False}
+
+
 @pytest.mark.slow
 def test_an_uncached_hub_model_offline_is_one_line_at_start_up(start_ups):
     assert_one_line_refusal(finished(start_ups[" ".join(UNCACHED)]), "MiniMaxAI/MiniMax-H3", "cache")

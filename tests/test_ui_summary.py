@@ -198,6 +198,10 @@ def test_a_pasted_alpha_is_the_one_the_next_job_applies_and_the_note_says_so(eve
     assert not shown.typed_alpha and shown.settings("unmerged").alpha is None
     pasted = SlotForm(source=turbo, alpha="8", info=info)
     assert pasted.typed_alpha and pasted.settings("unmerged").alpha == 8.0
+    # the Override tick follows the box alone: ticked for a typed alpha, unticked for an emptied box, left alone
+    # for the file's own alpha (whatever the tick read with it, which can be older than the box)
+    emptied = SlotForm(source=turbo, alpha=" ", info=info)
+    assert (pasted.tick_for_box, emptied.tick_for_box, shown.tick_for_box) == (True, False, None)
     note = apply_note(SyncForm(None, "unmerged", {"1": pasted}))
     assert "alpha 8 (typed) × scale 1 → effective 0.5" in note
     assert "alpha 1 (registry) × scale 1 → effective 0.0625" in apply_note(SyncForm(None, "unmerged", {"1": shown}))

@@ -40,6 +40,7 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
     parser.add_argument("--model-revision", default=None, help="Hub revision of the model (branch, tag or commit)")
     parser.add_argument("--dtype", default="float32", type=dtype_name, help=f"{' | '.join(DTYPE_NAMES)} (float32 on CPU, bfloat16 on GPU)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1 …")
+    parser.set_defaults(loads_model_here=True)  # --model and --device name this machine's: cli.refuse_before_libraries
     parser.add_argument("--offload", default="none", choices=OFFLOAD_MODES,
                         help="none | auto (ComponentsManager CPU offload) | group (transformer block offload)")
     parser.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time (frees the split weights)")

@@ -170,6 +170,16 @@ class SlotForm:
             return True  # not a number: the override that parse_alpha refuses in one line
 
     @property
+    def tick_for_box(self) -> bool | None:
+        """What the Override tick becomes when the alpha box changes: ticked for a typed alpha, unticked for an
+        emptied box, None (left as it is) for the file's own alpha. Decided by the box alone: the tick an event
+        reads can be older than the box (an earlier answer not yet on the page), and deciding from it once left
+        Override ticked over an emptied box on a loaded server."""
+        if self.typed_alpha:
+            return True
+        return False if not str(self.alpha if self.alpha is not None else "").strip() else None
+
+    @property
     def overrides(self) -> bool:
         """Override is ticked, or the alpha box holds a typed alpha."""
         return bool(self.override) or self.typed_alpha

@@ -287,16 +287,14 @@ def _wire_alpha_box(ui: AdapterSlot, changes: ChangeEvents) -> None:
     the file's alpha back in the box. The job and the line above Generate read the box by the same rule, so a
     click that comes before the tick still applies the alpha shown."""
 
-    def follow_box(alpha: Any, info: dict[str, Any] | None, override: bool) -> Any:
-        slot = SlotForm(alpha=alpha, info=info)
-        if slot.typed_alpha and not override:
-            return True
-        return False if override and not str(alpha or "").strip() else gr.skip()  # never write back a stale read
+    def follow_box(alpha: Any, info: dict[str, Any] | None) -> Any:
+        tick = SlotForm(alpha=alpha, info=info).tick_for_box  # the box decides, never a possibly stale tick
+        return gr.skip() if tick is None else tick
 
     def follow_tick(override: bool, info: dict[str, Any] | None) -> Any:
         return gr.skip() if override else chain_text(info)
 
-    changes.on([ui.alpha.change], follow_box, [ui.alpha, ui.info, ui.override], [ui.override])
+    changes.on([ui.alpha.change], follow_box, [ui.alpha, ui.info], [ui.override])
     ui.override.input(follow_tick, [ui.override, ui.info], [ui.alpha], **CHEAP)
 
 

@@ -235,3 +235,25 @@ def test_watching_a_job_sees_each_preview_and_a_cancel_keeps_the_last(backend):
         handle.result()
     assert seen == sorted(seen) and 1 in seen and 2 in seen  # each step's preview was seen while it ran
     assert board.latest().step == stopped.value.done  # the last preview is the last step run: it stays shown
+
+
+def test_a_running_check_sends_each_preview_image_to_the_page_once():
+    """An unchanged preview is ``gr.skip()`` on the next tick and at the end (``SentImages``): Gradio rewrites a
+    numpy image's cache file each time it is sent, and a rewrite while the page reads it broke the image."""
+    import gradio as gr
+
+    from h3app.backend.worker import Progress
+    from h3app.ui.generate.preview_stream import CheckPreviews, SentImages, check_finished, check_update
+
+    board, parts, sent = PreviewBoard(), CheckPreviews("a", "b", "fallback", "note"), SentImages()
+    running = Progress(1, 3, "denoising")
+    board.put(Preview("fallback", 1, 3, np.zeros((2, 2, 3), np.uint8), "pca", False, 0.0, 1.0))
+    first = sent.only_new(check_update(parts, board, running))
+    again = sent.only_new(check_update(parts, board, running))
+    assert isinstance(first["fallback"], np.ndarray) and first["a"] is None
+    assert again["fallback"] == gr.skip() and again["a"] is None and again["note"] == first["note"]
+    board.put(Preview("fallback", 2, 3, np.ones((2, 2, 3), np.uint8), "pca", False, 0.0, 1.0))
+    newer = sent.only_new(check_update(parts, board, running))
+    assert isinstance(newer["fallback"], np.ndarray) and newer["fallback"].max() == 1  # a new step: sent
+    stopped = sent.only_new(check_finished(parts, board, stopped=True))
+    assert stopped["fallback"] == gr.skip() and "Stopped" in stopped["note"]  # kept on screen, not re-sent

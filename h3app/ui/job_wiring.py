@@ -34,6 +34,7 @@ from .generate.events import GenerateEvents, GenerateView, Stopped, apply_note, 
 from .generate.preview_stream import (
     CheckPreviews,
     GeneratePreview,
+    SentImages,
     check_finished,
     check_update,
     generate_finished,
@@ -298,20 +299,20 @@ def streamed_reply(status: Any, outputs: dict[str, Any], views: Iterator[Any],
                    finished: Callable[[bool], dict[Any, Any]]) -> Iterator[dict[Any, Any]]:
     """The answers of a job event that streams step previews: ``shown(progress)`` while the job runs, then (as
     :func:`job_reply`) its view written to ``outputs`` or the stopped / refused line, with ``finished(stopped)``."""
-    view = None
+    view, sent = None, SentImages()  # each preview image reaches the page once
     try:
         for item in views:
             if isinstance(item, Progress):
-                yield shown(item)
+                yield sent.only_new(shown(item))
             else:
                 view = item
     except gr.Error as error:
         yield refused_job(status, error)
         return
     if isinstance(view, Stopped):
-        yield {status: view.status, **finished(True)}
+        yield {status: view.status, **sent.only_new(finished(True))}
     else:
-        yield {**write(view, outputs), status: "", **finished(False)}
+        yield {**write(view, outputs), status: "", **sent.only_new(finished(False))}
 
 
 def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:

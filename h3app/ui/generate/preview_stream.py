@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+import numpy as np
 
 from ...backend.preview import PreviewBoard
 from ...backend.worker import Progress
@@ -54,6 +55,32 @@ def build_check_previews() -> CheckPreviews:
                            elem_id=f"check-preview-{column.lower()}", buttons=[], min_width=160)
                   for column in CHECK_COLUMNS]
     return CheckPreviews(*images, note)
+
+
+class SentImages:
+    """One job's stream sends each preview image to its component once; an unchanged one is ``gr.skip()``.
+
+    Gradio stores a numpy image by truncating and rewriting the cache file named by the image's content hash; a
+    running job's updates carried every column's unchanged preview again on each tick, so that file was rewritten
+    while the page was still reading it (the server logged "Too much data for declared Content-Length" and the page
+    showed a broken image, seen after a cancelled check on a loaded server)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Any, np.ndarray] = {}
+
+    def only_new(self, update: dict[Any, Any]) -> dict[Any, Any]:
+        """``update`` with each image already sent to its component (the same array) replaced by ``gr.skip()``."""
+        out: dict[Any, Any] = {}
+        for component, value in update.items():
+            if isinstance(value, np.ndarray):
+                if self._last.get(component) is value:
+                    value = gr.skip()
+                else:
+                    self._last[component] = value
+            else:
+                self._last.pop(component, None)  # cleared or replaced: the next image is new to the page
+            out[component] = value
+        return out
 
 
 def waiting_line(progress: Progress) -> str:

@@ -27,7 +27,7 @@ ALLOWED: dict[str, set[str]] = {
     "parallel": {"errors", "model", "rules"},
     "hosting": {"adapters", "errors", "rules"},  # admission, quotas and refusals of a public server
     "backend": {"adapters", "errors", "hosting", "lora", "model", "rules", "settings"},
-    "ui": {"adapters", "backend", "errors", "hosting", "lora", "rules", "settings"},
+    "ui": {"adapters", "backend", "errors", "hosting", "lora", "lru", "rules", "settings"},
     "hardware": {"adapters", "backend", "errors", "lora", "lru", "model", "rules", "settings"},
 }
 

@@ -30,5 +30,5 @@ def test_pages_without_a_session_are_never_matched_and_old_pages_are_forgotten()
     assert not inspected.answered(None, "x") and not inspected.answered(page(None), "x")
     for name in ("p1", "p2", "p3"):
         inspected.asked(page(name), "x")
-    assert list(inspected.texts) == ["p2", "p3"]  # bounded: the oldest page went first
+    assert inspected.texts.keys() == ["p2", "p3"]  # bounded: the oldest page went first
     assert not inspected.answered(page("p1"), "x") and inspected.answered(page("p3"), "x")

@@ -12,12 +12,14 @@ tensors of the real sizes.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
+from ..lru import LRU
 from ..model import conditioner, fp8, repo
 from ..model.diffusers_compat import fp32_modules
 from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
@@ -66,13 +68,34 @@ def text_encoder_config() -> Any:
                          tie_word_embeddings=False, **ids)
 
 
+# The released sizes' meta modules, built once per (component, dtypes, q/k/v fusion) and copied for each caller: the
+# loader changes what it is given (``.to(device)``, fp8 storage), so nobody gets the kept one. A copy costs a few
+# tenths of a second at full size; building costs up to ten times more (the audio VAE's anti-aliasing filters and
+# weight norms run through torch's Python reference kernels on meta: ~3 s on 2 cores, in every rehearsal).
+_BUILT: LRU[tuple[Any, ...], torch.nn.Module] = LRU(8)
+
+
 def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None = None) -> torch.nn.Module:
     """Component ``name`` at full size (or ``config``) on the meta device, in the dtypes ``from_pretrained`` gives:
     transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, the video VAE in
-    ``options.vae_dtype`` with its fp32 islands, the audio VAE fp32."""
+    ``options.vae_dtype`` with its fp32 islands, the audio VAE fp32. A new module on each call (the released
+    sizes' are copies of one built once, :data:`_BUILT`)."""
     from ..model.torch_compat import unset_fake_temporarily
 
-    with unset_fake_temporarily(), torch.device("meta"):  # real meta modules, also when called under fake CUDA
+    if config is not None:
+        return _build(name, options, config)
+    kept = _BUILT.get_or_compute((name, options.dtype, options.vae_dtype, options.fuse_qkv),
+                                 lambda: _build(name, options, None))
+    with unset_fake_temporarily():  # meta copies, also when called under fake CUDA
+        return copy.deepcopy(kept)
+
+
+def _build(name: str, options: LoadOptions, config: Mapping[str, Any] | None) -> torch.nn.Module:
+    from ..model.torch_compat import unset_fake_temporarily
+
+    # no_grad: weight norm's computed weights are then plain tensors, which a module copy can copy (a forward
+    # pre-hook recomputes them before each use either way)
+    with unset_fake_temporarily(), torch.device("meta"), torch.no_grad():  # real meta modules, also under fake CUDA
         if name in PARTITIONS:
             from diffusers import MiniMaxH3Transformer3DModel
 

@@ -145,7 +145,7 @@ class SlotForm:
     @property
     def source_to_read(self) -> str:
         """The source to read: the upload's server path while the box shows its label, else the box as typed."""
-        text = str(self.source or "").strip()
+        text = source_text(self.source)
         if self.uploaded and text and text == self.uploaded.get("shown"):
             return self.uploaded["path"]
         return text
@@ -206,6 +206,11 @@ class SlotForm:
 
 
 SLOT_FIELDS = field_names(SlotForm)
+
+
+def source_text(value: Any) -> str:
+    """The source box's text as the slot compares it: stripped, empty for nothing."""
+    return str(value or "").strip()
 
 
 def chain_text(info: Mapping[str, Any] | None) -> str:

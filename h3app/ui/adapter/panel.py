@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gradio as gr
 
 from ...hosting.gpu_gate import admitted, gpu_events
+from ...lru import LRU
 from ...rules.choices import QKV_LAYOUTS
 from ..change_events import CHEAP, ChangeEvents
-from ..forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, write
+from ..forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, source_text, write
 from ..presenters import render
 from ..unclamped import unclamped
 from . import advanced_strength
@@ -141,27 +141,23 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                        confirm_note, replace_button, keep_button, advanced)
 
 
-@dataclass
 class InspectedTexts:
     """The source text each page last asked this slot to inspect, kept on the server (a page's own state would be
     read when its event was sent, too early). Typing fires a queue-less "forget" and Enter a queued Inspect at
     almost the same moment; on a loaded server Inspect's answer can arrive first, and forget would then wipe it
     ("Source changed: press Inspect"). Forget checks here when it runs and keeps an answer for the same text."""
 
-    limit: int = 4096  # pages remembered, oldest forgotten first
-    texts: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    def __init__(self, limit: int = 4096) -> None:
+        self.texts: LRU[str, str] = LRU(limit)  # page (Gradio's session hash) → text; the oldest page goes first
 
     def asked(self, request: gr.Request | None, source: Any) -> None:
         page = getattr(request, "session_hash", None)
         if page:
-            self.texts[page] = str(source or "").strip()
-            self.texts.move_to_end(page)
-            while len(self.texts) > self.limit:
-                self.texts.popitem(last=False)
+            self.texts.put(page, source_text(source))
 
     def answered(self, request: gr.Request | None, source: Any) -> bool:
         page = getattr(request, "session_hash", None)
-        return bool(page) and self.texts.get(page) == str(source or "").strip()
+        return bool(page) and self.texts.get(page) == source_text(source)
 
 
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
@@ -264,7 +260,7 @@ def _wire_source_edits(ui: AdapterSlot, inspected: InspectedTexts) -> None:
 
     def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None, request: gr.Request = None
                ) -> dict[Any, Any]:
-        if info and (info.get("adapter") or [None])[0] == str(source or "").strip():
+        if info and (info.get("adapter") or [None])[0] == source_text(source):
             return gr.skip()  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
         if inspected.answered(request, source):
             return gr.skip()  # Inspect already ran for this very text (its answer may have reached the page first)

@@ -103,6 +103,23 @@ def test_full_size_components_are_built_without_memory():
     assert abs(full_size.parameter_bytes(module) - TRANSFORMER_BYTES) < 0.01 * TRANSFORMER_BYTES
 
 
+def test_each_caller_gets_its_own_copy_of_the_module_built_once():
+    """``build_meta`` builds the released sizes once and hands out copies: what one rehearsal's loader does to its
+    module (cast, move) never reaches the next, and the copies are real meta modules also under fake CUDA."""
+    from h3app.hardware.fake_cuda import fake_cuda
+    from h3app.model.loader import LoadOptions
+
+    options = LoadOptions(dtype=torch.bfloat16)
+    first = full_size.build_meta("audio_vae", options)  # weight-normed convolutions: the slow one to build
+    first.to(torch.float16)
+    with fake_cuda():
+        second = full_size.build_meta("audio_vae", options)
+    assert second is not first and {id(p) for p in second.parameters()}.isdisjoint(map(id, first.parameters()))
+    assert {p.dtype for p in second.parameters()} == {torch.float32} and all(p.is_meta for p in second.parameters())
+    assert len([key for key in full_size._BUILT.keys() if key[0] == "audio_vae"]) == 1
+    assert sorted(second.state_dict()) == sorted(first.state_dict())
+
+
 def test_the_equivalence_check_runs_at_full_size_with_the_lightx2v_adapter(t2va_check):
     """The backend's own check (A 8:1.0, the control, B 128:0.0625, the fallback) at 544p on fake CUDA: every
     placement, cast and shape holds; the comparison itself is reported as not measurable."""

@@ -157,10 +157,15 @@ class SlotForm:
         return SCALE_SLIDER.check(parse_strength(self.strength), "scale")
 
     @property
+    def alpha_text(self) -> str:
+        """The alpha box as text, stripped (a number 0 stays "0"; only nothing is empty)."""
+        return str(self.alpha if self.alpha is not None else "").strip()
+
+    @property
     def typed_alpha(self) -> bool:
         """The alpha box holds something other than what Inspect put there (the file's own alpha, or nothing):
         a typed or pasted alpha — an override whether or not the Override tick has reached the page yet."""
-        text = str(self.alpha if self.alpha is not None else "").strip()
+        text = self.alpha_text
         if not text:
             return False
         shown = chain_text(self.info)
@@ -177,7 +182,7 @@ class SlotForm:
         Override ticked over an emptied box on a loaded server."""
         if self.typed_alpha:
             return True
-        return False if not str(self.alpha if self.alpha is not None else "").strip() else None
+        return False if not self.alpha_text else None
 
     @property
     def overrides(self) -> bool:

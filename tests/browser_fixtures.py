@@ -93,3 +93,22 @@ def set_number(page: Any, selector: str, value: str) -> None:
 def error_badges(page: Any) -> int:
     """Gradio's red "Error" status badges shown on components."""
     return page.get_by_text("Error", exact=True).locator("visible=true").count()
+
+
+def record_text(page: Any, selector: str) -> None:
+    """Keep every text ``selector`` shows, in order, for :func:`seen_text`: a job's progress and a stream's steps
+    pass quicker than Playwright polls on a fast machine (its waits retry at 0.1 to 1 s), so a test that needs to
+    know a passing text was shown records it instead of waiting for it."""
+    page.evaluate("""(selector) => {
+        window.seen = window.seen || {};
+        const seen = window.seen[selector] = [];
+        const node = document.querySelector(selector);
+        const note = () => { const text = node.innerText.trim(); if (seen.at(-1) !== text) seen.push(text); };
+        new MutationObserver(note).observe(node, {subtree: true, childList: true, characterData: true});
+        note();
+    }""", selector)
+
+
+def seen_text(page: Any, selector: str) -> str:
+    """Every text :func:`record_text` saw ``selector`` show since it was called, joined by `` | ``."""
+    return " | ".join(page.evaluate("(selector) => window.seen[selector]", selector))

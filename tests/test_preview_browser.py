@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import open_app
+from browser_fixtures import open_app, record_text, seen_text
 from playwright.sync_api import expect
+from test_ui_browser import held_steps
 from test_ui_compare_browser import pick_turbo, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -19,18 +20,6 @@ COLUMNS = ("#check-preview-a", "#check-preview-b", "#check-preview-fallback")
 def set_steps(page, steps: int) -> None:
     page.locator("#steps input[type=number]").fill(str(steps))
     page.locator("#steps input[type=number]").press("Enter")
-
-
-def record_text(page, selector: str) -> None:
-    """Keep every text ``selector`` shows in ``window.seen[selector]`` (the stream may pass a step quickly)."""
-    page.evaluate("""(selector) => {
-        window.seen = window.seen || {};
-        const seen = window.seen[selector] = [];
-        const node = document.querySelector(selector);
-        const note = () => { const text = node.innerText.trim(); if (seen.at(-1) !== text) seen.push(text); };
-        new MutationObserver(note).observe(node, {subtree: true, childList: true, characterData: true});
-        note();
-    }""", selector)
 
 
 def shown_images(page, selectors) -> list[str]:
@@ -47,7 +36,7 @@ def test_generate_shows_each_step_beside_its_progress_text(browser, app, tmp_pat
         page.locator("#generate").click()
         expect(page.locator("#generate-preview-note")).to_contain_text("Step 4 of 4", timeout=JOB_TIMEOUT_MS)
         expect(page.locator("#video video")).to_be_visible(timeout=JOB_TIMEOUT_MS)
-        seen = " | ".join(page.evaluate("window.seen['#generate-preview-note']"))
+        seen = seen_text(page, "#generate-preview-note")
         assert "Step 1 of 4" in seen and "Step 2 of 4" in seen, seen  # it updated while the run denoised
         assert shown_images(page, ["#generate-preview"])[0]
         shoot(page, "preview-generate.png", tmp_path, "#generate-preview-box")
@@ -64,7 +53,7 @@ def test_the_check_previews_a_b_and_fallback_side_by_side_and_cancel_keeps_them(
         record_text(page, "#check-preview-note")
         page.locator("#check").click()
         expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL", timeout=JOB_TIMEOUT_MS)
-        seen = " | ".join(page.evaluate("window.seen['#check-preview-note']"))
+        seen = seen_text(page, "#check-preview-note")
         # the fallback runs first, then A (shown beside the fallback at A's step), then B: step by step
         assert "fallback (alpha = rank) at step 1 of 3" in seen, seen
         assert "A · fallback (alpha = rank) at step 1 of 3 (B not started)" in seen, seen
@@ -74,13 +63,14 @@ def test_the_check_previews_a_b_and_fallback_side_by_side_and_cancel_keeps_them(
         assert all(shown_images(page, COLUMNS))
         shoot(page, "preview-check.png", tmp_path, "#check-previews")
 
-        set_steps(page, 30)  # long enough to cancel mid-run
+        set_steps(page, 30)  # long enough to cancel mid-run, with each step held however fast the machine
         page.get_by_role("tab", name="Equivalence").click()
-        page.locator("#check").click()
-        expect(page.locator("#check-preview-note")).to_contain_text(re.compile(r"at step [2-9] of \d\d"),
-                                                                    timeout=JOB_TIMEOUT_MS)
-        page.locator("#check-cancel").click()
-        expect(page.locator("#check-status")).to_contain_text("Cancelled after", timeout=JOB_TIMEOUT_MS)
+        with held_steps(app[1]):
+            page.locator("#check").click()
+            expect(page.locator("#check-preview-note")).to_contain_text(re.compile(r"at step [2-9] of \d\d"),
+                                                                        timeout=JOB_TIMEOUT_MS)
+            page.locator("#check-cancel").click()
+            expect(page.locator("#check-status")).to_contain_text("Cancelled after", timeout=JOB_TIMEOUT_MS)
         expect(page.locator("#check-preview-note")).to_contain_text("Stopped")
         expect(page.locator("#check-preview-note")).to_contain_text(re.compile(r"after \d+ of \d\d steps"))
         assert shown_images(page, COLUMNS[2:])[0]  # the fallback, the column that ran, stays on screen

@@ -14,11 +14,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, error_badges, open_app, set_number, type_into
+from browser_fixtures import (
+    GENERATION_TIMEOUT_MS,
+    error_badges,
+    open_app,
+    record_text,
+    seen_text,
+    set_number,
+    type_into,
+)
 from playwright.sync_api import expect
 
 from h3app.backend.generation import Cancelled
 from h3app.backend.service import Backend
+from h3app.ui.generate.events import EQUIVALENCE_RUNS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -135,21 +144,30 @@ def test_advice_follows_the_settings_it_talks_about(page):
     expect(note).not_to_contain_text("no alpha stored")
 
 
+# The check's four runs in the order the backend runs them, named as its progress names them.
+CHECK_RUNS = dict(enumerate((EQUIVALENCE_RUNS[run] for run in ("fallback", "A", "control", "B")), start=1))
+
+
 def test_progress_names_the_run_and_leaves_the_seed_box_alone(page):
     pick_demo(page)
     set_number(page, "#steps", "12")
+    record_text(page, "#video")  # a step's progress lasts a fraction of a second: recorded, not waited for
+    record_text(page, "#seed")
     page.locator("#generate").click()
-    expect(page.locator("#video")).to_contain_text(re.compile(r"step \d+/11"), timeout=GENERATION_TIMEOUT_MS)
-    assert not re.search(r"step|processing", page.locator("#seed").inner_text())
     expect(page.locator("#result")).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
+    assert re.search(r"step \d+/11", seen_text(page, "#video")), seen_text(page, "#video")
+    assert not re.search(r"step|processing", seen_text(page, "#seed")), seen_text(page, "#seed")
     page.get_by_role("tab", name="Equivalence").click()
     set_number(page, "#steps", "6")
     expect(page.locator("#check-estimate")).to_contain_text(re.compile(r"costs 3 generations \+ 1 denoising step ≈"))
+    record_text(page, "#verdict")
     page.locator("#check").click()
-    expect(page.locator("#verdict")).to_contain_text(re.compile(r"run [234]/4: (determinism control|B|fallback)"),
-                                                     timeout=GENERATION_TIMEOUT_MS)
     expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL",
                                                                           timeout=3 * GENERATION_TIMEOUT_MS)
+    seen = seen_text(page, "#verdict")
+    named = {int(n): name for n, name in re.findall(r"run (\d)/4: (.+?): step", seen)}
+    assert named and all(CHECK_RUNS.get(n) == name for n, name in named.items()), seen
+    assert set(named) - {1}, seen  # the progress moved on to a later run and named it
 
 
 def test_labels_read_as_meant(page):

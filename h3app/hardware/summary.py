@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from ..rules.units import format_bytes
 
 if TYPE_CHECKING:
+    from .judge import Verdict
     from .recommend import Plan
 
-_PLANS: dict[tuple[str, str, str, bool, bool], Plan] = {}
+_PLANS: dict[tuple[str, str, str, bool, bool], Plan | Verdict] = {}
 
 
 def gpu() -> tuple[str, int] | None:
@@ -30,8 +31,9 @@ def _key(model: str, options: Any) -> tuple[str, str, str, bool, bool]:
             bool(getattr(options, "fp8", False)), bool(getattr(options, "fp8_text_encoder", False)))
 
 
-def remember(model: str, options: Any, plan: Plan) -> None:
-    """Keep ``plan`` as the plan of ``model`` loaded with ``options`` (a ``LoadOptions``)."""
+def remember(model: str, options: Any, plan: Plan | Verdict) -> None:
+    """Keep ``plan`` (a ``Plan``, or the start-up check's ``Verdict``: the header reads only its peak) as the plan of
+    ``model`` loaded with ``options`` (a ``LoadOptions``)."""
     _PLANS[_key(model, options)] = plan
 
 

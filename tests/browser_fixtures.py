@@ -59,6 +59,7 @@ def open_app(browser: Any, url: str, width: int = 1440, height: int = 1000) -> A
     from playwright.sync_api import expect
 
     page = browser.new_page()
+    count_events_in_flight(page)
     page.set_viewport_size({"width": width, "height": height})
     page.set_default_timeout(PAGE_TIMEOUT_MS)
     expect.set_options(timeout=PAGE_TIMEOUT_MS)
@@ -112,3 +113,47 @@ def record_text(page: Any, selector: str) -> None:
 def seen_text(page: Any, selector: str) -> str:
     """Every text :func:`record_text` saw ``selector`` show since it was called, joined by `` | ``."""
     return " | ".join(page.evaluate("(selector) => window.seen[selector]", selector))
+
+
+EVENT_PATHS = ("/gradio_api/run/", "/gradio_api/queue/join")  # an event sent to the app (not its result stream)
+
+
+def count_events_in_flight(page: Any) -> None:
+    """Count the page's event requests still unanswered (``page.h3_in_flight``), for :func:`answered`."""
+    in_flight: set[Any] = set()
+    page.h3_in_flight = in_flight
+
+    def sent(request: Any) -> None:
+        if any(path in request.url for path in EVENT_PATHS):
+            in_flight.add(request)
+
+    page.on("request", sent)
+    page.on("requestfinished", lambda request: in_flight.discard(request))
+    page.on("requestfailed", lambda request: in_flight.discard(request))
+
+
+def answered(page: Any, quiet_ms: int = 300, timeout_ms: int = PAGE_TIMEOUT_MS) -> None:
+    """Wait until the page has had every event it sent answered and sent no new one for ``quiet_ms``.
+
+    A pick or an Inspect sets off a chain of redraws (the card, the alpha box, the pair, the notes), and a redraw that
+    arrives after the test has typed into a control it writes puts the control's value back; a person types after
+    the page has answered, so a test that types right after such a chain waits for it here first."""
+    import time
+
+    deadline = time.monotonic() + timeout_ms / 1000
+    quiet_since = time.monotonic()
+    while time.monotonic() < deadline:
+        if page.h3_in_flight:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_ms / 1000:
+            return
+        page.wait_for_timeout(50)  # lets Playwright deliver the request events
+    raise AssertionError(f"the page still had {len(page.h3_in_flight)} event(s) unanswered after {timeout_ms} ms")
+
+
+def open_tab(page: Any, name: str) -> None:
+    """Show the tab ``name`` and wait for its first values to be answered: Gradio draws a tab's controls when the
+    tab is first shown, and their first change events (the notes and estimates they write) must not land over what
+    the test types next."""
+    page.get_by_role("tab", name=name).click()
+    answered(page)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import open_app, record_text, seen_text
+from browser_fixtures import open_app, open_tab, record_text, seen_text
 from playwright.sync_api import expect
 from test_ui_browser import held_steps
 from test_ui_compare_browser import pick_turbo, shoot
@@ -49,22 +49,25 @@ def test_the_check_previews_a_b_and_fallback_side_by_side_and_cancel_keeps_them(
     try:
         pick_turbo(page)
         set_steps(page, 4)
-        page.get_by_role("tab", name="Equivalence").click()
+        open_tab(page, "Equivalence")
         record_text(page, "#check-preview-note")
         page.locator("#check").click()
         expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL", timeout=JOB_TIMEOUT_MS)
         seen = seen_text(page, "#check-preview-note")
-        # the fallback runs first, then A (shown beside the fallback at A's step), then B: step by step
+        # the fallback runs first, then A (shown beside the fallback at A's step), then B beside both. The page shows
+        # the newest step whenever it asks, so on a fast machine a run can pass a step between two answers: the
+        # fallback's and A's first steps are asserted (the stream starts with them), B's only at some step.
         assert "fallback (alpha = rank) at step 1 of 3" in seen, seen
         assert "A · fallback (alpha = rank) at step 1 of 3 (B not started)" in seen, seen
-        assert "A · B · fallback (alpha = rank) at step 2 of 3" in seen, seen
+        assert re.search(r"A · B · fallback \(alpha = rank\) at step \d of 3", seen), seen
+        assert seen.index("(A, B not started)") < seen.index("(B not started)") < seen.index("A · B ·"), seen
         boxes = [page.locator(s).bounding_box() for s in COLUMNS]
         assert boxes[0]["x"] < boxes[1]["x"] < boxes[2]["x"] and len({round(b["y"]) for b in boxes}) == 1
         assert all(shown_images(page, COLUMNS))
         shoot(page, "preview-check.png", tmp_path, "#check-previews")
 
         set_steps(page, 30)  # long enough to cancel mid-run, with each step held however fast the machine
-        page.get_by_role("tab", name="Equivalence").click()
+        open_tab(page, "Equivalence")
         with held_steps(app[1]):
             page.locator("#check").click()
             expect(page.locator("#check-preview-note")).to_contain_text(re.compile(r"at step [2-9] of \d\d"),

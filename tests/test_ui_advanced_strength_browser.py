@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, set_number, type_into
+from browser_fixtures import GENERATION_TIMEOUT_MS, answered, set_number, type_into
 from playwright.sync_api import expect
 from test_ui_browser import pick_demo
 
@@ -22,6 +22,15 @@ def set_slider(page, selector: str, value: str) -> None:
     box.press("Tab")
 
 
+def open_advanced(page) -> None:
+    """Open slot 1's "Advanced strength" and wait until its controls are on the page and have sent their first
+    values: Gradio draws an accordion's contents when it first opens, and a value typed into a control that is
+    still being drawn is lost (no change reaches the app; seen on a fast machine)."""
+    page.locator("#advanced-1").get_by_text("Advanced strength").click()
+    expect(page.locator("#advanced-note-1")).to_contain_text("All factors 1")
+    answered(page)
+
+
 def settings_text(page) -> str:
     """The result's settings JSON as Gradio's JSON component shows it (every node is in the page, collapsed or
     not), without white space: ``"audio_strength":0,...``."""
@@ -33,9 +42,8 @@ def settings_text(page) -> str:
 def test_the_advanced_section_reaches_the_run(page):
     pick_demo(page)
     set_number(page, "#steps", "3")  # 2 evaluations
-    page.locator("#advanced-1").get_by_text("Advanced strength").click()
+    open_advanced(page)
     note = page.locator("#advanced-note-1")
-    expect(note).to_contain_text("All factors 1")
 
     set_slider(page, "#audio-strength-1", "0")
     expect(note).to_contain_text("the adapter changes nothing audio rows compute themselves")
@@ -64,7 +72,7 @@ def test_the_advanced_section_reaches_the_run(page):
 
 def test_a_bad_value_is_one_line_and_generate_refuses_it(page):
     pick_demo(page)
-    page.locator("#advanced-1").get_by_text("Advanced strength").click()
+    open_advanced(page)
     set_slider(page, "#audio-strength-1", "3")  # past the slider's end: refused in the note, never clamped
     expect(page.locator("#advanced-note-1")).to_contain_text("⚠ audio strength 3 is outside the strength sliders'")
     assert page.locator("#audio-strength-1 input[type=number]").input_value() == "3"

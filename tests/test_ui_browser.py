@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 from browser_fixtures import (
     GENERATION_TIMEOUT_MS,
+    answered,
     error_badges,
     open_app,
+    open_tab,
     record_text,
     seen_text,
     set_number,
@@ -42,6 +44,7 @@ def pick_demo(page) -> None:
     page.get_by_role("option", name=DEMO).click()
     expect(page.locator("#slot1-source textarea")).to_have_value(re.compile(re.escape(DEMO) + "$"))
     expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
+    answered(page)  # the redraws the pick set off (alpha box, pair, notes) have landed before anything is typed
 
 
 def load_demo(page) -> None:
@@ -81,7 +84,7 @@ def test_whole_flow_in_chromium(page, tmp_path):
     page.screenshot(path=str(main_view), full_page=True)
 
     # Equivalence: A (8 × 1.0) and B (128 × 0.0625) identical bit for bit
-    page.get_by_role("tab", name="Equivalence").click()
+    open_tab(page, "Equivalence")
     page.locator("#check").click()
     expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL",
                                                                           timeout=3 * GENERATION_TIMEOUT_MS)
@@ -157,7 +160,7 @@ def test_progress_names_the_run_and_leaves_the_seed_box_alone(page):
     expect(page.locator("#result")).to_contain_text("seed 7", timeout=GENERATION_TIMEOUT_MS)
     assert re.search(r"step \d+/11", seen_text(page, "#video")), seen_text(page, "#video")
     assert not re.search(r"step|processing", seen_text(page, "#seed")), seen_text(page, "#seed")
-    page.get_by_role("tab", name="Equivalence").click()
+    open_tab(page, "Equivalence")
     set_number(page, "#steps", "6")
     expect(page.locator("#check-estimate")).to_contain_text(re.compile(r"costs 3 generations \+ 1 denoising step ≈"))
     record_text(page, "#verdict")
@@ -177,10 +180,10 @@ def test_labels_read_as_meant(page):
     result = page.locator("#result")
     expect(result).to_contain_text("generated in", timeout=GENERATION_TIMEOUT_MS)
     expect(result).not_to_contain_text(re.compile(r"Hz · [\d.]+ s"))
-    page.get_by_role("tab", name="Equivalence").click()
+    open_tab(page, "Equivalence")
     page.locator("#check").click()
     expect(page.locator("#verdict [data-testid=verdict]")).to_be_visible(timeout=3 * GENERATION_TIMEOUT_MS)
-    page.get_by_role("tab", name="History").click()
+    open_tab(page, "History")
     history = page.locator("#history-table")
     # the demo's alpha in use is the rank guess 128 = rank: B doubles alpha and halves the scale
     expect(history).to_contain_text("· seed 7 · lightx2v_turbo_no_alpha α 256 (typed) × 0.5")
@@ -228,7 +231,7 @@ def test_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
 def test_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, browser, app):
     pick_demo(page)
     set_number(page, "#steps", "2")
-    page.get_by_role("tab", name="Grid").click()
+    open_tab(page, "Grid")
     type_into(page, "#grid-scales", "0.5, 1")
     page.locator("#grid-run").click()
     expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=3 * GENERATION_TIMEOUT_MS)

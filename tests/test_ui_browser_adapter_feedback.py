@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, error_badges, set_number, type_into
+from browser_fixtures import GENERATION_TIMEOUT_MS, answered, error_badges, set_number, type_into
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -34,6 +34,7 @@ def pick(page, name: str) -> None:
     # by the file's own when the answer lands (on a loaded machine, this test once typed too early)
     expect(page.locator("#slot1-inspect-card [data-testid=inspect-summary]")).to_be_visible()
     expect(page.locator("#slot1-inspect-card .h3-title")).to_have_text(name)
+    answered(page)
 
 
 def scale_shown(page):

@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser_fixtures import open_app
+from browser_fixtures import answered, open_app, open_tab
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -36,6 +36,7 @@ def pick_turbo(page) -> None:
     page.locator("#slot1-demo input").click()
     page.get_by_role("option", name=TURBO).click()
     expect(page.locator("#slot1-inspect-card [data-testid=inspect-summary]")).to_be_visible()  # the answer, not the placeholder
+    answered(page)
 
 
 def pick_turbo_at_two_steps(page) -> None:
@@ -73,14 +74,14 @@ def assert_plays_in_step(page, view: str, count: int) -> None:
 
 
 def run_check(page) -> None:
-    page.get_by_role("tab", name="Equivalence").click()
+    open_tab(page, "Equivalence")
     page.locator("#check").click()
     expect(page.locator("#verdict [data-testid=verdict]")).to_contain_text("IDENTICAL", timeout=JOB_TIMEOUT_MS)
 
 
 def check_flow(page, tmp_path: Path, suffix: str) -> None:
     pick_turbo_at_two_steps(page)
-    page.get_by_role("tab", name="Equivalence").click()
+    open_tab(page, "Equivalence")
     # the defaults come from the adapter: trained at alpha 1, rank 16
     expect(page.locator("#check-pair-note")).to_contain_text("alpha 1 × scale 1")
     assert [number_value(page, s) for s in ("#a-alpha", "#a-scale", "#b-alpha", "#b-scale")] == [1, 1, 16, 0.0625]
@@ -133,7 +134,7 @@ def test_grid_headers_baseline_marks_and_two_clicks(browser, app, tmp_path):
     page = open_app(browser, app[0], 1400)
     try:
         pick_turbo_at_two_steps(page)
-        page.get_by_role("tab", name="Grid").click()
+        open_tab(page, "Grid")
         page.locator("#grid-run").click()
         expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=JOB_TIMEOUT_MS)
         grid = page.locator("#grid-view table.h3cv-cells")
@@ -176,7 +177,7 @@ def test_history_labels_and_differences_in_words(browser, app, tmp_path):
     try:
         pick_turbo_at_two_steps(page)
         run_check(page)
-        page.get_by_role("tab", name="History").click()
+        open_tab(page, "History")
         table = page.locator("#history-table")
         expect(table).to_contain_text(re.compile(r"check fallback · “a red fox[^”]*” · seed 7 · tiny_turbo_4step "
                                                  r"α 16 \(rank fallback\) × 1"))

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-from browser_fixtures import open_app
+from browser_fixtures import answered, open_app, open_tab
 from playwright.sync_api import expect
 
 from h3app.adapters.inspect import inspect_file
@@ -72,8 +72,9 @@ def pick_demo(page, name: str) -> None:
 
 
 def inspected(page) -> None:
-    """Wait for Inspect's card (its placeholder also says "format")."""
+    """Wait for Inspect's card (its placeholder also says "format") and the redraws it set off."""
     expect(page.locator("#slot1-inspect-card [data-testid=inspect-summary]")).to_be_visible()
+    answered(page)
 
 
 def fastest_request(page) -> None:
@@ -215,16 +216,16 @@ def test_every_input_refuses_out_of_range_in_one_line_without_clamping_or_traceb
         type_value(page, "#seed", "-1")
         page.locator("#generate").click()
         expect(status).to_contain_text("✖ seed must be between 0")
-        page.get_by_role("tab", name="Equivalence").click()
+        open_tab(page, "Equivalence")
         expect(box_of(page, "#b-alpha")).to_have_value("16")  # the pair has followed the adapter
         refused_where_looked(page, [(s, bad, "#check-status", words, good) for s, bad, words, good in CHECK_VALUES])
-        page.get_by_role("tab", name="Grid").click()
+        open_tab(page, "Grid")
         refused_where_looked(page, [(s, bad, "#grid-estimate", words, good) for s, bad, words, good in GRID_VALUES])
         type_value(page, "#grid-seeds", "-1")
         page.locator("#grid-run").click()
         expect(page.locator("#grid-status")).to_contain_text("✖ seed must be between 0")
         # text too long: the source, refused in Inspect's card
-        page.get_by_role("tab", name="Generate").click()
+        open_tab(page, "Generate")
         control(page, "#slot1-source").fill("x" * 5000)
         control(page, "#slot1-source").press("Enter")
         # Inspect takes its turn in the queue behind the page's earlier events (a predicted-time note may rehearse
@@ -244,7 +245,7 @@ def test_after_a_grid_at_400_px_nothing_is_cut_off_and_a_cell_plays_beside_the_b
         fastest_request(page)
         pick_demo(page, TURBO)
         inspected(page)
-        page.get_by_role("tab", name="Grid").click()
+        open_tab(page, "Grid")
         page.locator("#grid-run").click()
         expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=3 * JOB_TIMEOUT_MS)
         assert page.evaluate(CUT_OFF_JS) == []

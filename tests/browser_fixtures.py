@@ -12,6 +12,7 @@ Gradio keeps a heartbeat stream open for apps with session state, so a page neve
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,8 +139,6 @@ def answered(page: Any, quiet_ms: int = 300, timeout_ms: int = PAGE_TIMEOUT_MS) 
     A pick or an Inspect sets off a chain of redraws (the card, the alpha box, the pair, the notes), and a redraw that
     arrives after the test has typed into a control it writes puts the control's value back; a person types after
     the page has answered, so a test that types right after such a chain waits for it here first."""
-    import time
-
     deadline = time.monotonic() + timeout_ms / 1000
     quiet_since = time.monotonic()
     while time.monotonic() < deadline:

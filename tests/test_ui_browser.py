@@ -27,6 +27,7 @@ from browser_fixtures import (
 )
 from playwright.sync_api import expect
 
+from h3app.backend.equivalence import PHASES
 from h3app.backend.generation import Cancelled
 from h3app.backend.service import Backend
 from h3app.ui.generate.events import EQUIVALENCE_RUNS
@@ -148,7 +149,7 @@ def test_advice_follows_the_settings_it_talks_about(page):
 
 
 # The check's four runs in the order the backend runs them, named as its progress names them.
-CHECK_RUNS = dict(enumerate((EQUIVALENCE_RUNS[run] for run in ("fallback", "A", "control", "B")), start=1))
+CHECK_RUNS = dict(enumerate((EQUIVALENCE_RUNS[run] for run in PHASES), start=1))
 
 
 def test_progress_names_the_run_and_leaves_the_seed_box_alone(page):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from h3app.rules.choices import REAL_REPO_ID
+from h3app.rules.choices import REAL_REPO_ID, TINY_REPO_ID
 from h3app.rules.frames import RELEASED
 from h3app.rules.request_defaults import FULL_DEFAULTS, SEED, TINY_DEFAULTS, RequestDefaults, defaults_for
 
@@ -86,13 +86,19 @@ def test_the_ui_the_api_the_cli_and_the_plan_use_each_models_defaults(kind, tiny
     monkeypatch.setattr(Backend, "defaults", property(lambda self: defaults))
     backend = Backend(loaded=tiny_model, output_dir=tmp_path)
     try:
-        found = _components(build_app(backend))
+        demo = build_app(backend)
+        found = _components(demo)
     finally:
         backend.close()
     ui = {"seed": found["seed"].value, "steps": found["steps"].value, "duration": found["duration"].value,
-          "grid": (found["grid-alphas"].value, found["grid-scales"].value, found["grid-seeds"].value)}
+          "grid": (found["grid-alphas"].value, found["grid-scales"].value, found["grid-seeds"].value),
+          "prompt": found["prompt"].value}
     api = {"seed": _api(found, "seed"), "steps": _api(found, "steps"), "duration": _api(found, "duration"),
-           "grid": (_api(found, "alphas"), _api(found, "scales"), _api(found, "seeds"))}
+           "grid": (_api(found, "alphas"), _api(found, "scales"), _api(found, "seeds")), "prompt": _api(found, "prompt")}
+    # the line on what the model knows and its one-click samples: the tiny model's only
+    samples = [b.value for b in demo.blocks.values() if "h3-sample" in (getattr(b, "elem_classes", None) or [])]
+    assert samples == list(defaults.sample_prompts)
+    assert ("prompt-knows" in found) == bool(defaults.knows)
     # the CLI: generate, grid and check as they would run, with nothing but the model given
     generate = _cli(monkeypatch, ["generate", "--model", model, "--prompt", "x", "--out", str(tmp_path / "x.mp4")])
     grid = _cli(monkeypatch, ["grid", "--model", model, "--adapter", "a.safetensors", "--prompt", "x",
@@ -101,7 +107,7 @@ def test_the_ui_the_api_the_cli_and_the_plan_use_each_models_defaults(kind, tiny
     plan, _, _ = plan_options(build_parser().parse_args(["plan", "--model", "full" if kind == "full" else "tiny"]))
 
     expected = {"seed": defaults.seed, "steps": defaults.steps, "duration": defaults.duration,
-                "grid": (defaults.grid.alphas, defaults.grid.scales, defaults.grid.seeds)}
+                "grid": (defaults.grid.alphas, defaults.grid.scales, defaults.grid.seeds), "prompt": defaults.prompt}
     assert ui == expected and api == expected
     for name, request in (("generate", generate["request"]), ("grid", grid["request"]), ("check", check["request"])):
         assert request.steps == defaults.steps, name
@@ -125,6 +131,28 @@ def test_the_full_model_asks_for_the_published_request_and_the_tiny_one_stays_sm
     assert TINY_DEFAULTS.steps < FULL_DEFAULTS.steps and TINY_DEFAULTS.planned_canvas == (64, 96)
     assert defaults_for("tiny") is TINY_DEFAULTS and defaults_for("h3app/tiny-h3") is TINY_DEFAULTS
     assert defaults_for("/some/local/copy") is FULL_DEFAULTS and defaults_for(REAL_REPO_ID) is FULL_DEFAULTS
+
+
+def test_the_tiny_models_prompts_are_sentences_it_was_trained_on():
+    """The tiny page's default, its samples and its Turbo preset's prompt are sentences of the training grammar
+    (``model/tiny_training/scenes.py``), and the one line on what it knows spells that grammar; the full model keeps
+    the published kind of prompt and shows no such line."""
+    from h3app.adapters.known import KNOWN_ADAPTERS
+    from h3app.model.tiny_training import scenes
+    from h3app.rules.request_defaults import FULL_PROMPT, TINY_GRAMMAR
+
+    trained = {words.text for words in scenes.all_prompts()}
+    tiny_presets = [k.prompt for k in KNOWN_ADAPTERS if k.repo_id == TINY_REPO_ID and k.prompt]
+    assert tiny_presets and len(TINY_DEFAULTS.sample_prompts) >= 3
+    for prompt in (TINY_DEFAULTS.prompt, *TINY_DEFAULTS.sample_prompts, *tiny_presets):
+        assert prompt in trained, prompt
+    assert len(set(TINY_DEFAULTS.sample_prompts)) == len(TINY_DEFAULTS.sample_prompts)
+    choices = ["|".join(words) for words in (scenes.BALL_COLOURS, scenes.MOTIONS, scenes.FLOOR_COLOURS,
+                                              scenes.PITCHES, scenes.LOUDNESS)]
+    grammar = scenes.PromptWords(*(f"{{{c}}}" for c in choices)).text
+    assert TINY_GRAMMAR == grammar and grammar in TINY_DEFAULTS.knows
+    assert FULL_DEFAULTS.prompt == FULL_PROMPT not in trained
+    assert FULL_DEFAULTS.knows == "" and FULL_DEFAULTS.sample_prompts == ()
 
 
 def test_the_released_canvas_rule_is_the_pipelines(tiny_model):

@@ -179,7 +179,7 @@ def test_history_labels_and_differences_in_words(browser, app, tmp_path):
         run_check(page)
         open_tab(page, "History")
         table = page.locator("#history-table")
-        expect(table).to_contain_text(re.compile(r"check fallback · “a red fox[^”]*” · seed 7 · tiny_turbo_4step "
+        expect(table).to_contain_text(re.compile(r"check fallback · “a red ball[^”]*” · seed 7 · tiny_turbo_4step "
                                                  r"α 16 \(rank fallback\) × 1"))
         expect(table).to_contain_text("seed 7 · tiny_turbo_4step α 16 (typed) × 0.0625")
         choose(page, "#history-a", "check fallback")

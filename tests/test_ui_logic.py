@@ -316,6 +316,22 @@ def test_known_adapter_card_and_one_click_preset():
         apply_preset({"known": None}, "a fox")
 
 
+def test_a_preset_that_carries_a_prompt_sets_it_and_a_sample_button_puts_its_prompt_in_the_box():
+    from h3app.adapters.known import find_known
+    from h3app.rules.choices import TINY_REPO_ID
+    from h3app.rules.request_defaults import TINY_DEFAULTS
+    from h3app.ui.generate.events import sample_prompt
+
+    turbo = find_known(TINY_REPO_ID, "tiny_turbo_4step.safetensors")
+    assert turbo is not None and turbo.prompt
+    preset = apply_preset({"known": turbo.to_json(), "alpha": None}, "a red fox running through fresh snow")
+    assert preset.prompt == turbo.prompt and preset.steps == turbo.steps
+    triggered = apply_preset({"known": {"trigger": "r34l1sm", "prompt": "a red ball moving up"}}, "a fox")
+    assert triggered.prompt == "r34l1sm, a red ball moving up"  # its prompt, with its trigger word in front
+    assert apply_preset({"known": {"steps": 9}}, "a fox").prompt == "a fox"  # no prompt in the preset: kept
+    assert [sample_prompt(text) for text in TINY_DEFAULTS.sample_prompts] == list(TINY_DEFAULTS.sample_prompts)
+
+
 def test_header_shows_the_hardware_line_from_the_planner():
     from types import SimpleNamespace
 

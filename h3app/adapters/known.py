@@ -17,6 +17,7 @@ from typing import Any, TypedDict
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.choices import FL2VA, REF2VA, T2VA, TINY_REPO_ID
+from ..rules.request_defaults import TINY_PROMPT
 from .source.files import file_sha256
 from .source.names import is_url, looks_like_repo_id
 from .source.refs import parse_hf_url
@@ -55,6 +56,7 @@ class KnownAdapter:
     trigger: str | None = None
     scale: float | None = None
     notes: str = ""
+    prompt: str | None = None  # a prompt its base understands, set by the UI's Apply preset (None: the prompt stays)
     sigmas: tuple[float, ...] | None = None
 
     def matches(self, repo_id: str, filename: str) -> bool:
@@ -132,7 +134,7 @@ KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
     ),
     KnownAdapter(
         TINY_DEMO_REPO, r"^tiny_turbo_4step\.safetensors$", "Tiny H3 Turbo 4-step (demo)",
-        alpha=1.0, rank=16, steps=5, shift=12.0, audio_shift=3.0, scale=1.0,
+        alpha=1.0, rank=16, steps=5, shift=12.0, audio_shift=3.0, scale=1.0, prompt=TINY_PROMPT,
         notes="Trained at alpha = r/16 = 1 by `python -m h3app.model.tiny train` (docs/demo.md); no alpha in the "
               "file, so the alpha = rank fallback (16) is 16× too strong, like LightX2V's rank 128 / alpha 8.",
     ),

@@ -33,6 +33,19 @@ SEED = 7
 FULL_STEPS = 20
 TINY_STEPS = 5  # the tiny Turbo LoRA's 5 points (4 evaluations), which the tiny base also runs quickly
 
+# The page's prompts. The full model: the published request's kind of prompt (a scene and its sound). The tiny model
+# was trained on one sentence pattern only (model/tiny_training/scenes.py, ``PromptWords.text``; a test holds every
+# tiny prompt here to that grammar): any other text gives it a blur, so its default and samples are sentences of it.
+FULL_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
+TINY_GRAMMAR = ("a {red|yellow|green|blue} ball moving {left|right|up|down} over a {grey|sand} floor, "
+                "{low|high} {soft|loud} hum")
+TINY_PROMPT = "a red ball moving right over a grey floor, low soft hum"
+TINY_SAMPLES = ("a blue ball moving left over a sand floor, high loud hum",
+                "a yellow ball moving down over a grey floor, low loud hum",
+                "a green ball moving up over a sand floor, high soft hum")
+TINY_KNOWS = (f"The tiny demo model knows one kind of sentence: “{TINY_GRAMMAR}”. Other words give a blur; the "
+              "full MiniMax H3 takes any prompt.")
+
 
 @dataclass(frozen=True)
 class GridAxes:
@@ -56,6 +69,9 @@ class RequestDefaults:
     grid: GridAxes
     canvas_multiple: int  # the canvas rule its pipeline checks (``backend.limits`` reads the loaded one's; a test
     max_pixels: int  # holds them equal): sides a multiple of this, height × width at most ``max_pixels``
+    prompt: str = FULL_PROMPT  # the page's prompt box before anything is typed
+    sample_prompts: tuple[str, ...] = ()  # one-click prompts the model understands (the page's sample buttons)
+    knows: str = ""  # one line on what prompts the model understands (empty: any)
     seed: int = SEED
     duration: float = RELEASED.shortest_seconds
     height: int | None = None
@@ -77,6 +93,7 @@ FULL_DEFAULTS = RequestDefaults(
                   f"{SEED}"))
 TINY_DEFAULTS = RequestDefaults(
     TINY, steps=TINY_STEPS, planned_canvas=(64, 96), canvas_multiple=8, max_pixels=64 * 96,  # its largest canvas
+    prompt=TINY_PROMPT, sample_prompts=(TINY_PROMPT, *TINY_SAMPLES), knows=TINY_KNOWS,
     # its trained Turbo LoRA (rank 16, alpha 1 = r/16) against the alpha = rank fallback, at 1/16 and 1
     grid=GridAxes("1, 16", "0.0625, 1", f"{SEED}"))
 BY_MODEL = {FULL: FULL_DEFAULTS, TINY: TINY_DEFAULTS}

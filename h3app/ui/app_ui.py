@@ -29,6 +29,7 @@ from .generate.events import (
     WorkflowInputs,
     apply_preset,
     request_note,
+    sample_prompt,
     trigger_button,
     with_trigger,
     workflow_inputs,
@@ -181,6 +182,8 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any, ch
                [request.steps_note])
     changes.on([slot_1.info.change], trigger_button, [slot_1.info], [request.trigger_button])
     request.trigger_button.click(with_trigger, [request.prompt, slot_1.info], [request.prompt], **CHEAP)
+    for sample in request.samples:  # the button's value is its label: the prompt it puts in the box
+        sample.click(sample_prompt, [sample], [request.prompt], **CHEAP)
     preset_parts = {"strength": slot_1.strength, "override": slot_1.override, "alpha": slot_1.alpha,
                     **parts(request, ["steps", "shift", "audio_shift", "workflow", "prompt"])}
 

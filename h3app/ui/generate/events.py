@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 
 from ...adapters.resolved import resolve_adapter
-from ...adapters.summary import AdapterSummary, advanced_words, applied_lines, describe
+from ...adapters.summary import AdapterSummary, advanced_words, applied_lines, describe, not_applied_lines
 from ...backend.generation import Cancelled, GenerationRequest
 from ...backend.preview import PreviewBoard, watch
 from ...backend.worker import CLIENT_GONE, Progress
@@ -200,7 +200,8 @@ class GenerateEvents:
                   output: Any) -> GenerateView:
         summary = output.to_json()
         settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")},
-                    "applied": applied_lines(output.settings.get("adapters") or ())}
+                    "applied": applied_lines(output.settings.get("adapters") or ()),
+                    "not_applied": not_applied_lines(output.settings.get("adapters") or ())}
         sglang = reproduction_views(settings, list(infos)[:len(output.settings.get("adapters") or [])])
         label = history_words.entry_label("generate", output.settings)
         session = add_history(form.session, kind="generate", label=label, video=output.video_path,
@@ -342,6 +343,12 @@ def with_trigger(prompt: str | None, info: Mapping[str, Any] | None) -> str:
     return f"{trigger}, {prompt}" if prompt else trigger
 
 
+def sample_prompt(label: str) -> str:
+    """A sample prompt button's click: its label (a prompt the held model knows, ``RequestDefaults.sample_prompts``)
+    becomes the prompt."""
+    return str(label)
+
+
 def trigger_button(info: Mapping[str, Any] | None) -> dict[str, Any]:
     trigger = ((info or {}).get("known") or {}).get("trigger")
     label = f"Add trigger word “{trigger}”" if trigger else "Add trigger word"
@@ -363,7 +370,8 @@ class PresetView:
 
 
 def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetView:
-    """The known adapter's recommended scale, steps, shifts and workflow, and the prompt with its trigger word."""
+    """The known adapter's recommended scale, steps, shifts and workflow, and the prompt with its trigger word (its
+    own prompt in place of ``prompt`` when the registry gives one: the tiny demo's base knows one sentence pattern)."""
     known = (info or {}).get("known")
     if not known:
         raise gr.Error("this adapter is not in the registry of known adapters: there is no preset to apply.",
@@ -381,7 +389,7 @@ def apply_preset(info: Mapping[str, Any] | None, prompt: str | None) -> PresetVi
         override, alpha = False, (f"{float(chain):g}" if chain is not None else "")
     gr.Info(f"preset of {known.get('title', 'the adapter')} applied")
     return PresetView(value("scale"), value("steps"), value("shift"), value("audio_shift"), workflow,
-                      with_trigger(prompt, info), override, alpha)
+                      with_trigger(known.get("prompt") or prompt, info), override, alpha)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import gradio as gr
 
@@ -16,7 +16,6 @@ from .events import APPLY_NOTE_EMPTY, steps_note
 from .preview_stream import build_generate_preview
 from .time_note import TIME_NOTE_ID
 
-DEFAULT_PROMPT = "a red fox running through fresh snow at dawn, wind howling, crunching footsteps"
 STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
 
 
@@ -40,6 +39,7 @@ class RequestControls:
     audio_shift: gr.Number
     time_note: gr.Markdown  # the predicted time (and $) of this request on this box (time_note.py)
     cache: gr.Checkbox  # the step cache (--cache fbc)
+    samples: list[gr.Button] = field(default_factory=list)  # one click puts a prompt the model knows in the box
 
 
 CACHE_HELP = ("diffusers' first-block cache (--cache fbc): an evaluation whose first block barely changed reuses the "
@@ -65,8 +65,9 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
         references = gr.File(label="References (images, videos, audio)", file_count="multiple", visible=False,
                              file_types=["image", "video", "audio"])
         with gr.Row(equal_height=True):
-            prompt = gr.Textbox(label="Prompt", value=DEFAULT_PROMPT, lines=2, scale=5, elem_id="prompt")
+            prompt = gr.Textbox(label="Prompt", value=defaults.prompt, lines=2, scale=5, elem_id="prompt")
             trigger_button = gr.Button("Add trigger word", visible=False, size="sm", scale=1)
+        samples = sample_prompts(defaults)
         with gr.Row(equal_height=True):
             seed = gr.Number(label="Seed", value=defaults.seed, precision=0, minimum=0, elem_id="seed")
             randomize = gr.Checkbox(label="Randomise seed (written back)", value=False)
@@ -90,7 +91,18 @@ def build_request_controls(limits: Limits, defaults: RequestDefaults = TINY_DEFA
                 shift = gr.Number(label="Video shift", value=None, minimum=0)
                 audio_shift = gr.Number(label="Audio shift", value=None, minimum=0)
     return RequestControls(workflow, first_frame, last_frame, keyframes, references, prompt, trigger_button, seed,
-                           randomize, steps, note, duration, height, width, shift, audio_shift, time, cache)
+                           randomize, steps, note, duration, height, width, shift, audio_shift, time, cache, samples)
+
+
+def sample_prompts(defaults: RequestDefaults) -> list[gr.Button]:
+    """The line on what prompts the model knows and one button per sample prompt (none for a model that takes
+    any prompt); each button's label is the prompt it puts in the box (``app_ui._wire_request``)."""
+    if not defaults.knows:
+        return []
+    gr.Markdown(defaults.knows, elem_id="prompt-knows", elem_classes=["h3-note"])
+    with gr.Row(elem_id="sample-prompts"):
+        return [gr.Button(text, size="sm", variant="secondary", min_width=160, elem_classes=["h3-sample"])
+                for text in defaults.sample_prompts]
 
 
 NUMBER_FIELDS = ("seed", "steps", "duration", "height", "width", "shift", "audio_shift")  # the request's numbers

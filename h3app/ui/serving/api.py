@@ -18,7 +18,7 @@ from typing import Any
 
 import gradio as gr
 
-from ...adapters.summary import applied_lines
+from ...adapters.summary import applied_lines, not_applied_lines
 from ...backend.limits import HOSTED_MAX_STEPS
 from ...errors import H3AppError
 from ...hosting.gpu_gate import admitted, gpu_events
@@ -177,7 +177,8 @@ class ApiEvents:
             adapters_json: ADAPTERS_JSON
             token: text: a Hugging Face token (empty: none)
         Returns:
-            the mp4, and the `generate --json` object with the run's full settings and applied: one line per adapter
+            the mp4, and the `generate --json` object with the run's full settings, applied: one line per adapter,
+            and not_applied: one line per adapter that left keys of its file out (how many, which, why)
         """
         form = RequestForm(workflow=workflow, prompt=prompt, seed=seed, steps=steps, duration=duration,
                            height=height, width=width, shift=shift, audio_shift=audio_shift, first_frame=first_frame,
@@ -191,7 +192,8 @@ class ApiEvents:
         if isinstance(output, Stopped):
             raise gr.Error("the generation was cancelled.", print_exception=False)
         return output.video_path, {**output.to_json(), "settings": output.settings,
-                                   "applied": applied_lines(output.settings.get("adapters") or ())}
+                                   "applied": applied_lines(output.settings.get("adapters") or ()),
+                                   "not_applied": not_applied_lines(output.settings.get("adapters") or ())}
 
     def check_equivalence(self, session: Session | None, prompt: str, seed: float, steps: float,
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
@@ -365,7 +367,7 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("revision", "", "branch, tag or commit (empty: main)"),
             ("token", "", "Hugging Face token (empty: none)"), ("alpha", "auto", "alpha: a number, or auto"),
             ("mode", UNMERGED, f"LoRA mode: {' or '.join(LORA_MODES)}"),
-            ("prompt", "a red fox running through snow, wind howling", "prompt"),
+            ("prompt", defaults.prompt, "prompt"),
             ("workflow", T2VA, "workflow: t2va, fl2va or ref2va"),
             ("adapters_json", "", "adapters as JSON (empty: this session's)"),
             ("alpha_a", f"{DEFAULT_A.alpha:g}", "A: alpha (a number, or auto)"),

@@ -160,7 +160,7 @@ def build_mcp_tools(tools: McpTools, backend: Backend) -> None:
             ("source", "", "adapter source: Hub repo id, HF URL or local path"),
             ("weight_name", "", "weight file name (empty: the only one)"),
             ("revision", "", "branch, tag or commit (empty: main)"), ("token", "", "Hugging Face token (empty: none)"),
-            ("alpha", "auto", "alpha: a number, or auto"), ("prompt", "a red fox running through snow", "prompt"),
+            ("alpha", "auto", "alpha: a number, or auto"), ("prompt", defaults.prompt, "prompt"),
             ("alpha_a", f"{DEFAULT_A.alpha:g}", "A: alpha"), ("alpha_b", f"{DEFAULT_B.alpha:g}", "B: alpha"))}
         number = {name: gr.Number(value=value, label=label, precision=precision) for name, value, label, precision in (
             ("limit", DEFAULT_LIMIT, f"results, 1 to {MAX_LIMIT}", 0), ("scale", 1.0, "scale (strength)", None),

@@ -16,9 +16,10 @@ from ..rules.h3_modules import TransformerShapes
 from . import memo
 from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, check_ranks, full_size_warnings
-from .formats import MAIN_PARTITION, AdapterPlan, plan_adapter
+from .formats import MAIN_PARTITION, AdapterPlan, ModulePlan, plan_adapter
 from .header import read_local_header
 from .known import KnownAdapter, find_known, registry_identity
+from .not_applied import NotApplied, classify
 from .partition import file_partition, partition_mismatch
 from .parts import check_parts_fit, check_skip_parts, part_counts
 from .pruned import apply_skips
@@ -121,8 +122,27 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         partition_source=kind_source,
         skipped_parts=skipped,
         head_bank_modules=tuple(b.module for b in plan.parts.banks),
+        not_applied=keys_not_applied(view, plan, qkv_layout, partition),
     )
     return Analysis(view=view, plan=plan, alphas=alphas, reference_alphas=reference_alphas, known=known, info=info)
+
+
+def keys_not_applied(view: HeaderView, plan: AdapterPlan, qkv_layout: str, partition: str) -> NotApplied:
+    """The keys of ``view`` a run on ``partition`` leaves out, by reason (``not_applied.classify``): the plan's
+    unmatched keys, and the other transformer's modules and parts."""
+    other_parts = plan.file_parts.keys - plan.parts.keys
+    if partition == MAIN_PARTITION:
+        other = set(_module_keys(plan.reference_modules)) | other_parts
+    elif plan.modules and plan.unmatched_keys:  # for transformer_ref: the main modules are among the unmatched
+        other = set(_module_keys(plan_adapter(view, qkv_layout=qkv_layout).modules)) | other_parts
+    else:
+        other = set(other_parts)
+    return classify([*plan.unmatched_keys, *sorted(other - set(plan.unmatched_keys))], other_model=other,
+                    partition=partition)
+
+
+def _module_keys(modules: tuple[ModulePlan, ...]) -> list[str]:
+    return [key for module in modules for key in module.keys]
 
 
 def inspect_header(view: HeaderView, **options: Any) -> AdapterInfo:

@@ -4,7 +4,8 @@
 alpha comes from, the effective scale and how many targets share them. It is built from the resolution the job ran
 (:class:`~h3app.adapters.resolved.ResolvedAdapter`, or its JSON inside a run's provenance) and never recomputes an
 alpha on its own. Every place that tells a person what a run applied — the result caption, the history label and
-its differences, the settings JSON, the CLI's summary line and the "copy as CLI" snippets — formats it here:
+its differences, the settings JSON, the CLI's summary line and the "copy as CLI" snippets — formats it here (and
+what a run left out of each file, :func:`not_applied_lines`):
 
 - :func:`values_text`: one value as itself, several as their distinct set (``2 / 4``);
 - :func:`alpha_text`: ``2 / 4 (adapter_config.json, rsLoRA)`` — the alphas, their sources and the rsLoRA rule;
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..rules.alpha_source import TIERS, AlphaSource
 from ..rules.scale import effective_scale
+from .not_applied import NotApplied
 
 LORA = "lora"  # a row of low-rank pairs (B·A at alpha / rank); other kinds name other parts of an adapter
 RSLORA_WORD = "rsLoRA"
@@ -245,6 +247,16 @@ def applied_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
     ``generate --json``'s ``applied`` field, one line per adapter of the run (with its advanced strengths)."""
     adapters = list(adapters)
     return [f"{s.name}: {describe(s)}{advanced_words(a)}" for s, a in zip(summaries(adapters), adapters)]
+
+
+def not_applied_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
+    """``["kohya_te: 24 keys not applied: 24 text-encoder keys (…): lora_te_…, …"]``: one line per adapter of a
+    run's settings JSON that left keys of its file out (``adapters/not_applied.py``); empty when all applied. The
+    ``not_applied`` field of ``generate --json``, ``check --json`` and ``grid --json``, and the lines under their
+    summary."""
+    adapters = list(adapters)
+    texts = [NotApplied.from_json(a.get("not_applied")).text() for a in adapters]
+    return [f"{file_stem(a)}: {text}" for a, text in zip(adapters, texts) if text]
 
 
 def advanced_words(adapter: Mapping[str, Any]) -> str:

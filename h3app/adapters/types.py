@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # only for annotations: inspection (and the CLI's inspect) ne
     import torch
 
 from ..rules.alpha_source import AlphaSource
+from .not_applied import NotApplied
 from .resolved import resolve_adapter
 
 
@@ -100,6 +101,7 @@ class AdapterInfo:
     partition_source: str | None = None  # metadata / keys / name
     skipped_parts: Mapping[str, int] = field(default_factory=dict)  # left out on request (--skip-parts), by kind
     head_bank_modules: tuple[str, ...] = ()
+    not_applied: NotApplied = NotApplied()  # every key a run leaves out, by reason (adapters/not_applied.py)
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -128,6 +130,7 @@ class AdapterInfo:
             "partition_source": self.partition_source,
             "skipped_parts": dict(self.skipped_parts),
             "head_bank_modules": list(self.head_bank_modules),
+            "not_applied": self.not_applied.to_json(),
         }
         # What it runs at by default (auto alpha, scale 1): the resolved adapter every surface shows.
         data["resolved"] = resolve_adapter(data).to_json()

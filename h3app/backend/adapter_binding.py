@@ -136,6 +136,7 @@ class LoadedAdapter:
             "parts": dict(self.adapter.info.parts),
             "partition": self.adapter.info.partition,
             "skipped_parts": dict(self.adapter.info.skipped_parts),
+            "not_applied": self.adapter.info.not_applied.to_json(),
         }
 
     @cached_property

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from ..adapters.parts import check_note
+from ..adapters.summary import not_applied_lines
 from ..model.loader import LoadOptions
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import FULL_CHECK, REF2VA, UNMERGED
@@ -118,6 +119,7 @@ class EquivalenceResult:
             "parts": dict(self.parts),
             "low_rank_only": self.low_rank_only,
             "parts_note": self.parts_note,
+            "not_applied": not_applied_lines([self.settings.get("adapter") or {}]),
             "cache": {**(self.a.cache or {}), "same_decisions": (self.a.cache or {}).get("skipped_at")
                       == (self.b.cache or {}).get("skipped_at")},
         }

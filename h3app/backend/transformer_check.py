@@ -200,8 +200,16 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "parts": dict(adapter.info.parts),
         "low_rank_only": low_rank_only,
         "parts_note": check_note(adapter.info.parts, a.strength, b.strength, low_rank_only),
+        "not_applied": _not_applied(adapter, source),
         "finite": all(math.isfinite(float(t.abs().max())) for t in (*out_a, *out_b) if t.numel()),
     }
+
+
+def _not_applied(adapter: NormalisedAdapter, source: str | None) -> list[str]:
+    """The line naming the keys of the file the check left out (``check --json``'s ``not_applied``, as generate's)."""
+    from ..adapters.summary import not_applied_lines
+
+    return not_applied_lines([{"source": source or adapter.identity, "not_applied": adapter.info.not_applied.to_json()}])
 
 
 def _sha(raw: bytes) -> str:

@@ -15,7 +15,7 @@ from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import CHECK_MODES, FULL_CHECK, TRANSFORMER_CHECK
 from ..rules.request_defaults import SEED, defaults_for
 from .flag_values import check_setting
-from .generate import add_preview_flags, preview_board, preview_line
+from .generate import add_preview_flags, not_applied_text, preview_board, preview_line
 from .model_options import add_cache_flag, add_run_flags, check_strengths, compile_fields, load_options, strength_fields
 
 if TYPE_CHECKING:  # heavy imports stay inside functions
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "
          f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s{note}"
-         + preview_line(result.get("previews")))
+         + not_applied_text(result.get("not_applied") or []) + preview_line(result.get("previews")))
     return 0
 
 

@@ -77,6 +77,11 @@ def preview_line(summary: dict[str, Any] | None) -> str:
             + "".join(f"\n  preview note: {note}" for note in summary["notes"]))
 
 
+def not_applied_text(lines: list[str]) -> str:
+    """The lines under a run's summary that name the keys each adapter left out ("" when none)."""
+    return "".join(f"\n  {line}" for line in lines)
+
+
 def check_values(args: argparse.Namespace) -> None:
     """The checks across flags: the request's values for ``--model`` and the adapters' flags (one line each)."""
     request_flags(args, args.model)
@@ -149,11 +154,12 @@ def run(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(output.video_path, out)
     Path(output.thumbnail_path).unlink(missing_ok=True)
-    from ..adapters.summary import applied_lines
+    from ..adapters.summary import applied_lines, not_applied_lines
 
     applied = applied_lines(output.settings["adapters"])  # the one summary of what each adapter applied
+    left_out = not_applied_lines(output.settings["adapters"])  # and of the keys each one left out
     result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
-              "applied": applied, **compile_fields(args)}
+              "applied": applied, "not_applied": left_out, **compile_fields(args)}
     result.pop("thumbnail", None)
     if previews is not None:
         result["previews"] = previews.summary()
@@ -161,5 +167,6 @@ def run(args: argparse.Namespace) -> int:
     emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
                             f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes)
+                            + not_applied_text(left_out)
                             + preview_line(result.get("previews")))
     return 0

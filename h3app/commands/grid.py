@@ -7,7 +7,7 @@ import argparse
 
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for
 from .flag_values import seed_list
-from .generate import add_preview_flags, preview_board, preview_line
+from .generate import add_preview_flags, not_applied_text, preview_board, preview_line
 from .model_options import (
     add_cache_flag,
     add_lora_mode_flag,
@@ -88,11 +88,16 @@ def run(args: argparse.Namespace) -> int:
     finally:
         backend.close()
         close_ranks(group)
+    from ..adapters.summary import not_applied_lines
+
+    left_out = not_applied_lines([cells[0]["adapter"] or {}] if cells else [])  # one file: the same in every cell
     result = {"adapter": args.adapter, "prompt": args.prompt, "steps": request.steps, "out_dir": str(out),
-              "parallel": group.spec.label if group is not None else "one rank", "cells": cells, **compile_fields(args)}
+              "parallel": group.spec.label if group is not None else "one rank", "cells": cells,
+              "not_applied": left_out, **compile_fields(args)}
     if previews is not None:
         result["previews"] = previews.summary()
     lines = [f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
              f"{c['video_path']} (PSNR to no LoRA {c['baseline_psnr']} dB)" for c in cells]
-    emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]) + preview_line(result.get("previews")))
+    emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]) + not_applied_text(left_out)
+         + preview_line(result.get("previews")))
     return 0

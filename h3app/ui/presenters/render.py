@@ -15,7 +15,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ...adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
-from ...adapters.summary import AdapterSummary, describe, values_text
+from ...adapters.summary import AdapterSummary, describe, not_applied_lines, values_text
 from ...lora.profile_rescale import targets_by_group
 from ...rules.alpha_source import AlphaSource
 from ...rules.steps import evaluations
@@ -310,7 +310,9 @@ def result_html(output: Mapping[str, Any]) -> str:
         lines.append(f"<span data-testid='applied'>{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: "
                      f"{esc(describe(applied))}</span>")
         lines.extend(f"⚠ {esc(w)}" for w in resolved.get("warnings") or ())
-        warned = warned or bool(resolved.get("warnings")) or applied.relies_on_rank_fallback
+        left_out = not_applied_lines([a])  # keys of the file this run did not apply: named, never dropped quietly
+        lines.extend(f"<span data-testid='not-applied'>⚠ not applied: {esc(line)}</span>" for line in left_out)
+        warned = warned or bool(resolved.get("warnings") or left_out) or applied.relies_on_rank_fallback
     kind = "warn" if warned else "ok"
     return card(kind, "<br>".join(lines), testid="result")
 

@@ -15,9 +15,11 @@ from h3app.cli import quiet_libraries, refuse_before_libraries
 from h3app.commands.model_options import (
     FP8_ENV,
     FP8_TEXT_ENCODER_ENV,
+    add_attention_flag,
     add_compile_flag,
     add_fp8_flags,
     add_vae_dtype_flag,
+    split_of,
 )
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compile_flag(parser)
     add_vae_dtype_flag(parser)
     parser.set_defaults(vae_dtype=_env("H3APP_VAE_DTYPE") or "float32")
+    add_attention_flag(parser, default=_env("H3APP_ATTENTION") or "auto")  # docs/performance.md, "Attention"
     parser.add_argument("--mcp", action="store_true", default=os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true",
                         help="also serve the tools to agents over MCP at /gradio_api/mcp/ (env GRADIO_MCP_SERVER=true)")
     return parser
@@ -117,7 +120,12 @@ def serve() -> None:
     refuse_before_libraries(args)
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                           fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
-                          compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype))
+                          compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype), attention=args.attention,
+                          split=split_of(args))
+    from h3app.model.attention import startup_line
+
+    attention = startup_line(options)  # the backend the transformer will run (a named one that cannot: refused above)
+    print(attention, flush=True)
     quiet_libraries()
     from h3app.hardware.preflight import check_before_download, held_limits
     from h3app.model.repo import pending_download
@@ -146,7 +154,7 @@ def serve() -> None:
     try:
         if group is not None and not group.leader:
             sys.exit(follow(group, backend))
-        build_app(backend, hardware=hardware_line(args.model, options), mcp=args.mcp).launch(
+        build_app(backend, hardware=f"{hardware_line(args.model, options)} · {attention}", mcp=args.mcp).launch(
             **launch_kwargs(backend, mcp=args.mcp))
     finally:
         backend.close()

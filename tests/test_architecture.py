@@ -120,6 +120,8 @@ NO_TORCH_CASES = [
     (["generate", "--prompt", "x", "--height", "64", *OUT], 2, "give both --height and --width"),
     (["check", "--adapter", "a", "--preview-dir", "d"], 2, "--preview-dir needs --mode full"),
     (["plan", "--dtype", "fp99"], 2, "unknown dtype 'fp99'"),
+    (["generate", "--prompt", "x", "--attention", "fast", *OUT], 2, "invalid choice: 'fast'"),
+    (["check", "--adapter", "a", "--attention", "sage"], 2, "--attention sage is approximate"),
     (["search", "--limit", "many"], 2, "--limit"),
     (["generate", "--prompt", "x", "--adapter", "a", "--audio-strength", "loud", *OUT], 2, "audio strength must be"),
     (["check", "--adapter", "a", "--strength-schedule", "1,x"], 2, "strength schedule value must be"),

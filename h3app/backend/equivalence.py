@@ -1,7 +1,9 @@
 """The equivalence check, full mode: the whole pipeline under settings A, B, the old fallback and an A-vs-A control.
 
 Same seed, same prompt embedding (encoded once through the prompt cache), unmerged, deterministic algorithms on and
-diffusers' ``native`` attention backend. The decode cache is on for the check: a column whose latents are bitwise
+diffusers' ``native`` attention backend (for what set none: a transformer keeps the backend it was loaded with, the
+one every run of the check then uses; an approximate one is refused, ``rules.attention``). The decode cache is on
+for the check: a column whose latents are bitwise
 equal to an earlier column's reuses its decoded output (B's decode is skipped when it matches A), and B's mp4 is
 remuxed from A's. The determinism control is one denoising step at A's settings, compared with A's first step at
 the transformer output that moves the latents (as ``check --mode transformer`` does with one forward): a whole
@@ -28,7 +30,9 @@ import torch
 
 from ..adapters.parts import check_note
 from ..adapters.summary import not_applied_lines
+from ..errors import H3AppError
 from ..model.loader import LoadOptions
+from ..rules.attention import check_refusal
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import FULL_CHECK, REF2VA, UNMERGED
 from ..settings import LoRASettings
@@ -243,6 +247,9 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     records them. ``previews``: a preview of each of the fallback, A and B after every evaluation, in columns of
     those names (the control step has none).
     """
+    refused = check_refusal(binder.model.attention)  # every run below uses the one loaded model's backend
+    if refused is not None:
+        raise H3AppError(refused)
     started = time.perf_counter()
     workflow = request.workflow
     pipe = binder.model.pipeline(workflow)

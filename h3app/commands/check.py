@@ -54,9 +54,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def check_values(args: argparse.Namespace) -> None:
     """The checks across flags (one line each): ``--preview-dir`` and a step cache need ``--mode full``
-    (transformer mode runs one forward: nothing to watch denoise, nothing to skip); the adapter's strengths."""
+    (transformer mode runs one forward: nothing to watch denoise, nothing to skip); an approximate attention backend
+    is refused (``rules.attention.check_refusal``); the adapter's strengths."""
     from ..errors import H3AppError
+    from ..rules.attention import AUTO, BY_NAME, check_refusal
     from ..rules.choices import NO_CACHE
+
+    attention = getattr(args, "attention", AUTO)
+    refused = None if attention == AUTO else check_refusal(BY_NAME[attention])
+    if refused is not None:
+        raise H3AppError(refused)
 
     if args.preview_dir is not None and args.mode != FULL_CHECK:
         raise H3AppError("--preview-dir needs --mode full: transformer mode runs one forward, there is nothing to "
@@ -94,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
             from ..parallel.lockstep import on_every_rank
 
             transformer = load_transformer(args.model, dtype=options.dtype, fuse_qkv=options.fuse_qkv,
-                                           revision=options.revision, fp8=options.fp8)
+                                           revision=options.revision, fp8=options.fp8, device=options.device,
+                                           attention=options.attention, split=options.split)
             transformer.to(options.device)
             if options.compile:
                 from ..model.compiled import compile_blocks
@@ -112,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
         return 0  # a follower rank: rank 0 reports
     if group is not None:
         result["parallel"] = group.spec.label
+    from ..model.loader import attention_of
+
+    result["attention"] = attention_of(options).name  # every run of the check used it (one loaded model)
     result.update(compile_fields(args))
     if previews is not None:
         result["previews"] = previews.summary()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
+from ..rules.attention import ATTENTION_CHOICES, AUTO, RING, ULYSSES
 from ..rules.canvas import check_canvas
 from ..rules.choices import (
     DTYPE_NAMES,
@@ -47,6 +48,23 @@ def add_model_flags(parser: argparse.ArgumentParser, required: bool = False) -> 
     add_fp8_flags(parser)
     add_compile_flag(parser)
     add_vae_dtype_flag(parser)
+    add_attention_flag(parser)
+
+
+# --attention (docs/performance.md, "Attention"): the same flag on app.py, generate, check and grid; parsed by
+# argparse's choices, so a bad value is one line before torch is imported
+def add_attention_flag(parser: argparse.ArgumentParser, default: str = AUTO) -> None:
+    parser.add_argument("--attention", default=default, choices=ATTENTION_CHOICES,
+                        help="attention backend: auto (the fastest exact one installed for the GPU: FlashAttention "
+                             "3 on Hopper, cuDNN on Blackwell, SDPA elsewhere and on the CPU), or sdpa, fa3, flash, "
+                             "cudnn, sage (approximate: never chosen by auto; the check refuses it)")
+
+
+def split_of(args: argparse.Namespace) -> str:
+    """How ``--ulysses``/``--ring`` split the sequence (``rules.attention.ULYSSES``/``RING``), "" for one rank."""
+    if (getattr(args, "ring", None) or 1) > 1:
+        return RING
+    return ULYSSES if (getattr(args, "ulysses", None) or 1) > 1 else ""
 
 
 # --vae-dtype and --cache (docs/performance.md): the same flags on generate, check, grid and plan
@@ -223,7 +241,8 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
                        fp8_text_encoder=args.fp8_text_encoder, fuse_qkv=args.fuse_qkv,
                        revision=args.model_revision, token=os.environ.get("HF_TOKEN"),
                        compile=getattr(args, "compile", False),
-                       vae_dtype=parse_dtype(getattr(args, "vae_dtype", VAE_DTYPES[0])))
+                       vae_dtype=parse_dtype(getattr(args, "vae_dtype", VAE_DTYPES[0])),
+                       attention=getattr(args, "attention", AUTO), split=split_of(args))
 
 
 # --- the request's size: the same flags and the same checks on generate, grid and plan (torch-free) -----------

@@ -22,8 +22,10 @@ import torch  # noqa: E402
 
 from ..errors import H3AppError
 from ..rules import values
+from ..rules.attention import AUTO, AttentionBackend
 from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
 from ..rules.h3_modules import QKV
+from . import attention as model_attention
 from . import conditioner, diffusers_compat, fp8, repo, torch_compat
 from .sub_block_cache import DECODE_STEPS, TEXT_ENCODER_STEP, SubBlockCache, with_sub_block_caches
 
@@ -44,7 +46,9 @@ class LoadOptions:
     split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
     ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``). ``vae_dtype``:
     what the video decoder's layers compute in (``--vae-dtype``; diffusers keeps the video VAE's encoder and norms
-    and the whole audio VAE in fp32 whatever it is; fp32, diffusers' documented pin, by default).
+    and the whole audio VAE in fp32 whatever it is; fp32, diffusers' documented pin, by default). ``attention``: the
+    ``--attention`` value (``rules.attention``; ``auto`` picks for the GPU, SDPA on a CPU); ``split``: how ranks
+    split the sequence (``ulysses``, ``ring``, or "" for one rank), which limits the backends that can run.
     """
 
     dtype: torch.dtype = torch.float32
@@ -57,9 +61,13 @@ class LoadOptions:
     token: str | None = None
     compile: bool = False
     vae_dtype: torch.dtype = torch.float32
+    attention: str = AUTO
+    split: str = ""
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        if self.attention != AUTO:  # a named backend that cannot run here: one line before anything loads
+            model_attention.chosen(self.device, self.dtype, self.attention, self.split)
         if self.offload not in OFFLOAD_MODES:
             raise H3AppError(f"offload must be one of {', '.join(OFFLOAD_MODES)}, got {self.offload!r}.")
         if self.offload != "none" and not str(self.device).startswith("cuda"):
@@ -136,11 +144,17 @@ def _load_transformer_from(folder: str, partition: str, options: LoadOptions) ->
         fuse_qkv(transformer)
     if options.fp8:
         fp8.store_transformer(transformer, options.dtype)
+    model_attention.apply(transformer, attention_of(options))
     if options.compile:
         from .compiled import compile_blocks
 
         compile_blocks(transformer, options.device)
     return transformer
+
+
+def attention_of(options: LoadOptions) -> AttentionBackend:
+    """The attention backend a transformer placed by ``options`` runs (``rules.attention.choose``)."""
+    return model_attention.chosen(options.device, options.dtype, options.attention, options.split)
 
 
 def prepare_text_encoder(text_encoder: torch.nn.Module, layers: int, options: LoadOptions) -> torch.nn.Module:
@@ -153,11 +167,14 @@ def prepare_text_encoder(text_encoder: torch.nn.Module, layers: int, options: Lo
 
 def load_transformer(model: str = repo.TINY, *, dtype: torch.dtype = torch.float32, fuse_qkv: bool = False,
                      partition: str = MAIN_PARTITION, revision: str | None = None,
-                     fp8: bool = False) -> torch.nn.Module:
-    """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine)."""
+                     fp8: bool = False, device: str = "cpu", attention: str = AUTO,
+                     split: str = "") -> torch.nn.Module:
+    """Only the transformer partition of ``model`` (for ``check --mode transformer`` and the LoRA engine), on the
+    CPU; ``device``, ``attention`` and ``split``: where the caller will run it, which chooses its attention."""
     workflow = REF2VA if partition == REFERENCE_PARTITION else T2VA
     location = repo.locate(model, workflow=workflow, revision=revision)
-    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision, fp8=fp8)
+    options = LoadOptions(dtype=dtype, fuse_qkv=fuse_qkv, revision=revision, fp8=fp8, device=device,
+                          attention=attention, split=split)
     return _load_transformer_from(str(location.folder), partition, options)
 
 
@@ -185,6 +202,11 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.location.name
+
+    @property
+    def attention(self) -> AttentionBackend:
+        """The attention backend its transformers run (chosen from its options at load)."""
+        return attention_of(self.options)
 
     def transformer(self, workflow: str = T2VA) -> torch.nn.Module:
         """The transformer partition that ``workflow`` runs on (loaded on first use)."""

@@ -1,0 +1,134 @@
+"""The attention backend: the auto rule per card (rules/attention.py), the one-line refusals, the setting through
+diffusers' dispatcher (model/attention.py), the start-up line and the check's refusal of an approximate backend.
+
+No GPU here: the card is a monkeypatched ``torch.cuda.get_device_capability`` and the installed kernels a patched
+set, which is what the choice reads; a kernel itself never runs. What does run is real: the tiny transformer's
+processors set through ``set_attention_backend``, and the VAE decoding afterwards on the CPU (it would fail if the
+process-wide default had been left at a CUDA-only backend)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cli_runner import assert_one_line, run_cli
+
+from h3app.errors import H3AppError
+from h3app.model import attention as model_attention
+from h3app.model.loader import LoadOptions, attention_of, load_transformer
+from h3app.rules import attention as rule
+from h3app.rules.attention import BLACKWELL, CUDNN, FA2, FA3, HOPPER, RING, SAGE, SDPA, ULYSSES
+
+ALL = frozenset(b.module for b in rule.ATTENTION_BACKENDS if b.module)
+
+
+@pytest.mark.parametrize(("capability", "arch"), [((9, 0), HOPPER), ((10, 0), BLACKWELL), ((12, 0), BLACKWELL),
+                                                  ((8, 0), "sm80"), ((8, 9), "sm89"), (None, None)])
+def test_arch_of_capability(capability, arch):
+    assert rule.arch_of(capability) == arch
+
+
+@pytest.mark.parametrize(("arch", "installed", "half", "split", "expected"), [
+    (HOPPER, ALL, True, "", FA3),  # Hopper: FlashAttention 3 when installed
+    (HOPPER, frozenset(), True, "", CUDNN),  # … else cuDNN (in torch)
+    (HOPPER, ALL, True, ULYSSES, CUDNN),  # diffusers 0.42.1's local FA3 has no context parallel
+    (HOPPER, ALL, True, RING, CUDNN),  # ring merges by the log-sum-exp cuDNN returns
+    (BLACKWELL, ALL, True, "", CUDNN),
+    (BLACKWELL, ALL, True, ULYSSES, CUDNN),
+    ("sm80", ALL, True, "", SDPA),  # elsewhere SDPA, even with flash-attn installed
+    (HOPPER, ALL, False, "", SDPA),  # float32: the fast kernels need bf16/fp16
+    (None, ALL, True, "", SDPA),  # the CPU: nothing changes
+])
+def test_auto_picks_the_fastest_exact_backend_that_can_run(arch, installed, half, split, expected):
+    chosen = rule.choose(arch, installed, rule.AUTO, half=half, split=split)
+    assert chosen is expected and chosen.exact
+
+
+def test_auto_never_picks_an_approximate_backend():
+    for arch in (HOPPER, BLACKWELL, "sm80", None):
+        for split in ("", ULYSSES, RING):
+            assert rule.choose(arch, ALL, half=True, split=split).exact
+
+
+@pytest.mark.parametrize(("name", "arch", "installed", "half", "split", "names"), [
+    ("fa3", HOPPER, frozenset(), True, "", "flash_attn_interface"),
+    ("flash", HOPPER, frozenset(), True, "", "install flash-attn"),
+    ("sage", BLACKWELL, frozenset(), True, "", "install sageattention"),
+    ("cudnn", None, ALL, True, "", "CUDA GPUs only"),
+    ("fa3", HOPPER, ALL, False, "", "--dtype bfloat16"),
+    ("fa3", HOPPER, ALL, True, ULYSSES, "no context-parallel support"),
+    ("flash", HOPPER, ALL, True, RING, "cannot run --ring"),
+])
+def test_a_named_backend_that_cannot_run_is_one_line_naming_the_fix(name, arch, installed, half, split, names):
+    line = rule.refusal(rule.BY_NAME[name], arch, installed, half=half, split=split)
+    assert line is not None and "\n" not in line and names in line and f"--attention {name}" in line
+
+
+def test_a_named_backend_that_can_run_is_not_refused():
+    assert rule.refusal(FA3, HOPPER, ALL) is None
+    assert rule.refusal(CUDNN, BLACKWELL, frozenset(), split=RING) is None
+    assert rule.refusal(SDPA, None, frozenset(), half=False) is None
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    """A Hopper card for the choice: its capability, and flash_attn_interface 'installed' (never imported)."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(model_attention, "installed", lambda: frozenset({"flash_attn_interface"}))
+
+
+def test_the_loader_reads_the_card_and_what_is_installed(hopper):
+    assert model_attention.chosen("cuda", torch.bfloat16) is FA3
+    assert model_attention.chosen("cuda", torch.bfloat16, split=ULYSSES) is CUDNN
+    assert model_attention.chosen("cuda", torch.float32) is SDPA
+    assert model_attention.chosen("cpu", torch.bfloat16) is SDPA
+    with pytest.raises(H3AppError, match="install flash-attn"):
+        model_attention.chosen("cuda", torch.bfloat16, "flash")
+    assert "FlashAttention 3 (fa3, auto for this Hopper GPU)" in rule.describe(FA3, HOPPER)
+
+
+def test_on_the_cpu_nothing_is_set(tiny_model):
+    """The session's tiny model: SDPA by the rule, and no processor names a backend (diffusers' default runs)."""
+    assert tiny_model.attention is SDPA
+    processors = [m.processor for m in tiny_model.transformer().modules() if hasattr(m, "processor")]
+    assert processors and all(p._attention_backend is None for p in processors)
+
+
+def test_a_backend_is_set_on_the_transformer_alone():
+    """cuDNN set on a tiny transformer (set, not run: it needs CUDA): its processors name it, and the VAE decodes on
+    the CPU afterwards, so the process-wide default went back to SDPA."""
+    from diffusers import AutoencoderKLMiniMaxH3
+
+    from h3app.model.repo import locate
+
+    transformer = load_transformer("tiny")
+    model_attention.apply(transformer, CUDNN)
+    processors = [m.processor for m in transformer.modules() if hasattr(m, "processor")]
+    assert processors and all(p._attention_backend == CUDNN.dispatcher for p in processors)
+    vae = AutoencoderKLMiniMaxH3.from_pretrained(str(locate("tiny").folder), subfolder="vae").eval()
+    with torch.no_grad():
+        frames = vae.decode(torch.randn(1, 4, 7, 4, 4, generator=torch.Generator().manual_seed(0))).sample
+    assert torch.isfinite(frames).all()
+
+
+def test_load_options_refuse_a_named_backend_before_loading():
+    with pytest.raises(H3AppError, match="CUDA GPUs only"):
+        LoadOptions(attention="fa3")
+    assert attention_of(LoadOptions(attention="sdpa")) is SDPA
+
+
+def test_check_with_an_approximate_backend_is_refused_in_one_line(capsys):
+    result = run_cli(capsys, "check", "--adapter", "a", "--attention", "sage")
+    assert result.code == 2
+    assert_one_line(result.err, r"--attention sage is approximate")
+
+
+def test_the_equivalence_check_refuses_a_model_loaded_with_sage():
+    """The backend's own refusal (the app's Equivalence tab and API): before any run, whatever else is given."""
+    from types import SimpleNamespace
+
+    from h3app.backend.equivalence import run_equivalence
+
+    binder = SimpleNamespace(model=SimpleNamespace(attention=SAGE))
+    with pytest.raises(H3AppError, match="approximate"):
+        run_equivalence(binder, None, None, outputs=None)  # type: ignore[arg-type]
+    assert rule.check_refusal(FA3) is None and rule.check_refusal(FA2) is None

@@ -62,21 +62,29 @@ def test_apply_preset_applies_the_alpha_its_chip_shows(events):
 
 
 def test_a_refused_alpha_turns_the_alpha_card_red_and_the_job_names_it(events):
-    """Finding 3: alpha "eight" or 1e9: the card stops saying green things, and the job's line says why."""
+    """Finding 3: alpha "eight" or 1e9: the card stops saying green things and says why — once: the readout, the
+    line above Generate and the job's status line point to the card, never copy its sentence."""
     info = events.inspect(TURBO, None, None, None)
     for bad in ("eight", "1e9"):
         slot = SlotForm(source=TURBO, override=True, alpha=bad)
         shown = events.readout(info, slot)
         assert "h3-bad" in shown.alpha_html and "not applied" in shown.alpha_html
-        status = refusal_status(SyncForm(None, "unmerged", {"1": slot}))
-        assert status.startswith("✖ Not run — adapter 1: alpha must be") and "\n" not in status
+        assert "alpha must be" in shown.alpha_html and "alpha must be" not in shown.readout
+        form = SyncForm(None, "unmerged", {"1": slot})
+        status, note = refusal_status(form), apply_note(form)
+        assert status == "✖ Not run — adapter 1: its alpha or scale is refused (the alpha card says why)."
+        assert note == "✖ adapter 1 is not applied: its alpha or scale is refused (the alpha card says why)."
+        assert refusal_status(form, above=True) == "✖ Not run: the line above says why."
+        both = refusal_status(form, request_refused=True, above=True)
+        assert both.splitlines()[0].startswith("✖ Not run: a request value is refused (the note under Steps")
 
 
 def test_a_scale_past_the_slider_is_refused_with_a_word_not_clamped(events):
     """Finding 8: -5 on a -2…4 slider."""
     info = events.inspect(TURBO, None, None, None)
     slot = SlotForm(source=TURBO, strength=-5)
-    assert "scale -5 is outside the Scale slider" in events.readout(info, slot).readout
+    shown = events.readout(info, slot)
+    assert "scale -5 is outside the Scale slider" in shown.alpha_html and "scale -5" not in shown.readout
     with pytest.raises(Exception, match="scale -5 is outside"):
         slot.settings("unmerged")
 
@@ -86,7 +94,8 @@ def test_a_refused_source_is_named_on_the_line_above_generate():
     refused = SlotForm(source="not/a/repo!!", refused="not/a/repo!! is neither an existing local path nor a Hub "
                                                       "repo id")
     note = apply_note(SyncForm(None, "unmerged", {"1": refused}))
-    assert note.startswith("✖ adapter 1 is refused: not/a/repo!!") and "Generate applies" not in note
+    assert note == "✖ adapter 1 is not applied: its source is refused (its card says why)."
+    assert "not/a/repo" not in note  # the card's red line says it; this line points there
 
 
 def test_labels_read_as_meant(events):

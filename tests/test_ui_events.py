@@ -123,9 +123,10 @@ def test_readout_follows_the_override_without_a_model_call(adapters):
     alpha_card, readout = shown.alpha_html, shown.readout
     assert "your override" in alpha_card
     assert f"{8.0 / info['rank']:.6g}" in readout and "alpha is a guess" not in readout
-    problem = adapters.readout(info, slot(NO_ALPHA, "-1")).readout
-    assert "h3-bad" in problem and "alpha must be a finite number &gt; 0" in problem
-    typo = adapters.readout(info, slot(NO_ALPHA, "8x")).readout
+    problem = adapters.readout(info, slot(NO_ALPHA, "-1"))
+    assert "h3-bad" in problem.readout and "alpha must be a finite number &gt; 0" in problem.alpha_html
+    assert "alpha must be" not in problem.readout  # said once, in the alpha card
+    typo = adapters.readout(info, slot(NO_ALPHA, "8x")).alpha_html
     assert "alpha must be a number such as 8" in typo
 
 

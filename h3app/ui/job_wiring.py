@@ -11,6 +11,7 @@ import gradio as gr
 
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
+from ..errors import H3AppError
 from ..hosting.gpu_gate import admitted, gpu_events
 from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 from .adapter.events import AdapterEvents
@@ -30,7 +31,16 @@ from .forms import (
     read,
     write,
 )
-from .generate.events import GenerateEvents, GenerateView, Stopped, apply_note, refusal_status
+from .generate.events import (
+    NOT_RUN,
+    GenerateEvents,
+    GenerateView,
+    Stopped,
+    apply_note,
+    refusal_status,
+    request_problem,
+    stale_refusals,
+)
 from .generate.preview_stream import (
     CheckPreviews,
     GeneratePreview,
@@ -80,14 +90,30 @@ class JobWiring:
                        values[self.token])
 
     # ------------------------------------------------------------------------------------- shared handlers
+    def start_inputs(self) -> set[Any]:
+        """What a job's click judges before it starts: the panel and the request's values."""
+        return {*self.sync_inputs(), *self.request_parts.values()}
+
+    def request_refused(self, values: dict[Any, Any]) -> bool:
+        """The request's numbers hold a value its note under Steps refuses (``request_problem``)."""
+        limits = self.events.generate.backend.limits
+        return request_problem(read(RequestForm, self.request_parts, values), limits) is not None
+
     def sync(self, values: dict[Any, Any], request: gr.Request = None) -> Session:
-        """The panel's controls → the session's adapters, right before a job; the click counts as expected."""
-        session_value = self.events.adapters.sync_session(self.sync_form(values))
+        """The panel's controls → the session's adapters, right before a job; the click counts as expected. A value
+        already refused on the page stops it here without a pop-up: the failure's status line points to that
+        value's own line (:meth:`refused`), so the page says it once."""
+        if self.request_refused(values):
+            raise gr.Error(NOT_RUN, visible=False, print_exception=False)
+        try:
+            session_value = self.events.adapters.sync_session(self.sync_form(values))
+        except gr.Error as error:
+            raise gr.Error(error.message, visible=False, print_exception=False) from error
         self.events.generate.runner.expect(request)
         return session_value
 
-    def refused(self, values: dict[Any, Any]) -> str:
-        return refusal_status(self.sync_form(values))
+    def refused(self, values: dict[Any, Any], above: bool = False) -> str:
+        return refusal_status(self.sync_form(values), self.request_refused(values), above)
 
     def show_history(self, session_value: Session | None) -> dict[Any, Any]:
         return write(self.events.comparisons.history_view(session_value), self.history_parts)
@@ -95,16 +121,24 @@ class JobWiring:
     def grid_estimate(self, values: dict[Any, Any]) -> str:
         return self.events.comparisons.estimate(read(GridForm, self.grid_parts, values))
 
+    def grid_axes_pass(self, values: dict[Any, Any]) -> bool:
+        """The Grid's axes as typed make a plan (else its estimate line says why)."""
+        try:
+            self.events.comparisons.plan(read(GridForm, self.grid_parts, values))
+        except (H3AppError, ValueError):
+            return False
+        return True
+
     def check_estimate(self, values: dict[Any, Any]) -> str:
         return self.events.comparisons.check_estimate(read(RequestForm, self.request_parts, values))
 
-    def start(self, button: Any, status: Any, run: Any, inputs: set[Any], outputs: list[Any], **options: Any
-              ) -> Any:
-        """A job's click: sync the panel (queued: a refusal then reaches the page as one pop-up — a queue-less
-        event's error is an HTTP 500 the page does not show — and the status line says why nothing ran), then
-        the job, admitted in front of the GPU; the history follows."""
-        synced = button.click(self.sync, self.sync_inputs(), [self.session], **{**CHEAP, "queue": True})
-        synced.failure(self.refused, self.sync_inputs(), [status], **CHEAP)
+    def start(self, button: Any, status: Any, run: Any, inputs: set[Any], outputs: list[Any], above: bool = False,
+              **options: Any) -> Any:
+        """A job's click: sync the panel (queued: a queue-less event's error is an HTTP 500 the page does not
+        show; a refusal stops the chain with no pop-up and the status line says where the page says why —
+        ``above``: the line above the button), then the job, admitted in front of the GPU; the history follows."""
+        synced = button.click(self.sync, self.start_inputs(), [self.session], **{**CHEAP, "queue": True})
+        synced.failure(lambda values: self.refused(values, above), self.start_inputs(), [status], **CHEAP)
         job = synced.success(admitted(run, self.events.generate.backend), inputs, outputs, **options, **self.gpu)
         job.then(self.show_history, [self.session], list(self.history_parts.values()), **CHEAP)
         return job
@@ -122,6 +156,16 @@ class JobWiring:
                                     *(control.change for control in slot.advanced.parts.values()))]
         self.changes.on(triggers + [self.session.change, self.mode.change], note, self.sync_inputs(),
                         [self.tabs.generate.apply_note])
+
+    def wire_stale_refusals(self) -> None:
+        """A job's refusal in a tab's status line goes the moment an input it judged changes (the refused value's own
+        line, at its control, says whether it still is)."""
+        statuses = {self.tabs.generate.status, self.tabs.equivalence.status, self.tabs.grid.status}
+        controls = [*self.request_parts.values(), self.mode,
+                    *(c for slot in self.slots for c in slot_inputs(slot).values()),
+                    self.tabs.grid.alphas, self.tabs.grid.scales, self.tabs.grid.seeds]
+        triggers = [c.change for c in dict.fromkeys(controls) if hasattr(c, "change")]
+        self.changes.on(triggers, stale_refusals, statuses, list(statuses))
 
     def wire_generate(self) -> Any:
         generate, seed = self.tabs.generate, self.request.seed
@@ -143,7 +187,7 @@ class JobWiring:
         generated = self.start(generate.generate_button, generate.status, run_generate,
                                self.job_inputs(slot_1.info, slot_2.info),
                                [*generate_parts.values(), generate.status, generate.preview, generate.preview_note],
-                               scroll_to_output=False, show_progress_on=[generate.video])
+                               above=True, scroll_to_output=False, show_progress_on=[generate.video])
         generated.then(self.grid_estimate, set(self.grid_parts.values()), [self.tabs.grid.estimate], **CHEAP)
         return generated
 
@@ -211,8 +255,9 @@ class JobWiring:
                                                               read(GridForm, self.grid_parts, values), request,
                                                               progress):
                     yield write(view, grid_outputs)
-            except gr.Error as error:
-                yield refused_job(grid.status, error)
+            except gr.Error as error:  # refused axes: the estimate above Run says why, once
+                yield (refused_job(grid.status, error) if self.grid_axes_pass(values)
+                       else {grid.status: f"{NOT_RUN}: an axis is refused (the line above Run says why)."})
 
         gridded = self.start(grid.run_button, grid.status, run_grid, self.job_inputs(*self.grid_parts.values()),
                              list(grid_outputs.values()), show_progress_on=[grid.view])
@@ -270,6 +315,7 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     jobs = JobWiring(session, mode, token, request, slots, JobTabs(generate, equivalence, grid, history),
                      JobEvents(adapter_events, generate_events, comparisons), changes)
     jobs.wire_apply_note()
+    jobs.wire_stale_refusals()
     generated = jobs.wire_generate()
     jobs.wire_check_estimate(generated)
     jobs.wire_check_pair()
@@ -316,10 +362,9 @@ def streamed_reply(status: Any, outputs: dict[str, Any], views: Iterator[Any],
 
 
 def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:
-    """A job the backend refused: its one line where the result would appear and one pop-up — no error badge left
-    on the output (the event ends normally)."""
-    gr.Warning(error.message)
-    return {status: f"✖ {error.message}"}
+    """A job the backend refused: its one line where the result would appear, no pop-up repeating it and no error
+    badge left on the output (the event ends normally); an input's change clears it (``stale_refusals``)."""
+    return {status: f"{NOT_RUN}: {error.message}"}
 
 
 def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterEvents, token: gr.Textbox,

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 UPLOAD_LABEL = "upload: "  # the source box shows an upload as this and its file name, never its server folder
 TOY_WEIGHTS_MODEL = "tiny"  # the embedded demo checkpoint: a toy, so sizes relative to its weights say nothing of H3
 
+NO_SCALE = "no effective scale: the alpha card above says which value is refused"
 # An inspect info key: the override a switch of adapters dropped ({"alpha", "name"}), shown on the alpha card.
 DROPPED_OVERRIDE = "override_dropped"
 
@@ -282,8 +283,8 @@ class AdapterEvents:
         try:
             used = slot.alpha_value()
             strength = slot.strength_value()
-        except H3AppError as error:  # the alpha card turns red too: nothing runs at the value it showed
-            return Readout(render.refused_card(str(error)), render.readout_html(info, None, 1.0, problem=str(error)))
+        except H3AppError as error:  # the alpha card says why, once; the readout only says there is no scale
+            return Readout(render.refused_card(str(error)), render.readout_html(info, None, 1.0, problem=NO_SCALE))
         if not info:
             return Readout("", render.readout_html(None, used, strength))
         card = render.alpha_card(info, used)

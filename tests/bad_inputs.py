@@ -313,12 +313,23 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
         files.tensors("ref_only.safetensors", ref_only), "load", r"transformer_ref|ref2va")
 
     # --- other adapter families ----------------------------------------------------------------------------------
-    loha = {f"blocks.0.attn.out_proj.hada_{p}": torch.randn(4, 32 if p.endswith("b") else 24) * 0.01
-            for p in ("w1_a", "w1_b", "w2_a", "w2_b")}
-    loha = {k: (v.T.contiguous() if k.endswith("_a") else v) for k, v in loha.items()}
-    add("loha", "a LyCORIS LoHa (hada_w1_a …)", files.tensors("loha.safetensors", loha), "header", r"LoHa")
-    lokr = {"blocks.0.attn.out_proj.lokr_w1": torch.randn(4, 4), "blocks.0.attn.out_proj.lokr_w2": torch.randn(6, 8)}
-    add("lokr", "a LyCORIS LoKr (lokr_w1/lokr_w2)", files.tensors("lokr.safetensors", lokr), "header", r"LoKr")
+    # LoKr and LoHa load (tests/test_adapters_lycoris.py); these are broken ones.
+    lokr_misfit = {"blocks.0.attn.out_proj.lokr_w1": torch.randn(4, 4), "blocks.0.attn.out_proj.lokr_w2": torch.randn(6, 7)}
+    add("lokr_misfit", "a LyCORIS LoKr whose kron(W1, W2) is 24×28 on a 24×32 layer",
+        files.tensors("lokr_misfit.safetensors", lokr_misfit), "header", r"does not fit the model")
+    lokr_fp8 = {"blocks.0.attn.out_proj.lokr_w1": torch.randn(4, 4).to(torch.float8_e4m3fn),
+                "blocks.0.attn.out_proj.lokr_w2": torch.randn(6, 8)}
+    add("lokr_fp8", "a LyCORIS LoKr with an fp8 factor", files.tensors("lokr_fp8.safetensors", lokr_fp8), "header",
+        r"F8_E4M3.*quantised")
+    lokr_tucker = {"blocks.0.attn.out_proj.lokr_w1": torch.randn(4, 4), "blocks.0.attn.out_proj.lokr_t2": torch.randn(2, 2, 1, 1),
+                   "blocks.0.attn.out_proj.lokr_w2_a": torch.randn(2, 6), "blocks.0.attn.out_proj.lokr_w2_b": torch.randn(2, 8)}
+    add("lokr_tucker", "a LyCORIS LoKr with a Tucker core (conv)", files.tensors("lokr_tucker.safetensors", lokr_tucker),
+        "header", r"Tucker.*conv")
+    loha_nan = {f"blocks.0.attn.out_proj.hada_{p}": torch.randn(24 if p.endswith("a") else 4, 4 if p.endswith("a") else 32)
+                for p in ("w1_a", "w1_b", "w2_a", "w2_b")}
+    loha_nan["blocks.0.attn.out_proj.hada_w2_b"][0, 0] = float("nan")
+    add("loha_nan", "a LyCORIS LoHa with a NaN in a factor", files.tensors("loha_nan.safetensors", loha_nan), "load",
+        r"NaN")
     dora = {**native_factors({"transformer_blocks.0.attn.to_out.0": (24, 32)}),
             "transformer_blocks.0.attn.to_out.0.lora_magnitude_vector": torch.ones(24)}
     add("dora", "a PEFT DoRA (lora_magnitude_vector)", files.tensors("dora.safetensors", dora), "header", r"DoRA")

@@ -227,8 +227,9 @@ def test_three_dimensional_qkv_stacks() -> None:
 @pytest.mark.parametrize(
     "tensors, fragment",
     [
-        ({"blocks.0.attn.qkv_proj.hada_w1_a": torch.zeros(96, 2), "blocks.0.attn.qkv_proj.hada_w1_b": torch.zeros(2, 24)}, "LoHa"),
-        ({"lora_unet_blocks_0_attn_qkv_proj.lokr_w1": torch.zeros(4, 4), "lora_unet_blocks_0_attn_qkv_proj.lokr_w2": torch.zeros(24, 6)}, "LoKr"),
+        # LoHa and LoKr load (tests/test_adapters_lycoris.py); incomplete or conv ones cannot
+        ({"blocks.0.attn.qkv_proj.hada_w1_a": torch.zeros(96, 2), "blocks.0.attn.qkv_proj.hada_w1_b": torch.zeros(2, 24)}, "no hada_w2_a"),
+        ({"lora_unet_blocks_0_attn_qkv_proj.lokr_w1": torch.zeros(4, 4), "lora_unet_blocks_0_attn_qkv_proj.lokr_t2": torch.zeros(2, 2, 3, 3)}, "Tucker cores"),
         ({"base_model.model.transformer_blocks.0.attn.to_q.lora_magnitude_vector": torch.zeros(32),
           "base_model.model.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(2, 24)}, "DoRA"),
         ({"lora_unet_blocks_0_attn_out_proj.dora_scale": torch.zeros(24, 1)}, "DoRA"),

@@ -25,7 +25,7 @@ from h3app.ui.generate import events as generate
 REQUEST = GenerationRequest(prompt="a fox in the snow", seed=1, steps=2)
 ENTRIES = {entry.kind: entry for entry in corpus_entries()}
 # A few of each stage: refused from the header, from the source text, from the tensors, from the settings.
-UI_KINDS = ("html_page", "pickle_renamed_zip", "header_over_100mb", "pruned_h3_lora", "wan_lora", "loha",
+UI_KINDS = ("html_page", "pickle_renamed_zip", "header_over_100mb", "pruned_h3_lora", "wan_lora", "lokr_misfit",
             "a_without_b", "several_weights_no_name", "weight_name_dotdot", "repo_missing_offline", "nan_weights",
             "reference_partition_only", "user_alpha_negative", "user_alpha_nan", "scale_1e9")
 

@@ -110,8 +110,11 @@ def resolve_alphas(
     rslora: dict[str, bool] = {}  # per file partition
     choices: dict[str, AlphaChoice] = {}
     for module in modules:
-        candidates = _candidates(module, view, explicit, said, known, tally)
-        source, alpha = _choose(candidates, module, said.config, tally)
+        if module.alpha_applies:
+            candidates = _candidates(module, view, explicit, said, known, tally)
+            source, alpha = _choose(candidates, module, said.config, tally)
+        else:
+            source, alpha = _alpha_not_applied(module, view, explicit, tally)
         if module.file_partition not in rslora:
             rslora[module.file_partition] = _use_rslora(said.config, said.metadata.get(module.file_partition),
                                                         warnings)
@@ -149,6 +152,7 @@ class _Tally:
     defaulted: int = 0  # modules given PEFT's default lora_alpha
     rank_mismatch: list[str] = field(default_factory=list)
     fallback: list[ModulePlan] = field(default_factory=list)  # modules at alpha = rank
+    not_applied: list[str] = field(default_factory=list)  # modules whose kind ignores alpha (scale 1 × strength)
 
     def warnings(self) -> list[str]:
         said: list[str] = []
@@ -173,6 +177,10 @@ class _Tally:
             said.append(f"{self.rank_mismatch[0]} ({len(self.rank_mismatch)} modules); the tensors' rank is used.")
         if self.fallback:
             said.append(_fallback_warning(self.fallback))
+        if self.not_applied:
+            said.append(f"{len(self.not_applied)} LoKr modules store both Kronecker factors whole (e.g. "
+                        f"{self.not_applied[0]!r}): LyCORIS runs them at scale 1 × strength and their alpha does not "
+                        "apply, so alpha 8 / strength 1 and alpha 128 / strength 0.0625 are not the same run for them.")
         return said
 
 
@@ -207,6 +215,18 @@ def _candidates(module: ModulePlan, view: HeaderView, explicit: float | None, sa
     elif known is not None and known.alpha_equals_rank:
         candidates.append((REGISTRY, float(module.rank)))
     return candidates
+
+
+def _alpha_not_applied(module: ModulePlan, view: HeaderView, explicit: float | None,
+                       tally: _Tally) -> tuple[AlphaSource, float]:
+    """A module whose kind's loader ignores alpha (a LoKr with both factors whole: LyCORIS and ComfyUI run it at
+    scale 1): alpha 1 over rank 1; an explicit alpha cannot change it, so it is refused in one line."""
+    if explicit is not None:
+        raise H3AppError(f"{view.name}: alpha does not apply to its {module.kind} module {module.stem!r} (both "
+                         "Kronecker factors stored whole: LyCORIS and ComfyUI run it at scale 1 × strength, whatever "
+                         "alpha), so alpha × strength is not the scale; leave alpha on auto and set the strength.")
+    tally.not_applied.append(module.stem)
+    return (MODULE_TENSOR if module.alpha_key is not None else RANK_FALLBACK), 1.0
 
 
 def _stored_alpha(module: ModulePlan, alpha_key: str, view: HeaderView, tally: _Tally) -> float:

@@ -23,6 +23,7 @@ class StemFacts(Protocol):
     alpha: str | None
     slots: frozenset[str]
     styles: frozenset[str]
+    factors: dict[str, str]  # another kind's factors (``kinds/``): factor name → key
 
 
 @dataclass(frozen=True)

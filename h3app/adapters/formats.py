@@ -24,7 +24,7 @@ import functools
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import H3AppError
 from ..rules.choices import MAIN_PARTITION, PARTITIONS, QKV_LAYOUTS, REFERENCE_PARTITION
@@ -41,11 +41,13 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
     match_name,
     native_vocabulary,
 )
-from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_factors  # noqa: F401
+from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors  # noqa: F401
+from .kinds import FACTOR_NAMES, check_kind
 from .parts import PartsPlan, plan_parts, refuse_part_conflicts
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
 
+LORA_KIND = "lora"
 SUFFIX_AB = "lora_A/B"
 SUFFIX_DOWN_UP = "lora_down/up"
 
@@ -55,7 +57,7 @@ SUFFIX_DOWN_UP = "lora_down/up"
 PEFT_SAVE_PREFIX = "base_model.model."
 WRAPPER_PREFIXES = (PEFT_SAVE_PREFIX, "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
                     "transformer.", "model.")
-FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_")
+FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_", "lycoris_")  # kohya, musubi; SimpleTuner's LyCORIS
 
 # A key is prefix + module stem + factor suffix. The prefix is up to four wrappers, then a flattened kohya prefix; it
 # is atomic: wrappers are taken greedily (the first listed that fits, each time) and never given back to make the
@@ -71,7 +73,8 @@ _PREFIX_STARTS = WRAPPER_PREFIXES + FLATTENED_PREFIXES
 # is never the word ``weight`` itself.
 _FACTOR = re.compile(
     r"\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
-    r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha))$"
+    r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha)"
+    r"|(?P<kind>" + FACTOR_NAMES + r")(?:\.weight)?)$"
 )
 
 @dataclass(frozen=True)
@@ -100,10 +103,14 @@ class ModulePlan:
     file_partition: str
     dtype: str
     suffix_style: str
+    kind: str = LORA_KIND  # "lora" (A/B pairs) or a kind of ``kinds/`` (its factors in ``factor_keys``)
+    factor_keys: tuple[tuple[str, str], ...] = ()  # (factor name, key) of another kind's factors
+    alpha_applies: bool = True  # False: the kind's loader ignores alpha (LoKr with both factors whole)
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return (self.down_key, self.up_key) + ((self.alpha_key,) if self.alpha_key else ())
+        factors = tuple(key for _, key in self.factor_keys) or (self.down_key, self.up_key)
+        return factors + ((self.alpha_key,) if self.alpha_key else ())
 
     @property
     def peft_name(self) -> str:
@@ -150,6 +157,7 @@ class _Stem:
     alpha: str | None = None
     slots: frozenset[str] = frozenset()
     styles: frozenset[str] = frozenset()
+    factors: dict[str, str] = field(default_factory=dict)  # another kind's factors (kinds/): factor name → key
 
 
 def _prefix_end(key: str) -> tuple[int, bool]:
@@ -179,14 +187,17 @@ def _collect_stems(name: str, keys: list[str]) -> tuple[dict[tuple[str, str], _S
         if parsed is None or "\n" in key[start:stem_end]:
             unparsed.append(key)
             continue
-        ab, slot, du, is_alpha = parsed.groups()
+        ab, slot, du, is_alpha, kind = parsed.group("ab", "slot", "du", "alpha", "kind")
         stem_name = key[start:stem_end]
         file_partition = REFERENCE_PARTITION if start and "transformer_ref." in key[:start] else MAIN_PARTITION
         stem_key = (file_partition, stem_name.replace(".", "_") if flattened else stem_name)
         entry = stems.get(stem_key)
         if entry is None:
             entry = stems[stem_key] = _Stem(key[:start], file_partition, flattened, key[:stem_end], stem_name)
-        if is_alpha:
+        if kind:
+            existing, role = entry.factors.get(kind), kind
+            entry.factors.setdefault(kind, key)
+        elif is_alpha:
             existing, role = entry.alpha, "alpha"
             if existing is None:
                 entry.alpha = key
@@ -240,7 +251,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
             "save_pretrained does that)."
         )
     found_rules = {key: match_name(entry.name, entry.flattened)
-                   for key, entry in stems.items() if entry.down or entry.up}
+                   for key, entry in stems.items() if entry.down or entry.up or entry.factors}
     # Foreign-model names are looked for only among stems no H3 rule claimed (the common case: none).
     refuse_foreign(name, [entry.name for key, entry in stems.items() if found_rules.get(key) is None] + unparsed)
     if not found_rules and not file_parts:
@@ -290,12 +301,12 @@ def _plan_modules(view: HeaderView, stems: dict[tuple[str, str], _Stem], found_r
     plans: list[ModulePlan] = []
     hybrid: list[str] = []
     for key, entry in stems.items():
-        if not (entry.down or entry.up):
+        if not (entry.down or entry.up or entry.factors):
             orphan_alphas.extend(k for k in (entry.alpha,) if k)
             continue
         found = found_rules[key]
         if found is None:
-            no_match.extend(k for k in (entry.down, entry.up, entry.alpha) if k)
+            no_match.extend(k for k in (entry.down, entry.up, entry.alpha, *entry.factors.values()) if k)
             continue
         alternative, groups, matched_flat = found
         if matched_flat and not entry.flattened:
@@ -355,9 +366,9 @@ _DIGIT_RUNS = re.compile(r"(\d+)")
 
 
 def _architecture_hint(metadata: Mapping[str, str]) -> str:
-    for field in ("modelspec.architecture", "ss_base_model_version"):
-        if metadata.get(field):
-            return f"; its metadata says {field} = {metadata[field]!r}"
+    for entry in ("modelspec.architecture", "ss_base_model_version"):
+        if metadata.get(entry):
+            return f"; its metadata says {entry} = {metadata[entry]!r}"
     return ""
 
 
@@ -365,13 +376,18 @@ def _module_plan(
     view: HeaderView, entry: _Stem, alternative: Alternative, groups: tuple[str, ...], matched_flat: bool,
     qkv_layout: str,
 ) -> ModulePlan:
-    """The plan of one module, its factors checked (``factor_checks.check_factors``)."""
+    """The plan of one module, its factors checked (``factor_checks.check_factors``, or its kind's: ``kinds/``)."""
+    kind, factor_keys, alpha_applies = LORA_KIND, tuple(sorted(entry.factors.items())), True
+    if entry.factors:
+        factors, kind, alpha_applies = check_kind(view, entry, alternative.rule, matched_flat, alternative.family)
+        entry.down, entry.up = factor_keys[0][1], factor_keys[-1][1]  # named in messages; ``keys`` lists them all
     if entry.down is None or entry.up is None:
         have, missing = ("lora_A/lora_down", "lora_B/lora_up") if entry.down else ("lora_B/lora_up", "lora_A/lora_down")
         raise H3AppError(f"{view.name}: module {entry.stem!r} has {have} but no {missing}: the file is incomplete; "
                          "re-export it.")
-    factors = check_factors(view, entry, alternative, matched_flat, qkv_layout, view.tensors[entry.down],
-                            view.tensors[entry.up])
+    if not entry.factors:
+        factors = check_factors(view, entry, alternative, matched_flat, qkv_layout, view.tensors[entry.down],
+                                view.tensors[entry.up])
     rule = alternative.rule
     return ModulePlan(
         stem=entry.stem,
@@ -390,6 +406,9 @@ def _module_plan(
         file_partition=entry.file_partition,
         dtype=factors.dtype,
         suffix_style=factors.suffix_style,
+        kind=kind,
+        factor_keys=factor_keys,
+        alpha_applies=alpha_applies,
     )
 
 
@@ -404,3 +423,4 @@ def _refuse_duplicate_targets(name: str, plans: Sequence[ModulePlan]) -> None:
                     "copies of one adapter; keep one."
                 )
             owner[key] = plan.stem
+

@@ -24,14 +24,16 @@ import torch
 from ..errors import H3AppError
 from ..rules.h3_modules import TransformerShapes
 from .alpha import AlphaChoice
-from .formats import FUSED_QKV, INTERLEAVED, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
+from .formats import FUSED_QKV, INTERLEAVED, LORA_KIND, MAIN_PARTITION, SWIGLU_GATE_UP, ModulePlan
 from .header import read_local_header
 from .inspect import Analysis, analyse_header
+from .kinds import BY_NAME
 from .known import registry_identity
 from .partition import check_partition
 from .parts import PartsPlan
 from .types import ExactPart, HeadBank, ModuleLoRA, NormalisedAdapter
 
+_DTYPE_WORD = "F32"  # the dtype a read factor is checked as (its file dtype was checked from the header)
 FactorReader = Callable[[str], torch.Tensor]  # a factor's key → its tensor (lora_A [r, in], lora_B [out, r], or 3D)
 
 
@@ -103,15 +105,26 @@ def _targets(plans: Sequence[ModulePlan], read_factor: FactorReader, shapes: Tra
     """Each module's factors split into its targets' ``ModuleLoRA``, by canonical target."""
     result: dict[str, ModuleLoRA] = {}
     for plan in plans:
-        down = read_factor(plan.down_key)
-        up = read_factor(plan.up_key)
+        down, up = _pair(plan, read_factor)
         for target, (target_down, target_up) in zip(plan.targets, split_factors(plan, down, up,
                                                                                  head_dim=shapes.head_dim)):
             choice = choices[target]
             result[target] = ModuleLoRA(target=target, down=target_down, up=target_up, alpha=choice.alpha,
                                         alpha_source=choice.source, use_rslora=choice.use_rslora,
-                                        source_keys=plan.keys)
+                                        source_keys=plan.keys, scale_rank=plan.rank, kind=plan.kind,
+                                        alpha_applies=plan.alpha_applies)
     return result
+
+
+def _pair(plan: ModulePlan, read_factor: FactorReader) -> tuple[torch.Tensor, torch.Tensor]:
+    """The module's ``(A, B)`` as stored (lora_A, lora_B), or the exact pair its kind's factors make
+    (``kinds/``: LoKr's Kronecker, LoHa's Hadamard product, fp32)."""
+    if plan.kind == LORA_KIND:
+        return read_factor(plan.down_key), read_factor(plan.up_key)
+    kind = BY_NAME[plan.kind]
+    tensors = {factor: read_factor(key) for factor, key in plan.factor_keys}
+    facts = kind.facts(plan.stem, plan.stem, {f: (_DTYPE_WORD, tuple(t.shape)) for f, t in tensors.items()})
+    return kind.pair(tensors, facts)
 
 
 def split_factors(

@@ -1,5 +1,5 @@
 """What h3app refuses to apply, recognised from key names alone, each refusal one line naming what was seen:
-other adapter families (LoHa, LoKr, DoRA, Wan's modulation deltas, LoRA biases), LoRAs made for other models, and files
+other adapter families (LyCORIS Tucker cores, DoRA, Wan's modulation deltas, LoRA biases), LoRAs made for other models, and files
 that hold no LoRA factors at all (a model checkpoint)."""
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ from ..errors import H3AppError
 
 # Adapter families h3app does not apply, recognised by how their keys end: ``.`` + one of these + end of key.
 _FAMILY_ENDINGS: tuple[tuple[str, str, str], ...] = (
-    (r"hada_(w[12]_[ab]|t[12])(\.weight)?", "a LoHa (LyCORIS Hadamard) adapter",
-     "h3app applies plain LoRA only; ask for a LoRA export"),
-    (r"lokr_(w[12](_[ab])?|t[12])(\.weight)?", "a LoKr (LyCORIS Kronecker) adapter",
-     "h3app applies plain LoRA only; ask for a LoRA export"),
+    (r"(hada|lokr)_t[12](\.weight)?", "a LyCORIS adapter with Tucker cores (hada_t/lokr_t: conv layers)",
+     "MiniMax-H3 has no conv layer an adapter can target; use a LoKr/LoHa trained without use_tucker, or a LoRA"),
     (r"lora_magnitude_vector(\.[^.]+)?(\.weight)?|dora_scale", "a DoRA adapter (magnitude vectors)",
      "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
     (r"diff_m", "a Wan-style modulation delta (.diff_m)",

@@ -35,9 +35,19 @@ class ModuleLoRA:
     alpha_source: AlphaSource
     use_rslora: bool = False
     source_keys: tuple[str, ...] = ()
+    scale_rank: int = 0  # what alpha is divided by when it is not the width (LoKr's dim, LoHa's rank); 0: the width
+    kind: str = "lora"  # the file's adapter kind (``adapters/kinds``): "lora", "lokr", "loha"
+    alpha_applies: bool = True  # False: the kind ignores alpha (a LoKr with both factors whole: scale 1 × strength)
 
     @property
     def rank(self) -> int:
+        """The rank the scale formula divides by: ``scale_rank``, else the factors' width."""
+        return self.scale_rank or self.width
+
+    @property
+    def width(self) -> int:
+        """The factors' inner size: ``A [width, in]``, ``B [out, width]`` (a LoKr/LoHa's exact pair may be wider than
+        its rank)."""
         return int(self.down.shape[0])
 
 

@@ -42,6 +42,7 @@ from .targets import TargetSlot, discover_targets
 from .validation import (
     UNCHANGED,
     changed_settings,
+    check_alpha_applies,
     check_groups,
     check_ranks,
     check_strength,
@@ -154,6 +155,7 @@ class LoRAEngine:
         plan = self._plan(adapter, settings, name)
         refuse_unfit(name, plan.report, has_parts=adapter.has_exact_parts)
         check_ranks(name, plan.matched, self._slots)
+        check_alpha_applies(name, plan.matched, settings.alpha)
         mode = self._engine_mode(settings)
         refusal = merged_refusal(settings.modality, settings.schedule) if mode == MERGED else None
         if refusal:
@@ -219,6 +221,7 @@ class LoRAEngine:
         attached = self._get(name)
         old = dataclasses.replace(attached.settings, mode=self.mode)  # the engine's mode is the one in force
         new = changed_settings(old, alpha, strength, group_strengths, advanced)
+        check_alpha_applies(name, attached.modules, new.alpha)
         new.blocks.check_blocks(self.num_blocks)
         refusal = merged_refusal(new.modality, new.schedule) if self.mode == MERGED else None
         if refusal:

@@ -72,7 +72,7 @@ def _fused_entry(name: str, state: AdapterScale, slot: TargetSlot, by_index: lis
     stored = [ModuleAlpha.of(m) if m is not None else None for m in by_index]
     if shared_down and len({s for s in stored if s is not None}) == 1:
         # Native fused source: one A, blocked [B_q; B_k; B_v] (zero rows for an uncovered group): a 2D delta.
-        up = torch.zeros(slot.groups * slot.out_features, first.rank, dtype=dtype, device=device)
+        up = torch.zeros(slot.groups * slot.out_features, first.width, dtype=dtype, device=device)
         for index, module in enumerate(by_index):
             if module is not None:
                 up[index * slot.out_features:(index + 1) * slot.out_features].copy_(module.up.detach())

@@ -106,9 +106,11 @@ class LoRAFactors:
             lo, hi = max(start, group_start), min(stop, group_stop)
             if lo >= hi:
                 continue
+            # The whole padded width: a group's rank (what its scale divides by) may differ from its factors'
+            # width (a LoKr's exact pair), and padded columns are zero, which adds exactly nothing.
             weight32[lo - start:hi - start].addmm_(
-                self.up[index, lo - group_start:hi - group_start, :rank].float(),
-                self.down[index, :rank].float(), alpha=values[index])
+                self.up[index, lo - group_start:hi - group_start].float(),
+                self.down[index].float(), alpha=values[index])
 
     @property
     def nbytes(self) -> int:

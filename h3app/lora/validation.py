@@ -72,9 +72,9 @@ def check_ranks(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[str
     for target, module in matched.items():
         slot = slots[target]
         limit = rank_limit(slot.out_features, slot.in_features)
-        if module.rank > limit:
+        if module.width > limit:
             raise H3AppError(
-                f"adapter {name!r}: {target} has rank {module.rank}, above the limit {limit} for its "
+                f"adapter {name!r}: {target} has rank {module.width}, above the limit {limit} for its "
                 f"[{slot.out_features}, {slot.in_features}] layer (in + out, at least {RANK_FLOOR}): the file is "
                 f"malformed; nothing was applied — use a LoRA with a sane rank.")
 
@@ -86,6 +86,16 @@ def check_groups(group_strengths: Mapping[str, float]) -> None:
 
 
 ADVANCED_FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
+
+
+def check_alpha_applies(name: str, modules: Mapping[str, ModuleLoRA], alpha: float | None) -> None:
+    """Refuse an explicit alpha for an adapter with modules whose kind ignores alpha (a LoKr with both Kronecker
+    factors whole runs at scale 1 × strength in LyCORIS and ComfyUI): alpha × strength would not be its scale."""
+    fixed = sorted(t for t, m in modules.items() if not m.alpha_applies)
+    if alpha is not None and fixed:
+        raise H3AppError(f"adapter {name!r}: alpha does not apply to {len(fixed)} of its LoKr targets (e.g. {fixed[0]}: "
+                         "both Kronecker factors stored whole, which LyCORIS and ComfyUI run at scale 1 × strength), "
+                         "so alpha × strength is not its scale; leave alpha on auto and set the strength.")
 
 
 def changed_settings(old: LoRASettings, alpha: Any, strength: Any, group_strengths: Any,

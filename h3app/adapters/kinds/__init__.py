@@ -1,0 +1,57 @@
+"""Adapter kinds beyond plain A/B pairs, one module each: what the kind's factor keys are called, the checks on
+their shapes from the header alone, and the exact A/B pair its factors make. The planner (``formats.py``) and the
+normaliser read every kind through :data:`KINDS`; adding a kind is one module here plus its tests and its doc line
+(docs/adapters.md, "Adding an adapter kind")."""
+
+from __future__ import annotations
+
+import re
+
+from ...errors import H3AppError
+from ...rules.module_rules import FUSED_QKV, SWIGLU_GATE_UP, ModuleRule
+from ..factor_checks import BLOCKED, FactorFacts, StemFacts, check_alpha
+from ..types import HeaderView
+from . import loha, lokr
+from .base import Kind, KindFacts
+
+KINDS: tuple[Kind, ...] = (lokr.KIND, loha.KIND)
+BY_NAME = {kind.name: kind for kind in KINDS}
+# A key's factor name, for every kind: one alternation, a named group per kind.
+FACTOR_NAMES = "|".join(f"(?P<{kind.name}>{kind.factors})" for kind in KINDS)
+_ONE = re.compile(FACTOR_NAMES)
+
+
+def kind_of(factor: str) -> Kind:
+    """The kind a factor name (``lokr_w1_a``) belongs to."""
+    found = _ONE.fullmatch(factor)
+    assert found is not None and found.lastgroup is not None, f"{factor!r} is no kind's factor"
+    return BY_NAME[found.lastgroup]
+
+
+def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_flat: bool,
+               family: str) -> tuple[FactorFacts, str, bool]:
+    """``(the module's factor facts, its kind's name, whether alpha applies)`` for a module whose keys are another
+    kind's factors: one kind per module, its factors checked by the kind, the rows its product makes split as the
+    module's rule says (thirds of a fused QKV, halves of a SwiGLU ``fc1``)."""
+    kinds = {kind_of(factor) for factor in entry.factors}
+    kind = next(iter(kinds))
+    if len(kinds) > 1 or entry.down or entry.up:
+        seen = sorted({k.label for k in kinds} | ({"LoRA"} if entry.down or entry.up else set()))
+        raise H3AppError(f"{view.name}: module {entry.stem!r} holds factors of {' and '.join(seen)} at once: the "
+                         "file mixes two adapters on one module; keep one.")
+    found = kind.facts(view.name, entry.stem, {f: view.tensors[k] for f, k in entry.factors.items()})
+    if entry.alpha is not None:
+        check_alpha(view, entry.alpha)
+    out_features, in_features = found.shape
+    parts = 3 if rule.layout == FUSED_QKV else 2 if rule.layout == SWIGLU_GATE_UP else 1
+    if out_features % parts:
+        raise H3AppError(f"{view.name}: {kind.label} module {entry.stem!r} makes {out_features} rows, not divisible "
+                         f"by {parts}: it does not fit the fused H3 layer it names; the file is not for this model.")
+    rows = out_features // 3 if rule.layout == FUSED_QKV else out_features
+    fmt = "kohya" if matched_flat else "native" if family == "native" else "peft"
+    facts = FactorFacts(format=fmt, stacked=False, rank=found.rank, target_shapes=((rows, in_features),) * len(rule.targets),
+                        qkv_order=BLOCKED if rule.layout == FUSED_QKV else "", dtype=found.dtype, suffix_style=kind.name)
+    return facts, kind.name, found.alpha_applies
+
+
+__all__ = ["BY_NAME", "FACTOR_NAMES", "check_kind", "KINDS", "Kind", "KindFacts", "kind_of"]

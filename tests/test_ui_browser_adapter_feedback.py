@@ -116,7 +116,8 @@ def test_enter_right_after_a_demo_pick_keeps_its_card(page):
 def test_a_scale_below_the_slider_is_refused_with_a_word(page):
     pick(page, TURBO)
     set_number(page, "#slot1-scale", "-5")
-    expect(page.locator("#slot1-readout")).to_contain_text("scale -5 is outside the Scale slider")
+    expect(page.locator("#slot1-alpha-card")).to_contain_text("scale -5 is outside the Scale slider")
+    expect(page.get_by_text(re.compile("scale -5 is outside"))).to_have_count(1)  # once: the readout points there
 
 
 def test_labels_say_alpha_per_module_once_and_the_longest_duration(page):

@@ -211,3 +211,35 @@ def test_a_pasted_alpha_is_the_one_the_next_job_applies_and_the_note_says_so(eve
     assert first.alpha is KEEP and first.override is True and "alpha 8" in first.alpha_html
     again = adapters.inspect_view(SlotForm(source=turbo, alpha="1", info=info), previous=info)
     assert again.alpha is KEEP and again.override is KEEP
+
+
+def test_the_result_caption_names_every_applied_setting_as_the_settings_json_does(events):
+    """Audio ×0, a schedule, per-block strength and the step cache: the caption says each, in the words of the
+    settings JSON's ``applied`` line (``summary.applied_words``), and the cache's count."""
+    adapters, generate = events
+    pick = adapters.pick_demo(str(TINY_DEMO_DIR / "tiny_style_warm.safetensors"))
+    slot = SlotForm(source=pick.source, weight=pick.weight["value"], audio_strength=0, strength_schedule="linear:1:0.5",
+                    block_strength="0:0.5")
+    session = with_adapter(None, "1", slot.settings("unmerged"))
+    form = JobForm(session, "unmerged", RequestForm(prompt="a red ball", seed=1, cache=True, **{**FAST, "steps": 4}))
+    view = generate.generate_view(form, progress=None)
+    (line,) = view.settings_json["applied"]
+    words = line.split(": ", 1)[1]
+    for part in ("audio ×0", "schedule linear:1:0.5", "blocks 0:0.5"):
+        assert part in words and part in view.result_html, part
+    assert words in view.result_html
+    cache = view.settings_json["result"]["cache"]
+    assert f"step cache fbc: {cache['skipped']} of {cache['evaluations']} evaluations skipped" in view.result_html
+
+
+def test_exact_parts_and_parts_left_out_are_named_in_the_applied_line():
+    from h3app.adapters.summary import applied_words, parts_words
+    from h3app.ui.presenters import render
+
+    adapter = {"source": "fast.safetensors", "strength": 1.0, "alpha": None, "resolved_alpha": 4.0, "rank": 4,
+               "parts": {"lora": 20, "diff": 3, "diff_b": 2, "set_weight": 1, "set_bias": 0, "head_bank": 32},
+               "skipped_parts": {"adaln": 6}}
+    assert parts_words(adapter) == "; exact parts: Δ 5 at the strength, 1 replacement, head bank of 32; left out: adaln 6"
+    assert parts_words({"parts": {"lora": 20, "diff": 0}}) == ""  # pairs only: nothing more to say
+    caption = render.result_html({"seed": 1, "adapters": [adapter], "cache": {"kind": "none"}})
+    assert applied_words(adapter) in caption and "step cache" not in caption

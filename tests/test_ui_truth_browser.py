@@ -155,8 +155,8 @@ def test_typed_inputs_are_never_lost(browser, app):
 # Each input of the page, once: (how to reach it, what to type, where the refusal shows, its words, a good value).
 BAD_VALUES = [
     ("#slot1-alpha", "1e9", "#slot1-alpha-card", "at most 1e+06", ""),
-    ("#slot1-scale", "1e9", "#slot1-readout", "scale must be finite and between -100 and 100", "1"),
-    ("#slot1-scale", "5", "#slot1-readout", "outside the Scale slider's range (between -2 and 4)", "1"),
+    ("#slot1-scale", "1e9", "#slot1-alpha-card", "scale must be finite and between -100 and 100", "1"),
+    ("#slot1-scale", "5", "#slot1-alpha-card", "outside the Scale slider's range (between -2 and 4)", "1"),
     ("#seed", "7.5", "#request-note", "seed must be a whole number", "7"),
     ("#steps", "1000", "#request-note", "steps must be a whole number between 2 and 200", "2"),
     ("#duration", "20", "#request-note", "duration must be between 5 and 14.375", "5"),

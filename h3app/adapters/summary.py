@@ -245,8 +245,14 @@ def summaries(adapters: Iterable[Mapping[str, Any]]) -> list[AdapterSummary]:
 def applied_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
     """``["tiny_turbo_4step: alpha 1 (registry) × scale 1 → effective 0.0625", …]``: the settings JSON's and
     ``generate --json``'s ``applied`` field, one line per adapter of the run (with its advanced strengths)."""
-    adapters = list(adapters)
-    return [f"{s.name}: {describe(s)}{advanced_words(a)}" for s, a in zip(summaries(adapters), adapters)]
+    return [f"{AdapterSummary.from_json(a).name}: {applied_words(a)}" for a in adapters]
+
+
+def applied_words(adapter: Mapping[str, Any]) -> str:
+    """Everything one adapter of a run applied, in one line: :func:`describe`, its advanced strengths and its parts
+    beyond A/B pairs (``alpha 1 (registry) × scale 1 → effective 0.0625; audio ×0, schedule linear:1:0.5; exact
+    parts: Δ 85 at the strength``) — the settings JSON's ``applied`` and the UI's result caption."""
+    return f"{describe(AdapterSummary.from_json(adapter))}{advanced_words(adapter)}{parts_words(adapter)}"
 
 
 def not_applied_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -267,6 +273,24 @@ def advanced_words(adapter: Mapping[str, Any]) -> str:
     words += [f"{name} {adapter[key]}" for name, key in (("schedule", "strength_schedule"),
                                                          ("blocks", "block_strength")) if adapter.get(key)]
     return "; " + ", ".join(words) if words else ""
+
+
+def parts_words(adapter: Mapping[str, Any]) -> str:
+    """``"; exact parts: Δ 85 at the strength, 2 replacements, head bank of 32; left out: adaln 12"``: what a run's
+    adapter JSON applied beyond A/B pairs (its ``parts`` counts, ``adapters/parts.py``'s kinds) and the parts left
+    out on request (``skipped_parts``); "" when it has only pairs."""
+    parts = adapter.get("parts") or {}
+    deltas = int(parts.get("diff", 0) or 0) + int(parts.get("diff_b", 0) or 0)
+    replaced = int(parts.get("set_weight", 0) or 0) + int(parts.get("set_bias", 0) or 0)
+    bank = int(parts.get("head_bank", 0) or 0)
+    words = [f"Δ {deltas} at the strength" if deltas else "",
+             f"{replaced} replacement{'' if replaced == 1 else 's'}" if replaced else "",
+             f"head bank of {bank}" if bank else ""]
+    text = f"; exact parts: {', '.join(w for w in words if w)}" if any(words) else ""
+    skipped = {kind: n for kind, n in (adapter.get("skipped_parts") or {}).items() if n}
+    if skipped:
+        text += "; left out: " + ", ".join(f"{kind} {n}" for kind, n in skipped.items())
+    return text
 
 
 # ------------------------------------------------------------------------------------------------------- helpers

@@ -15,9 +15,10 @@ from pathlib import PurePath
 from typing import Any
 
 from ...adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
-from ...adapters.summary import AdapterSummary, describe, not_applied_lines, values_text
+from ...adapters.summary import AdapterSummary, applied_words, not_applied_lines, values_text
 from ...lora.profile_rescale import targets_by_group
 from ...rules.alpha_source import AlphaSource
+from ...rules.choices import NO_CACHE
 from ...rules.steps import evaluations
 from ...rules.units import format_bytes
 
@@ -294,11 +295,12 @@ def report_card(report: Mapping[str, Any], provenance: Mapping[str, Any] | None 
 
 
 def result_html(output: Mapping[str, Any]) -> str:
-    """One line per generation: seed, steps → evaluations, size, time, hash, and what each adapter ran at."""
+    """One line per generation: seed, steps → evaluations, size, time, the step cache, hash, and everything each
+    adapter applied (``summary.applied_words``: the settings JSON's ``applied`` line)."""
     lines = [f"<b>seed {output.get('seed')}</b> · {output.get('steps')} steps → {output.get('evaluations')} "
              f"evaluations · {output.get('frames')} frames {output.get('width')}×{output.get('height')} @ "
              f"{output.get('fps')} fps · stereo audio at {output.get('sample_rate')} Hz · generated in "
-             f"{_seconds(output.get('seconds'))}{_predicted(output.get('time'))}",
+             f"{_seconds(output.get('seconds'))}{_predicted(output.get('time'))}{_cache_words(output.get('cache'))}",
              f"hash <code>{esc(str(output.get('hash', ''))[:23])}…</code>"]
     adapters = output.get("adapters") or []
     if not adapters:
@@ -308,7 +310,7 @@ def result_html(output: Mapping[str, Any]) -> str:
         applied = AdapterSummary.from_json(a)
         resolved = a.get("resolved") or {}
         lines.append(f"<span data-testid='applied'>{esc(PurePath(str(a.get('source'))).name or a.get('source'))}: "
-                     f"{esc(describe(applied))}</span>")
+                     f"{esc(applied_words(a))}</span>")
         lines.extend(f"⚠ {esc(w)}" for w in resolved.get("warnings") or ())
         left_out = not_applied_lines([a])  # keys of the file this run did not apply: named, never dropped quietly
         lines.extend(f"<span data-testid='not-applied'>⚠ not applied: {esc(line)}</span>" for line in left_out)
@@ -357,6 +359,14 @@ def _predicted(time: Mapping[str, Any] | None) -> str:
     if not time or time.get("predicted_s") is None:
         return ""
     return f" (predicted {_seconds(time['predicted_s'])} on {esc(str(time.get('box')))})"
+
+
+def _cache_words(cache: Mapping[str, Any] | None) -> str:
+    """`` · step cache fbc: 1 of 4 evaluations skipped`` (a run without the step cache: "")."""
+    if not cache or cache.get("kind") in (None, NO_CACHE):
+        return ""
+    return (f" · step cache {esc(str(cache['kind']))}: {int(cache.get('skipped') or 0)} of "
+            f"{int(cache.get('evaluations') or 0)} evaluations skipped")
 
 
 def _seconds(value: Any) -> str:

@@ -24,6 +24,7 @@ from .partition import file_partition, partition_mismatch
 from .parts import check_parts_fit, check_skip_parts, part_counts
 from .pruned import apply_skips
 from .sglang import sglang_facts
+from .training import read_training
 from .types import AdapterInfo, HeaderView
 
 
@@ -123,6 +124,7 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         skipped_parts=skipped,
         head_bank_modules=tuple(b.module for b in plan.parts.banks),
         not_applied=keys_not_applied(view, plan, qkv_layout, partition),
+        training=read_training(view.metadata),
     )
     return Analysis(view=view, plan=plan, alphas=alphas, reference_alphas=reference_alphas, known=known, info=info)
 

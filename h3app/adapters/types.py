@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # only for annotations: inspection (and the CLI's inspect) ne
 from ..rules.alpha_source import AlphaSource
 from .not_applied import NotApplied
 from .resolved import resolve_adapter
+from .training import TrainingInfo
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class AdapterInfo:
     skipped_parts: Mapping[str, int] = field(default_factory=dict)  # left out on request (--skip-parts), by kind
     head_bank_modules: tuple[str, ...] = ()
     not_applied: NotApplied = NotApplied()  # every key a run leaves out, by reason (adapters/not_applied.py)
+    training: TrainingInfo = TrainingInfo()  # how the header metadata says it was trained (adapters/training.py)
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -141,6 +143,7 @@ class AdapterInfo:
             "skipped_parts": dict(self.skipped_parts),
             "head_bank_modules": list(self.head_bank_modules),
             "not_applied": self.not_applied.to_json(),
+            "training": self.training.to_json(),
         }
         # What it runs at by default (auto alpha, scale 1): the resolved adapter every surface shows.
         data["resolved"] = resolve_adapter(data).to_json()

@@ -81,12 +81,33 @@ def summary(info: dict[str, Any]) -> str:
         known = info["known"]
         extras = ", ".join(f"{k} {known[k]}" for k in ("steps", "shift", "audio_shift", "workflow", "trigger", "scale") if known.get(k) is not None)
         lines.append(f"known        {known['title']}" + (f" ({extras})" if extras else ""))
-    if info["unmatched_keys"]:
+    left_out = (info.get("not_applied") or {}).get("text")
+    if left_out:
+        lines.append(f"not applied  {left_out}")
+    elif info["unmatched_keys"]:
         lines.append(f"unmatched    {len(info['unmatched_keys'])} keys, e.g. {info['unmatched_keys'][0]}")
+    lines.extend(training_lines(info.get("training") or {}))
+    shown = set(((info.get("training") or {}).get("sources") or {}).values())  # said on the training lines
     for name, value in info["hints"].items():
-        lines.append(f"hint         {name} = {value}")
+        if name not in shown:
+            lines.append(f"hint         {name} = {value}")
     lines.extend(f"warning      {w}" for w in info["warnings"])
     return "\n".join(lines)
+
+
+def training_lines(training: dict[str, Any]) -> list[str]:
+    """What the header metadata says of training (``adapters/training.py``): trainer, progress, trigger words."""
+    from ..adapters.training import TrainingInfo
+
+    facts = TrainingInfo.from_json(training).facts()
+    lines = [f"training     {' · '.join(facts)}"] if facts else []
+    if training.get("trigger_words"):
+        source = (training.get("sources") or {}).get("trigger_words")
+        lines.append(f"trigger      {', '.join(training['trigger_words'])} (from {source})")
+    if training.get("tags"):
+        lines.append("tags         " + ", ".join(f"{tag} ×{count}" for tag, count in training["tags"]))
+    lines.extend(f"trainer      {key} = {value}" for key, value in (training.get("trainer_settings") or {}).items())
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ import gradio as gr
 
 from ...adapters.resolved import resolve_adapter
 from ...adapters.summary import AdapterSummary, advanced_words, applied_lines, describe, not_applied_lines
+from ...adapters.training import trigger_word
 from ...backend.generation import Cancelled, GenerationRequest
 from ...backend.preview import PreviewBoard, watch
 from ...backend.worker import CLIENT_GONE, Progress
@@ -367,8 +368,9 @@ def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
 
 
 def with_trigger(prompt: str | None, info: Mapping[str, Any] | None) -> str:
-    """The prompt with the known adapter's trigger word in front (unchanged if it is already there or unknown)."""
-    trigger = ((info or {}).get("known") or {}).get("trigger")
+    """The prompt with the adapter's trigger word in front (the registry's, else the one its training metadata
+    gives: ``adapters.training.trigger_word``); unchanged if it is already there or there is none."""
+    trigger = trigger_word(info)
     prompt = prompt or ""
     if not trigger or trigger.lower() in prompt.lower():
         return prompt
@@ -382,7 +384,7 @@ def sample_prompt(label: str) -> str:
 
 
 def trigger_button(info: Mapping[str, Any] | None) -> dict[str, Any]:
-    trigger = ((info or {}).get("known") or {}).get("trigger")
+    trigger = trigger_word(info)
     label = f"Add trigger word “{trigger}”" if trigger else "Add trigger word"
     return gr.update(visible=bool(trigger), value=label)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
 from ...adapters.summary import AdapterSummary, applied_words, not_applied_lines, values_text
+from ...adapters.training import TrainingInfo
 from ...lora.profile_rescale import targets_by_group
 from ...rules.alpha_source import AlphaSource
 from ...rules.choices import NO_CACHE
@@ -95,7 +96,7 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
                  + esc(", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items())) + "</div>")
     body = (f"{title}<div>{chips}</div>"
             f"<div class='h3-row'><b>rank</b> {esc(rank_text)} &nbsp;·&nbsp; "
-            f"<b>{info.get('num_targets', 0)} targets</b>: {esc(group_text)}</div>{hints}")
+            f"<b>{info.get('num_targets', 0)} targets</b>: {esc(group_text)}</div>{training_html(info)}{hints}")
     parts = [card("info", body, testid="inspect-summary")]
     parts.append(match_preview(info))
     # the alpha guess and unmatched keys have their own boxes; the rest is listed here
@@ -103,6 +104,24 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
     if warnings:
         parts.append(card("warn", "<b>Warnings</b>" + _bullets(warnings)))
     return "".join(parts)
+
+
+def training_html(info: Mapping[str, Any]) -> str:
+    """What the header metadata says of training (``adapters/training.py``): trainer, epoch, steps, base model,
+    network dim/alpha (never applied) and the trigger words with where they come from; "" when it says nothing."""
+    training = info.get("training") or {}
+    facts = training_facts(training)
+    triggers = training.get("trigger_words") or []
+    if triggers:
+        source = (training.get("sources") or {}).get("trigger_words") or "its metadata"
+        facts.append("trigger word" + ("s " if len(triggers) > 1 else " ")
+                     + ", ".join(f"<b>{esc(t)}</b>" for t in triggers) + f" <small>(from {esc(source)})</small>")
+    return f"<div class='h3-row' data-testid='training'>{' · '.join(facts)}</div>" if facts else ""
+
+
+def training_facts(training: Mapping[str, Any]) -> list[str]:
+    """The training facts of an inspect JSON's ``training``, escaped for HTML, in ``TrainingInfo.facts``' words."""
+    return [esc(fact) for fact in TrainingInfo.from_json(training).facts()]
 
 
 def match_preview(info: Mapping[str, Any]) -> str:
@@ -116,10 +135,17 @@ def match_preview(info: Mapping[str, Any]) -> str:
                     testid="match-preview")
     if unmatched:
         return card("warn", f"<div class='h3-big'>⚠ {len(unmatched)} keys match nothing in this model</div>"
-                            f"{count} targets will be bound; these keys will be ignored:"
+                            f"{count} targets will be bound; these keys will be ignored{_why_left_out(info)}:"
                             + _key_list(unmatched), testid="match-preview")
     return card("ok", f"✔ All {count} targets name layers of this model (checked from the header, before download).",
                 testid="match-preview")
+
+
+def _why_left_out(info: Mapping[str, Any]) -> str:
+    """`` (24 text-encoder keys (…); 2 keys that name no H3 module)``: why, by reason (``adapters/not_applied``)."""
+    reasons = (info.get("not_applied") or {}).get("reasons") or []
+    words = "; ".join(f"{reason.get('count')} {reason.get('why')}" for reason in reasons)
+    return f" ({esc(words)})" if words else ""
 
 
 def _key_list(keys: Sequence[str]) -> str:

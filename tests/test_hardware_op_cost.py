@@ -76,7 +76,8 @@ def test_without_an_overhead_the_prediction_is_the_roofline_alone():
     h200 = roofline.PEAKS["H200"]
     free = dataclasses.replace(h200, op_overhead_s=0.0)
     step = roofline.step_seconds(_measured(OPS), Placement(), free, None)
-    roof = (max(10**15 / 989.4e12, 60 * 10**9 / 4.8e12) + 2 * 10**11 / 4.8e12) / roofline.EFFICIENCY  # per evaluation
+    gemm, memory = 989.4e12 * roofline.GEMM_EFFICIENCY, 4.8e12 * roofline.MEMORY_EFFICIENCY
+    roof = max(10**15 / gemm, 60 * 10**9 / memory) + 2 * 10**11 / memory  # per evaluation
     assert step == pytest.approx(roof, rel=1e-12)
     assert step == roofline.step_seconds(_measured({}), Placement(), h200, None)  # no ops counted: no term
 

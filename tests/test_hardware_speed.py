@@ -23,8 +23,11 @@ from h3app.lora.layers import LoRAFactors, LoRALinear
 from h3app.lora.scaling import AdapterScale, ModuleAlpha
 from h3app.model import repo
 
-# H200 SXM datasheet, dense: bf16 989.4 TFLOPS, fp32 66.9 TFLOPS, HBM 4.8 TB/s; PCIe 5 x16 64 GB/s one way.
-H200_BF16, H200_FP32, H200_HBM, H200_HOST, EFF = 989.4e12, 66.9e12, 4.8e12, 64e9, 0.6
+# H200 SXM datasheet, dense: bf16 989.4 TFLOPS, fp32 66.9 TFLOPS, HBM 4.8 TB/s; PCIe 5 x16 64 GB/s one way; NVLink 4
+# 450 GB/s one way. GEMMs reach GEMM of a peak, streaming ops MEM of the bandwidth (the model's published shares).
+GEMM, MEM = roofline.GEMM_EFFICIENCY, roofline.MEMORY_EFFICIENCY
+H200_BF16, H200_FP32, H200_HBM, H200_HOST = 989.4e12 * GEMM, 66.9e12 * GEMM, 4.8e12 * MEM, 64e9
+H200_NVLINK = 450e9
 
 
 def _lora_linear(rows_in: int, rows_out: int, rank: int, device: str, dtype: torch.dtype) -> LoRALinear:
@@ -80,11 +83,11 @@ FLOPS = {"denoise": {BASE: {"bfloat16": 2 * 10**15}, LORA: {"float32": 2 * 10**1
 def test_the_roofline_is_the_stated_arithmetic(offload):
     measured = _synthetic(FLOPS, evaluations=2, lora_bytes=10**9)
     out = roofline.predict(measured, Placement(offload), "unmerged", [BY_NAME["h200"]], steps=5)["h200"]
-    step = max(10**15 / H200_BF16 + 10**13 / H200_FP32, (60 * 10**9 + 10**9) / H200_HBM) / EFF
-    base = max(10**15 / H200_BF16, 60 * 10**9 / H200_HBM) / EFF
+    step = max(10**15 / H200_BF16 + 10**13 / H200_FP32, (60 * 10**9 + 10**9) / H200_HBM)
+    base = max(10**15 / H200_BF16, 60 * 10**9 / H200_HBM)
     if offload == "group":
         step, base = max(step, 60 * 10**9 / H200_HOST), max(base, 60 * 10**9 / H200_HOST)
-    once = max(10**13 / H200_BF16, 60 * 10**9 / H200_HBM) / EFF + max(10**14 / H200_FP32, 10**9 / H200_HBM) / EFF
+    once = max(10**13 / H200_BF16, 60 * 10**9 / H200_HBM) + max(10**14 / H200_FP32, 10**9 / H200_HBM)
     moved = {"none": 0, "auto": 121.1 * 10**9, "group": 61.1 * 10**9}[offload]
     evaluations = roofline.request_evaluations(measured.rehearsal, 5)
     assert evaluations == 4  # 5 sigma points at shift 3: 4 evaluations
@@ -107,9 +110,10 @@ def test_flavors_without_peaks_or_enough_gpus_get_no_prediction_and_merged_no_ch
 
 
 @pytest.mark.parametrize("ulysses, ring", [(4, 1), (1, 4), (2, 2)])
-def test_context_parallel_pays_the_stated_exchange_over_the_host_link(ulysses, ring):
+def test_context_parallel_pays_the_stated_exchange_over_the_gpus_link(ulysses, ring):
     """Ulysses: four all-to-alls of a rank's [rows/N, width] shard per block, (N−1)/N of it sent; ring: K and V
-    shards passed N−1 times; over PCIe, not overlapped; added to every evaluation."""
+    shards passed N−1 times; over NVLink on SXM cards (A100: 300 GB/s a way), PCIe without it; not overlapped;
+    added to every evaluation."""
     measured = _synthetic(FLOPS)
     measured.rehearsal.tokens = {"total": 40_000}
     ranks = ulysses * ring
@@ -117,13 +121,32 @@ def test_context_parallel_pays_the_stated_exchange_over_the_host_link(ulysses, r
     shard = 40_000 / ranks * measured.attention_width * measured.element_bytes
     sent = (4 * shard * (ulysses - 1) / ulysses if ulysses > 1 else 0) + (2 * shard * (ring - 1) if ring > 1 else 0)
     peaks = roofline.PEAKS["A100"]
-    assert roofline.exchange_seconds(measured, placement, peaks) == pytest.approx(
-        measured.num_layers * sent / peaks.host_bytes_per_s)
+    assert roofline.exchange_seconds(measured, placement, peaks) == pytest.approx(measured.num_layers * sent / 300e9)
+    pcie = roofline.PEAKS["RTX PRO 6000"]  # no NVLink: the ranks talk over PCIe 5
+    assert roofline.exchange_seconds(measured, placement, pcie) == pytest.approx(measured.num_layers * sent / 64e9)
     split = roofline.predict_one(measured, placement, None, BY_NAME["a100x4"], steps=5)
     alone = roofline.predict_one(measured, Placement("none"), None, BY_NAME["a100x4"], steps=5)
     assert split["exchange_s"] > 0 and split["step_s"] == pytest.approx(
         roofline.step_seconds(measured, placement, peaks, None) + split["exchange_s"], abs=1e-4)
-    assert split["decode_s"] == alone["decode_s"]  # the decodes are not split
+    assert split["decode_s"] == alone["decode_s"]  # one tile per clip: nothing to spread, no frames to gather
+
+
+@pytest.mark.parametrize("ranks, share", [(1, 1.0), (4, 7 / 28), (8, 4 / 28)])
+def test_the_video_decode_spreads_its_tiles_over_the_ranks_and_gathers_the_frames(ranks, share):
+    """28 tiles per clip (1344×768 at 256 px tiles, ≥ 64 px overlap): a rank decodes ceil(28 / N) of them, then
+    receives the others' frames (float32) over the link; the audio decode is not split."""
+    from h3app.hardware.decode_split import tiles_along
+
+    assert tiles_along(1344, 256, 64) * tiles_along(768, 256, 64) == 28
+    measured = _synthetic(FLOPS)
+    measured.rehearsal.decode_tiles, measured.rehearsal.video_shape = 28, (124, 768, 1344, 3)
+    peaks = roofline.PEAKS["H200"]
+    placement = Placement("none", ranks=ranks)
+    out = roofline.predict_one(measured, placement, None, BY_NAME["h200x8"], steps=5)
+    decode = max(10**14 * share / H200_FP32, 10**9 / H200_HBM)  # FLOPs scaled by the share, the weights read whole
+    gather = 124 * 768 * 1344 * 3 * 4 * (ranks - 1) / ranks / H200_NVLINK
+    assert out["decode_s"] == pytest.approx(decode + gather, abs=1e-3)
+    assert roofline.once_seconds(measured, placement, peaks)["vae_decode"] == pytest.approx(decode, rel=1e-9)
 
 
 def test_every_priced_flavor_reads_its_row():
@@ -162,16 +185,23 @@ def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(t
         n // rehearsal.evaluations for kind in (BASE, LORA) for n in rehearsal.flops["denoise"][kind].values())
     assert set(data["predicted"]) == {"h200"}
     out = data["predicted"]["h200"]
-    compute = sum(n / (H200_BF16 if p == "bfloat16" else H200_FP32) for p, n in per_eval.items())
+    fused = {p: n // rehearsal.evaluations for kind in (BASE, LORA)
+             for p, n in rehearsal.attention.get("denoise", {}).get(kind, {}).items()}
+    assert fused.get("bfloat16", 0) > 0  # the fused attention's FLOPs are filed apart, and run at FA3's rate
+    fa3 = 648e12  # the FlashAttention-3 paper's H100 SXM figure (docs/hardware.md)
+    compute = sum((n - fused.get(p, 0)) / (H200_BF16 if p == "bfloat16" else H200_FP32) + fused.get(p, 0) / fa3
+                  for p, n in per_eval.items())
     reads = tiny_rank4.weights["transformer"] + tiny_rank4.lora_bytes
     moved = sum(rehearsal.moved["denoise"].values()) // rehearsal.evaluations
     assert moved > 0  # norms, activations, residual adds: memory-bound bytes are counted
     ops = sum(rehearsal.ops["denoise"].values()) // rehearsal.evaluations
     assert ops > 0  # and every op that does work, one launch each
-    assert out["step_s"] == pytest.approx((max(compute, reads / H200_HBM) + moved / H200_HBM) / EFF
+    assert out["step_s"] == pytest.approx(max(compute, reads / H200_HBM) + moved / H200_HBM
                                           + ops * roofline.LAUNCH_OVERHEAD_S, abs=1e-4)
     assert set(out) == {"step_s", "exchange_s", "evaluations", "skipped", "skipped_step_s", "text_encoder_s",
-                        "encode_s", "decode_s", "transfer_s", "video_s", "check_s", "usd_per_video", "lora_overhead"}
+                        "encode_s", "decode_s", "transfer_s", "video_s", "check_s", "usd_per_video", "lora_overhead",
+                        "attention"}
+    assert out["attention"] == "fa3"  # Hopper, one rank: the backend the app picks there
     assert out["exchange_s"] == 0  # one rank exchanges nothing
     assert out["video_s"] >= out["step_s"] and out["check_s"] >= 3 * out["video_s"] - 0.01
     assert "fastest placement per flavor (spec-sheet prediction, not measured)" in describe_plan(plan)

@@ -106,6 +106,7 @@ def plan_options(args: argparse.Namespace) -> tuple[PlannedRequest, Placement, S
     from ..hardware.judge import PlannedRequest, Setup
     from ..hardware.planner import Placement
     from ..model.loader import parse_dtype
+    from ..rules.attention import AUTO
     from ..rules.frames import RELEASED
 
     defaults = defaults_for(args.model)
@@ -113,7 +114,8 @@ def plan_options(args: argparse.Namespace) -> tuple[PlannedRequest, Placement, S
     request = PlannedRequest(flags.workflow or defaults.workflow, height, width, RELEASED.frames(flags.duration),
                              flags.steps or defaults.steps, args.cache)
     setup = Setup(model=args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
-                  alpha=alpha, scale=scale, lora_mode=args.lora_mode, vae_dtype=parse_dtype(args.vae_dtype))
+                  alpha=alpha, scale=scale, lora_mode=args.lora_mode, vae_dtype=parse_dtype(args.vae_dtype),
+                  attention=getattr(args, "attention", None) or AUTO)  # --attention, where the shared flags add it
     placement = Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
                           fp8_text_encoder=args.fp8_text_encoder)
     return request, placement, setup

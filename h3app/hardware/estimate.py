@@ -82,7 +82,8 @@ def op_overhead() -> float:
 def cpu_peaks() -> Peaks:
     """This CPU's rates as :class:`roofline.Peaks`: FLOP/s of a float32 and a bfloat16 matmul (fp32 convolutions run
     in fp32 here, no TF32), the bytes/s a copy moves (read + write) and the seconds one small op costs
-    (:func:`op_overhead`). Measured, never looked up; ~0.4 s."""
+    (:func:`op_overhead`). Measured, never looked up; ~0.4 s. Rates a kernel reached here take no efficiency
+    factor (the GPU's efficiencies are the share of a spec sheet real kernels reach)."""
     side = MATMUL_SIDE
     flops = 2.0 * side**3
     rates = {}
@@ -94,7 +95,8 @@ def cpu_peaks() -> Peaks:
     memory = _rate(2.0 * COPY_BYTES, lambda: target.copy_(source)) / 1e12
     fp32 = rates[torch.float32]
     return Peaks(CPU, bf16=rates[torch.bfloat16], fp8=None, tf32=fp32, fp32=fp32, memory_tbps=memory,
-                 host_gbps=PCIE4, op_overhead_s=op_overhead())  # host_gbps: offload is a GPU placement; unused here
+                 host_gbps=PCIE4, op_overhead_s=op_overhead(),  # host_gbps: offload is a GPU placement; unused here
+                 gemm_efficiency=1.0, memory_efficiency=1.0)
 
 
 def cpu_box() -> Flavor:

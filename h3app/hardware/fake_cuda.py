@@ -382,9 +382,28 @@ def _plain_parameter_conversion() -> Iterator[None]:
         module_module.is_traceable_wrapper_subclass = original
 
 
+NO_CAPABILITY = (0, 0)  # what fake CUDA answers for a device's compute capability on a machine without a driver
+
+
+@contextlib.contextmanager
+def _capability_without_a_driver() -> Iterator[None]:
+    """On a machine without a CUDA driver, ``torch.cuda.get_device_capability`` answers :data:`NO_CAPABILITY` (an
+    architecture no attention rule knows: the loader keeps SDPA, whose fused kernel the rehearsal counts; the plan
+    prices each card's backend itself, ``attention_speed``). With a driver the real answer stands."""
+    if torch.cuda.is_available():
+        yield
+        return
+    original = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda device=None: NO_CAPABILITY  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = original
+
+
 @contextlib.contextmanager
 def fake_cuda() -> Iterator[FakeCuda]:
     """Enter fake CUDA (with fused attention); yields the mode, whose ``counter`` holds the bytes."""
     mode = FakeCuda()
-    with _plain_parameter_conversion(), mode, FusedKernels():
+    with _plain_parameter_conversion(), _capability_without_a_driver(), mode, FusedKernels():
         yield mode

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ..adapters.types import HeaderView
+from ..rules.attention import AUTO
 from ..rules.choices import MERGED, NO_CACHE, UNMERGED
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import BY_MODEL, FULL
@@ -38,7 +39,7 @@ from .rehearsal import RehearsalOptions
 PLACEMENT_FIELDS = ("offload", "fp8", "fp8_text_encoder", "ranks", "ring")
 # What ``flavors[].best`` and ``recommended`` carry of the prediction: the video's time, its terms and its price.
 PREDICTION_FIELDS = ("step_s", "evaluations", "skipped", "text_encoder_s", "encode_s", "decode_s", "transfer_s",
-                     "video_s", "usd_per_video")
+                     "video_s", "usd_per_video", "attention")
 ULYSSES_HEADS = 56  # the full transformer's attention heads: a Ulysses degree must divide them (diffusers checks)
 
 
@@ -74,7 +75,8 @@ def default_request(model: str = FULL, workflow: str | None = None) -> PlannedRe
 class Setup:
     """What besides the request and the placement decides the bytes: the model (``full`` sizes or ``tiny``), the
     compute dtype, what the video decoder computes in, q/k/v fusion, and the adapter (a safetensors header) with its
-    alpha, scale and LoRA mode."""
+    alpha, scale and LoRA mode; and (time only) the ``--attention`` value: ``auto`` counts the backend the app
+    picks on each card (``rules.attention.choose``, its package assumed installed)."""
 
     model: str = FULL
     dtype: torch.dtype = torch.bfloat16
@@ -84,6 +86,7 @@ class Setup:
     alpha: float | None = None
     scale: float = 1.0
     lora_mode: str = UNMERGED
+    attention: str = AUTO
 
     @property
     def lora(self) -> str | None:
@@ -119,7 +122,7 @@ class Verdict:
     fits_gpu: bool
     fits_host: bool | None
     phases: dict[str, dict[str, int]] = field(default_factory=dict)
-    prediction: dict[str, float | None] | None = None
+    prediction: dict[str, Any] | None = None
     refused: str | None = None  # why the placement cannot run at all (fp8 with merged LoRA)
 
     @property
@@ -161,7 +164,8 @@ def judge(request: PlannedRequest, placement: Placement, box: Flavor, setup: Set
     refused = ("fp8 storage keeps LoRA exact only unmerged (a merge would round into fp8): use --lora-mode "
                "unmerged, or drop --fp8." if placement.fp8 and lora == MERGED else None)
     return Verdict(request, placement, box, peak, host, fits(peak, box, placement), fits_host(host, box), phases,
-                   predict_one(measured, placement, lora, box, request.steps, request.cache, peaks), refused)
+                   predict_one(measured, placement, lora, box, request.steps, request.cache, peaks, setup.attention),
+                   refused)
 
 
 def rank_options(box: Flavor) -> tuple[int, ...]:

@@ -44,9 +44,10 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     flops_per_evaluation: int = 0  # one transformer evaluation, counted on the rehearsal (``work.py``)
-    predicted: dict[str, dict[str, float | None]] = field(default_factory=dict)  # fitting flavor → the prediction
+    predicted: dict[str, dict[str, Any]] = field(default_factory=dict)  # fitting flavor → the prediction
     left_out: dict[str, str] = field(default_factory=dict)  # flavor → why it is not ``recommended``
     vae_dtype: str = "float32"  # what the video decoder computes in (``--vae-dtype``)
+    attention: str = "auto"  # the ``--attention`` asked for; each prediction names the backend counted on its card
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -135,7 +136,7 @@ def make_plan(request: PlannedRequest, placement: Placement, setup: Setup = DEFA
         seconds=round(time.perf_counter() - started, 2),
         flops_per_evaluation=sum(flops_per_evaluation(rehearsal).values()),
         predicted={name: v.prediction for name, v in verdicts.items() if v.fits and v.prediction is not None},
-        left_out=left_out, vae_dtype=dtype_name(setup.vae_dtype))
+        left_out=left_out, vae_dtype=dtype_name(setup.vae_dtype), attention=setup.attention)
 
 
 def _warnings(verdicts: dict[str, Verdict], measured: Any, placement: Placement, lora: str | None) -> list[str]:

@@ -36,6 +36,7 @@ from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
+from .decode_split import spatial_tiles
 from .fake_cuda import PhaseBytes, fake_cuda
 from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
@@ -102,11 +103,13 @@ class Rehearsal:
     warnings: list[str] = field(default_factory=list)
     check: CheckRehearsal | None = None  # what the equivalence check ran (``options.equivalence``)
     flops: Flops = field(default_factory=dict)  # phase → kind (base/lora) → precision → FLOPs (``work.py``)
+    attention: Flops = field(default_factory=dict)  # the fused attention ops' share of ``flops``, same keys
     moved: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → bytes of memory-bound ops
     ops: dict[str, dict[str, int]] = field(default_factory=dict)  # phase → kind → ops that did work (kernel launches)
     scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
     preview_read_bytes: int = 0  # device bytes one step preview reads (``options.preview``; FLOPs: phase "preview")
     preview_decoder: str | None = None
+    decode_tiles: int = 1  # spatial tiles per clip of the video decode (``decode_split.spatial_tiles``)
 
 
 def rehearse(options: RehearsalOptions, *,
@@ -149,6 +152,7 @@ def rehearse(options: RehearsalOptions, *,
         worker = Worker(max_queue=1)
 
         flops: dict[str, Any] = {}
+        attention: dict[str, Any] = {}
         moved: dict[str, Any] = {}
         ops: dict[str, Any] = {}
         board = PreviewBoard(audio=True) if options.preview else None
@@ -163,6 +167,7 @@ def rehearse(options: RehearsalOptions, *,
                                           listeners=listeners)
                 finally:
                     flops.update(work.by_phase())
+                    attention.update(work.attention_by_phase())
                     moved.update(work.moved_by_phase())
                     ops.update(work.ops_by_phase())
 
@@ -185,10 +190,12 @@ def rehearse(options: RehearsalOptions, *,
             evaluations=check.evaluations if check else result.evaluations,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
-            seconds=time.perf_counter() - started, check=check, flops=flops, moved=moved, ops=ops,
+            seconds=time.perf_counter() - started, check=check, flops=flops, attention=attention,
+            moved=moved, ops=ops,
             scheduler_shift=request_shift(pipe, request),
             preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
-            preview_decoder=board.latest().decoder if board and board.latest() else None)
+            preview_decoder=board.latest().decoder if board and board.latest() else None,
+            decode_tiles=spatial_tiles(loaded.components.get("vae"), height, width))
 
 
 def _counted_preview(listener: Any, counter) -> Any:

@@ -102,15 +102,17 @@ def describe_plan(plan: Plan) -> str:
 
 
 def describe_best(row: dict[str, Any]) -> str:
-    """``--offload none --fp8 …: step 8.70 s, decode 3 s, video 180 s, $0.138/video`` (or why nothing)."""
+    """``--offload none --fp8 …: step 8.70 s, decode 3 s, video 180 s, $0.138/video, attention fa3`` (or why
+    nothing)."""
     b = row.get("best")
     if b is None:
         return "nothing fits"
     if b.get("video_s") is None:
         return f"{b['placement']} (no spec-sheet peaks for {row['gpu']}: no time or price)"
     price = f", ${b['usd_per_video']:.3f}/video" if b.get("usd_per_video") is not None else ""
-    return (f"{b['placement']}: step {b['step_s']:.2f} s, decode {b['decode_s']:,.0f} s, video "
-            f"{b['video_s']:,.0f} s{price}")
+    attention = f", attention {b['attention']}" if b.get("attention") else ""
+    return (f"{b['placement']}: step {b['step_s']:.2f} s, decode {b['decode_s']:,.1f} s, video "
+            f"{b['video_s']:,.0f} s{price}{attention}")
 
 
 def describe_recommended(r: dict[str, Any]) -> str:

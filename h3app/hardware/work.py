@@ -13,6 +13,10 @@ blending) is memory-bound: it is filed, by phase and kind, as the bytes it moves
 outputs written, once each; a gather moves its output twice), as eager PyTorch dispatches it. Views, factories of
 uninitialised memory and host tensors move nothing here.
 
+The fused attention ops' FLOPs are also filed apart (``attention``: a subset of the FLOPs, by phase, kind and
+precision), because an attention kernel reaches a different share of the tensor cores' peak than a GEMM, and that
+share depends on the attention backend (``hardware/attention_speed.py``).
+
 Every op that does work on the GPU (FLOPs or moved bytes) is also counted once (``ops``, by phase and kind): eager
 PyTorch launches one kernel for each, and on a small model the fixed cost of each launch, not its FLOPs or bytes,
 is what a step takes (``roofline.phase_seconds``' per-op term). Views and metadata launch nothing and are not
@@ -39,8 +43,12 @@ TF32 = "tf32"
 OUTSIDE = "other"  # ops outside every named phase
 MOVED = "moved"  # the snapshot key of memory-bound bytes (beside the precisions of FLOPs)
 OPS = "ops"  # the snapshot key of the ops that did work (one kernel launch each)
+ATTENTION_KEY = "attention:"  # the snapshot prefix of attention FLOPs (``attention:bfloat16``)
 _aten = torch.ops.aten
 _GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index, _aten.take}  # read ≈ what they write
+_ATTENTION = {_aten._scaled_dot_product_flash_attention, _aten._scaled_dot_product_efficient_attention,
+              _aten._scaled_dot_product_cudnn_attention, _aten._flash_attention_forward,
+              _aten._efficient_attention_forward}  # fused attention: FLOPs filed apart as well
 _NO_DATA = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.new_empty, _aten.new_empty_strided}
 
 Flops = dict[str, dict[str, dict[str, int]]]  # phase → kind → precision → FLOPs
@@ -54,6 +62,7 @@ class WorkCounter(FlopCounterMode):
         self._phases = phases
         self.kind = BASE
         self.counts: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.attention: dict[tuple[str, str, str], int] = defaultdict(int)  # the fused attention ops' share of counts
         self.moved: dict[tuple[str, str], int] = defaultdict(int)  # (phase, kind) → bytes of memory-bound ops
         self.ops: dict[tuple[str, str], int] = defaultdict(int)  # (phase, kind) → ops that did work (kernels)
 
@@ -66,7 +75,10 @@ class WorkCounter(FlopCounterMode):
         if formula is not None:
             flops = int(formula(*args, **kwargs, out_val=out))
             if flops:
-                self.counts[(self._phase(), self.kind, precision(func_packet, _dtype_of(args)))] += flops
+                key = (self._phase(), self.kind, precision(func_packet, _dtype_of(args)))
+                self.counts[key] += flops
+                if func_packet in _ATTENTION:
+                    self.attention[key] += flops
                 self.ops[(self._phase(), self.kind)] += 1
         else:
             moved = bytes_moved(func_packet, args, kwargs, out)
@@ -82,6 +94,8 @@ class WorkCounter(FlopCounterMode):
         totals: dict[tuple[str, str], int] = defaultdict(int)
         for (_, kind, prec), flops in self.counts.items():
             totals[(kind, prec)] += flops
+        for (_, kind, prec), flops in self.attention.items():
+            totals[(kind, ATTENTION_KEY + prec)] += flops
         for key, per_kind in ((MOVED, self.moved), (OPS, self.ops)):
             for (_, kind), count in per_kind.items():
                 totals[(kind, key)] += count
@@ -98,15 +112,18 @@ class WorkCounter(FlopCounterMode):
         for (kind, prec), count in recorded.items():
             if prec in (MOVED, OPS):
                 (self.moved if prec == MOVED else self.ops)[(phase, kind)] += count
+            elif prec.startswith(ATTENTION_KEY):
+                self.attention[(phase, kind, prec.removeprefix(ATTENTION_KEY))] += count
             else:
                 self.counts[(phase, kind, prec)] += count
 
     def by_phase(self) -> Flops:
         """``{phase: {kind: {precision: FLOPs}}}``."""
-        out: Flops = {}
-        for (phase, kind, prec), flops in sorted(self.counts.items()):
-            out.setdefault(phase, {}).setdefault(kind, {})[prec] = flops
-        return out
+        return _flops_by_phase(self.counts)
+
+    def attention_by_phase(self) -> Flops:
+        """``{phase: {kind: {precision: FLOPs}}}`` of the fused attention ops alone (a subset of :meth:`by_phase`)."""
+        return _flops_by_phase(self.attention)
 
     def moved_by_phase(self) -> dict[str, dict[str, int]]:
         """``{phase: {kind: bytes}}`` of the memory-bound ops."""
@@ -115,6 +132,13 @@ class WorkCounter(FlopCounterMode):
     def ops_by_phase(self) -> dict[str, dict[str, int]]:
         """``{phase: {kind: ops}}``: the ops that did work (FLOPs or moved bytes), one kernel launch each."""
         return _by_phase(self.ops)
+
+
+def _flops_by_phase(counts: dict[tuple[str, str, str], int]) -> Flops:
+    out: Flops = {}
+    for (phase, kind, prec), flops in sorted(counts.items()):
+        out.setdefault(phase, {}).setdefault(kind, {})[prec] = flops
+    return out
 
 
 def _by_phase(counts: dict[tuple[str, str], int]) -> dict[str, dict[str, int]]:

@@ -65,7 +65,9 @@ class VAEFrames:
         shape = (1, -1, 1, 1, 1)
         mean = torch.tensor(config.latents_mean, device=latents.device).view(shape)
         std = torch.tensor(config.latents_std, device=latents.device).view(shape)
-        video = self.vae.decode((latents.float() * std + mean).to(self.vae.dtype), return_dict=False)[0]
+        # The class's decode: a preview runs on rank 0 alone, never the ranks' shared decode (parallel/decode.py).
+        decode = type(self.vae).decode
+        video = decode(self.vae, (latents.float() * std + mean).to(self.vae.dtype), return_dict=False)[0]
         pixel_mean = torch.tensor(self.pixel_mean, device=video.device).view(shape)
         pixel_std = torch.tensor(self.pixel_std, device=video.device).view(shape)
         video = (video.float() * pixel_std + pixel_mean).clamp(0, 1)[0]  # (3, F, H, W)

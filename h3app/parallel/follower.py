@@ -15,20 +15,26 @@ from pathlib import Path
 
 from ..rules.choices import PARTITIONS
 from .context_parallel import parallelize
+from .decode import spread_decode
 from .group import STOP, RankGroup
 from .lockstep import Lockstep
 from .rank_backend import RankBackend
 from .timeouts import RankLost
 
+VIDEO_VAE = "vae"  # the pipeline's video VAE component
+
 
 def bind(group: RankGroup | None, backend: RankBackend) -> None:
     """Called by the entry points on every rank once the Backend is built (no-op for one rank): shard the held
-    transformers, run every job in lockstep (``backend.wrap_job``), and give a follower a scratch output folder."""
+    transformers, spread the video decode's tiles over the ranks (``parallel.decode``), run every job in lockstep
+    (``backend.wrap_job``), and give a follower a scratch output folder."""
     if group is None:
         return
     for name in PARTITIONS:
         if name in backend.model.components:
             parallelize(backend.model.components[name], group.spec)
+    if VIDEO_VAE in backend.model.components:
+        spread_decode(backend.model.components[VIDEO_VAE])  # each rank decodes its share of the tiles
     backend.wrap_job = Lockstep(group, backend.model.transformer)
     if not group.leader:
         backend.output_dir = Path(tempfile.mkdtemp(prefix=f"h3app-rank{group.rank}-"))

@@ -372,7 +372,7 @@ def test_grid_fills_cell_by_cell_and_flags_a_do_nothing_cell(adapters, compariso
     zero, one = cells
     assert zero["strength"] == 0.0 and zero["baseline_psnr"] == "inf"  # scale 0 is no LoRA: flagged
     assert one["strength"] == 1.0 and one["baseline_psnr"] != "inf"
-    assert "1 cells are identical to no LoRA" in status
+    assert "1 cell is identical to no LoRA" in status and "Done: 2 cells." in status
     assert [h.kind for h in final_session.history[-2:]] == ["grid", "grid"]
     assert steps[0].session is KEEP  # the session is written once, at the end
 

@@ -135,7 +135,7 @@ KNOWN_ADAPTERS: tuple[KnownAdapter, ...] = (
     KnownAdapter(
         TINY_DEMO_REPO, r"^tiny_turbo_4step\.safetensors$", "Tiny H3 Turbo 4-step (demo)",
         alpha=1.0, rank=16, steps=5, shift=12.0, audio_shift=3.0, scale=1.0, prompt=TINY_PROMPT,
-        notes="Trained at alpha = r/16 = 1 by `python -m h3app.model.tiny train` (docs/demo.md); no alpha in the "
+        notes="Trained at alpha = r/16 = 1 with the tiny model's own recipe; no alpha in the "
               "file, so the alpha = rank fallback (16) is 16× too strong, like LightX2V's rank 128 / alpha 8.",
     ),
     KnownAdapter(

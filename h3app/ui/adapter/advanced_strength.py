@@ -18,6 +18,7 @@ from ...rules.steps import evaluations
 from ...rules.values import STRENGTH
 from ...settings import LoRASettings
 from ..change_events import ChangeEvents
+from ..presenters.visitor_words import visitor_text
 from ..unclamped import unclamped
 
 FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
@@ -58,7 +59,7 @@ def note(form: AdvancedForm) -> str:
     try:
         fields = form.fields()
     except H3AppError as error:
-        return f"⚠ {error}"
+        return f"⚠ {visitor_text(str(error))}"
     parts = []
     factors = {m: fields[f"{m}_strength"] for m in MODALITIES}
     if any(value != 1.0 for value in factors.values()):

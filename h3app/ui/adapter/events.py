@@ -28,6 +28,7 @@ from ...settings import LoRASettings
 from ..forms import KEEP, SlotForm, SyncForm, chain_text
 from ..gradio_compat import client_gone
 from ..presenters import render
+from ..presenters.visitor_words import visitor_text
 from ..session import RunningJobs, Session, new_session, with_adapter
 from ..user_error import user_error
 
@@ -284,7 +285,8 @@ class AdapterEvents:
             used = slot.alpha_value()
             strength = slot.strength_value()
         except H3AppError as error:  # the alpha card says why, once; the readout only says there is no scale
-            return Readout(render.refused_card(str(error)), render.readout_html(info, None, 1.0, problem=NO_SCALE))
+            return Readout(render.refused_card(visitor_text(str(error))),
+                           render.readout_html(info, None, 1.0, problem=NO_SCALE))
         if not info:
             return Readout("", render.readout_html(None, used, strength))
         card = render.alpha_card(info, used)
@@ -397,7 +399,8 @@ class AdapterEvents:
             try:
                 settings = slot.settings(form.mode)
             except H3AppError as error:
-                raise gr.Error(f"adapter {slot_name}: {error}", title="Not run", print_exception=False) from error
+                raise gr.Error(f"adapter {slot_name}: {visitor_text(str(error))}", title="Not run",
+                               print_exception=False) from error
             updated = with_adapter(updated, slot_name, settings)
         return updated
 

@@ -105,7 +105,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                                   elem_id=f"{prefix}-preset")
     with gr.Accordion("Targets by group · raw inspect JSON", open=False):
         targets = gr.Dataframe(headers=render.TARGET_COLUMNS, interactive=False, wrap=True)
-        info_json = gr.JSON(label="inspect --json", open=False)
+        info_json = gr.JSON(label="What Inspect read, as JSON", open=False)
         qkv_layout = gr.Dropdown(list(QKV_LAYOUTS), value="auto", label="QKV row layout",
                                  info="override only for trainers that kept an interleaved fused QKV without a tell")
 

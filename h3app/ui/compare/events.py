@@ -33,6 +33,7 @@ from ..forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from ..generate.events import JobRunner, Stopped
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render
+from ..presenters.visitor_words import counted, visitor_text
 from ..session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
 from ..user_error import user_error
 from .layouts import check_value, grid_rows, grid_value, history_value, short_hash
@@ -221,7 +222,7 @@ class ComparisonEvents:
             check_setting(check.a_alpha, check.a_scale, "A")
             check_setting(check.b_alpha, check.b_scale, "B")
         except H3AppError as error:
-            return f"✖ Not applied: {error}"
+            return f"✖ Not applied: {visitor_text(str(error))}"
         return ""
 
     def check_estimate(self, request: RequestForm) -> str:
@@ -245,14 +246,15 @@ class ComparisonEvents:
         try:
             plan = self.plan(grid)
         except (H3AppError, ValueError) as error:
-            return f"✖ {error}"
+            return f"✖ {visitor_text(str(error))}"
         runs = plan.cells + len(plan.seeds)
         if plan.estimated_seconds is None:
             timing = "time unknown until one generation has run on this server"
         else:
             timing = f"about **{_duration(plan.estimated_seconds)}** at the last run's speed"
-        return (f"**{plan.cells} cells** ({len(plan.alphas)} alphas × {len(plan.strengths)} scales × "
-                f"{len(plan.seeds)} seeds) + {len(plan.seeds)} no-LoRA baseline = {runs} generations — {timing}.")
+        return (f"**{counted(plan.cells, 'cell')}** ({counted(len(plan.alphas), 'alpha')} × "
+                f"{counted(len(plan.strengths), 'scale')} × {counted(len(plan.seeds), 'seed')}) + "
+                f"{counted(len(plan.seeds), 'no-LoRA baseline')} = {counted(runs, 'generation')} — {timing}.")
 
     def grid_cells(self, form: JobForm, grid: GridForm, http_request: Any, progress: Any,
                    stopped: list[Stopped] | None = None) -> Iterator[Any]:
@@ -331,9 +333,10 @@ class ComparisonEvents:
     @staticmethod
     def _grid_status(cells: list[Any], done: bool = False) -> str:
         still = [c for c in cells if not math.isfinite(c.baseline_psnr)]
-        text = f"{'Done' if done else 'Running'}: {len(cells)} cells."
+        text = f"{'Done' if done else 'Running'}: {counted(len(cells), 'cell')}."
         if still:
-            text += (f" ⚠ **{len(still)} cells are identical to no LoRA** — the adapter did nothing there "
+            text += (f" ⚠ **{counted(len(still), 'cell')} {'is' if len(still) == 1 else 'are'} identical to no "
+                     f"LoRA** — the adapter did nothing there "
                      f"(scale 0, or keys not matched).")
         return text
 

@@ -102,7 +102,7 @@ def build_equivalence_tab() -> EquivalenceTab:
                                   type="filepath")
         spectrogram_fallback = gr.Image(label="audio: spectrogram |A − fallback| (dB)", interactive=False,
                                         height=160, type="filepath")
-    with gr.Accordion("check --json", open=False):
+    with gr.Accordion("The check's result as JSON", open=False):
         result_json = gr.JSON(open=False)
     return EquivalenceTab(**vars(controls), a_alpha=a_alpha, a_scale=a_scale, b_alpha=b_alpha, b_scale=b_scale,
                           pair_note=pair_note, verdict=verdict, view=view, heat_ab=heat_ab,

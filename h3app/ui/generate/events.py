@@ -27,6 +27,7 @@ from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 from ..forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render, snippets
+from ..presenters.visitor_words import visitor_text
 from ..session import RunningJobs, Session, add_history, job_adapters, new_session
 from ..user_error import user_error
 
@@ -274,7 +275,7 @@ def slot_problem(slot: SlotForm, mode: str | None) -> str | None:
     try:
         slot.settings(mode)
     except H3AppError as error:
-        return str(error)
+        return visitor_text(str(error))
     return None
 
 
@@ -342,7 +343,7 @@ def request_problem(form: RequestForm, limits: Any) -> str | None:
         limits.check_steps(request.steps)
         limits.frames.check_duration(request.duration)
     except H3AppError as error:
-        return str(error)
+        return visitor_text(str(error))
     return None
 
 
@@ -358,8 +359,7 @@ def request_note(form: RequestForm, limits: Any, info: Mapping[str, Any] | None)
 def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
     """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
     steps = int(steps)
-    text = (f"**{steps} steps → {evaluations(steps)} transformer evaluations** (steps count sigma points including "
-            "the terminal one).")
+    text = f"**{steps} steps → {evaluations(steps)} transformer evaluations**."
     known = (info or {}).get("known") or {}
     if known.get("steps") and int(known["steps"]) != steps:
         text += (f"  \n⚠ {known.get('title', 'this adapter')} was made for **{int(known['steps'])} steps** "

@@ -31,7 +31,7 @@ class GeneratePreview:
 def build_generate_preview() -> GeneratePreview:
     with gr.Column(elem_id="generate-preview-box"):
         note = gr.Markdown(WAITING, elem_id="generate-preview-note", elem_classes=["h3-note"])
-        image = gr.Image(label="Step preview — first, middle and last frame of the clean-sample estimate",
+        image = gr.Image(label="Step preview — first, middle and last frame of what this step predicts",
                          interactive=False, height=180, elem_id="generate-preview", format="png",
                          buttons=[])
     return GeneratePreview(image, note)

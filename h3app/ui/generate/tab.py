@@ -16,7 +16,7 @@ from .events import APPLY_NOTE_EMPTY, steps_note
 from .preview_stream import build_generate_preview
 from .time_note import TIME_NOTE_ID
 
-STEPS_HELP = "num_inference_steps counts sigma points including the terminal one: N steps run N−1 evaluations."
+STEPS_HELP = "N steps run the model N−1 times (the schedule's last point is a step too)."
 
 
 @dataclass
@@ -42,9 +42,8 @@ class RequestControls:
     samples: list[gr.Button] = field(default_factory=list)  # one click puts a prompt the model knows in the box
 
 
-CACHE_HELP = ("diffusers' first-block cache (--cache fbc): an evaluation whose first block barely changed reuses the "
-              "other blocks' last residual; LoRA stays exact, A and B take the same decisions; off by default "
-              "(docs/performance.md: what it skips and costs).")
+CACHE_HELP = ("faster: a step whose start barely changed skips the rest of the model and reuses its last result; the "
+              "adapter stays exact, and A and B skip the same steps. Off by default.")
 UI_MAX_STEPS = MAX_STEPS  # the slider's top is the rule's (Limits.max_steps, fewer on a hosted server)
 
 

@@ -24,6 +24,7 @@ from ...rules.choices import T2VA
 from ...rules.units import format_bytes
 from ..forms import KEEP
 from ..presenters import render
+from ..presenters.visitor_words import visitor_text
 from ..user_error import user_error
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class HubEvents:
         try:
             info = self.backend.inspect(repo_id, name, None, (token or "").strip() or None, workflow=workflow or T2VA)
         except H3AppError as error:
-            return refused(str(error))
+            return refused(visitor_text(str(error)))
         return passed(info.to_json())
 
     def check_rows(self, rows: list[dict[str, Any]] | None, token: str | None = None,

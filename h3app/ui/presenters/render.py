@@ -237,8 +237,8 @@ def known_card(known: Mapping[str, Any] | None) -> str:
         facts.append(chip("alpha = rank (author's statement)"))
     steps_note = ""
     if known.get("steps"):
-        steps_note = (f"<br><small>{int(known['steps'])} steps = {evaluations(known['steps'])} transformer evaluations "
-                      "(steps count sigma points including the terminal one).</small>")
+        steps_note = (f"<br><small>{int(known['steps'])} steps = {evaluations(known['steps'])} transformer evaluations."
+                      "</small>")
     notes = f"<div>{esc(known['notes'])}</div>" if known.get("notes") else ""
     return card("info", f"<div class='h3-title'>Known adapter: {esc(known.get('title', ''))}</div>"
                         f"<div>{''.join(facts)}</div>{notes}{steps_note}", testid="known-card")

@@ -22,6 +22,7 @@ from ..errors import H3AppError
 from . import memo
 from .header_caps import check_header_length, check_tensor_count
 from .memo import file_version
+from .recipe import SIDECAR_NAMES, read_sidecars
 from .types import HeaderView
 
 ADAPTER_CONFIG_NAME = "adapter_config.json"
@@ -54,7 +55,8 @@ def read_local_header(path: str | Path, adapter_config_path: str | Path | None =
     try:
         if version is None:  # missing (or unreadable): the reader names the problem
             return _read_local_header(path, adapter_config_path)
-        key = (version, file_version(config_path), adapter_config_path is not None)
+        key = (version, file_version(config_path), adapter_config_path is not None,
+               *(file_version(path.with_name(name)) for name in SIDECAR_NAMES))
         return memo.HEADERS.get_or_compute(key, lambda: _read_local_header(path, adapter_config_path))
     except FileNotFoundError as error:
         raise vanished(error.filename or path) from None
@@ -114,13 +116,15 @@ def _read_local_header(path: Path, adapter_config_path: str | Path | None) -> He
     if adapter_config_path is not None and not config_path.is_file():
         raise H3AppError(f"{config_path} does not exist: check the adapter_config.json path.")
     adapter_config = read_adapter_config(config_path) if config_path.is_file() else None
-    return make_header_view(tensors, metadata, scalars, adapter_config, file_bytes, path.name)
+    return make_header_view(tensors, metadata, scalars, adapter_config, file_bytes, path.name,
+                            read_sidecars(path.parent))
 
 
 def make_header_view(tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int, int]]], metadata: Mapping[str, str],
                      scalars: Mapping[str, float], adapter_config: Mapping[str, Any] | None, file_bytes: int,
-                     name: str) -> HeaderView:
-    """A ``HeaderView`` from :func:`parse_header`'s entries (offsets dropped), for local and remote files alike."""
+                     name: str, sidecars: Mapping[str, Any] | None = None) -> HeaderView:
+    """A ``HeaderView`` from :func:`parse_header`'s entries (offsets dropped), for local and remote files alike;
+    ``sidecars``: the recipe files beside a local file (``recipe.read_sidecars``)."""
     return HeaderView(
         tensors={key: (dtype, shape) for key, (dtype, shape, _) in tensors.items()},
         metadata=metadata,
@@ -128,6 +132,7 @@ def make_header_view(tensors: Mapping[str, tuple[str, tuple[int, ...], tuple[int
         adapter_config=adapter_config,
         file_bytes=file_bytes,
         name=name,
+        sidecars=dict(sidecars or {}),
     )
 
 

@@ -23,6 +23,7 @@ from .not_applied import NotApplied, classify
 from .partition import file_partition, partition_mismatch
 from .parts import check_parts_fit, check_skip_parts, part_counts
 from .pruned import apply_skips
+from .recipe import declared_recipes, recipe_json
 from .sglang import sglang_facts
 from .training import read_training
 from .types import AdapterInfo, HeaderView
@@ -91,6 +92,8 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
     warnings.extend(alphas.warnings)
     if not plan.modules and not plan.parts:
         warnings.append(f"nothing in {view.name} applies to the {partition} partition.")
+    recipe = recipe_json(declared_recipes(view.metadata, view.sidecars), known.to_json() if known else None)
+    warnings.extend(f"{view.name}: {w}" for w in recipe["warnings"])  # a disagreement is shown, never hidden
 
     ranks = {target: module.rank for module in described for target in module.targets}
     targets = tuple([t for m in plan.modules for t in m.targets])
@@ -125,6 +128,7 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         head_bank_modules=tuple(b.module for b in plan.parts.banks),
         not_applied=keys_not_applied(view, plan, qkv_layout, partition),
         training=read_training(view.metadata),
+        recipe=recipe,
     )
     return Analysis(view=view, plan=plan, alphas=alphas, reference_alphas=reference_alphas, known=known, info=info)
 

@@ -114,6 +114,7 @@ class AdapterInfo:
     head_bank_modules: tuple[str, ...] = ()
     not_applied: NotApplied = NotApplied()  # every key a run leaves out, by reason (adapters/not_applied.py)
     training: TrainingInfo = TrainingInfo()  # how the header metadata says it was trained (adapters/training.py)
+    recipe: Mapping[str, Any] = field(default_factory=dict)  # declared sampling recipes vs the registry's
 
     def to_json(self) -> dict[str, Any]:
         data = {
@@ -144,6 +145,7 @@ class AdapterInfo:
             "head_bank_modules": list(self.head_bank_modules),
             "not_applied": self.not_applied.to_json(),
             "training": self.training.to_json(),
+            "recipe": dict(self.recipe),
         }
         # What it runs at by default (auto alpha, scale 1): the resolved adapter every surface shows.
         data["resolved"] = resolve_adapter(data).to_json()
@@ -188,3 +190,4 @@ class HeaderView:
     adapter_config: Mapping[str, Any] | None
     file_bytes: int
     name: str
+    sidecars: Mapping[str, Any] = field(default_factory=dict)  # recipe files beside it, by name (adapters/recipe.py)

@@ -137,6 +137,7 @@ class LoadedAdapter:
             "partition": self.adapter.info.partition,
             "skipped_parts": dict(self.adapter.info.skipped_parts),
             "not_applied": self.adapter.info.not_applied.to_json(),
+            "recipe": dict(self.adapter.info.recipe),
         }
 
     @cached_property

@@ -82,6 +82,15 @@ def not_applied_text(lines: list[str]) -> str:
     return "".join(f"\n  {line}" for line in lines)
 
 
+def recipe_lines(adapters: list[dict[str, Any]], used: dict[str, Any]) -> list[str]:
+    """``["flashgen: declares steps 5 (base_schedule (file metadata)); this run used 9"]``: each declared sampling
+    value (``adapters/recipe.py``) the run's steps and shifts did not follow."""
+    from ..adapters.recipe import run_notes
+    from ..adapters.summary import file_stem
+
+    return [f"{file_stem(a)}: {note}" for a in adapters for note in run_notes(a.get("recipe"), used)]
+
+
 def check_values(args: argparse.Namespace) -> None:
     """The checks across flags: the request's values for ``--model`` and the adapters' flags (one line each)."""
     request_flags(args, args.model)
@@ -158,8 +167,9 @@ def run(args: argparse.Namespace) -> int:
 
     applied = applied_lines(output.settings["adapters"])  # the one summary of what each adapter applied
     left_out = not_applied_lines(output.settings["adapters"])  # and of the keys each one left out
+    recipe = recipe_lines(output.settings["adapters"], resolved.fields)  # what the files declare but the run did not
     result = {**output.to_json(), "out": str(out), "presets": list(resolved.notes), "workflow": request.workflow,
-              "applied": applied, "not_applied": left_out, **compile_fields(args)}
+              "applied": applied, "not_applied": left_out, "recipe_notes": recipe, **compile_fields(args)}
     result.pop("thumbnail", None)
     if previews is not None:
         result["previews"] = previews.summary()
@@ -167,6 +177,6 @@ def run(args: argparse.Namespace) -> int:
     emit(result, args.json, f"wrote {out}: {result['frames']} frames {result['width']}x{result['height']} @{result['fps']}fps, "
                             f"stereo {result['sample_rate']} Hz, {result['evaluations']} evaluations, {names}, "
                             f"{result['hash']}" + "".join(f"\n  preset: {note}" for note in resolved.notes)
-                            + not_applied_text(left_out)
+                            + not_applied_text(left_out) + "".join(f"\n  recipe: {line}" for line in recipe)
                             + preview_line(result.get("previews")))
     return 0

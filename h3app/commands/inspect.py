@@ -87,6 +87,9 @@ def summary(info: dict[str, Any]) -> str:
     elif info["unmatched_keys"]:
         lines.append(f"unmatched    {len(info['unmatched_keys'])} keys, e.g. {info['unmatched_keys'][0]}")
     lines.extend(training_lines(info.get("training") or {}))
+    from ..adapters.recipe import recipe_words
+
+    lines.extend(f"recipe       {recipe_words(r)}" for r in (info.get("recipe") or {}).get("declared") or ())
     shown = set(((info.get("training") or {}).get("sources") or {}).values())  # said on the training lines
     for name, value in info["hints"].items():
         if name not in shown:

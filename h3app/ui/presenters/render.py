@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
+from ...adapters.recipe import recipe_words
 from ...adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
 from ...adapters.summary import AdapterSummary, applied_words, not_applied_lines, values_text
 from ...adapters.training import TrainingInfo
@@ -96,7 +97,8 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
                  + esc(", ".join(f"{k} = {v}" for k, v in dict(info["hints"]).items())) + "</div>")
     body = (f"{title}<div>{chips}</div>"
             f"<div class='h3-row'><b>rank</b> {esc(rank_text)} &nbsp;·&nbsp; "
-            f"<b>{info.get('num_targets', 0)} targets</b>: {esc(group_text)}</div>{training_html(info)}{hints}")
+            f"<b>{info.get('num_targets', 0)} targets</b>: {esc(group_text)}</div>{training_html(info)}"
+            f"{recipe_html(info)}{hints}")
     parts = [card("info", body, testid="inspect-summary")]
     parts.append(match_preview(info))
     # the alpha guess and unmatched keys have their own boxes; the rest is listed here
@@ -117,6 +119,18 @@ def training_html(info: Mapping[str, Any]) -> str:
         facts.append("trigger word" + ("s " if len(triggers) > 1 else " ")
                      + ", ".join(f"<b>{esc(t)}</b>" for t in triggers) + f" <small>(from {esc(source)})</small>")
     return f"<div class='h3-row' data-testid='training'>{' · '.join(facts)}</div>" if facts else ""
+
+
+def recipe_html(info: Mapping[str, Any]) -> str:
+    """The sampling recipes the file declares (``adapters/recipe.py``), each field with the one a run uses; a
+    disagreement with the registry is also among the warnings."""
+    recipe = info.get("recipe") or {}
+    declared = [esc(recipe_words(r)) for r in recipe.get("declared") or ()]
+    if not declared:
+        return ""
+    used = "; ".join(f"{esc(row['field'])}: {esc(row['used_from'])}" for row in recipe.get("rows") or ())
+    return (f"<div class='h3-row' data-testid='recipe'><b>declared recipe</b> {' · '.join(declared)}"
+            f"<br><small>a run uses — {used}</small></div>")
 
 
 def training_facts(training: Mapping[str, Any]) -> list[str]:

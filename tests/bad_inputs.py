@@ -331,8 +331,9 @@ def make_corpus(folder: str | Path | None) -> list[BadInput]:
     add("loha_nan", "a LyCORIS LoHa with a NaN in a factor", files.tensors("loha_nan.safetensors", loha_nan), "load",
         r"NaN")
     dora = {**native_factors({"transformer_blocks.0.attn.to_out.0": (24, 32)}),
-            "transformer_blocks.0.attn.to_out.0.lora_magnitude_vector": torch.ones(24)}
-    add("dora", "a PEFT DoRA (lora_magnitude_vector)", files.tensors("dora.safetensors", dora), "header", r"DoRA")
+            "transformer_blocks.0.attn.to_out.0.lora_magnitude_vector": torch.ones(23)}
+    add("dora_magnitude_length", "a PEFT DoRA whose magnitude has 23 values for a 24-row layer",
+        files.tensors("dora.safetensors", dora), "header", r"DoRA magnitude holds one value per output row")
     full_diff = {**native_factors({"blocks.0.attn.out_proj": (24, 32)}),
                  "blocks.0.attn.out_proj.diff": torch.zeros(24, 32), "blocks.0.attn.out_proj.diff_b": torch.zeros(24)}
     add("full_diff", "an exact .diff_b for attn.to_out.0.bias, a parameter H3 does not have (exact parts bind only to real ones)",

@@ -231,8 +231,8 @@ def test_three_dimensional_qkv_stacks() -> None:
         ({"blocks.0.attn.qkv_proj.hada_w1_a": torch.zeros(96, 2), "blocks.0.attn.qkv_proj.hada_w1_b": torch.zeros(2, 24)}, "no hada_w2_a"),
         ({"lora_unet_blocks_0_attn_qkv_proj.lokr_w1": torch.zeros(4, 4), "lora_unet_blocks_0_attn_qkv_proj.lokr_t2": torch.zeros(2, 2, 3, 3)}, "Tucker cores"),
         ({"base_model.model.transformer_blocks.0.attn.to_q.lora_magnitude_vector": torch.zeros(32),
-          "base_model.model.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(2, 24)}, "DoRA"),
-        ({"lora_unet_blocks_0_attn_out_proj.dora_scale": torch.zeros(24, 1)}, "DoRA"),
+          "base_model.model.transformer_blocks.0.attn.to_q.lora_A.weight": torch.zeros(2, 24)}, "no lora_B/lora_up"),
+        ({"lora_unet_blocks_0_attn_out_proj.dora_scale": torch.zeros(24, 1)}, "holds no LoRA factors"),  # DoRA loads: tests/test_lora_dora.py
         # exact parts (.diff/.diff_b/.set_weight) are applied (tests/test_adapters_extra_parts.py); these cannot be
         ({"diffusion_model.blocks.0.attn.qkv_proj.diff": torch.zeros(96, 24)}, "on the fused projection"),
         ({"transformer_blocks.0.attn.to_gate_compress.set_weight": torch.zeros(2, 24)}, "VSA attention backend"),

@@ -136,7 +136,8 @@ class _FileSettings:
 
 def _read_file_settings(view: HeaderView, partitions: set[str], warnings: list[str]) -> _FileSettings:
     """adapter_config.json, the metadata of each file partition in ``partitions``, and the plain metadata alpha."""
-    config = _peft_settings_from_config(view.adapter_config, view.name, warnings)
+    has_magnitudes = any("lora_magnitude_vector" in key for key in view.tensors)
+    config = _peft_settings_from_config(view.adapter_config, view.name, warnings, has_magnitudes)
     metadata = {partition: _peft_settings_from_metadata(view.metadata, partition, warnings)
                 for partition in partitions}
     return _FileSettings(config, metadata, _plain_metadata_alpha(view.metadata, warnings))
@@ -355,7 +356,8 @@ def _settings(raw: Mapping[str, Any], where: str, warnings: list[str]) -> _PeftS
     )
 
 
-def _peft_settings_from_config(config: Mapping[str, Any] | None, name: str, warnings: list[str]) -> _PeftSettings | None:
+def _peft_settings_from_config(config: Mapping[str, Any] | None, name: str, warnings: list[str],
+                               has_magnitudes: bool = False) -> _PeftSettings | None:
     if not config:
         return None
     peft_type = str(config.get("peft_type", "LORA")).upper()
@@ -363,8 +365,9 @@ def _peft_settings_from_config(config: Mapping[str, Any] | None, name: str, warn
         raise H3AppError(
             f"the adapter_config.json beside {name} is for a {peft_type} adapter, not LoRA: h3app applies plain LoRA only."
         )
-    if config.get("use_dora"):
-        raise H3AppError(f"the adapter_config.json beside {name} sets use_dora: DoRA adapters are not supported.")
+    if config.get("use_dora") and not has_magnitudes:
+        raise H3AppError(f"the adapter_config.json beside {name} sets use_dora but the file holds no "
+                         "lora_magnitude_vector: the DoRA magnitudes are missing; re-save the adapter with PEFT.")
     settings = _settings(config, "adapter_config.json", warnings)
     if "lora_alpha" in config:
         return settings

@@ -41,7 +41,7 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
     match_name,
     native_vocabulary,
 )
-from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors  # noqa: F401
+from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors, check_magnitude  # noqa: F401
 from .kinds import FACTOR_NAMES, check_kind
 from .parts import PartsPlan, plan_parts, refuse_part_conflicts
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
@@ -74,7 +74,8 @@ _PREFIX_STARTS = WRAPPER_PREFIXES + FLATTENED_PREFIXES
 _FACTOR = re.compile(
     r"\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
     r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha)"
-    r"|(?P<kind>" + FACTOR_NAMES + r")(?:\.weight)?)$"
+    r"|(?P<kind>" + FACTOR_NAMES + r")(?:\.weight)?"
+    r"|(?P<magnitude>lora_magnitude_vector(?:\.[A-Za-z0-9_\-]+)?(?:\.weight)?|dora_scale))$"
 )
 
 @dataclass(frozen=True)
@@ -106,11 +107,12 @@ class ModulePlan:
     kind: str = LORA_KIND  # "lora" (A/B pairs) or a kind of ``kinds/`` (its factors in ``factor_keys``)
     factor_keys: tuple[tuple[str, str], ...] = ()  # (factor name, key) of another kind's factors
     alpha_applies: bool = True  # False: the kind's loader ignores alpha (LoKr with both factors whole)
+    magnitude_key: str | None = None  # DoRA's magnitude [out_total] (or [out_total, 1]) beside the A/B pair
 
     @property
     def keys(self) -> tuple[str, ...]:
         factors = tuple(key for _, key in self.factor_keys) or (self.down_key, self.up_key)
-        return factors + ((self.alpha_key,) if self.alpha_key else ())
+        return factors + tuple(k for k in (self.alpha_key, self.magnitude_key) if k)
 
     @property
     def peft_name(self) -> str:
@@ -158,6 +160,7 @@ class _Stem:
     slots: frozenset[str] = frozenset()
     styles: frozenset[str] = frozenset()
     factors: dict[str, str] = field(default_factory=dict)  # another kind's factors (kinds/): factor name → key
+    magnitude: str | None = None  # DoRA's magnitude (PEFT lora_magnitude_vector, kohya/LyCORIS dora_scale)
 
 
 def _prefix_end(key: str) -> tuple[int, bool]:
@@ -187,7 +190,7 @@ def _collect_stems(name: str, keys: list[str]) -> tuple[dict[tuple[str, str], _S
         if parsed is None or "\n" in key[start:stem_end]:
             unparsed.append(key)
             continue
-        ab, slot, du, is_alpha, kind = parsed.group("ab", "slot", "du", "alpha", "kind")
+        ab, slot, du, is_alpha, kind, magnitude = parsed.group("ab", "slot", "du", "alpha", "kind", "magnitude")
         stem_name = key[start:stem_end]
         file_partition = REFERENCE_PARTITION if start and "transformer_ref." in key[:start] else MAIN_PARTITION
         stem_key = (file_partition, stem_name.replace(".", "_") if flattened else stem_name)
@@ -197,6 +200,9 @@ def _collect_stems(name: str, keys: list[str]) -> tuple[dict[tuple[str, str], _S
         if kind:
             existing, role = entry.factors.get(kind), kind
             entry.factors.setdefault(kind, key)
+        elif magnitude:
+            existing, role = entry.magnitude, "DoRA magnitude"
+            entry.magnitude = entry.magnitude or key
         elif is_alpha:
             existing, role = entry.alpha, "alpha"
             if existing is None:
@@ -302,11 +308,11 @@ def _plan_modules(view: HeaderView, stems: dict[tuple[str, str], _Stem], found_r
     hybrid: list[str] = []
     for key, entry in stems.items():
         if not (entry.down or entry.up or entry.factors):
-            orphan_alphas.extend(k for k in (entry.alpha,) if k)
+            orphan_alphas.extend(k for k in (entry.alpha, entry.magnitude) if k)
             continue
         found = found_rules[key]
         if found is None:
-            no_match.extend(k for k in (entry.down, entry.up, entry.alpha, *entry.factors.values()) if k)
+            no_match.extend(k for k in (entry.down, entry.up, entry.alpha, entry.magnitude, *entry.factors.values()) if k)
             continue
         alternative, groups, matched_flat = found
         if matched_flat and not entry.flattened:
@@ -388,6 +394,8 @@ def _module_plan(
     if not entry.factors:
         factors = check_factors(view, entry, alternative, matched_flat, qkv_layout, view.tensors[entry.down],
                                 view.tensors[entry.up])
+        if entry.magnitude is not None:
+            check_magnitude(view, entry.stem, entry.magnitude, factors)
     rule = alternative.rule
     return ModulePlan(
         stem=entry.stem,
@@ -409,6 +417,7 @@ def _module_plan(
         kind=kind,
         factor_keys=factor_keys,
         alpha_applies=alpha_applies,
+        magnitude_key=entry.magnitude,
     )
 
 

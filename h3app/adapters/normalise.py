@@ -106,13 +106,17 @@ def _targets(plans: Sequence[ModulePlan], read_factor: FactorReader, shapes: Tra
     result: dict[str, ModuleLoRA] = {}
     for plan in plans:
         down, up = _pair(plan, read_factor)
-        for target, (target_down, target_up) in zip(plan.targets, split_factors(plan, down, up,
-                                                                                 head_dim=shapes.head_dim)):
+        pairs = split_factors(plan, down, up, head_dim=shapes.head_dim)
+        # DoRA: the magnitude's rows follow B's (thirds of a QKV, fc1's halves swapped, de-interleaved).
+        magnitudes = ([m[:, 0].float().contiguous() for _, m in split_factors(
+            plan, down, read_factor(plan.magnitude_key).reshape(-1, 1), head_dim=shapes.head_dim)]
+            if plan.magnitude_key else [None] * len(pairs))
+        for target, (target_down, target_up), magnitude in zip(plan.targets, pairs, magnitudes):
             choice = choices[target]
             result[target] = ModuleLoRA(target=target, down=target_down, up=target_up, alpha=choice.alpha,
                                         alpha_source=choice.source, use_rslora=choice.use_rslora,
                                         source_keys=plan.keys, scale_rank=plan.rank, kind=plan.kind,
-                                        alpha_applies=plan.alpha_applies)
+                                        alpha_applies=plan.alpha_applies, magnitude=magnitude)
     return result
 
 

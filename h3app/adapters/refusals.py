@@ -1,5 +1,5 @@
 """What h3app refuses to apply, recognised from key names alone, each refusal one line naming what was seen:
-other adapter families (LyCORIS Tucker cores, DoRA, Wan's modulation deltas, LoRA biases), LoRAs made for other models, and files
+other adapter families (LyCORIS Tucker cores, Wan's modulation deltas, LoRA biases), LoRAs made for other models, and files
 that hold no LoRA factors at all (a model checkpoint)."""
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from ..errors import H3AppError
 _FAMILY_ENDINGS: tuple[tuple[str, str, str], ...] = (
     (r"(hada|lokr)_t[12](\.weight)?", "a LyCORIS adapter with Tucker cores (hada_t/lokr_t: conv layers)",
      "MiniMax-H3 has no conv layer an adapter can target; use a LoKr/LoHa trained without use_tucker, or a LoRA"),
-    (r"lora_magnitude_vector(\.[^.]+)?(\.weight)?|dora_scale", "a DoRA adapter (magnitude vectors)",
-     "h3app applies plain LoRA only; merge the DoRA into a LoRA or ask for a plain LoRA"),
     (r"diff_m", "a Wan-style modulation delta (.diff_m)",
      "MiniMax-H3 has no raw modulation parameter (its modulation is the adaln_proj.linear Linear); use an H3 adapter"),
     (r"lora_B(\.[^.]+)?\.bias", "LoRA biases (lora_B.bias, PEFT lora_bias=True)",

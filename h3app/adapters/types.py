@@ -39,6 +39,7 @@ class ModuleLoRA:
     scale_rank: int = 0  # what alpha is divided by when it is not the width (LoKr's dim, LoHa's rank); 0: the width
     kind: str = "lora"  # the file's adapter kind (``adapters/kinds``): "lora", "lokr", "loha"
     alpha_applies: bool = True  # False: the kind ignores alpha (a LoKr with both factors whole: scale 1 × strength)
+    magnitude: torch.Tensor | None = None  # DoRA's magnitude ``[out]`` (PEFT's rule, ``h3app.lora.dora``), or None
 
     @property
     def rank(self) -> int:
@@ -173,6 +174,11 @@ class NormalisedAdapter:
     @property
     def has_exact_parts(self) -> bool:
         return bool(self.parts or self.banks)
+
+    @property
+    def has_magnitudes(self) -> bool:
+        """A DoRA adapter: its magnitude applies at any strength, so strength 0 is not the base (off = detached)."""
+        return any(m.magnitude is not None for m in self.modules.values())
 
 
 @dataclass(frozen=True)

@@ -348,8 +348,8 @@ class AdapterBinder:
         """No adapter's effect on ``workflow``'s transformer, for a no-LoRA run. With ``--compile``, unmerged
         adapters made of low-rank pairs only stay attached at strength 0 (``adapters``, the ones the next runs use,
         attached first), so the compiled blocks see the same module classes and graph inputs as the LoRA runs
-        around it: no recompile (``model/compiled.py``). Otherwise (eager, merged mode, exact parts) every adapter
-        is detached: the weights are bitwise the base."""
+        around it: no recompile (``model/compiled.py``). Otherwise (eager, merged mode, exact parts, DoRA — whose
+        magnitude applies at strength 0) every adapter is detached: the weights are bitwise the base."""
         if not self.model.options.compile:
             self.reset(workflow)
             return
@@ -359,7 +359,8 @@ class AdapterBinder:
             engine = self.engine(workflow)
             try:
                 for name, settings in engine.active().items():
-                    if engine.mode != UNMERGED or engine.adapter(name).has_exact_parts:
+                    adapter = engine.adapter(name)  # DoRA: its magnitude applies at strength 0, so off = detached
+                    if engine.mode != UNMERGED or adapter.has_exact_parts or adapter.has_magnitudes:
                         engine.detach(name)
                         self._files.pop(name, None)
                     elif settings.strength != 0:

@@ -12,7 +12,7 @@ bitwise what they were.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -43,6 +43,7 @@ from .validation import (
     UNCHANGED,
     changed_settings,
     check_alpha_applies,
+    check_dora_settings,
     check_groups,
     check_ranks,
     check_strength,
@@ -156,6 +157,7 @@ class LoRAEngine:
         refuse_unfit(name, plan.report, has_parts=adapter.has_exact_parts)
         check_ranks(name, plan.matched, self._slots)
         check_alpha_applies(name, plan.matched, settings.alpha)
+        check_dora_settings(name, plan.matched, settings)
         mode = self._engine_mode(settings)
         refusal = merged_refusal(settings.modality, settings.schedule) if mode == MERGED else None
         if refusal:
@@ -168,7 +170,7 @@ class LoRAEngine:
             self._layers.check_mergeable(lora_paths)
         state = adapter_scale(plan.matched, settings, self._tags)
         entries = build_entries(name, plan.matched, self._slots, state, device_of=self._device_of,
-                                dtype_of=lambda path: self._layers.weight(path).dtype)
+                                dtype_of=lambda path: self._layers.weight(path).dtype, base_of=self._base_of)
         attached = _Attached(settings=settings, state=state, entries=entries, adapter=adapter,
                              modules=dict(plan.matched), coverage=plan.report.coverage,
                              warnings=self._warnings(adapter, plan.matched, settings, plan.report), exact=exact)
@@ -222,6 +224,7 @@ class LoRAEngine:
         old = dataclasses.replace(attached.settings, mode=self.mode)  # the engine's mode is the one in force
         new = changed_settings(old, alpha, strength, group_strengths, advanced)
         check_alpha_applies(name, attached.modules, new.alpha)
+        check_dora_settings(name, attached.modules, new)
         new.blocks.check_blocks(self.num_blocks)
         refusal = merged_refusal(new.modality, new.schedule) if self.mode == MERGED else None
         if refusal:
@@ -354,6 +357,11 @@ class LoRAEngine:
     def _engine_mode(self, settings: LoRASettings) -> str:
         """The mode the engine runs in: its own while adapters are attached, else the settings'."""
         return self.mode if self._adapters else settings.mode
+
+    def _base_of(self, path: str) -> tuple[Callable[[int, int], torch.Tensor], torch.Tensor | None]:
+        """The base weight's rows reader (the pristine copy while merged) and the bias of the Linear at ``path``."""
+        module = self.transformer.get_submodule(path)
+        return (lambda start, stop: self._layers.base_rows(path, start, stop)), getattr(module, "bias", None)
 
     def _device_of(self, path: str) -> torch.device:
         """Where the factors bound to ``path`` live."""

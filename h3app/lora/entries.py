@@ -13,24 +13,30 @@ from collections.abc import Callable, Mapping
 import torch
 
 from ..adapters.types import ModuleLoRA
+from ..errors import H3AppError
 from ..rules.blocks import block_index
 from ..rules.modality import rows_of
 from .delta import stack_group_factors
+from .dora import DoRAFactors, dora_norm_terms
 from .layers import LoRAFactors, delta_dtype
 from .rows import RowFactors
 from .scaling import AdapterScale, ModuleAlpha
 from .targets import TargetSlot
 
 Convert = Callable[[torch.Tensor], torch.Tensor]
+BaseRows = Callable[[int, int], torch.Tensor]  # rows [start, stop) of a base weight
 
 
 def build_entries(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[str, TargetSlot],
                   state: AdapterScale, *, device_of: Callable[[str], torch.device],
-                  dtype_of: Callable[[str], torch.dtype]) -> dict[str, LoRAFactors]:
+                  dtype_of: Callable[[str], torch.dtype],
+                  base_of: Callable[[str], tuple[BaseRows, torch.Tensor | None]] | None = None) -> dict[str, LoRAFactors]:
     """Module path → entry of adapter ``name``, factors on ``device_of(path)`` in ``delta_dtype`` (fp32; the base's
     half dtype on CUDA) for a base weight of ``dtype_of(path)``. One pass over each factor: a conversion, or none
     when it already is in that dtype and contiguous there. A factor shared by several targets (the one ``A`` of a
-    native fused q/k/v bound to split Linears) is converted once, so it is held once on the device."""
+    native fused q/k/v bound to split Linears) is converted once, so it is held once on the device. A module with a
+    DoRA magnitude gets a ``DoRAFactors`` entry, its norm terms measured on ``base_of(path)``'s rows (the base
+    weight's rows reader and its bias)."""
     converted: dict[tuple[int, torch.device, torch.dtype], torch.Tensor] = {}
     by_module: dict[str, list[tuple[TargetSlot, ModuleLoRA]]] = {}
     for target, module in matched.items():
@@ -53,8 +59,18 @@ def build_entries(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[s
         if first_slot.groups == 1:
             slot, module = members[0]
             scale = state.entry_for(slot.group, (ModuleAlpha.of(module),), device, block_index(slot.target))
+            if module.magnitude is not None and base_of is not None:
+                base_rows, bias = base_of(path)
+                terms = dora_norm_terms(base_rows, slot.out_features, slot.in_features, module.down, module.up)
+                entries[path] = DoRAFactors(name, scale, convert(module.down), convert(module.up),
+                                            module.magnitude.float().to(device), terms.float().to(device), bias, rows)
+                continue
             entries[path] = LoRAFactors(name, scale, convert(module.down), convert(module.up), rows)
             continue
+        dora = [slot.target for slot, module in members if module.magnitude is not None]
+        if dora:
+            raise H3AppError(f"adapter {name!r}: {dora[0]} is a DoRA module on the fused {path} (--fuse-qkv): DoRA "
+                             "normalises each output row of its own weight; load the model without --fuse-qkv.")
         by_index: list[ModuleLoRA | None] = [None] * first_slot.groups
         for slot, module in members:
             by_index[slot.index] = module

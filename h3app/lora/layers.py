@@ -57,6 +57,8 @@ class LoRAFactors:
     (``h3app.lora.rows``), None when the layer has none.
     """
 
+    needs_base = False  # a DoRA entry (``h3app.lora.dora``) also reads the base output / base rows
+
     def __init__(self, adapter: str, scale: ScaleEntry, down: torch.Tensor, up: torch.Tensor,
                  modality: RowFactors | None = None) -> None:
         self.adapter = adapter
@@ -129,15 +131,21 @@ def rows_per_chunk(in_features: int) -> int:
     return max(1, MERGE_CHUNK_BYTES // max(1, in_features * 4))
 
 
+def entry_delta(entry: LoRAFactors, x: torch.Tensor, row: torch.Tensor | None, base: torch.Tensor) -> torch.Tensor:
+    """One entry's delta; ``base`` is the base output of these rows (read by DoRA entries only)."""
+    return entry.delta(x, row, base) if entry.needs_base else entry.delta(x, row)  # type: ignore[call-arg]
+
+
 def add_deltas(entries: list[LoRAFactors], x: torch.Tensor, out: torch.Tensor, dtype: torch.dtype,
                rows: list[torch.Tensor | None] | None = None) -> None:
     """``out += Σ entry.delta(x, row)`` for rows ``x [n, in]`` → ``out [n, out]`` (x cast to ``dtype`` once);
-    ``rows``: each entry's per-row factors for these ``n`` rows (``LoRAFactors.row_scales``; None: all 1)."""
+    ``rows``: each entry's per-row factors for these ``n`` rows (``LoRAFactors.row_scales``; None: all 1). Every
+    delta is formed before ``out`` changes, so a DoRA entry reads the base output."""
     xd = x.to(dtype)
     rows = rows if rows is not None else [None] * len(entries)
-    delta = entries[0].delta(xd, rows[0])
+    delta = entry_delta(entries[0], xd, rows[0], out)
     for entry, row in zip(entries[1:], rows[1:]):
-        delta.add_(entry.delta(xd, row))
+        delta.add_(entry_delta(entry, xd, row, out))
     out.add_(delta)
 
 
@@ -180,9 +188,9 @@ class LoRALinear(nn.Module):
         rows = [entry.row_scales(x) for entry in entries]  # per-modality factors, None where all are 1
         if torch.is_grad_enabled():
             xd = x.to(dtype)
-            delta = entries[0].delta(xd, rows[0])
+            delta = entry_delta(entries[0], xd, rows[0], out)
             for entry, row in zip(entries[1:], rows[1:]):
-                delta = delta + entry.delta(xd, row)
+                delta = delta + entry_delta(entry, xd, row, out)
             return torch.add(out, delta).to(out.dtype)
         # Inference: add the delta into the base output in place (one rounding to out's dtype), by row chunks so
         # that neither a cast copy of x nor the delta is ever materialised for the whole sequence.
@@ -213,8 +221,13 @@ class LoRALinear(nn.Module):
         for start, stop, merged in pristine.fp32_chunks(key, rows_per_chunk(weight.shape[1]), weight.device):
             for entry in self.exact_entries:
                 entry.apply(merged, start, stop)
-            for entry in self.lora_entries if with_lora else ():
-                entry.add_to_weight(merged, start, stop)
+            lora = self.lora_entries if with_lora else []
+            base = merged.clone() if any(e.needs_base for e in lora) else None  # W0 rows for DoRA entries
+            for entry in lora:
+                if entry.needs_base:
+                    entry.add_to_weight(merged, start, stop, base)  # type: ignore[call-arg]
+                else:
+                    entry.add_to_weight(merged, start, stop)
             weight[start:stop].copy_(merged)
 
     @torch.no_grad()

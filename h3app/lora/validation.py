@@ -98,6 +98,14 @@ def check_alpha_applies(name: str, modules: Mapping[str, ModuleLoRA], alpha: flo
                          "so alpha × strength is not its scale; leave alpha on auto and set the strength.")
 
 
+def check_dora_settings(name: str, modules: Mapping[str, ModuleLoRA], settings: LoRASettings) -> None:
+    """Refuse per-modality strength for a DoRA adapter: its row norm is of the whole weight at one scale, so a
+    factor per token row has no DoRA meaning (PEFT has none)."""
+    if not settings.modality.is_unit and any(m.magnitude is not None for m in modules.values()):
+        raise H3AppError(f"adapter {name!r} is a DoRA: its magnitude normalises whole weight rows at one scale, so "
+                         f"per-modality strength ({settings.modality.label}) cannot apply; set every modality to 1.")
+
+
 def changed_settings(old: LoRASettings, alpha: Any, strength: Any, group_strengths: Any,
                      advanced: Any = UNCHANGED) -> LoRASettings:
     """``old`` with each argument that is not ``UNCHANGED`` checked and put in its place (``alpha=None``: each

@@ -35,6 +35,10 @@ def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_fla
     module's rule says (thirds of a fused QKV, halves of a SwiGLU ``fc1``)."""
     kinds = {kind_of(factor) for factor in entry.factors}
     kind = next(iter(kinds))
+    if entry.magnitude is not None:
+        raise H3AppError(f"{view.name}: {kind.label} module {entry.stem!r} carries a DoRA magnitude "
+                         f"({entry.magnitude!r}): h3app applies DoRA on A/B pairs only; use a DoRA LoRA or a plain "
+                         f"{kind.name}.")
     if len(kinds) > 1 or entry.down or entry.up:
         seen = sorted({k.label for k in kinds} | ({"LoRA"} if entry.down or entry.up else set()))
         raise H3AppError(f"{view.name}: module {entry.stem!r} holds factors of {' and '.join(seen)} at once: the "

@@ -132,3 +132,25 @@ def test_the_equivalence_check_refuses_a_model_loaded_with_sage():
     with pytest.raises(H3AppError, match="approximate"):
         run_equivalence(binder, None, None, outputs=None)  # type: ignore[arg-type]
     assert rule.check_refusal(FA3) is None and rule.check_refusal(FA2) is None
+
+
+def test_the_start_up_line_names_the_backend(hopper):
+    assert model_attention.startup_line(LoadOptions()) == "attention: PyTorch SDPA (sdpa, auto for the CPU)"
+    options = LoadOptions(dtype=torch.bfloat16)
+    object.__setattr__(options, "device", "cuda")  # the card is patched; LoadOptions would refuse a missing GPU
+    assert model_attention.startup_line(options) == "attention: FlashAttention 3 (fa3, auto for this Hopper GPU)"
+
+
+@pytest.mark.slow
+def test_the_app_refuses_a_backend_that_cannot_run_in_one_line():
+    """app.py itself: the refusal comes before the model, Gradio or any rank loads (exit 2, one error line)."""
+    import os
+    import subprocess
+    import sys
+
+    from cli_runner import ROOT
+
+    done = subprocess.run([sys.executable, "app.py", "--attention", "flash"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 2
+    assert_one_line(done.stderr, r"--attention flash runs on CUDA GPUs only")

@@ -127,6 +127,6 @@ def check_refusal(backend: AttentionBackend) -> str | None:
 
 def describe(backend: AttentionBackend, arch: str | None, asked: str = AUTO) -> str:
     """The start-up line's attention part: ``"attention: FlashAttention 3 (fa3, auto for this Hopper GPU)"``."""
-    where = "CPU" if arch is None else f"this {arch.capitalize() if arch in (HOPPER, BLACKWELL) else arch} GPU"
+    where = "the CPU" if arch is None else f"this {arch.capitalize() if arch in (HOPPER, BLACKWELL) else arch} GPU"
     how = f"auto for {where}" if asked == AUTO else "asked"
     return f"attention: {backend.label} ({backend.name}, {how})"

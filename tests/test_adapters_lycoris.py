@@ -206,3 +206,31 @@ def test_generated_frames_match_the_delta_file_in_both_modes(kind: str, backend,
         want = backend.generate(request, [LoRASettings(source=str(reference), strength=0.5, mode=mode)]).result.video
         assert psnr(got, want) >= 40.0, mode
         assert psnr(got, base) < psnr(got, want) - 10, mode  # the adapter changed the frames
+
+
+@pytest.mark.parametrize("kind,options", [("lokr", dict(rank=2, whole_w1=False)), ("loha", dict(rank=2))])
+def test_the_check_says_alpha_8_and_128_are_the_same_run(kind: str, options: dict, tmp_path: Path) -> None:
+    from h3app.backend.transformer_check import run_transformer_check
+    from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
+
+    path, _ = kind_file(tmp_path / "k.safetensors", kind, "lora_unet", **options)
+    adapter = load_adapter(path, shapes=TINY_SHAPES)
+    model = build_tiny()
+    base = state_hash(model)
+    result = run_transformer_check(model, adapter, a=DEFAULT_A, b=DEFAULT_B)
+    assert result["identical"] and result["control_identical"] and result["max_abs_diff"] == 0.0
+    assert result["parts"][kind] == 3  # the fused QKV, the SwiGLU fc1 and out_proj: one module each
+    assert "run identically in A and B" in result["parts_note"]
+    assert state_hash(model) == base
+
+
+def test_the_check_refuses_alpha_for_a_whole_factor_lokr(tmp_path: Path) -> None:
+    from h3app.backend.transformer_check import run_transformer_check
+    from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
+
+    path, _ = kind_file(tmp_path / "k.safetensors", "lokr", "bare", rank=None)
+    model = build_tiny()
+    base = state_hash(model)
+    with pytest.raises(H3AppError, match="alpha does not apply .* alpha × strength is not its scale"):
+        run_transformer_check(model, load_adapter(path, shapes=TINY_SHAPES), a=DEFAULT_A, b=DEFAULT_B)
+    assert state_hash(model) == base

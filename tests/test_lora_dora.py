@@ -197,3 +197,18 @@ def test_generated_frames_match_the_rule_and_off_is_the_base(backend, tmp_path: 
     backend.binder.baseline(T2VA, [LoRASettings(source=str(path))])
     assert not backend.binder.engine(T2VA).active()
     assert backend.generate(request).result.hash == base.hash
+
+
+def test_the_check_says_alpha_8_and_128_are_the_same_run_and_warns_about_strength_0(tmp_path: Path) -> None:
+    from h3app.backend.transformer_check import run_transformer_check
+    from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
+
+    path, _ = kohya_dora_file(tmp_path / "dora.safetensors", base_weights(build_tiny(), KOHYA_TARGETS))
+    adapter = load_adapter(path, shapes=TINY_SHAPES)
+    assert adapter.info.parts["dora"] == 2
+    model = build_tiny()
+    base = state_hash(model)
+    result = run_transformer_check(model, adapter, a=DEFAULT_A, b=DEFAULT_B)
+    assert result["identical"] and "DoRA (2 modules)" in result["parts_note"]
+    assert any("strength 0 is the magnitude alone" in w for w in result["warnings"])
+    assert state_hash(model) == base

@@ -18,6 +18,7 @@ from .alpha import AlphaResolution, resolve_alphas, summarise
 from .fit import check_fit, check_ranks, full_size_warnings
 from .formats import MAIN_PARTITION, AdapterPlan, ModulePlan, plan_adapter
 from .header import read_local_header
+from .kinds import kind_counts
 from .known import KnownAdapter, find_known, registry_identity
 from .not_applied import NotApplied, classify
 from .partition import file_partition, partition_mismatch
@@ -121,7 +122,7 @@ def _analyse(view: HeaderView, *, shapes: TransformerShapes | None, repo_id: str
         unmatched_keys=plan.unmatched_keys,
         reference_targets=tuple([t for m in plan.reference_modules for t in m.targets]),
         sglang=sglang_facts(view, described),
-        parts=part_counts(len(plan.modules), plan.parts.parts, plan.parts.banks),
+        parts=part_counts(len(plan.modules), plan.parts.parts, plan.parts.banks, kind_counts(plan.modules)),
         partition=file_kind,
         partition_source=kind_source,
         skipped_parts=skipped,

@@ -33,6 +33,8 @@ PART_KINDS = (DIFF, DIFF_B, SET_WEIGHT, SET_BIAS)
 DELTAS = (DIFF, DIFF_B)  # scaled by strength
 REPLACEMENTS = (SET_WEIGHT, SET_BIAS)  # strength does not apply
 LORA, HEAD_BANK = "lora", "head_bank"  # the other two entries of ``parts`` (inspect --json)
+# Adapter kinds beyond plain pairs, counted in ``parts`` when present (``adapters/kinds``; DoRA: pairs with magnitudes).
+ADAPTER_KIND_WORDS = {"lokr": "LoKr", "loha": "LoHa", "dora": "DoRA"}
 _PARAMETER_OF = {DIFF: WEIGHT, DIFF_B: BIAS, SET_WEIGHT: WEIGHT, SET_BIAS: BIAS}
 _PART_KEY = re.compile(r"\.(" + "|".join(PART_KINDS) + r")$")
 _VSA_GATE = re.compile(r"(^|\.)attn\.to_gate_compress$")
@@ -94,11 +96,15 @@ class PartsPlan:
                          tuple(b for b in self.banks if b.file_partition == file_partition))
 
 
-def part_counts(lora_pairs: int, parts: Iterable[PartPlan], banks: Sequence[BankPlan]) -> dict[str, int]:
-    """``inspect --json``'s ``parts``: A/B pairs, each part kind, and the head bank's size (0 without one)."""
+def part_counts(lora_pairs: int, parts: Iterable[PartPlan], banks: Sequence[BankPlan],
+                adapter_kinds: Mapping[str, int] | None = None) -> dict[str, int]:
+    """``inspect --json``'s ``parts``: A/B pairs, each part kind, and the head bank's size (0 without one); then the
+    modules of each adapter kind beyond plain LoRA that the file has (``lokr``, ``loha``: counted in ``lora`` too,
+    as each becomes one exact pair; ``dora``: pairs with a magnitude), only where there are some."""
     kinds = Counter(p.kind for p in parts)
     return {LORA: lora_pairs, **{kind: kinds.get(kind, 0) for kind in PART_KINDS},
-            HEAD_BANK: max((b.size for b in banks), default=0)}
+            HEAD_BANK: max((b.size for b in banks), default=0),
+            **{kind: count for kind, count in sorted((adapter_kinds or {}).items()) if count}}
 
 
 def describe_counts(counts: Mapping[str, int], banks: int) -> str:
@@ -114,17 +120,39 @@ def describe_counts(counts: Mapping[str, int], banks: int) -> str:
         text += f" (set_weight {counts.get(SET_WEIGHT, 0)}, set_bias {counts.get(SET_BIAS, 0)})"
     if counts.get(HEAD_BANK):
         text += f", head bank {counts[HEAD_BANK]} × {banks}"
+    for kind, word in ADAPTER_KIND_WORDS.items():
+        if counts.get(kind):
+            text += f", {word} {counts[kind]}"
     return text
 
 
 def check_note(counts: Mapping[str, int], a_strength: float, b_strength: float,
                low_rank_only: bool = False) -> str | None:
-    """What the equivalence check must say about an adapter's exact parts when A and B differ in strength: alpha
-    rescales only the low-rank parts, exact deltas follow the strength alone (replacements and head banks ignore
-    both). None when nothing is to be said."""
+    """What the equivalence check must say when A and B differ in strength: about an adapter's exact parts (alpha
+    rescales only the low-rank parts, exact deltas follow the strength alone; replacements and head banks ignore
+    both), and about the adapter kinds beyond plain LoRA (what equivalence holds for them). None when nothing is to
+    be said."""
     deltas = counts.get(DIFF, 0) + counts.get(DIFF_B, 0)
-    if not deltas or a_strength == b_strength:
+    if a_strength == b_strength:
         return None
+    kinds = kinds_note(counts)
+    if not deltas:
+        return kinds
+    return " ".join(filter(None, (_deltas_note(deltas, a_strength, b_strength, low_rank_only), kinds)))
+
+
+def kinds_note(counts: Mapping[str, int]) -> str | None:
+    """What holds for LoKr, LoHa and DoRA modules between alpha 8 / strength 1 and alpha 128 / strength 0.0625."""
+    found = [f"{ADAPTER_KIND_WORDS[k]} ({counts[k]} modules)" for k in ADAPTER_KIND_WORDS if counts.get(k)]
+    if not found:
+        return None
+    return (f"{', '.join(found)}: only alpha × strength enters (LoKr alpha / the decomposed factor's rank, LoHa "
+            "alpha / rank, DoRA s = alpha / rank × strength inside its row norm, its magnitude applied in both), so "
+            "they run identically in A and B; a LoKr with both factors whole ignores alpha (scale 1 × strength), so the "
+            "check refuses an explicit alpha for it.")
+
+
+def _deltas_note(deltas: int, a_strength: float, b_strength: float, low_rank_only: bool) -> str:
     if low_rank_only:
         return (f"B rescales only the low-rank parts: its {deltas} exact deltas run at A's strength {a_strength:g} "
                 "(alpha does not apply to them), so A and B must be identical.")

@@ -25,6 +25,7 @@ from ..rules.choices import LORA_MODES, MERGED
 from ..settings import LoRASettings, merged_refusal
 from .bound import BoundLayers
 from .delegate import read_through
+from .dora import DORA_STRENGTH_RULE
 from .entries import build_entries
 from .evaluations import add_listener, remove_listener
 from .exact import BankHead, ExactPlan, PartStrength, plan_exact
@@ -376,7 +377,8 @@ class LoRAEngine:
         """Keys that matched nothing; and, when no alpha is stored or given, an alpha far off the usual range (the
         only part of attach that measures norms, and only those of the rank-fallback targets)."""
         fallback = self._meter.fallback_warning(adapter, matched) if settings.alpha is None else None
-        return tuple(w for w in (report.coverage.unmatched_warning(), fallback) if w is not None)
+        dora = DORA_STRENGTH_RULE if adapter.has_magnitudes else None
+        return tuple(w for w in (report.coverage.unmatched_warning(), fallback, dora) if w is not None)
 
     def _build_report(self, name: str, attached: _Attached) -> MatchReport:
         """The report at the current settings; its profile is measured on first access."""

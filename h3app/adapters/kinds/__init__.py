@@ -6,6 +6,9 @@ normaliser read every kind through :data:`KINDS`; adding a kind is one module he
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
 
 from ...errors import H3AppError
 from ...rules.module_rules import FUSED_QKV, SWIGLU_GATE_UP, ModuleRule
@@ -58,4 +61,16 @@ def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_fla
     return facts, kind.name, found.alpha_applies
 
 
-__all__ = ["BY_NAME", "FACTOR_NAMES", "check_kind", "KINDS", "Kind", "KindFacts", "kind_of"]
+def kind_counts(modules: Iterable[Any]) -> dict[str, int]:
+    """Modules of each kind beyond plain LoRA among planned ``modules`` (``formats.ModulePlan``): their ``kind``, and
+    ``dora`` for pairs with a DoRA magnitude (``inspect --json``'s ``parts``)."""
+    counts: Counter[str] = Counter()
+    for module in modules:
+        if module.kind in BY_NAME:
+            counts[module.kind] += 1
+        if module.magnitude_key is not None:
+            counts["dora"] += 1
+    return dict(counts)
+
+
+__all__ = ["BY_NAME", "FACTOR_NAMES", "check_kind", "kind_counts", "KINDS", "Kind", "KindFacts", "kind_of"]

@@ -8,11 +8,14 @@ resolved_alpha, alpha_source, strength, mode …]}``.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ...adapters.known import TINY_DEMO_DIR
 from ...adapters.resolved import resolve_adapter
 from ...adapters.sglang import SglangFlags, advanced_strength_notes, solve_flags
 from ...adapters.source.names import is_url
@@ -42,6 +45,24 @@ def _q(value: Any) -> str:
 
 def _num(value: float) -> str:
     return f"{float(value):g}" if float(value) == float(f"{float(value):g}") else repr(float(value))
+
+
+def adapter_source(adapter: Mapping[str, Any]) -> str:
+    """The adapter's source as the visitor's source box had it, so that a snippet runs as printed: a hosted
+    server's settings name a local file by its name (``outputs.names_only``), and a demo adapter's name is its
+    path under the app's folder again (``assets/adapters/…``, as the box showed it: ``shown_path``); an upload
+    stays its file name (the visitor holds that file); a Hub source, a URL or a local path as given."""
+    source = str(adapter["source"])
+    named = Path(source)
+    if adapter.get("local") and not named.is_absolute() and len(named.parts) == 1 and (TINY_DEMO_DIR / source).exists():
+        return os.path.relpath(TINY_DEMO_DIR / source)
+    return source
+
+
+def model_device(model: str) -> tuple[str, str]:
+    """``(device, torch dtype name)`` a diffusers snippet runs ``model`` on: the tiny checkpoint on the CPU in
+    float32 (it is what this app runs there), the real weights on a CUDA GPU in bfloat16."""
+    return ("cpu", "float32") if model == TINY else ("cuda", "bfloat16")
 
 
 def _pinned_revision(adapter: Mapping[str, Any]) -> str | None:
@@ -95,7 +116,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     for index, adapter in enumerate(adapters):
         alpha = adapter.get("alpha")
         if index == 0:
-            parts.append(f"--adapter {_q(adapter['source'])}")
+            parts.append(f"--adapter {_q(adapter_source(adapter))}")
             if adapter.get("weight_name"):
                 parts.append(f"--weight-name {_q(adapter['weight_name'])}")
             if _pinned_revision(adapter):
@@ -105,7 +126,7 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
             parts.append(f"--scale {_num(adapter.get('strength', 1.0))}")
             parts += [f"{flag} {_q(value)}" for flag, _, value in _advanced(adapter)]
         else:
-            spec = [str(adapter["source"])]
+            spec = [adapter_source(adapter)]
             if adapter.get("weight_name"):
                 spec.append(f"weight={adapter['weight_name']}")
             if _pinned_revision(adapter):
@@ -173,7 +194,7 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
         flags = _sglang_flags(adapter, infos[0] if infos else None)
         if flags.reason is not None:
             return SglangCommand(f"# {flags.reason}", (flags.reason,))
-        parts.append(f"--lora-path {_q(_sglang_path(adapter['source']))}")
+        parts.append(f"--lora-path {_q(_sglang_path(adapter_source(adapter)))}")
         if adapter.get("weight_name"):
             parts.append(f"--lora-weight-name {_q(adapter['weight_name'])}")
         if flags.alpha is not None:
@@ -232,11 +253,12 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
     request = _request(settings)
     model = settings.get("model", TINY)
     model_path = "assets/tiny-h3" if model == TINY else model
+    device, dtype = model_device(str(model))
     adapters = list(settings.get("adapters") or ())
     lines = [*applied_comment(settings),
              "# 1) Bake h3app's alpha × scale into a clean diffusers/PEFT adapter (exact ΔW; see docs/adapters.md):"]
     for index, adapter in enumerate(adapters):
-        flags = [f"--adapter {_q(adapter['source'])}"]
+        flags = [f"--adapter {_q(adapter_source(adapter))}"]
         if adapter.get("weight_name"):
             flags.append(f"--weight-name {_q(adapter['weight_name'])}")
         if _pinned_revision(adapter):
@@ -256,8 +278,8 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         "from diffusers import ModularPipeline",
         "",
         f"pipe = ModularPipeline.from_pretrained({model_path!r}, workflow={request.get('workflow', T2VA)!r})",
-        "pipe.load_components(dtype=torch.bfloat16)",
-        'pipe.to("cuda")',
+        f"pipe.load_components(dtype=torch.{dtype})",
+        f"pipe.to({device!r})",
     ]
     names = []
     for index, _ in enumerate(adapters):

@@ -212,3 +212,19 @@ def test_the_check_says_alpha_8_and_128_are_the_same_run_and_warns_about_strengt
     assert result["identical"] and "DoRA (2 modules)" in result["parts_note"]
     assert any("strength 0 is the magnitude alone" in w for w in result["warnings"])
     assert state_hash(model) == base
+
+
+def test_a_dora_beside_an_exact_part_on_its_weight_is_refused_either_way(tmp_path: Path) -> None:
+    weights = base_weights(build_tiny(), PEFT_TARGETS)
+    path, _ = peft_dora_file(tmp_path / "dora.safetensors", weights)
+    part = save(tmp_path / "part.safetensors", {"transformer_blocks.0.attn.to_q.diff": torch.ones(32, 24) * 0.01})
+    for first, second in ((path, part), (part, path)):
+        model = build_tiny()
+        base = state_hash(model)
+        engine = LoRAEngine(model)
+        engine.attach(load_adapter(first, shapes=TINY_SHAPES), LoRASettings(source="1"), "first")
+        with pytest.raises(H3AppError, match="a DoRA and an exact part"):
+            engine.attach(load_adapter(second, shapes=TINY_SHAPES), LoRASettings(source="2"), "second")
+        assert list(engine.active()) == ["first"]
+        engine.detach()
+        assert state_hash(model) == base

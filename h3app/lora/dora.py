@@ -18,7 +18,9 @@ base output less its bias; merged: ``W += (c − 1) ⊙ W0 + c ⊙ s·BA`` from 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+
+from ..errors import H3AppError
 
 import torch
 
@@ -91,3 +93,14 @@ class DoRAFactors(LoRAFactors):
     @property
     def nbytes(self) -> int:
         return super().nbytes + self.magnitude.nbytes + self.terms.nbytes
+
+
+def refuse_dora_beside_parts(name: str, dora: Iterable[str], parts: Iterable[str], other_dora: Iterable[str],
+                             other_parts: Iterable[str]) -> None:
+    """Refuse a DoRA on a Linear whose weight an exact part also writes (this adapter's or another's), either way
+    round: the part would change the ``W`` DoRA normalises after its norms were measured. Arguments: module paths."""
+    dora, parts = set(dora), set(parts)
+    clash = sorted((dora & (parts | set(other_parts))) | (parts & set(other_dora)))
+    if clash:
+        raise H3AppError(f"adapter {name!r}: {clash[0]} would carry a DoRA and an exact part (.diff/.set_weight) at "
+                         "once; DoRA normalises the base weight's rows, which the part changes: attach them apart.")

@@ -25,7 +25,7 @@ from ..rules.choices import LORA_MODES, MERGED
 from ..settings import LoRASettings, merged_refusal
 from .bound import BoundLayers
 from .delegate import read_through
-from .dora import DORA_STRENGTH_RULE
+from .dora import DORA_STRENGTH_RULE, refuse_dora_beside_parts
 from .entries import build_entries
 from .evaluations import add_listener, remove_listener
 from .exact import BankHead, ExactPlan, PartStrength, plan_exact
@@ -166,6 +166,9 @@ class LoRAEngine:
         taken = self._taken()
         exact = plan_exact(name, adapter, self.transformer, self._slots, PartStrength(settings.strength), taken)
         _refuse_replaced(name, plan.matched, taken)
+        refuse_dora_beside_parts(name, self._dora_paths(plan.matched), exact.linear,
+                                 [p for a in self._adapters.values() for p in self._dora_paths(a.modules)],
+                                 [p for a in self._adapters.values() for p in a.exact.linear])
         lora_paths = sorted({self._slots[t].module for t in plan.matched})
         if mode == MERGED:
             self._layers.check_mergeable(lora_paths)
@@ -358,6 +361,9 @@ class LoRAEngine:
     def _engine_mode(self, settings: LoRASettings) -> str:
         """The mode the engine runs in: its own while adapters are attached, else the settings'."""
         return self.mode if self._adapters else settings.mode
+
+    def _dora_paths(self, modules: Mapping[str, ModuleLoRA]) -> list[str]:
+        return [self._slots[t].module for t, m in modules.items() if m.magnitude is not None and t in self._slots]
 
     def _base_of(self, path: str) -> tuple[Callable[[int, int], torch.Tensor], torch.Tensor | None]:
         """The base weight's rows reader (the pristine copy while merged) and the bias of the Linear at ``path``."""

@@ -165,3 +165,19 @@ def test_the_page_and_the_api_say_what_was_left_out(files, backend):
                              progress=None)
     assert answer["not_applied"][0].startswith("unknown: 12 keys not applied")
     _only_group(answer["adapters"][0]["not_applied"], UNKNOWN_MODULE, files["unknown"][1])
+
+
+@pytest.mark.slow
+def test_the_full_check_and_its_verdict_name_the_keys_left_out(files, backend):
+    """``check --mode full``, the API's /check_equivalence and the page's verdict read the check's ``not_applied``."""
+    from h3app.backend.generation import GenerationRequest
+    from h3app.settings import LoRASettings
+    from h3app.ui.presenters import render
+
+    path, keys = files["diffusers"]
+    result = backend.check_equivalence(GenerationRequest(prompt="a red ball", seed=1, steps=2, height=16, width=16),
+                                       LoRASettings(source=str(path))).to_json()
+    [line] = result["not_applied"]
+    assert line.startswith("diffusers_te: 16 keys not applied: 16 text-encoder keys") and keys[0] in line
+    verdict = render.verdict_html(result)
+    assert "data-testid='not-applied'" in verdict and "16 keys not applied" in verdict

@@ -371,17 +371,19 @@ def verdict_html(result: Mapping[str, Any]) -> str:
                 f"{float(result['fallback_max_abs_diff']):.3g}: effective scale "
                 f"{scale_text(result['effective_scale_fallback'])} vs {scale_text(result['effective_scale_a'])}"
                 f"{_ratio_text(result['effective_scale_fallback'], result['effective_scale_a'])}.")
+    left_out = "".join(f"<br><span data-testid='not-applied'>⚠ not applied: {esc(line)}</span>"
+                       for line in result.get("not_applied") or ())  # keys of the file no column applied
     if result["identical"]:
         head = "<div class='h3-big h3-verdict' data-testid='verdict'>IDENTICAL ✔ bit for bit</div>"
         body = (f"{head}A ({esc(setting_text(a))}) and B ({esc(setting_text(b))}) give the same output: "
-                f"<code>{esc(a['hash'][:23])}…</code>, max |A−B| = 0.<br>{esc(control)}<br>{esc(fallback)}")
+                f"<code>{esc(a['hash'][:23])}…</code>, max |A−B| = 0.<br>{esc(control)}<br>{esc(fallback)}{left_out}")
         return card("ok" if result["control_identical"] else "warn", body, testid="verdict-card")
     head = "<div class='h3-big h3-verdict' data-testid='verdict'>DIFFERENT ✖</div>"
     body = (f"{head}A ({esc(setting_text(a))}) <code>{esc(a['hash'][:23])}…</code> vs B ({esc(setting_text(b))}) "
             f"<code>{esc(b['hash'][:23])}…</code>: max |A−B| = {float(result['max_abs_diff']):.3g}. "
             f"Effective scales {scale_text(result['effective_scale_a'])} vs "
             f"{scale_text(result['effective_scale_b'])}.<br>"
-            f"{esc(control)}<br>{esc(fallback)}")
+            f"{esc(control)}<br>{esc(fallback)}{left_out}")
     return card("bad", body, testid="verdict-card")
 
 

@@ -9,8 +9,6 @@ h3app uses diffusers' public API everywhere else. What only a private name does:
   moved gather runs on.
 - ``gather_sizes``: every rank's row count (``diffusers.models._modeling_parallel.gather_size_by_comm``), diffusers'
   own choice of gather device for a mixed gloo/NCCL group.
-- ``RING_ATTENTION_BACKEND``: ``_native_cudnn`` (the leading underscore marks it experimental in diffusers'
-  registry), the backend that returns the log-sum-exp ring attention merges with.
 - ``one_device_without_accelerator``: ``ModelMixin._resolve_parallel_config`` places rank r on
   ``rank % torch.accelerator.device_count()``, a division by zero on a machine without accelerator.
 - ``fp32_modules``: the modules ``from_pretrained`` keeps in fp32 (``_keep_in_fp32_modules``), for models built
@@ -35,8 +33,6 @@ from ..rules.versions import check_written_for
 
 WRITTEN_FOR = "0.42.1"
 check_written_for("diffusers", WRITTEN_FOR, __name__)
-
-RING_ATTENTION_BACKEND = "_native_cudnn"
 
 
 def context_parallel_plan(model: Any) -> dict[str, Any] | None:

@@ -12,7 +12,8 @@ diffusers' own uneven gather needs a backend with uneven all-gather (gloo has no
 to the longest, gathers, and trims.
 
 What of this needs diffusers' private API goes through ``h3app.model.diffusers_compat`` (the plan, the mesh's group,
-the size gather, the ring backend, the CPU device count).
+the size gather, the CPU device count). Ring attention runs cuDNN's (``rules.attention.CUDNN``: it returns the
+log-sum-exp the ring merges by).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from diffusers.hooks import HookRegistry, ModelHook
 
 from ..errors import H3AppError
 from ..model import diffusers_compat as private
+from ..model.attention import apply as apply_attention
+from ..rules.attention import CUDNN
 from .topology import ParallelSpec
 
 MOVED_GATHERS = ("proj_out", "audio_proj_out")
@@ -42,8 +45,8 @@ def parallelize(transformer: Any, spec: ParallelSpec) -> None:
             not isinstance(plan[GATHER_AT], dict):
         raise H3AppError(f"{type(transformer).__name__} has no context-parallel plan this version of h3app knows; "
                          f"run without --ulysses/--ring.")
-    if spec.ring > 1:
-        transformer.set_attention_backend(private.RING_ATTENTION_BACKEND)
+    if spec.ring > 1:  # on this transformer alone (the VAE's float32 decoder keeps SDPA): model.attention.apply
+        apply_attention(transformer, CUDNN)
     # "anything" modes: any sequence length (prompts tokenise to any length) and any head count.
     config = ContextParallelConfig(ulysses_degree=spec.ulysses, ring_degree=spec.ring,
                                    ulysses_anything=spec.ring == 1, ring_anything=spec.ulysses == 1)

@@ -24,6 +24,11 @@ from typing import Any
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "hardware.md"
 START = "<!-- calibration table: python -m bench.calibration --write -->"
 END = "<!-- end of the calibration table -->"
+DECODE_START = "<!-- decode table: python -m bench.calibration --write -->"
+DECODE_END = "<!-- end of the decode table -->"
+DECODE_CARDS = ("rtx-pro-6000", "h200", "a100-large")  # one GPU each: the decode on one rank
+VAE_DTYPES = {"float32": "fp32 (h3app's default: both VAEs loaded fp32, diffusers' pin)",
+              "bfloat16": "bf16 (`--vae-dtype bfloat16`; what `load_components(dtype=torch.bfloat16)` gives)"}
 REQUEST = ("--steps", "50", "--vae-dtype", "bfloat16", "--no-limits")
 SGLANG = "sglang cookbook, MiniMax-H3 §9"
 VLLM = "vLLM-Omni recipe, RTX PRO 6000"
@@ -165,17 +170,38 @@ def predicted_with(flags: tuple[str, ...], attention: str | None) -> dict[str, A
     return plan_json(flags + REQUEST, attention)["predicted"][hardware]
 
 
+def decode_table() -> str:
+    """The video and audio decode of the default request (1344×768, 124 frames) on one GPU of each of
+    :data:`DECODE_CARDS`, per decoder dtype: ``plan --hardware CARD --vae-dtype D --json``'s ``best.decode_s``."""
+    lines = [f"| video decoder, 1344×768, 124 frames | {' | '.join(DECODE_CARDS)} |",
+             f"|---|{'---|' * len(DECODE_CARDS)}"]
+    for dtype, words in VAE_DTYPES.items():
+        cells = []
+        for card in DECODE_CARDS:
+            best = plan_json(("--hardware", card, "--vae-dtype", dtype, "--no-limits"))["flavors"][0]["best"]
+            cells.append(f"{best['decode_s']:.1f} s" if best is not None else "nothing fits")
+        lines.append(f"| {words} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
 def document() -> str:
-    """The block written between the markers: the table and the step's account."""
+    """The calibration block: the table and the step's account."""
     return f"{markdown()}\n\n{step_account()}"
 
 
+def blocks() -> dict[tuple[str, str], str]:
+    """Each generated block of docs/hardware.md by its markers."""
+    return {(START, END): document(), (DECODE_START, DECODE_END): decode_table()}
+
+
 def write(path: Path = DOCS) -> None:
-    """Replace the block between :data:`START` and :data:`END` in ``path`` with :func:`document`."""
+    """Replace the text between each pair of markers in ``path`` with its block (:func:`blocks`)."""
     text = path.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    path.write_text(f"{head}{START}\n{document()}\n{END}{tail}")
+    for (start, end), block in blocks().items():
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{start}\n{block}\n{end}{tail}"
+    path.write_text(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -185,7 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write:
         write()
     else:
-        print(document())
+        print("\n\n".join(blocks().values()))
     return 0
 
 

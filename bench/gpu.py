@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only the video decode, float32 vs bfloat16 decoder, at 768x768 (bench/gpu_decode_cache.py)")
     parser.add_argument("--speed", action="store_true", help="only the ≤ 8-minute speed matrix (bench/gpu_speed.py): "
                                                              "predicted and measured steps, bf16/fp8 × eager/compiled")
+    parser.add_argument("--calibration", action="store_true",
+                        help="only the calibration table's one-card configurations (bench/gpu_calibration.py): the "
+                             "published request's evaluation per attention backend and its decode per dtype, "
+                             "beside the plan")
     return parser
 
 
@@ -322,6 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .gpu_speed import run_speed
 
         print(run_speed(args, device))
+        return 0
+    if args.calibration:
+        from .gpu_calibration import run_calibration
+
+        print(run_calibration(args, device))
         return 0
     rows = run(args, device)
     torch.cuda.empty_cache()  # the one-GPU model is gone; the 2-GPU section builds its own per rank

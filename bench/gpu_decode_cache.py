@@ -5,7 +5,7 @@
 parameters) with random weights, built on the GPU in float32, decodes the latents of a 768×768, 124-frame request
 (37 × 48 × 48, tiled as released: 16 tiles × 7 clips); then the same weights in bf16 with diffusers' float32 islands
 (norms, encoder), as ``--vae-dtype bfloat16`` loads them. Predicted: the plan's ``vae_decode`` phase for that dtype
-(``h3app.hardware.roofline.phase_seconds`` on the full-size rehearsal's counts for this GPU's peaks). The PSNR of
+(``h3app.hardware.roofline.once_seconds`` on the full-size rehearsal's counts for this GPU's peaks, one rank). The PSNR of
 the bf16 frames against the fp32 ones is on random weights: how far bf16 rounding moves this decoder's numbers, not a
 verdict on a trained one.
 
@@ -57,17 +57,15 @@ def predicted_decode(gpu_name: str, vae_dtype: Any, size: tuple[int, int] = DECO
     """The plan's video-decode seconds (the ``vae_decode`` phase) of a ``size`` × ``frames`` request on
     ``gpu_name`` with the video decoder in ``vae_dtype``; None without spec-sheet peaks for the GPU."""
     from h3app.hardware.judge import PlannedRequest, Setup, measured_for
-    from h3app.hardware.roofline import peaks_for_device, phase_seconds
-    from h3app.hardware.work import moved_total, total
+    from h3app.hardware.planner import Placement
+    from h3app.hardware.roofline import once_seconds, peaks_for_device
     from h3app.rules.choices import T2VA
 
     peaks = peaks_for_device(gpu_name)
     if peaks is None:
         return None
     measured = measured_for(PlannedRequest(T2VA, *size, frames, 2), Setup(vae_dtype=vae_dtype))
-    rehearsal = measured.rehearsal
-    return phase_seconds(total(rehearsal.flops, "vae_decode"), measured.weights["vae"], peaks,
-                         moved=moved_total(rehearsal.moved, "vae_decode"))
+    return once_seconds(measured, Placement(), peaks)["vae_decode"]  # the plan's own term, on one rank
 
 
 def decode_rows(vae: Any, latents: Any, timer: Callable[[Callable[[], Any]], float],

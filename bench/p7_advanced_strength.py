@@ -10,7 +10,8 @@ Two measurements:
   + 414 audio + 256 text rows) with a rank-128 adapter on every attention, feed-forward and AdaLN Linear (362
   targets), unmerged. Every aten op the GPU would run is counted on fake tensors (no values): its FLOPs (torch's
   ``flop_counter`` formulas) and the bytes it reads and writes (inputs and outputs; views move nothing). A per-kernel
-  roofline turns them into seconds on an H200: ``max(FLOPs / peak(dtype), bytes / bandwidth) / EFFICIENCY`` plus
+  roofline turns them into seconds on an H200: ``max(FLOPs / GEMM rate(dtype), bytes / streaming bandwidth)`` (the
+  plan's published efficiencies, ``Peaks.gemm_flops_per_s`` and ``memory_bytes_per_s``) plus
   ``LAUNCH_S`` per kernel, and a host→device copy costs ``COPY_S`` plus its bytes over the host link. The goal is on
   the ratio to the plain unmerged step (``≤ 1.03×``), predicted, not measured on a GPU.
 """
@@ -76,12 +77,12 @@ def op_counter() -> Any:
 
 def predicted_seconds(ops: Any) -> dict[str, float]:
     """The per-kernel roofline of ``ops`` on ``GPU``: total seconds, kernels, and the parts."""
-    from h3app.hardware.roofline import EFFICIENCY, PEAKS
+    from h3app.hardware.roofline import PEAKS
 
     peaks = PEAKS[GPU]
     compute = memory = total = 0.0
     for flops, moved, dtype in ops.kernels:
-        c, m = flops / peaks.flops_per_s(dtype) / EFFICIENCY, moved / peaks.memory_bytes_per_s / EFFICIENCY
+        c, m = flops / peaks.gemm_flops_per_s(dtype), moved / peaks.memory_bytes_per_s
         compute, memory, total = compute + c, memory + m, total + max(c, m) + LAUNCH_S
     copies = sum(COPY_S + nbytes / peaks.host_bytes_per_s for nbytes in ops.copies)
     return {"seconds": total + copies, "kernels": len(ops.kernels), "copies": len(ops.copies), "copy_s": copies,

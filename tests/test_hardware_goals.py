@@ -101,3 +101,21 @@ def test_the_docs_table_is_the_plans_own(default_plan):
     label = Placement(r["offload"], fp8=r["fp8"], fp8_text_encoder=r["fp8_text_encoder"], ranks=r["ranks"],
                       ring=r["ring"]).label
     assert f"| `{r['hardware']}` | `{label}` | {held['max_duration_s']:g} s ({held['max_frames']} frames) |" in docs
+
+
+def test_the_readme_and_the_hardware_docs_print_the_plans_prices(default_plan):
+    """One price: the README's price of the recommended box's video is the plan's, and every $ per video that the
+    README, hardware.md and performance.md print is one the plan gives for a flavor (``$…/h`` are the flavors'
+    published hourly rates)."""
+    readme = (ROOT / "README.md").read_text()
+    r = default_plan.recommended
+    quoted = re.search(r"about \$(\d+\.\d+) for a 5 s video at (\d+)\s+steps", readme)
+    assert quoted is not None and quoted.group(1) == f"{r['usd_per_video']:.3f}"
+    assert int(quoted.group(2)) == default_plan.request["steps"]
+    planned = {f"{row['best']['usd_per_video']:.3f}" for row in default_plan.flavors
+               if row["best"] is not None and row["best"]["usd_per_video"] is not None}
+    texts = {"README.md": readme, **{name: (ROOT / "docs" / name).read_text()
+                                     for name in ("hardware.md", "performance.md")}}
+    printed = {(name, price) for name, text in texts.items()
+               for price in re.findall(r"\$(\d+\.\d+)(?!\d|/h)", text)}
+    assert printed and all(price in planned for _, price in printed), sorted(printed)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
+from ..rules.attention import AUTO
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import defaults_for
 from .flavors import Flavor
@@ -153,4 +154,8 @@ def for_app(model: str, options: Any, ranks: int = 1, ring: int = 1) -> TimeMode
     gpu = this_box() if str(options.device).startswith("cuda") else None
     if gpu is None:
         return TimeModel(setup.model, setup, placement_of(options, ranks, ring), cpu_box(), cpu_peaks())
-    return TimeModel(setup.model, setup, placement_of(options, ranks, ring), gpu)
+    from ..model.attention import chosen
+
+    # the backend this box runs (what is installed here), where the plan assumes the card's pick is installed
+    backend = chosen(options.device, options.dtype, getattr(options, "attention", AUTO), getattr(options, "split", ""))
+    return TimeModel(setup.model, replace(setup, attention=backend.name), placement_of(options, ranks, ring), gpu)

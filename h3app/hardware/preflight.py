@@ -56,9 +56,11 @@ def this_box(devices: list[tuple[str, int]] | None = None, host: int | None | bo
 
 
 def setup_of(options: Any) -> Setup:
-    """The judge's setup for ``options`` (a ``LoadOptions``): the published sizes in its dtype, no adapter."""
+    """The judge's setup for ``options`` (a ``LoadOptions``): the published sizes in its dtype, no adapter, its
+    ``--attention`` value."""
     return Setup(dtype=options.dtype, fuse_qkv=bool(getattr(options, "fuse_qkv", False)),
-                 vae_dtype=getattr(options, "vae_dtype", DEFAULT_SETUP.vae_dtype))
+                 vae_dtype=getattr(options, "vae_dtype", DEFAULT_SETUP.vae_dtype),
+                 attention=getattr(options, "attention", DEFAULT_SETUP.attention))
 
 
 def placement_of(options: Any, ranks: int = 1, ring: int = 1) -> Placement:

@@ -31,6 +31,8 @@ from ..rules.blocks import BlockStrength, parse_block_strength
 from ..rules.scale import effective_scale
 from ..settings import LoRASettings, check_strength
 from .formats import MAIN_PARTITION, PARTITIONS
+from .kinds.base import dense_pair
+from .parts import ADAPTER_KIND_WORDS
 from .types import NormalisedAdapter
 
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -52,6 +54,7 @@ class ExportResult:
     dtype: str = "float32"
     partition: str = MAIN_PARTITION
     block_strength: str = ""  # the per-block factors baked in (canonical spelling; "" = none)
+    note: str = ""  # how exact the file is for LoKr/LoHa/DoRA modules (``exported_factors``)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,7 @@ class ExportResult:
             "rank_pattern": dict(self.lora_config["rank_pattern"]),
             "alpha_pattern": dict(self.lora_config["alpha_pattern"]),
             "effective_scales": dict(self.scales),
+            "note": self.note,
         }
 
 
@@ -78,15 +82,18 @@ def parse_export_dtype(name: str) -> torch.dtype:
         raise H3AppError(f"--dtype must be one of float32, bfloat16, float16, got {name!r}.") from None
 
 
-def lora_config_for(adapter: NormalisedAdapter, strength: float,
-                    blocks: BlockStrength | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+def lora_config_for(adapter: NormalisedAdapter, strength: float, blocks: BlockStrength | None = None,
+                    baked: Mapping[str, float] | None = None) -> tuple[dict[str, Any], dict[str, float]]:
     """The PEFT LoraConfig fields (unprefixed) that reproduce h3app's scale at ``strength`` (and ``blocks``' factor
-    per main block), and the scales."""
+    per main block), and the scales. The file's rank is each pair's width (a LoKr/LoHa pair may be wider than the
+    rank its alpha is divided by); ``baked``: targets whose factors already hold their scaled ΔW (a DoRA at a fixed
+    strength) and the width of their pair: scale 1."""
     blocks = blocks or BlockStrength()
-    ranks = {target: module.rank for target, module in adapter.modules.items()}
+    baked = baked or {}
+    ranks = {target: int(baked.get(target) or module.width) for target, module in adapter.modules.items()}
     scales = {
-        target: effective_scale(module.alpha, strength, module.rank, module.use_rslora,
-                                block_strength=blocks.factor_of(target))
+        target: 1.0 if target in baked else effective_scale(module.alpha, strength, module.rank, module.use_rslora,
+                                                            block_strength=blocks.factor_of(target))
         for target, module in adapter.modules.items()
     }
     alphas = {target: scales[target] * ranks[target] for target in adapter.modules}
@@ -115,12 +122,14 @@ def export_adapter(
     source: str | None = None,
     partition: str = MAIN_PARTITION,
     advanced: LoRASettings | None = None,
+    base_weights: Mapping[str, torch.Tensor] | None = None,
 ) -> ExportResult:
     """Write ``adapter_model.safetensors`` and ``adapter_config.json`` into ``out_dir`` (created if needed).
 
     ``partition`` is the transformer ``adapter`` was loaded for (``load_adapter(partition=...)``); it prefixes every
     key and metadata field, so diffusers loads the file into that component. ``advanced``: settings whose block
-    strengths are baked in (a schedule or per-modality strengths are refused)."""
+    strengths are baked in (a schedule or per-modality strengths are refused). ``base_weights``: the model's
+    ``<target>.weight`` for every DoRA target (``baked_targets``), whose rule is baked at ``strength``."""
     if partition not in PARTITIONS:
         raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
     blocks = refuse_unbakeable(advanced)
@@ -133,7 +142,9 @@ def export_adapter(
                          "LoRA cannot hold: export writes A/B pairs only, so nothing was written; use the file as it is.")
     if not adapter.modules:
         raise H3AppError("the adapter has no modules for this partition: nothing to export.")
-    config, scales = lora_config_for(adapter, strength, blocks)
+    factors, note = exported_factors(adapter, strength, blocks, base_weights)
+    config, scales = lora_config_for(adapter, strength, blocks,
+                                     {t: float(f[0].shape[0]) for t, f in factors.items() if t in baked_targets(adapter)})
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise H3AppError(f"--out {out} exists and is not a folder: give a folder path.")
@@ -141,9 +152,9 @@ def export_adapter(
 
     tensors: dict[str, torch.Tensor] = {}
     for target in sorted(adapter.modules):
-        module = adapter.modules[target]
-        tensors[f"{partition}.{target}.lora_A.weight"] = module.down.to(dtype, copy=True).contiguous()
-        tensors[f"{partition}.{target}.lora_B.weight"] = module.up.to(dtype, copy=True).contiguous()
+        down, up = factors[target]
+        tensors[f"{partition}.{target}.lora_A.weight"] = down.to(dtype, copy=True).contiguous()
+        tensors[f"{partition}.{target}.lora_B.weight"] = up.to(dtype, copy=True).contiguous()
     provenance = {
         "source": source or adapter.identity,
         "strength": strength,
@@ -184,6 +195,7 @@ def export_adapter(
         dtype=str(dtype).removeprefix("torch."),
         partition=partition,
         block_strength=blocks.label,
+        note=note,
     )
 
 
@@ -199,3 +211,45 @@ def refuse_unbakeable(advanced: LoRASettings | None) -> BlockStrength:
         raise H3AppError(f"per-modality strength ({advanced.modality.label}) scales each token row by its modality, "
                          "which a LoRA file cannot hold: export with every modality strength at 1.")
     return parse_block_strength(advanced.block_strength)
+
+
+def baked_targets(adapter: NormalisedAdapter) -> list[str]:
+    """The DoRA targets: exported as their ΔW at the chosen strength (needs the base weights)."""
+    return sorted(t for t, m in adapter.modules.items() if m.magnitude is not None)
+
+
+def exported_factors(adapter: NormalisedAdapter, strength: float, blocks: BlockStrength,
+                     base_weights: Mapping[str, torch.Tensor] | None) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor]], str]:
+    """``(target → (A, B) to write, the sentence saying how exact that is)``. Pairs, LoKr and LoHa pairs are written
+    as they are (exact: a LoKr/LoHa pair's product is its ΔW); a DoRA becomes its ΔW at ``strength``,
+    ``m ⊙ (W + sBA)/‖W + sBA‖_row − W`` (``h3app.lora.dora``), held full-rank (an identity and ΔW: no truncation),
+    its error against the float64 rule measured and stated. No base weights for a DoRA: refused in one line."""
+    factors = {t: (m.down, m.up) for t, m in adapter.modules.items()}
+    kinds = sorted({m.kind for m in adapter.modules.values() if m.kind != "lora"})
+    notes = [f"{'/'.join(ADAPTER_KIND_WORDS[k] for k in kinds)} modules written as their exact A/B pairs "
+             "(Kronecker / face-splitting products): no approximation."] if kinds else []
+    dora = baked_targets(adapter)
+    if not dora:
+        return factors, " ".join(notes)
+    missing = [t for t in dora if base_weights is None or f"{t}.weight" not in base_weights]
+    if missing:
+        raise H3AppError(f"the adapter is a DoRA ({len(dora)} modules, e.g. {missing[0]}): a plain LoRA can hold it "
+                         "only as its ΔW at one strength, computed from the base weights its row norms read; give "
+                         "--model (the model it is for) and --scale, or use the file as it is.")
+    assert base_weights is not None
+    worst = 0.0
+    for target in dora:
+        module = adapter.modules[target]
+        s = effective_scale(module.alpha, strength, module.rank, module.use_rslora,
+                            block_strength=blocks.factor_of(target))
+        W = base_weights[f"{target}.weight"].double()
+        adapted = W + s * (module.up.double() @ module.down.double())
+        assert module.magnitude is not None
+        delta = module.magnitude.double()[:, None] * adapted / torch.linalg.norm(adapted, dim=1)[:, None] - W
+        down, up = dense_pair(delta)
+        worst = max(worst, float((up.double() @ down.double() - delta).abs().max() / delta.abs().max().clamp_min(1e-300)))
+        factors[target] = (down, up)
+    notes.append(f"DoRA baked at strength {strength:g} as its full-rank ΔW = m ⊙ (W + sBA)/‖W + sBA‖ − W on "
+                 f"{len(dora)} modules (max relative error {worst:.1e} against the float64 rule); as a plain LoRA it "
+                 "scales linearly, so other strengths are not DoRA's.")
+    return factors, " ".join(notes)

@@ -85,8 +85,16 @@ def run(args: argparse.Namespace) -> int:
         qkv_layout=args.qkv_layout, partition=args.partition, repo_id=repo_id, filename=filename,
         adapter_config_path=adapter_file.adapter_config_path, skip_parts=tuple(args.skip_parts),
     )
+    base_weights = None
+    if adapter.has_magnitudes and args.model is not None:  # a DoRA is baked from the base weights its norms read
+        from ..adapters.export import baked_targets
+        from ..model.base_weights import read_base_weights
+
+        base_weights = read_base_weights(args.model, [f"{t}.weight" for t in baked_targets(adapter)], args.partition,
+                                         token=os.environ.get("HF_TOKEN"))
     result = export_adapter(adapter, args.out, strength=args.scale, dtype=dtype, base_model=args.model,
-                            source=adapter_file.describe(), partition=args.partition, advanced=advanced)
+                            source=adapter_file.describe(), partition=args.partition, advanced=advanced,
+                            base_weights=base_weights)
     payload = {**result.to_json(), "format": adapter.info.format, "alpha_source": adapter.info.alpha_source,
                "warnings": list(adapter.info.warnings)}
     human = (
@@ -94,5 +102,5 @@ def run(args: argparse.Namespace) -> int:
         f"r {result.lora_config['r']}, lora_alpha {result.lora_config['lora_alpha']:g}"
         + (f" (+{len(result.lora_config['alpha_pattern'])} alpha_pattern entries)" if result.lora_config["alpha_pattern"] else "")
     )
-    emit(payload, args.json, human)
+    emit(payload, args.json, human + (f"; {result.note}" if result.note else ""))
     return 0

@@ -20,10 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from ..errors import H3AppError
-
 import torch
 
+from ..errors import H3AppError
 from .delta import compute_lora_delta
 from .layers import LoRAFactors, rows_per_chunk
 from .rows import RowFactors

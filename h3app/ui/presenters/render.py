@@ -8,21 +8,20 @@ identical to no LoRA at all (red).
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
 from typing import Any
 
-from ...adapters.recipe import recipe_words
 from ...adapters.resolved import GroupScale, ResolvedAdapter, resolve_adapter
 from ...adapters.summary import AdapterSummary, applied_words, not_applied_lines, values_text
-from ...adapters.training import TrainingInfo
 from ...lora.profile_rescale import targets_by_group
 from ...rules.alpha_source import AlphaSource
 from ...rules.choices import NO_CACHE
 from ...rules.steps import evaluations
 from ...rules.units import format_bytes
+from .file_facts import recipe_html, training_html
+from .html_text import esc
 
 GROUP_NAMES = {"attention": "attention", "feed_forward": "feed-forward", "adaln": "AdaLN", "refiner": "refiner",
                "input_output": "input/output"}
@@ -37,10 +36,6 @@ def source_label(source: Any) -> str:
 
 MAX_LISTED_KEYS = 12
 HEURISTIC_MARK = "no alpha stored"  # the start of the engine's alpha-size heuristic (rules/strength.suggest_alpha)
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
 
 
 def card(kind: str, body: str, *, testid: str | None = None) -> str:
@@ -106,36 +101,6 @@ def inspect_card(info: Mapping[str, Any], name: str = "") -> str:
     if warnings:
         parts.append(card("warn", "<b>Warnings</b>" + _bullets(warnings)))
     return "".join(parts)
-
-
-def training_html(info: Mapping[str, Any]) -> str:
-    """What the header metadata says of training (``adapters/training.py``): trainer, epoch, steps, base model,
-    network dim/alpha (never applied) and the trigger words with where they come from; "" when it says nothing."""
-    training = info.get("training") or {}
-    facts = training_facts(training)
-    triggers = training.get("trigger_words") or []
-    if triggers:
-        source = (training.get("sources") or {}).get("trigger_words") or "its metadata"
-        facts.append("trigger word" + ("s " if len(triggers) > 1 else " ")
-                     + ", ".join(f"<b>{esc(t)}</b>" for t in triggers) + f" <small>(from {esc(source)})</small>")
-    return f"<div class='h3-row' data-testid='training'>{' · '.join(facts)}</div>" if facts else ""
-
-
-def recipe_html(info: Mapping[str, Any]) -> str:
-    """The sampling recipes the file declares (``adapters/recipe.py``), each field with the one a run uses; a
-    disagreement with the registry is also among the warnings."""
-    recipe = info.get("recipe") or {}
-    declared = [esc(recipe_words(r)) for r in recipe.get("declared") or ()]
-    if not declared:
-        return ""
-    used = "; ".join(f"{esc(row['field'])}: {esc(row['used_from'])}" for row in recipe.get("rows") or ())
-    return (f"<div class='h3-row' data-testid='recipe'><b>declared recipe</b> {' · '.join(declared)}"
-            f"<br><small>a run uses — {used}</small></div>")
-
-
-def training_facts(training: Mapping[str, Any]) -> list[str]:
-    """The training facts of an inspect JSON's ``training``, escaped for HTML, in ``TrainingInfo.facts``' words."""
-    return [esc(fact) for fact in TrainingInfo.from_json(training).facts()]
 
 
 def match_preview(info: Mapping[str, Any]) -> str:

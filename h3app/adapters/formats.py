@@ -41,8 +41,9 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
     match_name,
     native_vocabulary,
 )
-from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors, check_magnitude  # noqa: F401
+from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors  # noqa: F401
 from .kinds import FACTOR_NAMES, check_kind
+from .kinds.dora import MAGNITUDE_NAMES, check_magnitude
 from .parts import PartsPlan, plan_parts, refuse_part_conflicts
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
@@ -75,7 +76,7 @@ _FACTOR = re.compile(
     r"\.(?:(?P<ab>lora_[AB])(?:\.(?P<slot>(?!(?:weight|bias)$)[A-Za-z0-9_\-]+))?(?:\.weight)?"
     r"|(?P<du>lora_(?:down|up))(?:\.weight)?|(?P<alpha>alpha)"
     r"|(?P<kind>" + FACTOR_NAMES + r")(?:\.weight)?"
-    r"|(?P<magnitude>lora_magnitude_vector(?:\.[A-Za-z0-9_\-]+)?(?:\.weight)?|dora_scale))$"
+    r"|(?P<magnitude>" + MAGNITUDE_NAMES + "))$"
 )
 
 @dataclass(frozen=True)

@@ -154,3 +154,17 @@ def test_the_app_refuses_a_backend_that_cannot_run_in_one_line():
                           text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 2
     assert_one_line(done.stderr, r"--attention flash runs on CUDA GPUs only")
+
+
+@pytest.mark.slow  # loads the tiny transformer and an adapter in the CLI
+def test_check_json_names_the_backend_every_run_used(capsys):
+    """Transformer mode on the CPU: SDPA, named in the JSON beside a bit-identical pair."""
+    import json
+
+    from cli_runner import ROOT
+
+    turbo = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")
+    result = run_cli(capsys, "check", "--adapter", turbo, "--attention", "sdpa", "--json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["attention"] == "sdpa" and data["identical"] is True and data["control_identical"] is True

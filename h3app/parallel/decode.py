@@ -13,11 +13,13 @@ own ``decode`` twice, with a hook on ``vae.decoder`` (diffusers' public ``HookRe
 1. **share**: every decoder call records its input's shape; call k is this rank's when ``k % ranks == rank``
    and is decoded now; every call returns a placeholder on the ``meta`` device (no memory, no work), so the VAE's
    blend runs on shapes alone.
-2. **exchange**: call k's output is broadcast from its rank to all (``torch.distributed``, the world group: gloo on
-   CPU, nccl on CUDA).
-3. **blend**: ``decode`` again; call k now returns the exchanged output k, and the VAE cuts, blends and joins
-   them itself. The same tensors through the same code: the frames equal one process's tiled decode bit for bit
-   (when a tile decodes to the same bits on every rank: same kernels, same shapes; tests/test_decode_ranks.py).
+2. **blend**: ``decode`` again; call k now broadcasts output k from its rank to all (``torch.distributed``, the
+   world group: gloo on CPU, nccl on CUDA; every rank makes the same calls in the same order) and returns it, and
+   the VAE cuts, blends and joins the outputs itself. A rank holds its own share until it is sent, and the others'
+   tiles only while the VAE blends them (one clip's tiles at a time, as in one process).
+
+The same tensors go through the same code: the frames equal one process's tiled decode bit for bit (when a tile
+decodes to the same bits on every rank: same kernels, same shapes; tests/test_decode_ranks.py).
 
 A step preview decodes on rank 0 alone and calls the class's ``decode`` (``model/preview_decoders``), never this one.
 """
@@ -42,8 +44,8 @@ class _Tiles(ModelHook):
         super().__init__()
         self.mode: str | None = None
         self.rank, self.ranks = 0, 1
-        self.shapes: list[torch.Size] = []  # each call's input shape, in call order
-        self.decoded: dict[int, torch.Tensor] = {}  # this rank's calls (share), then every call (blend)
+        self.shapes: list[torch.Size] = []  # each call's input shape, in call order (share)
+        self.mine: dict[int, torch.Tensor] = {}  # this rank's decoded calls, until blend hands them out
         self.calls = 0
 
     def decoder(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -55,29 +57,39 @@ class _Tiles(ModelHook):
         if self.mode is None:
             return self.decoder(hidden_states)
         k, self.calls = self.calls, self.calls + 1
+        shape, dtype, owner = output_shape(module, hidden_states.shape), output_dtype(module), k % self.ranks
         if self.mode == SHARE:
             self.shapes.append(hidden_states.shape)
-            shape = output_shape(module, hidden_states.shape)
-            if k % self.ranks == self.rank:
+            if owner == self.rank:
                 out = self.decoder(hidden_states)
-                if out.shape != shape or out.dtype != output_dtype(module):
+                if out.shape != shape or out.dtype != dtype:
                     raise H3AppError(f"the video decoder returned {tuple(out.shape)} {out.dtype} where h3app expected "
-                                     f"{tuple(shape)} {output_dtype(module)}: this diffusers version's decoder is not "
-                                     f"the one the ranks' shared decode was written for; run on one rank.")
-                self.decoded[k] = out
-            return torch.empty(shape, dtype=output_dtype(module), device="meta")
+                                     f"{tuple(shape)} {dtype}: this diffusers version's decoder is not the one the "
+                                     f"ranks' shared decode was written for; run on one rank.")
+                self.mine[k] = out
+            return torch.empty(shape, dtype=dtype, device="meta")
         if k >= len(self.shapes) or hidden_states.shape != self.shapes[k]:
             raise H3AppError("the video VAE's second pass asked for other tiles than its first (the shared decode "
                              "replays the same calls): run on one rank.")
-        return self.decoded[k]
+        return broadcast(self.mine.pop(k) if owner == self.rank else None, owner, shape, dtype, hidden_states.device)
 
     def start(self, mode: str, rank: int = 0, ranks: int = 1) -> None:
         self.mode, self.calls = mode, 0
         if mode == SHARE:
-            self.rank, self.ranks, self.shapes, self.decoded = rank, ranks, [], {}
+            self.rank, self.ranks, self.shapes, self.mine = rank, ranks, [], {}
 
     def stop(self) -> None:
-        self.mode, self.calls = None, 0
+        self.mode, self.calls, self.mine = None, 0, {}
+
+
+def broadcast(tensor: torch.Tensor | None, owner: int, shape: torch.Size, dtype: torch.dtype,
+              device: torch.device) -> torch.Tensor:
+    """``owner``'s ``tensor`` on every rank (the world group); the other ranks pass None."""
+    import torch.distributed as dist
+
+    out = tensor.contiguous() if tensor is not None else torch.empty(shape, dtype=dtype, device=device)
+    dist.broadcast(out, src=owner)
+    return out
 
 
 def output_shape(decoder: Any, latent: torch.Size) -> torch.Size:
@@ -111,28 +123,10 @@ class SpreadDecode:
         try:
             self.tiles.start(SHARE, dist.get_rank(), dist.get_world_size())
             decode(self.vae, z, return_dict=False)  # on meta: the shapes of the blend, and this rank's tiles decoded
-            self.tiles.decoded = exchange(self.tiles.decoded, self.tiles.shapes, self.vae.decoder, z.device)
             self.tiles.start(BLEND)
             return decode(self.vae, z, return_dict=return_dict)
         finally:
             self.tiles.stop()
-            self.tiles.decoded = {}
-
-
-def exchange(mine: dict[int, torch.Tensor], shapes: list[torch.Size], decoder: Any,
-             device: torch.device) -> dict[int, torch.Tensor]:
-    """Every call's output on every rank: call k broadcast from rank ``k % ranks``, in call order."""
-    import torch.distributed as dist
-
-    rank, ranks = dist.get_rank(), dist.get_world_size()
-    every = {}
-    for k, shape in enumerate(shapes):
-        owner = k % ranks
-        tensor = mine[k].contiguous() if owner == rank else torch.empty(output_shape(decoder, shape),
-                                                                         dtype=output_dtype(decoder), device=device)
-        dist.broadcast(tensor, src=owner)
-        every[k] = tensor
-    return every
 
 
 def spread_decode(vae: Any) -> None:

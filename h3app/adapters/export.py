@@ -130,18 +130,7 @@ def export_adapter(
     key and metadata field, so diffusers loads the file into that component. ``advanced``: settings whose block
     strengths are baked in (a schedule or per-modality strengths are refused). ``base_weights``: the model's
     ``<target>.weight`` for every DoRA target (``baked_targets``), whose rule is baked at ``strength``."""
-    if partition not in PARTITIONS:
-        raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
-    blocks = refuse_unbakeable(advanced)
-    strength = check_strength(strength)
-    if strength == 0:
-        raise H3AppError("scale 0 would export an adapter that does nothing: give a non-zero --scale.")
-    if adapter.has_exact_parts:
-        parts = len(adapter.parts) + 2 * len(adapter.banks)
-        raise H3AppError(f"the adapter carries {parts} exact parts (deltas, replacements or a head bank) that a PEFT "
-                         "LoRA cannot hold: export writes A/B pairs only, so nothing was written; use the file as it is.")
-    if not adapter.modules:
-        raise H3AppError("the adapter has no modules for this partition: nothing to export.")
+    blocks, strength = _check_request(adapter, partition, strength, advanced)
     factors, note = exported_factors(adapter, strength, blocks, base_weights)
     config, scales = lora_config_for(adapter, strength, blocks,
                                      {t: float(f[0].shape[0]) for t, f in factors.items() if t in baked_targets(adapter)})
@@ -150,11 +139,8 @@ def export_adapter(
         raise H3AppError(f"--out {out} exists and is not a folder: give a folder path.")
     out.mkdir(parents=True, exist_ok=True)
 
-    tensors: dict[str, torch.Tensor] = {}
-    for target in sorted(adapter.modules):
-        down, up = factors[target]
-        tensors[f"{partition}.{target}.lora_A.weight"] = down.to(dtype, copy=True).contiguous()
-        tensors[f"{partition}.{target}.lora_B.weight"] = up.to(dtype, copy=True).contiguous()
+    tensors = {f"{partition}.{target}.lora_{ab}.weight": factor.to(dtype, copy=True).contiguous()
+               for target in sorted(adapter.modules) for ab, factor in zip("AB", factors[target])}
     provenance = {
         "source": source or adapter.identity,
         "strength": strength,
@@ -197,6 +183,25 @@ def export_adapter(
         block_strength=blocks.label,
         note=note,
     )
+
+
+def _check_request(adapter: NormalisedAdapter, partition: str, strength: float,
+                   advanced: LoRASettings | None) -> tuple[BlockStrength, float]:
+    """The block strengths to bake and the checked strength; refused in one line: an unknown partition, a zero
+    strength, exact parts (a PEFT LoRA cannot hold them), nothing for this partition."""
+    if partition not in PARTITIONS:
+        raise H3AppError(f"partition must be one of {', '.join(PARTITIONS)}, got {partition!r}.")
+    blocks = refuse_unbakeable(advanced)
+    strength = check_strength(strength)
+    if strength == 0:
+        raise H3AppError("scale 0 would export an adapter that does nothing: give a non-zero --scale.")
+    if adapter.has_exact_parts:
+        parts = len(adapter.parts) + 2 * len(adapter.banks)
+        raise H3AppError(f"the adapter carries {parts} exact parts (deltas, replacements or a head bank) that a PEFT "
+                         "LoRA cannot hold: export writes A/B pairs only, so nothing was written; use the file as it is.")
+    if not adapter.modules:
+        raise H3AppError("the adapter has no modules for this partition: nothing to export.")
+    return blocks, strength
 
 
 def refuse_unbakeable(advanced: LoRASettings | None) -> BlockStrength:

@@ -21,6 +21,7 @@ from h3app.ui.generate.preview_stream import (
     GeneratePreview,
     check_finished,
     check_line,
+    check_stopped_where,
     generate_finished,
     generate_update,
 )
@@ -94,8 +95,9 @@ def test_the_check_line_names_the_one_step_shown_and_what_has_not_started():
     assert check_line(board) == "A · fallback (alpha = rank) at step 1 of 4 (B not started)"
     parts = CheckPreviews("a", "b", "fallback", "note")
     stopped = check_finished(parts, board, stopped=True)
-    assert stopped["note"] == ("**Stopped**: A after 1 of 4, fallback (alpha = rank) after 4 of 4 steps; the last "
-                               "previews stay shown.")
+    assert stopped["note"] == "**Stopped**: the last previews stay shown (the status line says where)."
+    assert check_stopped_where(board) == "A after 1 of 4, fallback (alpha = rank) after 4 of 4 steps; B not started"
+    assert check_stopped_where(PreviewBoard()) == ""  # before any preview: the whole check's count stays
     assert stopped["a"][0, 0, 0] == 1 and stopped["fallback"][0, 0, 0] == 1  # both at A's step, as shown
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from pathlib import Path
 
 import gradio as gr
@@ -303,10 +304,15 @@ def test_cancel_stops_the_running_generation_and_the_next_one_runs(generation, b
 
     request = Request("canceller-is-this-session")
     fields = {**FAST, "steps": 4}
-    with pytest.warns(UserWarning, match=r"generation cancelled after \d+ of 3 steps"):  # the gr.Warning toast
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no pop-up (gr.Warning) repeats the tab's line
         result = generation.generate_view(job(new_session(), seed=1, **fields), request=request, progress=progress)
     assert isinstance(result, Stopped)  # no result shown: the run stopped, and the tab says so
-    assert re.match(r"\*\*Cancelled after \d+ of 3 steps\.\*\*", result.status)
+    assert re.fullmatch(r"\*\*Cancelled after \d+ of 3 steps\.\*\* \(generation\)", result.status)  # a first run:
+    # no "result from the previous run" where there is none; after one, the tab says it still shows it
+    earlier = generate(generation, new_session(), seed=1).session
+    assert result.after(earlier, "generate").status.endswith("The result shown is from the previous run.")
+    assert result.after(earlier, "check") == result
     assert cancelled and cancelled[0].startswith("Cancelling **generate**")
     assert generation.runner.cancel(request) == "Nothing of yours is running."
     after = generate(generation, new_session(), seed=1)
@@ -410,12 +416,36 @@ def test_cancel_stops_a_running_grid_between_steps(adapters, comparisons, genera
             calls.append(generation.runner.cancel(Request("grid-canceller")))
 
     session = session_with(adapters, KOHYA)
-    with pytest.warns(UserWarning, match="grid cancelled"):
-        steps = list(comparisons.grid_view(job(session, steps=3), GridForm("1, 2, 4", "0.5, 1", "3"),
-                                           request=Request("grid-canceller"), progress=progress))
+    steps = list(comparisons.grid_view(job(session, steps=3), GridForm("1, 2, 4", "0.5, 1", "3"),
+                                       request=Request("grid-canceller"), progress=progress))
     assert calls and calls[0] == "Cancelling **grid**: it stops at its next step; the model is left unchanged."
+    assert steps[-1].status.startswith("**Cancelled after") and "cells done).** (grid)" in steps[-1].status
+    assert "previous run" not in steps[-1].status  # the grid shows this run's cells, not an earlier grid
     assert len(steps[-1].cells) < 6  # stopped before the sixth cell
     assert Path(generate(generation, new_session(), seed=2).video).is_file()  # the worker serves on
+
+
+@pytest.mark.slow
+def test_a_cancelled_check_counts_each_runs_own_steps_once(adapters, comparisons, generation):
+    """The status line gives where each column stopped in its own run's steps (as the previews count them), not
+    the whole check's total beside a per-run count in the preview note."""
+    from h3app.backend.preview import PreviewBoard
+    from h3app.ui.compare.events import Stopped
+
+    calls: list[str | None] = []
+
+    def progress(value, desc=None, unit=None):
+        if isinstance(value, tuple) and value[0] >= 2 and not calls:
+            calls.append(generation.runner.cancel(Request("check-canceller")))
+
+    board = PreviewBoard()
+    views = list(comparisons.check_views(job(session_with(adapters, KOHYA), steps=4), CheckForm(8, 1.0, 128, 0.0625),
+                                         Request("check-canceller"), progress, board))
+    stopped = views[-1]
+    assert calls and isinstance(stopped, Stopped)
+    assert re.fullmatch(r"\*\*Cancelled\*\* \(equivalence check\): fallback \(alpha = rank\) after \d of 3"
+                        r"( steps; A, B not started| steps; .*not started|, A after \d of 3 steps; B not started)\.",
+                        stopped.status), stopped.status
 
 
 def test_the_grid_tab_and_the_cli_parse_seeds_alike(comparisons):

@@ -31,6 +31,7 @@ from ...rules.check_pair import CheckSetting, default_pair
 from ...rules.values import parse_alpha, parse_seeds, parse_strength
 from ..forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
 from ..generate.events import JobRunner, Stopped
+from ..generate.preview_stream import check_stopped_where
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render
 from ..presenters.visitor_words import counted, visitor_text
@@ -158,7 +159,7 @@ class ComparisonEvents:
         """Run the check and lay out its verdict, videos, heat maps, PSNR plot, spectrograms and audio."""
         result = self.check(form, check, request, progress)
         if isinstance(result, Stopped):
-            return result
+            return result.after(form.session, "check")
         return self._check_finished(form, result)
 
     def check_views(self, form: JobForm, check: CheckForm, request: gr.Request, progress: Any,
@@ -167,7 +168,12 @@ class ComparisonEvents:
         progress while it runs, then the view (or Stopped)."""
         result = yield from self.runner.stream(self._check_job(form, check, board), request, progress,
                                                "equivalence check", board)
-        yield result if isinstance(result, Stopped) else self._check_finished(form, result)
+        if isinstance(result, Stopped):  # each run's own steps, as its preview counted them (one count on the tab)
+            where = check_stopped_where(board)
+            yield (Stopped(f"**Cancelled** (equivalence check): {where}.") if where else result).after(form.session,
+                                                                                                      "check")
+        else:
+            yield self._check_finished(form, result)
 
     def _check_finished(self, form: JobForm, result: Any) -> CheckView:
         data = result.to_json()

@@ -44,6 +44,12 @@ class Stopped:
 
     status: str
 
+    def after(self, session: Session | None, kind: str) -> Stopped:
+        """The line, saying that the tab still shows the previous result when this session made one of ``kind``
+        (the start of a history entry's kind: ``generate``, ``check``); nothing is claimed for a first run."""
+        shown = any(entry.kind.startswith(kind) for entry in (session.history if session is not None else ()))
+        return replace(self, status=self.status + " The result shown is from the previous run.") if shown else self
+
 
 class JobRunner:
     """Submit a worker job, forward its progress to ``gr.Progress``, let the session's Cancel stop it."""
@@ -106,8 +112,9 @@ class JobRunner:
 
     @staticmethod
     def stopped(what: str, reason: str) -> Stopped:
-        gr.Warning(f"{what} {reason}")
-        return Stopped(f"**{reason[:1].upper()}{reason[1:]}** ({what}) The result shown is from the previous run.")
+        """The tab's status line for a stopped job (no pop-up repeats it: the person pressed Cancel and watches
+        the tab; a closed tab reads nothing). The caller adds what the tab still shows (:meth:`Stopped.after`)."""
+        return Stopped(f"**{reason[:1].upper()}{reason[1:]}** ({what})")
 
     def expect(self, request: gr.Request = None) -> None:
         """A job was clicked: until it starts, Cancel stops it before it runs."""
@@ -176,7 +183,7 @@ class GenerateEvents:
         generation, adapters = self._job(form)
         output = self.generate(generation, adapters, form.token, request, progress)
         if isinstance(output, Stopped):
-            return output
+            return output.after(form.session, "generate")
         return self._finished(form, infos, generation, output)
 
     def generate_views(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None], request: gr.Request,
@@ -187,7 +194,8 @@ class GenerateEvents:
         output = yield from self.runner.stream(
             lambda: self.backend.submit_generate(generation, adapters, form.token or None, previews=board), request,
             progress, "generation", board)
-        yield output if isinstance(output, Stopped) else self._finished(form, infos, generation, output)
+        yield (output.after(form.session, "generate") if isinstance(output, Stopped)
+               else self._finished(form, infos, generation, output))
 
     @staticmethod
     def _job(form: JobForm) -> tuple[GenerationRequest, list[Any]]:

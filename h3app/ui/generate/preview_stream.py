@@ -147,6 +147,15 @@ def check_finished(parts: CheckPreviews, board: PreviewBoard, stopped: bool) -> 
               if column in aligned}
     if not stopped:
         return {**images, parts.preview_note: "Each column's last step: its video's first, middle and last frame."}
+    return {**images, parts.preview_note: "**Stopped**: the last previews stay shown (the status line says where)."}
+
+
+def check_stopped_where(board: PreviewBoard) -> str:
+    """Where each column of a stopped check stopped, in its own run's steps — the one count the tab gives:
+    "fallback (alpha = rank) after 4 of 4, A after 1 of 4 steps; B not started" ("" before any preview)."""
     latest = {column: board.latest(column) for column in CHECK_COLUMNS if board.latest(column) is not None}
-    where = ", ".join(f"{CHECK_LABELS[c]} after {p.step} of {p.count}" for c, p in latest.items()) or "before a step"
-    return {**images, parts.preview_note: f"**Stopped**: {where} steps; the last previews stay shown."}
+    if not latest:
+        return ""
+    where = ", ".join(f"{CHECK_LABELS[c]} after {p.step} of {p.count}" for c, p in latest.items()) + " steps"
+    waiting = [CHECK_LABELS[c] for c in CHECK_COLUMNS if c not in latest]
+    return where + (f"; {', '.join(waiting)} not started" if waiting else "")

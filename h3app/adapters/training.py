@@ -13,19 +13,22 @@ Where each fact comes from (docs/adapters.md, "Training metadata"):
   ``ss_*`` key: kohya sd-scripts.
 - **epoch / steps**: ``ss_epoch`` / ``ss_steps`` (kohya, musubi); ai-toolkit's ``training_info`` JSON (``step``,
   ``epoch``).
-- **base model**: ``ss_base_model_version``, ``modelspec.architecture``, ``ss_sd_model_name``, the first present.
+- **base model**: ``ss_base_model_version``, ``modelspec.architecture``, ``ss_sd_model_name``, an ai-toolkit
+  ``config``'s ``name_or_path``, the first present.
 - **network dim / alpha**: ``ss_network_dim`` / ``ss_network_alpha``: shown, **never applied** (the alpha chain,
   docs/architecture.md decision 5, reads per-module tensors first; a global CLI value may disagree with them).
 - **trigger words**: ``modelspec.trigger_phrase``; ai-toolkit's ``trigger_word`` (in a ``config`` JSON entry, or
   the single tag its ``ss_tag_frequency`` records); kohya's ``ss_tag_frequency`` (``{dataset: {tag: count}}``,
   summed over datasets): the tags that occur most often (a trigger word is in every caption), at most
-  ``MAX_TRIGGERS``.
+  ``MAX_TRIGGERS``; with no tags, the instance prompt of kohya's ``<repeats>_<prompt>`` dataset folders
+  (``ss_dataset_dirs``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +43,8 @@ MAX_TRIGGERS = 3  # trigger words taken from tag counts (the tags tied for the t
 MAX_TAGS = 10  # the most frequent tags shown
 MUSUBI_H3_PREFIX = "ss_minimax_h3_"  # musubi-tuner's MiniMax-H3 training keys
 _BASE_MODEL_KEYS = ("ss_base_model_version", "modelspec.architecture", "ss_sd_model_name")
-_MUSUBI_MODULES = ("networks.lora_",)  # musubi's per-architecture network modules (networks.lora_wan, …)
+_MUSUBI_MODULES = ("networks.lora_",)
+_FOLDER = re.compile(r"^\d+_(.+)$")  # kohya's ``<repeats>_<instance prompt>`` dataset folder  # musubi's per-architecture network modules (networks.lora_wan, …)
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,8 @@ def read_training(metadata: Mapping[str, str]) -> TrainingInfo:
                                       ("training_info.epoch", _int(_get(info, "epoch")))))
     steps = _first(sources, "steps", (("ss_steps", _int(metadata.get("ss_steps"))),
                                       ("training_info.step", _int(_get(info, "step")))))
-    base = _first(sources, "base_model", ((k, _text(metadata.get(k))) for k in _BASE_MODEL_KEYS))
+    base = _first(sources, "base_model", [*((k, _text(metadata.get(k))) for k in _BASE_MODEL_KEYS),
+                                          ("config.name_or_path", _text(_find(config, "name_or_path")))])
     output = _first(sources, "output_name", (("ss_output_name", _text(metadata.get("ss_output_name"))),
                                              ("modelspec.title", _text(metadata.get("modelspec.title"))),
                                              ("name", _text(metadata.get("name")))))
@@ -125,7 +130,8 @@ def read_training(metadata: Mapping[str, str]) -> TrainingInfo:
     triggers = _first(sources, "trigger_words", (
         ("modelspec.trigger_phrase", _phrases(metadata.get("modelspec.trigger_phrase"))),
         ("config.trigger_word", _phrases(_find(config, "trigger_word"))),
-        ("ss_tag_frequency", top_tags(tags))))
+        ("ss_tag_frequency", top_tags(tags)),
+        ("ss_dataset_dirs", folder_triggers(metadata))))
     trainer = _first(sources, "trainer", _trainers(metadata, module))
     settings = {k: str(v) for k, v in sorted(metadata.items()) if k.startswith(MUSUBI_H3_PREFIX)}
     return TrainingInfo(trainer=trainer, epoch=epoch, steps=steps, base_model=base, network_dim=dim,
@@ -157,6 +163,14 @@ def tag_counts(metadata: Mapping[str, str]) -> list[tuple[str, int]]:
             if str(tag).strip() and number is not None and number > 0:
                 totals[str(tag).strip()] = totals.get(str(tag).strip(), 0) + number
     return sorted(totals.items(), key=lambda item: -item[1])
+
+
+def folder_triggers(metadata: Mapping[str, str]) -> tuple[str, ...]:
+    """kohya's DreamBooth folders are named ``<repeats>_<instance prompt>`` (``10_ohwx man``): with no caption tags,
+    the instance prompt is the trigger. From ``ss_dataset_dirs`` (``{folder: {n_repeats, img_count}}``)."""
+    folders = _json(metadata.get("ss_dataset_dirs"))
+    names = [_FOLDER.match(str(name).rsplit("/", 1)[-1]) for name in folders] if isinstance(folders, Mapping) else []
+    return tuple(dict.fromkeys(m.group(1).strip() for m in names if m and m.group(1).strip()))[:MAX_TRIGGERS]
 
 
 def top_tags(tags: list[tuple[str, int]]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from cli_runner import run_cli
 
 from h3app.adapters.inspect import inspect_file
 from h3app.adapters.recipe import INFERENCE_CONFIG, MANIFEST, declared_recipes
+from h3app.ui.generate.events import steps_note
 from h3app.ui.presenters import render
 
 FASTH3_REPO = "FastVideo/FastVideo-FastH3-4-step-Preview-v1-LoRA"  # in the registry: 5 steps, shifts 12 / 3
@@ -71,6 +72,9 @@ def test_a_recipe_that_agrees_with_the_registry_is_quiet_and_one_that_disagrees_
     assert "shift 6" in shift and any(steps in w for w in info.warnings)  # among the inspect warnings too
     html = render.inspect_card(info.to_json())
     assert "data-testid='recipe'" in html and "9 steps" in html and "registry" in html
+    note = steps_note(5, info.to_json())  # the page's note under Steps says what the file declares
+    assert f"the adapter declares steps 9 ({MANIFEST}); Steps is 5" in note
+    assert "declares" not in steps_note(9, info.to_json())
 
 
 def test_malformed_recipes_are_left_out_and_a_changed_manifest_is_read_again(tmp_path):

@@ -152,16 +152,16 @@ def disagreement(row: RecipeRow) -> str:
     return f"the file declares {row.field} {said}{registry}; {used}."
 
 
-def run_notes(recipe: Mapping[str, Any] | None, used: Mapping[str, Any]) -> list[str]:
-    """For a finished request (``used``: its steps, shift, audio_shift), one line per declared value it does not
-    follow: ``adapter declares steps 9 (…); this run used 5``."""
+def run_notes(recipe: Mapping[str, Any] | None, used: Mapping[str, Any], said: str = "this run used") -> list[str]:
+    """For a request (``used``: its steps, shift, audio_shift), one line per declared value it does not follow:
+    ``declares steps 9 (…); this run used 5`` (``said``: the words before the value used)."""
     notes: list[str] = []
     for row in (recipe or {}).get("rows") or ():
         name = row.get("field")
         if name not in used or used[name] is None:
             continue
         off = [(s, v) for s, v in (row.get("declared") or {}).items() if not _same(v, used[name])]
-        notes.extend(f"declares {name} {_words(v)} ({s}); this run used {_words(used[name])}" for s, v in off)
+        notes.extend(f"declares {name} {_words(v)} ({s}); {said} {_words(used[name])}" for s, v in off)
     return notes
 
 

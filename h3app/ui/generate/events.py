@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
+from ...adapters.recipe import run_notes
 from ...adapters.resolved import resolve_adapter
 from ...adapters.summary import AdapterSummary, advanced_words, applied_lines, describe, not_applied_lines
 from ...adapters.training import trigger_word
@@ -365,13 +366,16 @@ def request_note(form: RequestForm, limits: Any, info: Mapping[str, Any] | None)
 
 
 def steps_note(steps: float, info: Mapping[str, Any] | None) -> str:
-    """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count."""
+    """N steps → N−1 transformer evaluations, and a warning when a known distilled adapter wants another count or
+    the file declares another (``adapters/recipe.py``)."""
     steps = int(steps)
     text = f"**{steps} steps → {evaluations(steps)} transformer evaluations**."
     known = (info or {}).get("known") or {}
     if known.get("steps") and int(known["steps"]) != steps:
         text += (f"  \n⚠ {known.get('title', 'this adapter')} was made for **{int(known['steps'])} steps** "
                  f"({evaluations(known['steps'])} evaluations): use *Apply preset*.")
+    for note in run_notes((info or {}).get("recipe"), {"steps": steps}, "Steps is"):  # what the file declares
+        text += f"  \n⚠ the adapter {note}."
     return text
 
 

@@ -39,7 +39,7 @@ def test_the_docs_tables_are_the_scripts_output_from_the_plan():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gpus, step, decode, video", [(4, 71.73 / 49, 1.32, 74.38), (8, 0.749, None, None)])
-def test_the_ulysses_rows_land_within_the_issues_bounds(gpus, step, decode, video):
+def test_the_ulysses_rows_land_within_the_published_runs_bounds(gpus, step, decode, video):
     """``plan --hardware h200xN --ulysses N --steps 50 --offload none`` (bf16 decoder, as the sources decode): the
     step within ±25 %, the decode (tiles over the ranks) within ±50 %, the video within ±25 % of sglang's runs."""
     out = calibration.predicted(calibration.h200(gpus), {})

@@ -151,10 +151,7 @@ def rehearse(options: RehearsalOptions, *,
         undo = _instrument(loaded, options.workflow, counter, tokens)
         worker = Worker(max_queue=1)
 
-        flops: dict[str, Any] = {}
-        attention: dict[str, Any] = {}
-        moved: dict[str, Any] = {}
-        ops: dict[str, Any] = {}
+        counts: dict[str, Any] = {}  # the work counter's flops, attention, moved and ops, by phase
         board = PreviewBoard(audio=True) if options.preview else None
 
         def job(ctx) -> Any:
@@ -166,10 +163,8 @@ def rehearse(options: RehearsalOptions, *,
                     return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
                                           listeners=listeners)
                 finally:
-                    flops.update(work.by_phase())
-                    attention.update(work.attention_by_phase())
-                    moved.update(work.moved_by_phase())
-                    ops.update(work.ops_by_phase())
+                    counts.update(flops=work.by_phase(), attention=work.attention_by_phase(),
+                                  moved=work.moved_by_phase(), ops=work.ops_by_phase())
 
         try:
             result = worker.run(job, label="rehearsal")
@@ -190,8 +185,7 @@ def rehearse(options: RehearsalOptions, *,
             evaluations=check.evaluations if check else result.evaluations,
             video_shape=() if check else tuple(result.video.shape),
             audio_shape=() if check else tuple(result.audio.shape),
-            seconds=time.perf_counter() - started, check=check, flops=flops, attention=attention,
-            moved=moved, ops=ops,
+            seconds=time.perf_counter() - started, check=check, **counts,
             scheduler_shift=request_shift(pipe, request),
             preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
             preview_decoder=board.latest().decoder if board and board.latest() else None,

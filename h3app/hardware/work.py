@@ -46,9 +46,9 @@ OPS = "ops"  # the snapshot key of the ops that did work (one kernel launch each
 ATTENTION_KEY = "attention:"  # the snapshot prefix of attention FLOPs (``attention:bfloat16``)
 _aten = torch.ops.aten
 _GATHERS = {_aten.embedding, _aten.index_select, _aten.gather, _aten.index, _aten.take}  # read ≈ what they write
-_ATTENTION = {_aten._scaled_dot_product_flash_attention, _aten._scaled_dot_product_efficient_attention,
-              _aten._scaled_dot_product_cudnn_attention, _aten._flash_attention_forward,
-              _aten._efficient_attention_forward}  # fused attention: FLOPs filed apart as well
+# fused attention (its FLOPs filed apart as well): torch's FLOP formulas for forward attention kernels, by name
+_ATTENTION = frozenset(op for op in FlopCounterMode().flop_registry
+                       if "attention" in str(op) and "backward" not in str(op) and "flex" not in str(op))
 _NO_DATA = {_aten.empty, _aten.empty_like, _aten.empty_strided, _aten.new_empty, _aten.new_empty_strided}
 
 Flops = dict[str, dict[str, dict[str, int]]]  # phase → kind → precision → FLOPs

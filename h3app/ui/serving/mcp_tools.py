@@ -73,7 +73,9 @@ class McpTools:
             revision: branch, tag or commit (empty: main)
             token: a Hugging Face token for private or gated repos (empty: none)
         Returns:
-            JSON text: the `python -m h3app inspect --json` object, plus weight_files [{name, size}] and check {ok, line}
+            JSON text: the `python -m h3app inspect --json` object (with training: trainer, epoch, steps, trigger_words;
+            not_applied: the keys a run leaves out and why; recipe: declared steps/shifts/sigmas), plus weight_files
+            [{name, size}] and check {ok, line}
         """
         info = self.api.inspect(source, weight_name, revision, token)
         return self._text({**info, "check": passed(info).to_json()})

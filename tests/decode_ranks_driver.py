@@ -1,13 +1,15 @@
 """A program every rank runs (``python tests/decode_ranks_driver.py OUT_DIR --ulysses 2``): the tiny video VAE decodes
 seeded latents once as one process does (the class's ``decode``, tiled) and once with its tiles spread over the ranks
 (``parallel.decode``). Rank 0 writes both videos to OUT_DIR/CASE.npz; every rank writes OUT_DIR/rank-R.json with
-how many tiles its decoder computed in each spread decode (CASE) and in the one-process decode (CASE/one)."""
+how many tiles its decoder computed in each spread decode (CASE) and in the one-process decode (CASE/one), and
+what it raised when rank 1's decoder failed its share (failure)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,8 +20,10 @@ import torch  # noqa: E402
 from diffusers import AutoencoderKLMiniMaxH3  # noqa: E402
 
 from h3app.model.repo import locate  # noqa: E402
-from h3app.parallel.decode import spread_decode  # noqa: E402
+from h3app.parallel.decode import SpreadDecode, spread_decode  # noqa: E402
+from h3app.parallel.group import RankGroup  # noqa: E402
 from h3app.parallel.launch import close_ranks, start_ranks  # noqa: E402
+from h3app.parallel.lockstep import on_every_rank  # noqa: E402
 from h3app.parallel.topology import add_parallel_arguments  # noqa: E402
 
 # name → (latent shape [B, C, T, H, W], tile size and minimum overlap in pixels (None: the released 256/64), dtype).
@@ -38,6 +42,27 @@ def decode_calls(vae: AutoencoderKLMiniMaxH3) -> list[int]:
     seen = [0]
     vae.decoder.proj_out.register_forward_hook(lambda *_: seen.__setitem__(0, seen[0] + 1))
     return seen
+
+
+def share_fails_on_rank_1(vae: AutoencoderKLMiniMaxH3, group: RankGroup) -> dict[str, object]:
+    """Rank 1's decoder fails its first tile; every rank runs the decode as a job does (``on_every_rank``) with
+    the job's agreement between the passes. What this rank raised, and how long it took."""
+    def fault(*_: object) -> None:
+        if group.rank == 1:
+            raise RuntimeError("injected decode fault on rank 1")
+
+    handle = vae.decoder.register_forward_pre_hook(fault)
+    z = torch.randn((1, 4, 12, 8, 10), generator=torch.Generator().manual_seed(5))
+    started = time.monotonic()
+    try:
+        with torch.no_grad():
+            on_every_rank(group, lambda: SpreadDecode(vae, group.step)(z))
+        raised = None
+    except Exception as error:  # noqa: BLE001 — reported to the test
+        raised = [type(error).__name__, str(error)]
+    finally:
+        handle.remove()
+    return {"raised": raised, "seconds": time.monotonic() - started}
 
 
 def main() -> None:
@@ -72,6 +97,7 @@ def main() -> None:
             if group.leader:
                 np.savez(args.out / f"{name}.npz", one=one.float().numpy(), spread=spread.float().numpy(),
                          same_bytes=np.array(torch.equal(one, spread) and one.dtype == spread.dtype))
+        tiles["failure"] = share_fails_on_rank_1(vaes[torch.float32], group)
         (args.out / f"rank-{group.rank}.json").write_text(json.dumps(tiles))
     finally:
         close_ranks(group)

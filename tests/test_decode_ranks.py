@@ -52,3 +52,13 @@ def test_each_rank_decodes_its_share_of_the_tiles(decoded, case):
     assert [count[case] for count in counts] == [(tiles + 1) // 2, tiles // 2]
     if case.startswith("small_tiles"):
         assert tiles > 2 * 3  # several tiles per clip, over more than one clip
+
+
+def test_a_rank_that_fails_its_share_stops_every_rank_at_the_agreement(decoded):
+    """Rank 1's decoder fails; rank 0 learns it at the agreement between the passes (not after a broadcast's
+    timeout, 120 s here) and says which rank failed and why; rank 1 raises its own error."""
+    leader, follower = (json.loads((decoded / f"rank-{rank}.json").read_text())["failure"] for rank in (0, 1))
+    assert leader["raised"][0] == "PeerFailed" and "rank 1 failed" in leader["raised"][1]
+    assert "injected decode fault on rank 1" in leader["raised"][1]
+    assert follower["raised"] == ["RuntimeError", "injected decode fault on rank 1"]
+    assert leader["seconds"] < 60

@@ -12,7 +12,7 @@ own ``decode`` twice, with a hook on ``vae.decoder`` (diffusers' public ``HookRe
 
 1. **share**: every decoder call records its input's shape; call k is this rank's when ``k % ranks == rank``
    and is decoded now; every call returns a placeholder on the ``meta`` device (no memory, no work), so the VAE's
-   blend runs on shapes alone.
+   blend runs on shapes alone. The ranks then agree (a rank that failed its share stops all, as between steps).
 2. **blend**: ``decode`` again; call k now broadcasts output k from its rank to all (``torch.distributed``, the
    world group: gloo on CPU, nccl on CUDA; every rank makes the same calls in the same order) and returns it, and
    the VAE cuts, blends and joins the outputs itself. A rank holds its own share until it is sent, and the others'
@@ -26,6 +26,7 @@ A step preview decodes on rank 0 alone and calls the class's ``decode`` (``model
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -107,8 +108,8 @@ def output_dtype(decoder: Any) -> torch.dtype:
 class SpreadDecode:
     """``vae.decode`` with its tiles spread over the ranks of ``torch.distributed``'s world (same signature)."""
 
-    def __init__(self, vae: Any) -> None:
-        self.vae = vae
+    def __init__(self, vae: Any, agree: Callable[[], Any] | None = None) -> None:
+        self.vae, self.agree = vae, agree
         registry = HookRegistry.check_if_exists_or_initialize(vae.decoder)
         hook = registry.get_hook(DECODE_HOOK)
         if not isinstance(hook, _Tiles):
@@ -123,14 +124,17 @@ class SpreadDecode:
         try:
             self.tiles.start(SHARE, dist.get_rank(), dist.get_world_size())
             decode(self.vae, z, return_dict=False)  # on meta: the shapes of the blend, and this rank's tiles decoded
+            if self.agree is not None:  # a rank that failed its share stops the others here, not in a broadcast
+                self.agree()
             self.tiles.start(BLEND)
             return decode(self.vae, z, return_dict=return_dict)
         finally:
             self.tiles.stop()
 
 
-def spread_decode(vae: Any) -> None:
+def spread_decode(vae: Any, agree: Callable[[], Any] | None = None) -> None:
     """Make ``vae.decode`` spread its tiles over the ranks (idempotent; every rank must call it: the decode then
-    takes every rank, as the transformer's steps do)."""
+    takes every rank, as the transformer's steps do). ``agree``: called on every rank between the two passes (the
+    job's agreement, ``RankGroup.step``: it raises ``PeerFailed`` when another rank failed its share)."""
     if not isinstance(vae.__dict__.get("decode"), SpreadDecode):
-        vae.decode = SpreadDecode(vae)
+        vae.decode = SpreadDecode(vae, agree)

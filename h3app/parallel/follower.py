@@ -34,7 +34,7 @@ def bind(group: RankGroup | None, backend: RankBackend) -> None:
         if name in backend.model.components:
             parallelize(backend.model.components[name], group.spec)
     if VIDEO_VAE in backend.model.components:
-        spread_decode(backend.model.components[VIDEO_VAE])  # each rank decodes its share of the tiles
+        spread_decode(backend.model.components[VIDEO_VAE], group.step)  # each rank decodes its share of the tiles
     backend.wrap_job = Lockstep(group, backend.model.transformer)
     if not group.leader:
         backend.output_dir = Path(tempfile.mkdtemp(prefix=f"h3app-rank{group.rank}-"))

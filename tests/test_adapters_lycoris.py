@@ -234,3 +234,13 @@ def test_the_check_refuses_alpha_for_a_whole_factor_lokr(tmp_path: Path) -> None
     with pytest.raises(H3AppError, match="alpha does not apply .* alpha × strength is not its scale"):
         run_transformer_check(model, load_adapter(path, shapes=TINY_SHAPES), a=DEFAULT_A, b=DEFAULT_B)
     assert state_hash(model) == base
+
+
+def test_the_sglang_snippet_says_sglang_cannot_load_them(tmp_path: Path) -> None:
+    from h3app.adapters.sglang import solve_flags
+
+    for kind in KINDS:
+        path, _ = kind_file(tmp_path / f"{kind}.safetensors", kind, "lora_unet")
+        info = inspect_file(path, shapes=TINY_SHAPES)
+        flags = solve_flags(info.sglang, {t: 1.0 for t in info.targets}, 1.0)
+        assert flags.alpha is None and flags.scale is None and f"{kind} (5 targets)" in (flags.reason or "")

@@ -59,7 +59,8 @@ def sglang_facts(view: HeaderView, modules: Sequence[ModulePlan]) -> dict[str, A
         qkv_group = section[0] if len(module.targets) == 1 and section[-1] in QKV else None
         for target in module.targets:
             facts[target] = {"rank": module.rank, "tensor_alpha": tensor, "pattern_alpha": pattern,
-                             "qkv_group": qkv_group}
+                             "qkv_group": qkv_group,
+                             "kind": "dora" if module.magnitude_key else module.kind}  # lora, lokr, loha, dora
     ranks = {m.rank for m in modules}
     slotted = any(_SLOT.search(key) for key in view.tensors)
     plain = {key: view.metadata[key] for key in PLAIN_METADATA_ALPHAS if key in view.metadata}
@@ -155,6 +156,11 @@ def solve_flags(facts: Mapping[str, Any], h3app_scales: Mapping[str, float], str
 
 def load_refusal(facts: Mapping[str, Any]) -> str | None:
     """Why sglang's PEFT loader refuses the file whatever the flags, or None."""
+    kinds = Counter(f.get("kind", "lora") for f in (facts.get("modules") or {}).values())
+    other = sorted(k for k in kinds if k != "lora")
+    if other:
+        return (f"its {', '.join(f'{k} ({kinds[k]} targets)' for k in other)} modules are not plain LoRA pairs, and "
+                "sglang's H3 LoRA loader applies plain pairs only (h3app's export writes LoKr/LoHa exactly as pairs)")
     values = [("adapter_config.json lora_alpha", facts.get("config_lora_alpha")),
               ("the file's lora_adapter_metadata lora_alpha", facts.get("metadata_lora_alpha"))]
     values += [(f"the file's metadata {k}", v) for k, v in (facts.get("plain_metadata_alphas") or {}).items()]

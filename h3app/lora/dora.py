@@ -33,17 +33,18 @@ def dora_norm_terms(base_rows: Callable[[int, int], torch.Tensor], out_features:
                     down: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     """``[3, out]`` float64: per output row ``‖W‖²``, ``⟨W, BA⟩`` and ``‖BA‖²`` for the base rows ``base_rows(start,
     stop)`` and factors ``A [r, in]``, ``B [out, r]``, by row chunks."""
-    A, B = down.double(), up.double()
+    device = base_rows(0, 1).device  # measured where the weight lives (a GPU: no host round trip of the weight)
+    A, B = down.to(device, torch.float64), up.to(device, torch.float64)
     gram = A @ A.T
-    terms = torch.empty(3, out_features, dtype=torch.float64)
+    terms = torch.empty(3, out_features, dtype=torch.float64, device=device)
     step = rows_per_chunk(in_features)
     for start in range(0, out_features, step):
         stop = min(start + step, out_features)
-        W = base_rows(start, stop).double().to(A.device)
+        W = base_rows(start, stop).to(device, torch.float64)
         rows_B = B[start:stop]
-        terms[0, start:stop] = W.pow(2).sum(dim=1).cpu()
-        terms[1, start:stop] = ((W @ A.T) * rows_B).sum(dim=1).cpu()
-        terms[2, start:stop] = ((rows_B @ gram) * rows_B).sum(dim=1).cpu()
+        terms[0, start:stop] = W.pow(2).sum(dim=1)
+        terms[1, start:stop] = ((W @ A.T) * rows_B).sum(dim=1)
+        terms[2, start:stop] = ((rows_B @ gram) * rows_B).sum(dim=1)
     return terms
 
 

@@ -131,22 +131,49 @@ def test_context_parallel_pays_the_stated_exchange_over_the_gpus_link(ulysses, r
     assert split["decode_s"] == alone["decode_s"]  # one tile per clip: nothing to spread, no frames to gather
 
 
-@pytest.mark.parametrize("ranks, share", [(1, 1.0), (4, 7 / 28), (8, 4 / 28)])
-def test_the_video_decode_spreads_its_tiles_over_the_ranks_and_gathers_the_frames(ranks, share):
-    """28 tiles per clip (1344×768 at 256 px tiles, ≥ 64 px overlap): a rank decodes ceil(28 / N) of them, then
-    receives the others' frames (float32) over the link; the audio decode is not split."""
-    from h3app.hardware.decode_split import tiles_along
+@pytest.mark.parametrize("ranks, share", [(1, 1.0), (4, 49 / 196), (8, 25 / 196)])
+def test_the_video_decode_spreads_its_calls_over_the_ranks_and_receives_the_others_tiles(ranks, share):
+    """1344×768, 124 frames: 7 clips × 28 tiles (256 px, ≥ 64 px overlap) = 196 decoder calls, call k on rank
+    k mod N, so a rank runs ceil(196 / N); then it receives every tile it did not decode (28 frames × 256² × RGB,
+    float32) over the link; the audio decode is not split."""
+    from h3app.hardware.decode_split import DecodeCalls, clips, tiles_along
 
     assert tiles_along(1344, 256, 64) * tiles_along(768, 256, 64) == 28
+    vae = type("VAE", (), {"tokens_chunk_size": 5, "config": type("C", (), {"token_drop": 3})})()
+    assert clips(vae, 37) == 7  # 124 frames: 37 latent frames
+    tile = 28 * 256 * 256 * 3 * 4
     measured = _synthetic(FLOPS)
-    measured.rehearsal.decode_tiles, measured.rehearsal.video_shape = 28, (124, 768, 1344, 3)
+    measured.rehearsal.decode = DecodeCalls(196, tile)
     peaks = roofline.PEAKS["H200"]
     placement = Placement("none", ranks=ranks)
     out = roofline.predict_one(measured, placement, None, BY_NAME["h200x8"], steps=5)
     decode = max(10**14 * share / H200_FP32, 10**9 / H200_HBM)  # FLOPs scaled by the share, the weights read whole
-    gather = 124 * 768 * 1344 * 3 * 4 * (ranks - 1) / ranks / H200_NVLINK
-    assert out["decode_s"] == pytest.approx(decode + gather, abs=1e-3)
+    received = (196 - 196 // ranks) * tile if ranks > 1 else 0
+    assert out["decode_s"] == pytest.approx(decode + received / H200_NVLINK, abs=1e-3)
     assert roofline.once_seconds(measured, placement, peaks)["vae_decode"] == pytest.approx(decode, rel=1e-9)
+
+
+@pytest.mark.parametrize("flavor, ranks, backend, share", [("h200", 1, "fa3", 648 / 989.4),
+                                                           ("h200x4", 4, "cudnn", 595 / 989.4),
+                                                           ("rtx-pro-6000", 1, "cudnn", 0.73),
+                                                           ("a100-large", 1, "sdpa", 0.73)])
+def test_the_attention_flops_run_at_the_share_of_the_backend_the_app_picks_on_the_card(flavor, ranks, backend,
+                                                                                       share):
+    """FA3 on Hopper with one rank, cuDNN under Ulysses (diffusers runs its FA3 on one rank only) and on
+    Blackwell, SDPA elsewhere; each at its published share of the bf16 peak, the rest of the FLOPs at the GEMM
+    rate; ``--attention sdpa`` prices a box without the package."""
+    flops = {"denoise": {BASE: {"bfloat16": 3 * 10**15}}}
+    measured = _synthetic(flops, evaluations=1)
+    measured.rehearsal.attention = {"denoise": {BASE: {"bfloat16": 2 * 10**15}}}
+    box = BY_NAME[flavor]
+    peaks = roofline.PEAKS[box.gpu]
+    out = roofline.predict_one(measured, Placement("none", ranks=ranks), None, box, steps=5)
+    assert out["attention"] == backend
+    bf16 = peaks.bf16 * 1e12
+    step = max((10**15 / (bf16 * GEMM) + 2 * 10**15 / (bf16 * share)) / ranks, 60 * 10**9 / peaks.memory_bytes_per_s)
+    assert out["step_s"] - out["exchange_s"] == pytest.approx(step, abs=2e-4)
+    sdpa = roofline.predict_one(measured, Placement("none", ranks=ranks), None, box, steps=5, attention="sdpa")
+    assert sdpa["attention"] == "sdpa" and sdpa["step_s"] >= out["step_s"]
 
 
 def test_every_priced_flavor_reads_its_row():

@@ -36,7 +36,7 @@ from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
 from . import full_size
-from .decode_split import spatial_tiles
+from .decode_split import DecodeCalls, decode_calls
 from .fake_cuda import PhaseBytes, fake_cuda
 from .header_adapter import adapter_from_header
 from .rehearsal_check import CheckRehearsal, rehearse_check
@@ -109,7 +109,7 @@ class Rehearsal:
     scheduler_shift: float = 3.0  # the pipeline's default video shift (how many evaluations N steps run)
     preview_read_bytes: int = 0  # device bytes one step preview reads (``options.preview``; FLOPs: phase "preview")
     preview_decoder: str | None = None
-    decode_tiles: int = 1  # spatial tiles per clip of the video decode (``decode_split.spatial_tiles``)
+    decode: DecodeCalls = field(default_factory=DecodeCalls)  # the video decode's decoder calls (``decode_split``)
 
 
 def rehearse(options: RehearsalOptions, *,
@@ -189,7 +189,7 @@ def rehearse(options: RehearsalOptions, *,
             scheduler_shift=request_shift(pipe, request),
             preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
             preview_decoder=board.latest().decoder if board and board.latest() else None,
-            decode_tiles=spatial_tiles(loaded.components.get("vae"), height, width))
+            decode=decode_calls(loaded.components.get("vae"), tokens.get("latent_frames", 0), height, width))
 
 
 def _counted_preview(listener: Any, counter) -> Any:
@@ -252,6 +252,8 @@ def _instrument(loaded: LoadedModel, workflow: str, counter, tokens: dict[str, i
         def run(*args: Any, **kwargs: Any) -> Any:
             if PREVIEW in counter.open_phases:  # a step preview's own decode is the preview's work
                 return original(*args, **kwargs)
+            if name == "vae_decode":  # the latents' frames set how many clips the decode runs
+                tokens["latent_frames"] = int(args[0].shape[2])
             with counter.phase(name):
                 return original(*args, **kwargs)
 

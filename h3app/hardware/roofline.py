@@ -18,7 +18,7 @@ that transfer). The weights are read in full on every GPU.
 
 Context parallel divides an evaluation's FLOPs and moved bytes by its ranks and adds the ranks' exchange of
 activations (``exchange_seconds``: over NVLink where the card has it, else PCIe; not overlapped). The video decode
-divides its tiles over the ranks (``decode_split.py``) and gathers the decoded frames.
+divides its decoder calls (clips × tiles) over the ranks and each receives the others' tiles (``decode_split.py``).
 
 Per flavor (``predict_one``), nothing hidden: ``video_s = (evaluations − skipped) × step_s + skipped ×
 skipped_step_s + text_encoder_s + encode_s + decode_s + transfer_s`` — ``step_s`` one transformer evaluation,
@@ -284,7 +284,7 @@ def predict_one(measured: Any, placement: Any, lora_mode: str | None, hardware: 
     evaluations = request_evaluations(rehearsal, steps)
     skipped = skipped_evaluations(evaluations, cache)
     skipped_step = skipped_step_seconds(step, measured)
-    gather = gather_bytes(tuple(rehearsal.video_shape), placement.ranks) / peaks.link_bytes_per_s
+    gather = gather_bytes(rehearsal.decode, placement.ranks) / peaks.link_bytes_per_s
     parts = {"text_encoder_s": once.get("text_encoder", 0.0), "encode_s": sum(once.get(n, 0.0) for n in ENCODES),
              "decode_s": sum(once.get(n, 0.0) for n in DECODES) + gather,
              "transfer_s": moved / peaks.host_bytes_per_s}
@@ -305,7 +305,7 @@ def once_seconds(measured: Any, placement: Any, peaks: Peaks) -> dict[str, float
     from .rehearsal import PHASE_COMPONENT
 
     rehearsal = measured.rehearsal
-    share = rank_share(rehearsal.decode_tiles, placement.ranks)
+    share = rank_share(rehearsal.decode.calls, placement.ranks)
     return {name: phase_seconds(total(rehearsal.flops, name), measured.weights.get(PHASE_COMPONENT.get(name, name), 0),
                                 peaks, moved=moved_total(rehearsal.moved, name), ops=moved_total(rehearsal.ops, name),
                                 attention=total(rehearsal.attention, name), backend=SDPA,

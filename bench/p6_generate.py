@@ -11,7 +11,8 @@ runs (B's latents equal A's: decoded once, its mp4 remuxed from A's), the determ
 each mp4 encoded while the next run denoises, plus difference heatmaps and spectrograms drawn while the last mp4
 is written — against one ``Backend.generate``.
 
-Then the predicted time the page shows before Generate over the measured one (``predicted_time.py``).
+Then the predicted time the page shows before Generate over the measured one (``predicted_time.py``), and the
+page's Generate (step previews on and off) over ``/generate`` at 80 steps (``page_generate.py``).
 
 These rows are wall clock (the worker thread and the encoders run beside the caller), and a 0.4 s pipeline on a
 shared 2-core machine moves by tens of per cent from run to run: every row is the median of interleaved rounds
@@ -26,7 +27,7 @@ from typing import Any
 
 from h3app.rules.choices import T2VA
 
-from . import predicted_time
+from . import page_generate, predicted_time
 from .context import BenchContext
 from .table import Goal, Row
 from .timing import Timing, Variant, compare
@@ -129,6 +130,8 @@ def run(ctx: BenchContext) -> list[Row]:
                         f"{best_of(checks['check'], checks['ours'])}", clock))
         ctx.log("P6: the predicted time against the measured one …")
         rows.extend(predicted_time.rows(backend.model, request, ctx.heavy_repeats, clock))
+        ctx.log("P6: the page's Generate against /generate …")
+        rows.extend(page_generate.rows(backend, ctx.heavy_repeats, clock))
         return rows
     finally:
         backend.close()

@@ -14,6 +14,12 @@ inputs and output (never writes them), decodes x̂₀ with ``model.preview_decod
 and last frames (and a waveform band when the audio decode is cheap), and hands it to a :class:`PreviewBoard` —
 one per request, so two visitors never see each other's previews. A preview that fails turns previews off for the
 rest of the run with a note; it never fails the run.
+
+A board with a ``budget`` (a share of the run's denoising time, the page's) thins its previews so that they cost what
+they show: the first evaluation is previewed, and a later one only while the previews' seconds so far plus one more
+stay within ``budget`` × the denoising seconds so far. Where a preview costs less than ``budget`` of a step (the full
+model on a GPU: a few %) every step is previewed; where it costs more (the tiny model, whose VAE decode costs about
+two of its steps) they come further apart. Without a budget (the CLI's ``--preview``) every step is previewed.
 """
 
 from __future__ import annotations
@@ -191,6 +197,9 @@ class StepPreview(EvaluationListener):
         self.layout: Layout | None = None
         self.started = 0.0
         self.stopped = False
+        self.denoised = 0.0  # seconds of evaluations so far (previews not counted)
+        self.spent = 0.0  # seconds of previews so far
+        self.cost = 0.0  # the last preview's seconds
 
     def before_evaluation(self, evaluation: Evaluation) -> None:
         self.started = time.perf_counter()
@@ -201,14 +210,20 @@ class StepPreview(EvaluationListener):
         try:
             _synchronised(inputs["hidden_states"].device)
             begun = time.perf_counter()
+            self.denoised += begun - self.started
+            if not self.board.wants(self.spent, self.cost, self.denoised):
+                self.board.skipped()
+                return
             with torch.inference_mode():
                 image, audio, read = self._picture(inputs, output, begun - self.started)
         except Exception as error:  # a preview must never fail the run: previews stop, the run goes on
             self.stopped = True
             self.board.note(f"previews stopped at step {evaluation.index + 1}: {type(error).__name__}: {error}")
             return
+        self.cost = time.perf_counter() - begun
+        self.spent += self.cost
         self.board.put(Preview(self.column, evaluation.index + 1, evaluation.count, image, self.decoders.video.name,
-                               audio, time.perf_counter() - begun, begun - self.started, read_bytes=read))
+                               audio, self.cost, begun - self.started, read_bytes=read))
 
     def _picture(self, inputs: Mapping[str, Any], output: Any,
                  step_seconds: float) -> tuple[np.ndarray, bool, int]:
@@ -250,16 +265,19 @@ class PreviewBoard:
     also written as ``folder/step-K.png`` (column ``""``) or ``folder/<column>/step-K.png``.
 
     ``decoder``: one of ``model.preview_decoders.DECODERS``; ``audio``: None = the waveform band while within
-    :data:`AUDIO_BUDGET`, True = always, False = never."""
+    :data:`AUDIO_BUDGET`, True = always, False = never; ``budget``: the share of the denoising time previews may
+    take (None: a preview after every evaluation; see the module docstring)."""
 
-    def __init__(self, folder: str | Path | None = None, decoder: str = "auto", audio: bool | None = None) -> None:
+    def __init__(self, folder: str | Path | None = None, decoder: str = "auto", audio: bool | None = None,
+                 budget: float | None = None) -> None:
         if decoder not in preview_decoders.DECODERS:
             raise H3AppError(f"the preview decoder must be one of {', '.join(preview_decoders.DECODERS)}, "
                              f"got {values.short(decoder)}.")
         self.folder = Path(folder) if folder is not None else None
         if self.folder is not None and self.folder.exists() and not self.folder.is_dir():
             raise H3AppError(f"the preview folder {str(self.folder)!r} is a file: give a folder (it is created).")
-        self.decoder, self.audio = decoder, audio
+        self.decoder, self.audio, self.budget = decoder, audio, budget
+        self.thinned = 0  # evaluations left without a preview to stay within the budget
         self._history: dict[str, list[Preview]] = {}
         self._started: dict[str, int] = {}  # column → the board version its first preview came at
         self._notes: list[str] = []
@@ -286,6 +304,16 @@ class PreviewBoard:
             self._started.setdefault(preview.column, self._version)
             self._version += 1
             self._changed.notify_all()
+
+    def wants(self, spent: float, cost: float, denoised: float) -> bool:
+        """Whether a run's listener previews this evaluation: always without a budget and for its first preview
+        (``cost`` 0: not measured yet), else while ``spent`` + ``cost`` (seconds) stays within ``budget`` ×
+        ``denoised``."""
+        return self.budget is None or cost == 0.0 or spent + cost <= self.budget * denoised
+
+    def skipped(self) -> None:
+        with self._changed:
+            self.thinned += 1
 
     def note(self, text: str) -> None:
         with self._changed:

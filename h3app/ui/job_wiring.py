@@ -42,6 +42,8 @@ from .generate.events import (
     stale_refusals,
 )
 from .generate.preview_stream import (
+    PAGE_PREVIEW_BUDGET,
+    PREVIEW_OFF,
     CheckPreviews,
     GeneratePreview,
     SentImages,
@@ -49,6 +51,7 @@ from .generate.preview_stream import (
     check_update,
     generate_finished,
     generate_update,
+    preview_toggled,
 )
 from .generate.settings_file import load_settings_view
 from .generate.tab import RequestControls
@@ -177,15 +180,18 @@ class JobWiring:
 
         def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                          ) -> Iterator[dict[Any, Any]]:
-            board = PreviewBoard()  # this request's previews, streamed to this page only
+            board = PreviewBoard(budget=PAGE_PREVIEW_BUDGET)  # this request's previews, streamed to this page only
+            on = values[generate.step_preview] is not False
             views = self.events.generate.generate_views(self.job_form(values), (values[slot_1.info],
-                                                        values[slot_2.info]), request, progress, board)
+                                                        values[slot_2.info]), request, progress, board, on)
             yield from streamed_reply(generate.status, generate_parts, views,
                                       lambda now: generate_update(live, board, now),
-                                      lambda stopped: generate_finished(live, board, stopped))
+                                      lambda stopped: (generate_finished(live, board, stopped) if on
+                                                       else {live.preview_note: PREVIEW_OFF}))
 
+        generate.step_preview.change(preview_toggled, [generate.step_preview], [generate.preview_note], **CHEAP)
         generated = self.start(generate.generate_button, generate.status, run_generate,
-                               self.job_inputs(slot_1.info, slot_2.info),
+                               self.job_inputs(slot_1.info, slot_2.info, generate.step_preview),
                                [*generate_parts.values(), generate.status, generate.preview, generate.preview_note],
                                above=True, scroll_to_output=False, show_progress_on=[generate.video])
         generated.then(self.grid_estimate, set(self.grid_parts.values()), [self.tabs.grid.estimate], **CHEAP)
@@ -225,7 +231,7 @@ class JobWiring:
 
         def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                       ) -> Iterator[dict[Any, Any]]:
-            board = PreviewBoard()  # A, B and the fallback of this request, streamed to this page only
+            board = PreviewBoard(budget=PAGE_PREVIEW_BUDGET)  # A, B and the fallback, streamed to this page only
             views = self.events.comparisons.check_views(self.job_form(values), read(CheckForm, check_parts, values),
                                                         request, progress, board)
             yield from streamed_reply(equivalence.status, check_outputs, views,

@@ -188,12 +188,15 @@ class GenerateEvents:
         return self._finished(form, infos, generation, output)
 
     def generate_views(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None], request: gr.Request,
-                       progress: Any, board: PreviewBoard) -> Iterator[Progress | GenerateView | Stopped]:
+                       progress: Any, board: PreviewBoard, previews: bool = True
+                       ) -> Iterator[Progress | GenerateView | Stopped]:
         """:meth:`generate_view` with step previews on ``board``: the job's progress while it runs (each time it
-        or a preview changed), then the view (or Stopped)."""
+        or a preview changed), then the view (or Stopped). ``previews`` False (the page's toggle off): the run
+        decodes none, as through the API."""
         generation, adapters = self._job(form)
+        shown = board if previews else None
         output = yield from self.runner.stream(
-            lambda: self.backend.submit_generate(generation, adapters, form.token or None, previews=board), request,
+            lambda: self.backend.submit_generate(generation, adapters, form.token or None, previews=shown), request,
             progress, "generation", board)
         yield (output.after(form.session, "generate") if isinstance(output, Stopped)
                else self._finished(form, infos, generation, output))

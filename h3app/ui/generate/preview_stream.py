@@ -18,6 +18,10 @@ from ...backend.worker import Progress
 CHECK_COLUMNS = ("A", "B", "fallback")  # left to right; the backend runs the fallback first, then A, then B
 CHECK_LABELS = {"A": "A", "B": "B", "fallback": "fallback (alpha = rank)"}
 WAITING = "Step previews appear here: the first, middle and last frames of what each step is making."
+PREVIEW_OFF = "Step preview off: nothing is decoded while the video is made (as fast as the API)."
+# The share of a run's denoising time the page's previews may take (``PreviewBoard.budget``): the page's Generate
+# stays within 10 % of /generate (bench/preview_page_cost.py measures it); the CLI's --preview keeps every step.
+PAGE_PREVIEW_BUDGET = 0.05
 
 
 @dataclass
@@ -26,15 +30,23 @@ class GeneratePreview:
 
     preview: gr.Image
     preview_note: gr.Markdown
+    toggle: gr.Checkbox | None = None  # "Step preview": off, a run decodes no preview at all
 
 
 def build_generate_preview() -> GeneratePreview:
     with gr.Column(elem_id="generate-preview-box"):
+        toggle = gr.Checkbox(label="Step preview", value=True, elem_id="step-preview",
+                             info="what each step is making; thinned to stay within 5 % of the run's time")
         note = gr.Markdown(WAITING, elem_id="generate-preview-note", elem_classes=["h3-note"])
         image = gr.Image(label="Step preview — first, middle and last frame of what this step predicts",
                          interactive=False, height=180, elem_id="generate-preview", format="png",
                          buttons=[])
-    return GeneratePreview(image, note)
+    return GeneratePreview(image, note, toggle)
+
+
+def preview_toggled(on: bool) -> str:
+    """The preview's line when the toggle changes."""
+    return WAITING if on else PREVIEW_OFF
 
 
 @dataclass
@@ -109,6 +121,11 @@ def generate_finished(parts: GeneratePreview, board: PreviewBoard, stopped: bool
     if stopped:
         return {parts.preview_note: f"**Stopped after {latest.step} of {latest.count} steps**: the last preview "
                                     f"stays shown.", parts.preview: latest.image}
+    if latest.step < latest.count:  # thinned: a preview costs more than the budget's share of a step here
+        return {parts.preview_note: f"Last preview at step {latest.step} of {latest.count}: on this model a preview "
+                                    f"costs {latest.seconds / max(latest.step_seconds, 1e-9):.1f} steps, so they "
+                                    f"were thinned to {PAGE_PREVIEW_BUDGET:.0%} of the run's time.",
+                parts.preview: latest.image}
     return {parts.preview_note: f"Step {latest.count} of {latest.count}: the last preview is the video's first, "
                                 f"middle and last frame.", parts.preview: latest.image}
 

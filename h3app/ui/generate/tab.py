@@ -140,6 +140,7 @@ class GenerateTab:
     diffusers_snippet: gr.Code
     preview: gr.Image  # the step preview beside the video (preview_stream.py)
     preview_note: gr.Markdown
+    step_preview: gr.Checkbox  # the "Step preview" toggle
 
 
 def build_generate_tab() -> GenerateTab:
@@ -173,4 +174,4 @@ def build_generate_tab() -> GenerateTab:
     return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html,
                        settings_json,
                        settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet,
-                       live.preview, live.preview_note)
+                       live.preview, live.preview_note, live.toggle)

@@ -1,0 +1,77 @@
+"""P6's page rows: the page's Generate against the API's ``/generate`` for the same request (80 steps, the tiny model,
+the demo style adapter), in the same process, interleaved round by round.
+
+Ours: what the page's Generate event does — ``GenerateEvents.generate_views`` with the request's ``PreviewBoard``
+at the page's budget (``ui/generate/preview_stream.PAGE_PREVIEW_BUDGET``), its updates through ``streamed_reply``
+(each preview image sent once), every image through ``gr.Image.postprocess`` as Gradio does with a yielded picture
+(a PNG in Gradio's cache), and the finished view (snippets, history). Peer: what ``/generate`` runs —
+``GenerateEvents.generate``, the same worker job without previews. Two rows: "Step preview" on (the previews thinned
+to their budget; goal ≤ 1.1×) and off (goal ≤ 1.05×: the same work).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .table import Goal, Row
+from .timing import Variant, compare
+
+CASE = "P6"
+STEPS = 80
+PROMPT = "a red ball moving right over a grey floor, low soft hum"
+STYLE = Path(__file__).resolve().parents[1] / "assets" / "adapters" / "tiny_style_warm.safetensors"
+
+
+def page_generate(events: Any, form: Any, previews: bool) -> dict[str, Any]:
+    """One Generate as the page runs it; returns what it showed: images sent and the board's summary."""
+    import gradio as gr
+    import numpy as np
+
+    from h3app.backend.preview import PreviewBoard
+    from h3app.ui.generate.preview_stream import (
+        PAGE_PREVIEW_BUDGET,
+        GeneratePreview,
+        generate_finished,
+        generate_update,
+    )
+    from h3app.ui.job_wiring import streamed_reply
+
+    image, note = gr.Image(format="png"), gr.Markdown()
+    parts, board = GeneratePreview(image, note), PreviewBoard(budget=PAGE_PREVIEW_BUDGET)
+    views = events.generate_views(form, (), None, None, board, previews)
+    sent = 0
+    for update in streamed_reply("status", {"video": "video"}, views, lambda now: generate_update(parts, board, now),
+                                 lambda stopped: generate_finished(parts, board, stopped)):
+        if isinstance(update, dict) and isinstance(update.get(image), np.ndarray):
+            image.postprocess(update[image])  # Gradio writes each yielded picture to its cache as a PNG
+            sent += 1
+    return {"sent": sent, **board.summary(), "thinned": board.thinned}
+
+
+def rows(backend: Any, repeats: int, clock: str) -> list[Row]:
+    """The page's Generate with "Step preview" on and off, each over ``/generate``'s job (medians of ``repeats``
+    interleaved rounds after a warm-up)."""
+    from h3app.settings import LoRASettings
+    from h3app.ui.forms import JobForm, RequestForm
+    from h3app.ui.generate.events import GenerateEvents
+    from h3app.ui.session import RunningJobs, job_adapters, with_adapter
+
+    events = GenerateEvents(backend, RunningJobs())
+    session = with_adapter(None, "1", LoRASettings(source=str(STYLE)))
+    form = JobForm(session, "unmerged", RequestForm(prompt=PROMPT, seed=7, steps=STEPS), "")
+    generation, adapters = form.request.to_request(), job_adapters(session, "unmerged")
+    shown: list[dict[str, Any]] = []
+    timings = compare([Variant("api", lambda: events.generate(generation, adapters, None, None, None)),
+                       Variant("on", lambda: shown.append(page_generate(events, form, True))),
+                       Variant("off", lambda: page_generate(events, form, False))],
+                      repeats=max(3, repeats), warmup=1, clock=clock)
+    last = shown[-1]
+    note = (f"{last['columns'].get('generation', 0)} previews of {STEPS - 1} evaluations, {last['sent']} images sent, "
+            f"{last['thinned']} thinned; a preview costs {last['share_of_step']}× a step "
+            f"({last['decoder']} decoder); best-of ratio {timings['on'].best / timings['api'].best:.2f}×")
+    return [Row(CASE, f"page Generate, Step preview on, {STEPS} steps (tiny, style adapter)", timings["on"].median,
+                "/generate (same job)", timings["api"].median, Goal("≤ 1.1×", max_ratio=1.1), note, clock),
+            Row(CASE, f"page Generate, Step preview off, {STEPS} steps (tiny, style adapter)", timings["off"].median,
+                "/generate (same job)", timings["api"].median, Goal("≤ 1.05×", max_ratio=1.05),
+                f"best-of ratio {timings['off'].best / timings['api'].best:.2f}×", clock)]

@@ -112,7 +112,9 @@ def describe_counts(counts: Mapping[str, int], banks: int) -> str:
     deltas = counts.get(DIFF, 0) + counts.get(DIFF_B, 0)
     replaced = counts.get(SET_WEIGHT, 0) + counts.get(SET_BIAS, 0)
     pairs = counts.get(LORA, 0)
-    text = f"A/B {pairs} pairs ({2 * pairs} tensors), Δ {deltas}"
+    made = counts.get("lokr", 0) + counts.get("loha", 0)  # LoKr/LoHa modules: an exact pair each, not two tensors
+    stored = f"{2 * (pairs - made)} tensors" + (f" + {made} LoKr/LoHa modules as exact pairs" if made else "")
+    text = f"A/B {pairs} pairs ({stored}), Δ {deltas}"
     if deltas:
         text += f" (diff {counts.get(DIFF, 0)}, diff_b {counts.get(DIFF_B, 0)})"
     text += f", replacements {replaced}"

@@ -7,10 +7,10 @@ from typing import Protocol
 
 from ..errors import H3AppError
 from ..rules.module_rules import FUSED_QKV, SWIGLU_GATE_UP, Alternative
+from .layouts import BLOCKED, INTERLEAVED, layout_of  # noqa: F401 — BLOCKED/INTERLEAVED re-exported
+from .layouts import qkv_order as layout_qkv_order
 from .types import HeaderView
 
-BLOCKED = "blocked"
-INTERLEAVED = "interleaved"
 FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
 
 
@@ -66,12 +66,7 @@ def check_factors(
             raise H3AppError(
                 f"{name}: {key!r} is {dtype}: quantised or integer LoRA factors are not supported; use an F16/BF16/F32 file."
             )
-    if matched_flat:
-        fmt = "kohya"
-    elif alternative.family == "native":
-        fmt = "diffsynth" if entry.slots else "native"
-    else:
-        fmt = "peft"
+    layout = layout_of(matched_flat, alternative.family, bool(entry.slots))
     stacked = len(down_shape) == 3 or len(up_shape) == 3
     if len(down_shape) not in (2, 3) or len(up_shape) not in (2, 3) or len(down_shape) != len(up_shape):
         raise H3AppError(
@@ -115,7 +110,7 @@ def check_factors(
                     f"{name}: fused QKV module {entry.stem!r} has {out_rows} lora_B rows, not divisible by 3: it is not "
                     "an H3 QKV projection."
                 )
-            qkv_order = qkv_layout if qkv_layout != "auto" else (INTERLEAVED if fmt == "diffsynth" else BLOCKED)
+            qkv_order = layout_qkv_order(layout, qkv_layout)
             shapes = ((out_rows // 3, in_features),) * 3
     elif rule.layout == SWIGLU_GATE_UP:
         if out_rows % 2:
@@ -127,7 +122,7 @@ def check_factors(
         shapes = ((out_rows, in_features),)
     (style,) = entry.styles
     return FactorFacts(
-        format=fmt, stacked=stacked, rank=int(down_rank), target_shapes=shapes, qkv_order=qkv_order,
+        format=layout.name, stacked=stacked, rank=int(down_rank), target_shapes=shapes, qkv_order=qkv_order,
         dtype=down_dtype if down_dtype == up_dtype else "/".join(sorted((down_dtype, up_dtype))), suffix_style=style,
     )
 

@@ -44,6 +44,7 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
 from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors  # noqa: F401
 from .kinds import FACTOR_NAMES, check_kind
 from .kinds.dora import MAGNITUDE_NAMES, check_magnitude
+from .layouts import FLATTENED_PREFIXES
 from .parts import PartsPlan, plan_parts, refuse_part_conflicts
 from .refusals import refuse_families, refuse_foreign, refuse_no_lora
 from .types import HeaderView
@@ -58,7 +59,7 @@ SUFFIX_DOWN_UP = "lora_down/up"
 PEFT_SAVE_PREFIX = "base_model.model."
 WRAPPER_PREFIXES = (PEFT_SAVE_PREFIX, "model.diffusion_model.", "diffusion_model.", "transformer_ref.",
                     "transformer.", "model.")
-FLATTENED_PREFIXES = ("lora_unet_", "lora_transformer_", "lycoris_")  # kohya, musubi; SimpleTuner's LyCORIS
+# FLATTENED_PREFIXES (kohya, musubi; SimpleTuner's LyCORIS): the flattened layouts' prefixes (``layouts.py``).
 
 # A key is prefix + module stem + factor suffix. The prefix is up to four wrappers, then a flattened kohya prefix; it
 # is atomic: wrappers are taken greedily (the first listed that fits, each time) and never given back to make the
@@ -386,7 +387,8 @@ def _module_plan(
     """The plan of one module, its factors checked (``factor_checks.check_factors``, or its kind's: ``kinds/``)."""
     kind, factor_keys, alpha_applies = LORA_KIND, tuple(sorted(entry.factors.items())), True
     if entry.factors:
-        factors, kind, alpha_applies = check_kind(view, entry, alternative.rule, matched_flat, alternative.family)
+        factors, kind, alpha_applies = check_kind(view, entry, alternative.rule, matched_flat, alternative.family,
+                                                  qkv_layout)
         entry.down, entry.up = factor_keys[0][1], factor_keys[-1][1]  # named in messages; ``keys`` lists them all
     if entry.down is None or entry.up is None:
         have, missing = ("lora_A/lora_down", "lora_B/lora_up") if entry.down else ("lora_B/lora_up", "lora_A/lora_down")

@@ -12,7 +12,8 @@ from typing import Any
 
 from ...errors import H3AppError
 from ...rules.module_rules import FUSED_QKV, SWIGLU_GATE_UP, ModuleRule
-from ..factor_checks import BLOCKED, FactorFacts, StemFacts, check_alpha
+from ..factor_checks import FactorFacts, StemFacts, check_alpha
+from ..layouts import layout_of, qkv_order
 from ..types import HeaderView
 from . import loha, lokr
 from .base import Kind, KindFacts
@@ -32,7 +33,7 @@ def kind_of(factor: str) -> Kind:
 
 
 def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_flat: bool,
-               family: str) -> tuple[FactorFacts, str, bool]:
+               family: str, qkv_layout: str = "auto") -> tuple[FactorFacts, str, bool]:
     """``(the module's factor facts, its kind's name, whether alpha applies)`` for a module whose keys are another
     kind's factors: one kind per module, its factors checked by the kind, the rows its product makes split as the
     module's rule says (thirds of a fused QKV, halves of a SwiGLU ``fc1``)."""
@@ -55,9 +56,11 @@ def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_fla
         raise H3AppError(f"{view.name}: {kind.label} module {entry.stem!r} makes {out_features} rows, not divisible "
                          f"by {parts}: it does not fit the fused H3 layer it names; the file is not for this model.")
     rows = out_features // 3 if rule.layout == FUSED_QKV else out_features
-    fmt = "kohya" if matched_flat else "native" if family == "native" else "peft"
-    facts = FactorFacts(format=fmt, stacked=False, rank=found.rank, target_shapes=((rows, in_features),) * len(rule.targets),
-                        qkv_order=BLOCKED if rule.layout == FUSED_QKV else "", dtype=found.dtype, suffix_style=kind.name)
+    layout = layout_of(matched_flat, family, bool(entry.slots))
+    facts = FactorFacts(format=layout.name, stacked=False, rank=found.rank,
+                        target_shapes=((rows, in_features),) * len(rule.targets),
+                        qkv_order=qkv_order(layout, qkv_layout) if rule.layout == FUSED_QKV else "", dtype=found.dtype,
+                        suffix_style=kind.name)
     return facts, kind.name, found.alpha_applies
 
 

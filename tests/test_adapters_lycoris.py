@@ -244,3 +244,24 @@ def test_the_sglang_snippet_says_sglang_cannot_load_them(tmp_path: Path) -> None
         info = inspect_file(path, shapes=TINY_SHAPES)
         flags = solve_flags(info.sglang, {t: 1.0 for t in info.targets}, 1.0)
         assert flags.alpha is None and flags.scale is None and f"{kind} (5 targets)" in (flags.reason or "")
+
+
+def test_every_layout_entry_is_what_the_planner_reads(tmp_path: Path) -> None:
+    """Each prefix a layout lists (adapters/layouts.py) is planned as that layout, with that prefix."""
+    from h3app.adapters.layouts import LAYOUTS
+
+    names = {"native": "blocks.0.attn.out_proj", "diffusers": "transformer_blocks.0.attn.to_out.0"}
+    down, up = torch.randn(2, 32), torch.randn(24, 2)
+    checked = 0
+    for layout in LAYOUTS:
+        for prefix in layout.prefixes:
+            for family in ([layout.family] if layout.family else list(names)):
+                module = names[family].replace(".", "_") if layout.flattened else names[family]
+                slot = "default" if layout.slot_tell else None
+                path = save(tmp_path / f"{layout.name}{checked}.safetensors",
+                            lora_keys(prefix + module, down, up, "ab" if slot or not layout.flattened else "du", slot))
+                partition = "transformer_ref" if prefix.startswith("transformer_ref.") else "transformer"
+                info = inspect_file(path, shapes=TINY_SHAPES, partition=partition)
+                assert (info.format, info.prefix) == (layout.name, prefix), (layout.name, prefix, family)
+                checked += 1
+    assert checked >= 14

@@ -228,3 +228,16 @@ def test_a_dora_beside_an_exact_part_on_its_weight_is_refused_either_way(tmp_pat
         assert list(engine.active()) == ["first"]
         engine.detach()
         assert state_hash(model) == base
+
+
+def test_the_cache_counts_the_magnitudes(tmp_path: Path) -> None:
+    import dataclasses
+
+    from h3app.lora.cache import adapter_nbytes
+
+    path, _ = peft_dora_file(tmp_path / "dora.safetensors", base_weights(build_tiny(), PEFT_TARGETS))
+    adapter = load_adapter(path, shapes=TINY_SHAPES)
+    plain = dataclasses.replace(adapter, modules={t: dataclasses.replace(m, magnitude=None)
+                                                  for t, m in adapter.modules.items()})
+    magnitudes = sum(m.magnitude.nbytes for m in adapter.modules.values() if m.magnitude is not None)
+    assert magnitudes > 0 and adapter_nbytes(adapter) == adapter_nbytes(plain) + magnitudes

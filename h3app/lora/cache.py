@@ -30,7 +30,7 @@ def adapter_nbytes(adapter: NormalisedAdapter) -> int:
     seen: set[tuple[str, int]] = set()
     total = 0
     modules = list(adapter.modules.values()) + list(adapter.reference_modules.values())
-    tensors = [t for module in modules for t in (module.down, module.up)]
+    tensors = [t for module in modules for t in (module.down, module.up, module.magnitude) if t is not None]
     tensors += [part.tensor for part in adapter.parts.values()]
     tensors += [t for bank in adapter.banks.values() for t in (bank.weight, bank.bias) if t is not None]
     for tensor in tensors:

@@ -9,7 +9,8 @@ detached. If anything fails, every adapter is detached so the next job starts fr
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence, Set
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -368,6 +369,28 @@ class AdapterBinder:
             except BaseException:
                 self.reset(workflow)
                 raise
+
+    @contextmanager
+    def padded(self, adapters: Sequence[LoRASettings], workflow: str = T2VA, token: str | None = None
+               ) -> Iterator[int | None]:
+        """Around a grid over ``adapters``: with ``--compile`` and more than one rank among them, every A/B pair
+        attached meanwhile is zero-padded to the largest rank (diffusers' hotswap ``target_rank`` does the same), so
+        the compiled blocks see one shape per module and nothing recompiles; yields that rank, else None. Adapters
+        attached before are detached first (their factors have their own widths)."""
+        ranks: set[int] = set()
+        if self.model.options.compile and len(adapters) > 1:
+            for settings in adapters:
+                ranks.update(self.load(settings, workflow, token).adapter.info.ranks.values())
+        if len(ranks) < 2:
+            yield None
+            return
+        engine = self.engine(workflow)
+        self.reset(workflow)
+        engine.factor_rank = max(ranks)
+        try:
+            yield engine.factor_rank
+        finally:
+            engine.factor_rank = None
 
     def reset(self, workflow: str | None = None) -> None:
         """Detach every adapter (of one partition, or all): the transformers are bitwise their base."""

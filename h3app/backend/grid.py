@@ -1,10 +1,13 @@
-"""The alpha × strength grid: one generation per cell, yielded as each finishes, with its distance to the
-no-LoRA baseline (computed once per request and cached)."""
+"""The grid: rows of adapters (× alphas), columns of strengths, at each seed — one generation per cell, yielded as
+each finishes, with its distance to the no-LoRA baseline (computed once per request and cached). A cell already
+computed (same request, same adapter file, same settings) is served from the cell cache, not run again."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import re
 import threading
 import uuid
 from collections import OrderedDict
@@ -17,12 +20,14 @@ from ..rules import values
 from ..settings import LoRASettings
 from . import metrics
 from .generation import GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
+from .grid_rows import GridRow, plain_label
 from .media import write_thumbnail
 from .outputs import Outputs
 from .preview import PreviewBoard
 from .worker import Cancelled
 
 BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
+CELL_BYTES = 2 * 1024**3  # the cells' outputs kept between grids (same rule): a grid re-run with one more column
 
 
 class Baselines:
@@ -75,6 +80,9 @@ class GridCell:
     baseline_hash: str = ""
     adapter: dict[str, Any] | None = None  # the applied adapter's provenance (its ``resolved`` object included)
     cache: dict[str, Any] | None = None  # the step cache's record of this cell's run (``GenerationResult.cache``)
+    label: str = ""  # the row's adapter: file name, epoch/steps, trigger (``GridRow.label``)
+    adapter_row: int = 0  # which adapter of the grid (rows = adapters × alphas)
+    reused: bool = False  # served from the cell cache (computed before with the same request and settings)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -91,21 +99,27 @@ class GridPlan:
     strengths: tuple[float, ...]
     seeds: tuple[int, ...]
     estimated_seconds: float | None
+    adapters: int = 1  # adapter rows (each × alphas)
+
+    @property
+    def rows(self) -> int:
+        return self.adapters * len(self.alphas)
 
     @property
     def cells(self) -> int:
-        return len(self.alphas) * len(self.strengths) * len(self.seeds)
+        return self.rows * len(self.strengths) * len(self.seeds)
 
 
 def plan_grid(alphas: Sequence[float | None], strengths: Sequence[float], seeds: Sequence[int],
-              seconds_per_run: float | None) -> GridPlan:
+              seconds_per_run: float | None, adapters: int = 1) -> GridPlan:
     """Validate the axes (alpha None = auto) and estimate the time: cells + 1 baseline run per seed. The cell cap
     is the model's (``Limits.check_grid``, applied by the backend)."""
-    if not alphas or not strengths or not seeds:
-        raise H3AppError("the grid needs at least one alpha, one scale and one seed.")
+    if not alphas or not strengths or not seeds or adapters < 1:
+        raise H3AppError("the grid needs at least one adapter, one alpha, one scale and one seed.")
     plan = GridPlan(tuple(values.parse_alpha(a, "alpha") for a in alphas),
                     tuple(values.parse_strength(s, "scale") for s in strengths),
-                    tuple(values.parse_int(s, "seed", values.MIN_SEED, values.MAX_SEED) for s in seeds), None)
+                    tuple(values.parse_int(s, "seed", values.MIN_SEED, values.MAX_SEED) for s in seeds), None,
+                    adapters)
     estimate = None if seconds_per_run is None else seconds_per_run * (plan.cells + len(plan.seeds))
     return dataclasses.replace(plan, estimated_seconds=estimate)
 
@@ -134,76 +148,145 @@ def parse_values(text: str, what: str, allow_auto: bool = False) -> list[float |
     return values.parse_list(text, what, item)
 
 
-def cell_name(alpha: float | None, strength: float | None, seed: int) -> str:
-    """A cell's name in files and preview folders: ``alpha8-scale1-seed0`` (alpha ``auto`` for the file's own), or
-    ``baseline-seed0`` for the no-LoRA run (``strength`` None)."""
+def cell_name(alpha: float | None, strength: float | None, seed: int, row: str = "") -> str:
+    """A cell's name in files and preview folders: ``alpha8-scale1-seed0`` (alpha ``auto`` for the file's own),
+    ``<row>-alpha8-scale1-seed0`` in a grid of several adapters (``row``: :func:`row_name`), or ``baseline-seed0``
+    for the no-LoRA run (``strength`` None)."""
     if strength is None:
         return f"baseline-seed{seed}"
-    return f"alpha{'auto' if alpha is None else f'{alpha:g}'}-scale{strength:g}-seed{seed}"
+    prefix = f"{row}-" if row else ""
+    return f"{prefix}alpha{'auto' if alpha is None else f'{alpha:g}'}-scale{strength:g}-seed{seed}"
 
 
-def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, *, outputs: Outputs,
-             baselines: Baselines, token: str | None = None,
+def row_name(index: int, row: GridRow) -> str:
+    """``r1-zorb-e2``: the adapter row's index and file stem, in characters every file system takes."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", plain_label(row.settings))[:60]
+    return f"r{index}-{stem}"
+
+
+def as_rows(adapter: LoRASettings | Sequence[GridRow]) -> list[GridRow]:
+    """One adapter (the classic grid) or the grid's adapter rows (``grid_rows.expand_rows``)."""
+    if isinstance(adapter, LoRASettings):
+        return [GridRow(adapter, plain_label(adapter))]
+    return list(adapter)
+
+
+def cell_key(request_key: str, applied: dict[str, Any], pad_rank: int | None) -> str:
+    """The cell cache's key: the seeded request, the applied adapter's whole provenance (file sha256, settings,
+    resolved alphas) and the rank its factors were padded to under ``--compile``."""
+    return request_key + json.dumps(applied, sort_keys=True, default=str) + f"|pad{pad_rank}"
+
+
+def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan, *,
+             outputs: Outputs, baselines: Baselines, cells: Baselines | None = None, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
              should_cancel: Callable[[], bool] | None = None,
              previews: PreviewBoard | None = None) -> Iterator[GridCell]:
-    """Yield the cells row by row (rows = alphas, columns = strengths, then seeds). ``baselines`` caches the
-    no-LoRA output per request (keyed by the request's JSON, bounded); the model is left with no adapter's effect
-    afterwards (``AdapterBinder.baseline``: detached, or at strength 0 in place when compiled).
+    """Yield the cells row by row (rows = adapters × alphas, columns = strengths, then seeds). ``baselines`` caches
+    the no-LoRA output per request (keyed by the request's JSON, bounded), ``cells`` each cell's output (keyed by
+    :func:`cell_key`): a cell computed before is not run again. The model is left with no adapter's effect
+    afterwards (``AdapterBinder.baseline``: detached, or at strength 0 in place when compiled). Under
+    ``--compile`` the rows' factors are zero-padded to the largest rank (``AdapterBinder.padded``): no recompile.
     ``on_step(done, total)`` counts the whole grid's denoising steps (baselines included), so a cancel says
     "cancelled after k of n steps" of the grid. Files go to ``outputs``, their settings as it records them.
     ``previews``: a preview after every evaluation, one column per cell and per baseline (:func:`cell_name`)."""
-    workflow = request.workflow
-    output_dir = outputs.folder
-    pipe = binder.model.pipeline(workflow)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    stem = uuid.uuid4().hex[:8]
-    per_run = request_evaluations(pipe, request)
-    keys = {seed: repr(sorted(dataclasses.replace(request, seed=seed).to_json().items())) for seed in plan.seeds}
-    missing = sum(1 for key in keys.values() if baselines.get(key) is None)
-    total = per_run * (plan.cells + missing)
-    offset = [0]
-
-    def generate(seeded: GenerationRequest, column: str) -> GenerationResult:
-        def steps(done: int, _: int) -> None:
-            if on_step is not None:
-                on_step(offset[0] + done, total)
-
-        listeners = (previews.listener(pipe, column),) if previews is not None else ()
+    rows = as_rows(adapter)
+    run = _GridRun(binder, request, plan, rows, outputs, baselines, cells, token, on_step, should_cancel, previews)
+    with binder.padded([row.settings for row in rows], request.workflow, token) as pad:
         try:
-            result = run_generation(pipe, seeded, on_step=steps, should_cancel=should_cancel, listeners=listeners)
+            for seed in plan.seeds:
+                yield from run.seed_cells(seed, pad)
+        finally:
+            binder.baseline(request.workflow)
+
+
+class _GridRun:
+    """One grid's state: the step count across its runs, the files' stem, the caches."""
+
+    def __init__(self, binder: Any, request: GenerationRequest, plan: GridPlan, rows: list[GridRow],
+                 outputs: Outputs, baselines: Baselines, cells: Baselines | None, token: str | None,
+                 on_step: Callable[[int, int], None] | None, should_cancel: Callable[[], bool] | None,
+                 previews: PreviewBoard | None) -> None:
+        self.binder, self.request, self.plan, self.rows, self.outputs = binder, request, plan, rows, outputs
+        self.baselines, self.cells, self.token, self.on_step = baselines, cells, token, on_step
+        self.should_cancel, self.previews = should_cancel, previews
+        self.pipe = binder.model.pipeline(request.workflow)
+        outputs.folder.mkdir(parents=True, exist_ok=True)
+        self.stem = uuid.uuid4().hex[:8]
+        per_run = request_evaluations(self.pipe, request)
+        self.keys = {seed: repr(sorted(dataclasses.replace(request, seed=seed).to_json().items()))
+                     for seed in plan.seeds}
+        missing = sum(1 for key in self.keys.values() if baselines.get(key) is None)
+        self.total = per_run * (len(rows) * len(plan.alphas) * len(plan.strengths) * len(plan.seeds) + missing)
+        self.done = 0
+
+    def generate(self, seeded: GenerationRequest, column: str) -> GenerationResult:
+        def steps(done: int, _: int) -> None:
+            if self.on_step is not None:
+                self.on_step(self.done + done, self.total)
+
+        listeners = (self.previews.listener(self.pipe, column),) if self.previews is not None else ()
+        try:
+            result = run_generation(self.pipe, seeded, on_step=steps, should_cancel=self.should_cancel,
+                                    listeners=listeners)
         except Cancelled as stop:
-            raise Cancelled(offset[0] + (stop.done or 0), total) from None
-        offset[0] += result.evaluations
+            raise Cancelled(self.done + (stop.done or 0), self.total) from None
+        self.done += result.evaluations
         return result
 
-    try:
-        for seed in plan.seeds:
-            seeded = dataclasses.replace(request, seed=seed)
-            base = baselines.get(keys[seed])
-            if base is None:  # compiled: the grid's adapter at strength 0 (no module class changes)
-                first = dataclasses.replace(adapter, alpha=plan.alphas[0], strength=plan.strengths[0])
-                binder.baseline(workflow, [first], token)
-                base = generate(seeded, cell_name(None, None, seed))
-                baselines.put(keys[seed], base)
-            base_name = f"{stem}-baseline-{seed}"
-            base_video = save_result(base, output_dir / f"{base_name}.mp4",
-                                     outputs.record({"request": seeded.to_json(), "adapters": [], "hash": base.hash}))
-            base_thumb = write_thumbnail(output_dir / f"{base_name}.png", base.video)
-            for row, alpha in enumerate(plan.alphas):
+    def cell(self, seeded: GenerationRequest, settings: LoRASettings, name: str, pad: int | None
+             ) -> tuple[GenerationResult, dict[str, Any], bool]:
+        """One cell's result, its adapter's provenance, and whether it came from the cell cache. The adapter is
+        applied either way (its provenance names the file's bytes, part of the key)."""
+        applied = self.binder.apply([settings], seeded.workflow, self.token)[0].provenance()
+        key = cell_key(self.keys[seeded.seed], applied, pad)
+        cached = self.cells.get(key) if self.cells is not None else None
+        if cached is not None:
+            if self.should_cancel is not None and self.should_cancel():
+                raise Cancelled(self.done, self.total)
+            self.done += cached.evaluations
+            if self.on_step is not None:
+                self.on_step(self.done, self.total)
+            return cached, applied, True
+        result = self.generate(seeded, name)
+        if self.cells is not None:
+            self.cells.put(key, result)
+        return result, applied, False
+
+    def baseline(self, seeded: GenerationRequest) -> GenerationResult:
+        base = self.baselines.get(self.keys[seeded.seed])
+        if base is None:  # compiled: the grid's first adapter at strength 0 (no module class changes)
+            first = dataclasses.replace(self.rows[0].settings, alpha=self.plan.alphas[0],
+                                        strength=self.plan.strengths[0])
+            self.binder.baseline(seeded.workflow, [first], self.token)
+            base = self.generate(seeded, cell_name(None, None, seeded.seed))
+            self.baselines.put(self.keys[seeded.seed], base)
+        return base
+
+    def seed_cells(self, seed: int, pad: int | None) -> Iterator[GridCell]:
+        seeded = dataclasses.replace(self.request, seed=seed)
+        folder, plan = self.outputs.folder, self.plan
+        base = self.baseline(seeded)
+        base_name = f"{self.stem}-baseline-{seed}"
+        base_video = save_result(base, folder / f"{base_name}.mp4",
+                                 self.outputs.record({"request": seeded.to_json(), "adapters": [], "hash": base.hash}))
+        base_thumb = write_thumbnail(folder / f"{base_name}.png", base.video)
+        for index, grid_row in enumerate(self.rows):
+            prefix = row_name(index, grid_row) if len(self.rows) > 1 else ""
+            for alpha_index, alpha in enumerate(plan.alphas):
+                row = index * len(plan.alphas) + alpha_index
                 for column, strength in enumerate(plan.strengths):
-                    settings = dataclasses.replace(adapter, alpha=alpha, strength=strength)
-                    applied = binder.apply([settings], workflow, token)[0].provenance()
-                    result = generate(seeded, cell_name(alpha, strength, seed))
-                    name = f"{stem}-{row}-{column}-{seed}"
-                    recorded = outputs.record({"request": seeded.to_json(), "alpha": alpha, "strength": strength,
-                                               "adapters": [applied], "hash": result.hash, "cache": result.cache})
-                    video = save_result(result, output_dir / f"{name}.mp4", recorded)
-                    thumb = write_thumbnail(output_dir / f"{name}.png", result.video)
+                    settings = dataclasses.replace(grid_row.settings, alpha=alpha, strength=strength)
+                    result, applied, reused = self.cell(seeded, settings, cell_name(alpha, strength, seed, prefix),
+                                                        pad)
+                    name = f"{self.stem}-{row}-{column}-{seed}"
+                    recorded = self.outputs.record({"request": seeded.to_json(), "alpha": alpha, "strength": strength,
+                                                    "adapters": [applied], "hash": result.hash,
+                                                    "cache": result.cache})
+                    video = save_result(result, folder / f"{name}.mp4", recorded)
+                    thumb = write_thumbnail(folder / f"{name}.png", result.video)
                     diff = metrics.compare(base.video, base.audio, result.video, result.audio)
                     yield GridCell(row, column, alpha, strength, seed, str(video), str(thumb), result.hash,
-                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds,
-                                   str(base_video), str(base_thumb), base.hash, recorded["adapters"][0],
-                                   result.cache)
-    finally:
-        binder.baseline(workflow)
+                                   diff.video_psnr, diff.video_max_abs_diff, result.seconds, str(base_video),
+                                   str(base_thumb), base.hash, recorded["adapters"][0], result.cache,
+                                   grid_row.label, index, reused)

@@ -10,7 +10,8 @@
 - **Prompt**: at most 1,024 tokens of the model's own tokenizer (H3 prompts are a few hundred; every token is a
   row of the full-attention sequence). Before tokenising, at most 16 characters per allowed token, so a 100 kB
   prompt is refused without being read.
-- **Grid**: at most 64 cells (16 hosted), each one full generation.
+- **Grid**: at most 64 cells (16 hosted), each one full generation; at most 64 adapter rows (8 hosted: a glob's
+  files). The hosted numbers are the hosting room's table (``hosting.limits.LIMITS``).
 - **Text fields** (adapter source, weight name, revision, input paths): ``rules.values.MAX_FIELD_CHARS``.
 """
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import H3AppError
+from ..hosting.limits import LIMITS
 from ..rules.canvas import check_canvas
 from ..rules.frames import FrameRule
 from ..rules.steps import MIN_STEPS
@@ -30,7 +32,9 @@ MAX_PROMPT_TOKENS = 1024
 CHARS_PER_TOKEN = 16  # no tokenizer token is longer: the cheap pre-check before tokenising
 MAX_PROMPT_CHARS = MAX_PROMPT_TOKENS * CHARS_PER_TOKEN
 MAX_GRID_CELLS = 64
-HOSTED_MAX_GRID_CELLS = 16
+HOSTED_MAX_GRID_CELLS = LIMITS.grid_cells
+MAX_GRID_ROWS = MAX_GRID_CELLS  # every row holds at least one cell
+HOSTED_MAX_GRID_ROWS = LIMITS.grid_rows
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Limits:
     max_steps: int = MAX_STEPS
     max_prompt_tokens: int = MAX_PROMPT_TOKENS
     max_grid_cells: int = MAX_GRID_CELLS
+    max_grid_rows: int = MAX_GRID_ROWS
     min_steps: int = MIN_STEPS
 
     def held_to(self, max_seconds: float, max_pixels: int) -> Limits:
@@ -72,10 +77,14 @@ class Limits:
             raise H3AppError(f"the prompt has {tokens:,} tokens, more than the {limit:,} allowed: shorten it.")
         return tokens
 
-    def check_grid(self, cells: int) -> None:
+    def check_grid(self, cells: int, adapters: int = 1) -> None:
+        """Cells (adapters × alphas × scales × seeds) and adapter rows within this server's caps."""
         if cells > self.max_grid_cells:
             raise H3AppError(f"the grid has {cells} cells, more than {self.max_grid_cells} on this server: use "
                              f"fewer values.")
+        if adapters > self.max_grid_rows:
+            raise H3AppError(f"the grid has {adapters} adapter rows, more than the {self.max_grid_rows} rows a grid "
+                             f"may have on this server: give fewer adapters.")
 
     def check_request(self, request: Any, tokenizer: Any = None) -> None:
         """Every cap that a :class:`~h3app.backend.generation.GenerationRequest` can exceed."""
@@ -93,4 +102,5 @@ def model_limits(pipe: Any, hosted: bool = False) -> Limits:
     return Limits(canvas_multiple=int(pipe.canvas_multiple), max_pixels=int(pipe.config.canvas_max_pixels),
                   frames=frames,
                   max_steps=HOSTED_MAX_STEPS if hosted else MAX_STEPS,
-                  max_grid_cells=HOSTED_MAX_GRID_CELLS if hosted else MAX_GRID_CELLS)
+                  max_grid_cells=HOSTED_MAX_GRID_CELLS if hosted else MAX_GRID_CELLS,
+                  max_grid_rows=HOSTED_MAX_GRID_ROWS if hosted else MAX_GRID_ROWS)

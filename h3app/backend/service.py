@@ -33,9 +33,11 @@ from ..settings import LoRASettings
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, run_generation
-from .grid import BASELINE_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
+from .grid import BASELINE_BYTES, CELL_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
+from .grid_rows import GridRow, expand_rows
 from .limits import Limits, model_limits
 from .outputs import OUTPUT_KEEP_SECONDS, GenerationOutput, Outputs, remove_older
+from . import zero_gpu
 from .preview import PreviewBoard
 from .worker import Job, JobCall, JobContext, JobHandle, JobWrapper, Worker, alone, stream, wait
 
@@ -110,7 +112,12 @@ class Backend:
         self.worker = Worker(max_queue=max_queue, on_failure=lambda error: self.binder.reset())
         self.admission = Admission(max_pending=min(LIMITS.gpu_pending, max_queue))  # hosting.gpu_gate (hosted mode)
         self.wrap_job: JobWrapper = alone  # every job as it is; parallel.follower.bind puts Lockstep here
+        if zero_gpu.mode() is not None:  # ZeroGPU or its stand-in: every job one self-contained GPU call
+            from .gpu_calls import GpuCalls, duration_for
+
+            self.wrap_job = GpuCalls(self, functools.partial(duration_for, self))
         self._baselines = Baselines(baseline_bytes)
+        self._cells = Baselines(CELL_BYTES)  # the grid's cells: one computed before is served, not run again
         self._limits: Limits | None = None
         self.last_seconds_per_run: float | None = None
         # GenerationRequest → the plan's prediction on this box (``hardware.estimate.TimeModel``, given by app.py;
@@ -222,7 +229,8 @@ class Backend:
                 "request": result.request.to_json(), "adapters": [a.provenance() for a in applied],
                 "hash": result.hash, "cache": result.cache, **time_record(predicted, result.seconds)})
 
-        return self._submit(job, "generate", Backend.submit_generate, (request, adapters, token), request.workflow)
+        return self._submit(job, "generate", Backend.submit_generate, (request, adapters, token), request.workflow,
+                            previews=previews)
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                            b: CheckSetting = DEFAULT_B, token: str | None = None,
@@ -242,7 +250,7 @@ class Backend:
 
         return self._submit(job, "equivalence", Backend.submit_equivalence,
                             (request, adapter, a, b, token, low_rank_only),
-                            request.workflow)
+                            request.workflow, previews=previews)
 
     def submit_job(self, job: Job, label: str, again: Callable[[Any], Any], workflow: str = T2VA) -> JobHandle:
         """Queue ``job`` through ``wrap_job``; ``again(backend)`` queues the same job on another rank's Backend and
@@ -250,37 +258,47 @@ class Backend:
         return self.worker.submit(self.wrap_job(job, JobCall(again, workflow)), label=label)
 
     def _submit(self, job: Job, label: str, submit: Callable[..., JobHandle], args: tuple,
-                workflow: str) -> JobHandle:
-        """``submit_job`` for this class's own ``submit(self, *args)`` methods."""
-        return self.submit_job(job, label, functools.partial(_submitted_again, submit, args), workflow)
+                workflow: str, **sinks: Any) -> JobHandle:
+        """``submit_job`` for this class's own ``submit(self, *args, **sinks)`` methods (``sinks``: the caller's
+        previews board and ``on_cell``, those given)."""
+        call = JobCall(functools.partial(_submitted_again, submit, args), workflow, submit, args,
+                       {name: sink for name, sink in sinks.items() if sink is not None})
+        return self.worker.submit(self.wrap_job(job, call), label=label)
 
     def plan_grid(self, alphas: Sequence[float | None], strengths: Sequence[float],
-                  seeds: Sequence[int]) -> GridPlan:
-        plan = plan_grid(alphas, strengths, seeds, self.last_seconds_per_run)
-        self.limits.check_grid(plan.cells)
+                  seeds: Sequence[int], adapters: int = 1) -> GridPlan:
+        plan = plan_grid(alphas, strengths, seeds, self.last_seconds_per_run, adapters)
+        self.limits.check_grid(plan.cells, plan.adapters)
         return plan
 
-    def submit_grid(self, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan,
+    def grid_rows(self, adapters: Sequence[LoRASettings], token: str | None = None) -> list[GridRow]:
+        """The grid's adapter rows: a glob weight name (``*.safetensors``) expands into its folder's or repo's files
+        in training order (headers only); refused in one line past the server's row limit."""
+        return expand_rows(self.policy, adapters, token, self.limits.max_grid_rows)
+
+    def submit_grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
                     token: str | None = None, on_cell: Callable[[GridCell], None] | None = None,
                     previews: PreviewBoard | None = None) -> JobHandle:
         """Run the grid as one worker job; ``on_cell`` receives each cell as it finishes; result: the cell count.
         ``previews``: one column per cell (and per baseline) on the caller's board (``grid.cell_name``)."""
         self.check_request(request)
-        self.limits.check_grid(plan.cells)
+        self.limits.check_grid(plan.cells, plan.adapters)
 
         def job(ctx: JobContext) -> int:
             count = 0
             for cell in run_grid(self.binder, request, adapter, plan, outputs=self.outputs,
-                                 baselines=self._baselines, token=token, on_step=ctx.on_step,
+                                 baselines=self._baselines, cells=self._cells, token=token, on_step=ctx.on_step,
                                  should_cancel=ctx.should_cancel, previews=previews):
                 if on_cell is not None:
                     on_cell(cell)
                 count += 1
             return count
 
-        return self._submit(job, "grid", Backend.submit_grid, (request, adapter, plan, token), request.workflow)
+        return self._submit(job, "grid", Backend.submit_grid, (request, adapter, plan, token), request.workflow,
+                            on_cell=on_cell, previews=previews)
 
-    def grid(self, request: GenerationRequest, adapter: LoRASettings, plan: GridPlan, token: str | None = None,
+    def grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
+             token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
              on_handle: Callable[[JobHandle], None] | None = None,
              abandoned: Callable[[], bool] | None = None, previews: PreviewBoard | None = None) -> Iterator[GridCell]:

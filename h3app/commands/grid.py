@@ -1,9 +1,12 @@
-"""``python -m h3app grid``: one adapter over an alpha × scale (× seed) grid — an mp4 per cell, each with its
-distance to the no-LoRA output of the same seed (the baseline runs once per seed)."""
+"""``python -m h3app grid``: one adapter over an alpha × scale (× seed) grid, or several adapters (``--adapters``; a
+folder or repo with a glob ``--weight-name``: one training run's checkpoints in order) as rows × scale — an mp4 per
+cell, each with its distance to the no-LoRA output of the same seed (the baseline runs once per seed)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import TYPE_CHECKING
 
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for
 from .flag_values import seed_list
@@ -16,14 +19,22 @@ from .model_options import (
     check_strengths,
     compile_fields,
     load_options,
+    parse_adapter_spec,
     request_flags,
     strength_fields,
 )
 
+if TYPE_CHECKING:
+    from ..settings import LoRASettings
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("grid", help="an adapter over an alpha × scale grid: one mp4 per cell, distance to no LoRA")
-    add_run_flags(p)
+    p = sub.add_parser("grid", help="adapters (or one run's checkpoints) × alpha × scale: one mp4 per cell, "
+                                    "distance to no LoRA")
+    add_run_flags(p, adapter_required=False)
+    p.add_argument("--adapters", nargs="+", default=None, metavar="SOURCE",
+                   help='one row per adapter, each as --adapter takes it (or "SOURCE,weight=F,rev=R"); with '
+                        '--weight-name "*.safetensors" a folder or repo gives one row per file, in training order')
     full, tiny = FULL_DEFAULTS.grid, TINY_DEFAULTS.grid
     p.add_argument("--alphas", default=None, help=f'comma-separated alphas; "auto" = the file\'s alpha chain '
                                                   f'(default "{full.alphas}" full, "{tiny.alphas}" tiny)')
@@ -42,8 +53,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def check_values(args: argparse.Namespace) -> None:
     """The checks across flags (one line each): the request's values for ``--model``, the adapter's strengths."""
+    from ..errors import H3AppError
+
     request_flags(args, args.model)
-    check_strengths(args, mode=args.lora_mode)
+    if (args.adapter is None) == (args.adapters is None):
+        raise H3AppError("grid takes --adapter SOURCE (alpha × scale) or --adapters A B … (a row per adapter), "
+                         "one of the two.")
+    if args.adapters is not None:
+        adapter_rows(args)  # each row's advanced strengths are checked with it
+    else:
+        check_strengths(args, mode=args.lora_mode)
+
+
+def adapter_rows(args: argparse.Namespace) -> list[LoRASettings]:
+    """``--adapters`` as settings: each item parsed as ``--adapter-spec`` (source first; ``weight=``, ``rev=``);
+    ``--weight-name``/``--revision`` apply to the items that name none; strengths are the grid's columns."""
+    from ..errors import H3AppError
+    from ..rules import values
+
+    rows = []
+    for item in args.adapters:
+        settings = parse_adapter_spec(item, args.lora_mode)
+        if settings.strength != 1.0 or settings.alpha is not None:
+            raise H3AppError(f"--adapters {values.short(item)}: give strengths with --scales and alphas with "
+                             "--alphas (they are the grid's columns and rows).")
+        rows.append(dataclasses.replace(
+            settings, weight_name=settings.weight_name or args.weight_name,
+            revision=settings.revision or args.revision, skip_parts=tuple(args.skip_parts),
+            any_partition=args.any_partition, **strength_fields(args)))
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..backend.generation import GenerationRequest
-    from ..backend.grid import cell_name, parse_values
+    from ..backend.grid import cell_name, parse_values, row_name
     from ..backend.service import Backend
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
@@ -61,14 +99,15 @@ def run(args: argparse.Namespace) -> int:
 
     defaults = defaults_for(args.model)
     flags = request_flags(args, args.model)
-    alphas = parse_values(args.alphas or defaults.grid.alphas, "--alphas", allow_auto=True)
+    default_alphas = defaults.grid.alphas if args.adapters is None else "auto"  # rows of adapters: their own alpha
+    alphas = parse_values(args.alphas or default_alphas, "--alphas", allow_auto=True)
     strengths = parse_values(args.scales or defaults.grid.scales, "--scales")
     seeds = args.seeds or seed_list(defaults.grid.seeds)
     request = GenerationRequest(prompt=args.prompt, seed=seeds[0], steps=flags.steps or defaults.steps,
                                 duration=flags.duration, height=flags.height, width=flags.width, cache=args.cache)
-    adapter = LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision,
-                           mode=args.lora_mode, skip_parts=tuple(args.skip_parts), any_partition=args.any_partition,
-                           **strength_fields(args))
+    given = adapter_rows(args) if args.adapters is not None else [
+        LoRASettings(source=args.adapter, weight_name=args.weight_name, revision=args.revision, mode=args.lora_mode,
+                     skip_parts=tuple(args.skip_parts), any_partition=args.any_partition, **strength_fields(args))]
     out = Path(args.out_dir)
     previews = preview_board(args)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
@@ -78,10 +117,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if group is not None and not group.leader:
             return follow(group, backend)
-        plan = backend.plan_grid(alphas, strengths, seeds)
+        rows = backend.grid_rows(given, os.environ.get("HF_TOKEN"))
+        plan = backend.plan_grid(alphas, strengths, seeds, adapters=len(rows))
         out.mkdir(parents=True, exist_ok=True)
-        for cell in backend.grid(request, adapter, plan, os.environ.get("HF_TOKEN"), previews=previews):
-            video = out / f"{cell_name(cell.alpha, cell.strength, cell.seed)}.mp4"
+        names = [row_name(i, row) if len(rows) > 1 else "" for i, row in enumerate(rows)]
+        for cell in backend.grid(request, rows, plan, os.environ.get("HF_TOKEN"), previews=previews):
+            video = out / f"{cell_name(cell.alpha, cell.strength, cell.seed, names[cell.adapter_row])}.mp4"
             shutil.move(cell.video_path, video)
             Path(cell.thumbnail_path).unlink(missing_ok=True)
             cells.append({**cell.to_json(), "video_path": str(video), "thumbnail_path": None})
@@ -90,13 +131,15 @@ def run(args: argparse.Namespace) -> int:
         close_ranks(group)
     from ..adapters.summary import not_applied_lines
 
-    left_out = not_applied_lines([cells[0]["adapter"] or {}] if cells else [])  # one file: the same in every cell
-    result = {"adapter": args.adapter, "prompt": args.prompt, "steps": request.steps, "out_dir": str(out),
+    firsts = {c["adapter_row"]: c["adapter"] or {} for c in reversed(cells)}  # a row's file: the same in its cells
+    left_out = not_applied_lines([firsts[row] for row in sorted(firsts)])
+    result = {"adapter": args.adapter, "rows": [row.to_json() for row in rows], "prompt": args.prompt, "steps": request.steps, "out_dir": str(out),
               "parallel": group.spec.label if group is not None else "one rank", "cells": cells,
               "not_applied": left_out, **compile_fields(args)}
     if previews is not None:
         result["previews"] = previews.summary()
-    lines = [f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
+    lines = [f"{c['label'] + ': ' if len(rows) > 1 else ''}"
+             f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
              f"{c['video_path']} (PSNR to no LoRA {c['baseline_psnr']} dB)" for c in cells]
     emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]) + not_applied_text(left_out)
          + preview_line(result.get("previews")))

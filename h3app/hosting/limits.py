@@ -37,6 +37,8 @@ class HostingLimits:
     upload_visitors: int = 8  # the total upload quota: this many visitors' full quotas (UPLOADS_GB_ENV overrides)
     upload_cache_gb: float = 32.0  # Gradio's upload cache: the total quota at the default 2,000 MB adapter cap
     download_cache_gb: float = 20.0  # hosted: adapter downloads in the Hugging Face cache (LRU, never the model)
+    grid_cells: int = 16  # hosted: cells of one grid (each a full generation; 16 at 544p ≈ 16 min on one GPU)
+    grid_rows: int = 8  # hosted: adapter rows of one grid (a glob's files): each row is at least one cell per column
 
     def uploads_per_visitor(self, adapter_bytes: int) -> int:
         """Bytes of upload copies one visitor may keep, for adapters of at most ``adapter_bytes`` each."""

@@ -98,6 +98,9 @@ class LoRAEngine:
         self._meter = StrengthMeter(self._slots, self._layers, self._device_of)
         self._tags = RowTags()  # the token tags per-modality factors read (listening while any adapter has some)
         self.num_blocks = 1 + max((i for i in map(block_index, self._slots) if i is not None), default=-1)
+        # Under --compile, a grid over adapters of several ranks pads every A/B pair attached meanwhile to this
+        # width with zeros (exact: zero rows of A, zero columns of B), so every row runs the same graphs.
+        self.factor_rank: int | None = None
 
     # ----------------------------------------------------------------------------------------------- queries
     mode = read_through("_layers", "mode", "``unmerged`` or ``merged``, for every attached adapter.")
@@ -174,7 +177,8 @@ class LoRAEngine:
             self._layers.check_mergeable(lora_paths)
         state = adapter_scale(plan.matched, settings, self._tags)
         entries = build_entries(name, plan.matched, self._slots, state, device_of=self._device_of,
-                                dtype_of=lambda path: self._layers.weight(path).dtype, base_of=self._base_of)
+                                dtype_of=lambda path: self._layers.weight(path).dtype, base_of=self._base_of,
+                                pad_to=self.factor_rank)
         attached = _Attached(settings=settings, state=state, entries=entries, adapter=adapter,
                              modules=dict(plan.matched), coverage=plan.report.coverage,
                              warnings=self._warnings(adapter, plan.matched, settings, plan.report), exact=exact)

@@ -30,7 +30,8 @@ BaseRows = Callable[[int, int], torch.Tensor]  # rows [start, stop) of a base we
 def build_entries(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[str, TargetSlot],
                   state: AdapterScale, *, device_of: Callable[[str], torch.device],
                   dtype_of: Callable[[str], torch.dtype],
-                  base_of: Callable[[str], tuple[BaseRows, torch.Tensor | None]] | None = None) -> dict[str, LoRAFactors]:
+                  base_of: Callable[[str], tuple[BaseRows, torch.Tensor | None]] | None = None,
+                  pad_to: int | None = None) -> dict[str, LoRAFactors]:
     """Module path → entry of adapter ``name``, factors on ``device_of(path)`` in ``delta_dtype`` (fp32; the base's
     half dtype on CUDA) for a base weight of ``dtype_of(path)``. One pass over each factor: a conversion, or none
     when it already is in that dtype and contiguous there. A factor shared by several targets (the one ``A`` of a
@@ -76,7 +77,21 @@ def build_entries(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[s
             by_index[slot.index] = module
         entries[path] = _fused_entry(name, state, first_slot, by_index, convert, device, dtype)
         entries[path].modality = rows
+    if pad_to is not None:
+        for entry in entries.values():
+            pad_rank(entry, pad_to)
     return entries
+
+
+def pad_rank(entry: LoRAFactors, rank: int) -> None:
+    """Zero-pad ``entry``'s factor width (``down [.., r, in]``, ``up [.., out, r]``) up to ``rank``: the delta is the
+    same sum with zero terms added; its scale still divides by the module's own rank. Wider entries stay as they
+    are. Gives every adapter of a compiled grid one shape per module (``model/compiled.py``)."""
+    width = entry.down.shape[-2]
+    if width >= rank:
+        return
+    entry.down = torch.nn.functional.pad(entry.down, (0, 0, 0, rank - width))
+    entry.up = torch.nn.functional.pad(entry.up, (0, rank - width))
 
 
 def _fused_entry(name: str, state: AdapterScale, slot: TargetSlot, by_index: list[ModuleLoRA | None],

@@ -15,10 +15,10 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 
 @contextmanager
-def running_app(backend: Any, **overrides: Any) -> Iterator[str]:
+def running_app(backend: Any, preview_budget: Any = "page", **overrides: Any) -> Iterator[str]:
     """Launch the app on ``backend`` (free port on loopback, the app's own launch settings plus ``overrides``);
-    yield its local URL; close it afterwards."""
-    demo = build_app(backend)
+    yield its local URL; close it afterwards. ``preview_budget``: ``build_app``'s ("page": the app's own)."""
+    demo = build_app(backend) if preview_budget == "page" else build_app(backend, preview_budget=preview_budget)
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=None, quiet=True,
                 **{**launch_kwargs(backend), **overrides})
     try:

@@ -31,7 +31,9 @@ def app(tiny_model: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
 
     backend = Backend(loaded=tiny_model, output_dir=tmp_path_factory.mktemp("browser_outputs"))
     try:
-        with running_app(backend) as url:
+        # a preview after every step: the browser tests follow the stream step by step on the tiny model, whose
+        # previews the page's budget would thin to the first (that budget: test_preview_budget.py, bench P6)
+        with running_app(backend, preview_budget=None) as url:
             yield url, backend
     finally:
         backend.binder.reset()  # the model is shared with the rest of the session: leave it at its base

@@ -58,7 +58,7 @@ def test_the_step_preview_toggle_off_decodes_nothing(backend):
     for on in (True, False):
         board = PreviewBoard(budget=PAGE_PREVIEW_BUDGET)
         *_, view = events.generate_views(form, (), None, None, board, on)
-        assert view.video and (len(board.history()) > 0) is on
+        assert view.video and (len(board.history()) > 0) is on, (on, view, board.notes())
     assert preview_toggled(False) == PREVIEW_OFF and preview_toggled(True) == WAITING
 
 

@@ -34,6 +34,7 @@ from .generate.events import (
     with_trigger,
     workflow_inputs,
 )
+from .generate.preview_stream import PAGE_PREVIEW_BUDGET
 from .generate.tab import NUMBER_FIELDS, RequestControls, bind_limits, build_generate_tab, build_request_controls
 from .generate.time_note import time_note
 from .gradio_compat import hook_queue
@@ -100,10 +101,12 @@ def header_html(backend: Backend, hardware: str | None = None) -> str:
             + "".join(chips) + "</div>")
 
 
-def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) -> gr.Blocks:
+def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False,
+              preview_budget: float | None = PAGE_PREVIEW_BUDGET) -> gr.Blocks:
     """Lay out and wire the app for ``backend`` (an ``h3app.backend.service.Backend``); ``hardware``: the header's
     GPU line (``h3app.hardware.summary.hardware_line``), given by the entry point; ``mcp``: add the MCP tools
-    (``serving/mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``)."""
+    (``serving/mcp_tools.py``; launch with ``launch_kwargs(backend, mcp=True)``); ``preview_budget``: the share of
+    a run's denoising time its step previews may take (``PreviewBoard.budget``; None: a preview after every step)."""
     jobs = RunningJobs()
     adapter_events = AdapterEvents(backend, jobs)
     generate_events = GenerateEvents(backend, jobs)
@@ -155,7 +158,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False) 
         _wire_request(request, slot_1, backend.limits, changes)
         _wire_time(demo, request, backend)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
-                            adapter_events, generate_events, comparisons, changes)
+                            adapter_events, generate_events, comparisons, changes, preview_budget)
         changes.wire()
         for fn, inputs, outputs in on_load:
             demo.load(fn, inputs, outputs, **CHEAP)

@@ -67,8 +67,10 @@ class JobWiring:
     method per event family. ``page_loaded`` collects the (function, inputs, outputs) to run when a page loads."""
 
     def __init__(self, session: gr.State, mode: gr.Radio, token: gr.Textbox, request: RequestControls,
-                 slots: Sequence[AdapterSlot], tabs: JobTabs, events: JobEvents, changes: ChangeEvents) -> None:
+                 slots: Sequence[AdapterSlot], tabs: JobTabs, events: JobEvents, changes: ChangeEvents,
+                 preview_budget: float | None = PAGE_PREVIEW_BUDGET) -> None:
         self.session, self.mode, self.token, self.slots = session, mode, token, list(slots)
+        self.preview_budget = preview_budget  # the share of a run's time its previews may take (None: every step)
         self.request = request
         self.request_parts = parts(request, REQUEST_FIELDS)
         self.tabs, self.events, self.changes = tabs, events, changes
@@ -180,7 +182,7 @@ class JobWiring:
 
         def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                          ) -> Iterator[dict[Any, Any]]:
-            board = PreviewBoard(budget=PAGE_PREVIEW_BUDGET)  # this request's previews, streamed to this page only
+            board = PreviewBoard(budget=self.preview_budget)  # this request's previews, streamed to this page only
             on = values[generate.step_preview] is not False
             views = self.events.generate.generate_views(self.job_form(values), (values[slot_1.info],
                                                         values[slot_2.info]), request, progress, board, on)
@@ -231,7 +233,7 @@ class JobWiring:
 
         def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
                       ) -> Iterator[dict[Any, Any]]:
-            board = PreviewBoard(budget=PAGE_PREVIEW_BUDGET)  # A, B and the fallback, streamed to this page only
+            board = PreviewBoard(budget=self.preview_budget)  # A, B and the fallback, streamed to this page only
             views = self.events.comparisons.check_views(self.job_form(values), read(CheckForm, check_parts, values),
                                                         request, progress, board)
             yield from streamed_reply(equivalence.status, check_outputs, views,
@@ -315,11 +317,11 @@ class JobEvents:
 def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Sequence[AdapterSlot],
               request: RequestControls, generate: Any, equivalence: Any, grid: Any, history: Any,
               adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents,
-              changes: ChangeEvents) -> list[tuple[Any, Any, Any]]:
+              changes: ChangeEvents, preview_budget: float | None = PAGE_PREVIEW_BUDGET) -> list[tuple[Any, Any, Any]]:
     """Bind Generate, Equivalence, Grid, History, Cancel and settings files. Returns the (function, inputs,
     outputs) to run when a page loads."""
     jobs = JobWiring(session, mode, token, request, slots, JobTabs(generate, equivalence, grid, history),
-                     JobEvents(adapter_events, generate_events, comparisons), changes)
+                     JobEvents(adapter_events, generate_events, comparisons), changes, preview_budget)
     jobs.wire_apply_note()
     jobs.wire_stale_refusals()
     generated = jobs.wire_generate()

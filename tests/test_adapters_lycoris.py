@@ -49,6 +49,7 @@ def test_lokr_factor_shapes_follow_the_scale_rule(options: dict, tmp_path: Path)
     assert all(m.alpha_applies is not whole for m in adapter.modules.values())
     info = inspect_file(path, shapes=TINY_SHAPES)
     assert any("alpha does not apply" in w for w in info.warnings) is whole
+    assert any("full-rank" in w and "dense ΔW" in w for w in info.warnings) is whole  # the memory it costs
     if whole:
         with pytest.raises(H3AppError, match="alpha does not apply") as refused:
             load_adapter(path, shapes=TINY_SHAPES, explicit_alpha=8.0)

@@ -42,7 +42,7 @@ from ..rules.module_rules import (  # noqa: F401 — the rule tables, layouts an
     native_vocabulary,
 )
 from .factor_checks import BLOCKED, FLOAT_DTYPES, INTERLEAVED, check_alpha, check_factors  # noqa: F401
-from .kinds import FACTOR_NAMES, check_kind
+from .kinds import FACTOR_NAMES, check_kind, dense_warning
 from .kinds.dora import MAGNITUDE_NAMES, check_magnitude
 from .layouts import FLATTENED_PREFIXES
 from .parts import PartsPlan, plan_parts, refuse_part_conflicts
@@ -110,6 +110,7 @@ class ModulePlan:
     factor_keys: tuple[tuple[str, str], ...] = ()  # (factor name, key) of another kind's factors
     alpha_applies: bool = True  # False: the kind's loader ignores alpha (LoKr with both factors whole)
     magnitude_key: str | None = None  # DoRA's magnitude [out_total] (or [out_total, 1]) beside the A/B pair
+    pair_width: int = 0  # another kind's exact pair width (``kinds/``; 0: a LoRA, whose width is ``rank``)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -275,7 +276,7 @@ def plan_adapter(view: HeaderView, *, qkv_layout: str = "auto", partition: str =
     _refuse_duplicate_targets(name, plans)
     refuse_part_conflicts(name, file_parts, [(p.file_partition, t, p.stem) for p in plans for t in p.targets])
     plans.sort(key=lambda plan: natural_key(plan.targets[0]))
-    warnings = _key_warnings(hybrid, no_match, orphan_alphas)
+    warnings = _key_warnings(hybrid, no_match, orphan_alphas) + [w for w in (dense_warning(plans),) if w]
     applied, kept_apart, not_applied = _split_partitions(plans, partition, warnings)
     has_reference = any(p.file_partition == REFERENCE_PARTITION for p in plans) or bool(
         file_parts.only(REFERENCE_PARTITION))
@@ -385,10 +386,10 @@ def _module_plan(
     qkv_layout: str,
 ) -> ModulePlan:
     """The plan of one module, its factors checked (``factor_checks.check_factors``, or its kind's: ``kinds/``)."""
-    kind, factor_keys, alpha_applies = LORA_KIND, tuple(sorted(entry.factors.items())), True
+    kind, factor_keys, alpha_applies, width = LORA_KIND, tuple(sorted(entry.factors.items())), True, 0
     if entry.factors:
-        factors, kind, alpha_applies = check_kind(view, entry, alternative.rule, matched_flat, alternative.family,
-                                                  qkv_layout)
+        factors, kind, found = check_kind(view, entry, alternative.rule, matched_flat, alternative.family, qkv_layout)
+        alpha_applies, width = found.alpha_applies, found.width
         entry.down, entry.up = factor_keys[0][1], factor_keys[-1][1]  # named in messages; ``keys`` lists them all
     if entry.down is None or entry.up is None:
         have, missing = ("lora_A/lora_down", "lora_B/lora_up") if entry.down else ("lora_B/lora_up", "lora_A/lora_down")
@@ -421,6 +422,7 @@ def _module_plan(
         factor_keys=factor_keys,
         alpha_applies=alpha_applies,
         magnitude_key=entry.magnitude,
+        pair_width=width,
     )
 
 

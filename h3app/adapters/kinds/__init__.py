@@ -33,8 +33,8 @@ def kind_of(factor: str) -> Kind:
 
 
 def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_flat: bool,
-               family: str, qkv_layout: str = "auto") -> tuple[FactorFacts, str, bool]:
-    """``(the module's factor facts, its kind's name, whether alpha applies)`` for a module whose keys are another
+               family: str, qkv_layout: str = "auto") -> tuple[FactorFacts, str, KindFacts]:
+    """``(the module's factor facts, its kind's name, the kind's facts)`` for a module whose keys are another
     kind's factors: one kind per module, its factors checked by the kind, the rows its product makes split as the
     module's rule says (thirds of a fused QKV, halves of a SwiGLU ``fc1``)."""
     kinds = {kind_of(factor) for factor in entry.factors}
@@ -61,7 +61,21 @@ def check_kind(view: HeaderView, entry: StemFacts, rule: ModuleRule, matched_fla
                         target_shapes=((rows, in_features),) * len(rule.targets),
                         qkv_order=qkv_order(layout, qkv_layout) if rule.layout == FUSED_QKV else "", dtype=found.dtype,
                         suffix_style=kind.name)
-    return facts, kind.name, found.alpha_applies
+    return facts, kind.name, found
+
+
+def dense_warning(modules: Iterable[Any]) -> str | None:
+    """A warning for the planned ``modules`` (``formats.ModulePlan``) whose exact pair is as wide as their layer (a
+    LoKr with both factors whole, typically ai-toolkit's ``lokr_full_rank``): each is held as its dense ΔW, which
+    costs as much memory as a full-rank LoRA; None when there are none."""
+    dense = [m for m in modules if m.pair_width and m.pair_width >= min(
+        sum(out for out, _ in m.target_shapes), m.target_shapes[0][1])]
+    if not dense:
+        return None
+    values = sum(m.pair_width * (sum(out for out, _ in m.target_shapes) + m.target_shapes[0][1]) for m in dense)
+    return (f"{len(dense)} {'/'.join(sorted({m.kind for m in dense}))} modules are full-rank (e.g. {dense[0].stem!r}): "
+            f"each is held as its dense ΔW, {values / 1e6:.3g} M factor values in all ({4 * values / 2**30:.3g} GiB "
+            "in fp32, half that on a bf16 GPU), as a full-rank LoRA would be; exact, but heavy at full size.")
 
 
 def kind_counts(modules: Iterable[Any]) -> dict[str, int]:
@@ -76,4 +90,4 @@ def kind_counts(modules: Iterable[Any]) -> dict[str, int]:
     return dict(counts)
 
 
-__all__ = ["BY_NAME", "FACTOR_NAMES", "check_kind", "kind_counts", "KINDS", "Kind", "KindFacts", "kind_of"]
+__all__ = ["BY_NAME", "FACTOR_NAMES", "check_kind", "dense_warning", "kind_counts", "KINDS", "Kind", "KindFacts", "kind_of"]

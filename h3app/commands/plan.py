@@ -18,6 +18,7 @@ from .flag_values import dtype_name
 from .model_options import (
     RequestFlags,
     add_adapter_flags,
+    add_attention_flag,
     add_cache_flag,
     add_fp8_flags,
     add_lora_mode_flag,
@@ -46,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_fp8_flags(p)
     p.add_argument("--fuse-qkv", action="store_true", help="fuse q/k/v at load time")
     add_vae_dtype_flag(p)
+    add_attention_flag(p)  # the backend the plan prices (auto: each card's own pick, its package assumed installed)
     add_cache_flag(p)
     add_adapter_flags(p, required=False)
     p.add_argument("--alpha", default=None, help="alpha (number or auto)")
@@ -106,7 +108,6 @@ def plan_options(args: argparse.Namespace) -> tuple[PlannedRequest, Placement, S
     from ..hardware.judge import PlannedRequest, Setup
     from ..hardware.planner import Placement
     from ..model.loader import parse_dtype
-    from ..rules.attention import AUTO
     from ..rules.frames import RELEASED
 
     defaults = defaults_for(args.model)
@@ -115,7 +116,7 @@ def plan_options(args: argparse.Namespace) -> tuple[PlannedRequest, Placement, S
                              flags.steps or defaults.steps, args.cache)
     setup = Setup(model=args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
                   alpha=alpha, scale=scale, lora_mode=args.lora_mode, vae_dtype=parse_dtype(args.vae_dtype),
-                  attention=getattr(args, "attention", None) or AUTO)  # --attention, where the shared flags add it
+                  attention=args.attention)
     placement = Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
                           fp8_text_encoder=args.fp8_text_encoder)
     return request, placement, setup

@@ -392,3 +392,19 @@ def test_plan_on_the_tiny_checkpoint_answers_json_from_its_own_rehearsal(capsys)
     assert plan["peak_gpu_bytes"] >= sum(plan["components"].values())
     assert all(row["best"] is not None for row in plan["flavors"])  # a few MB fit every box
     assert plan["recommended"]["limits"]["max_frames"] == 345 and plan["recommended"]["limits"]["max_pixels"] == 6144
+
+
+@pytest.mark.parametrize("flags, asked", [([], "auto"), (["--attention", "sdpa"], "sdpa"),
+                                          (["--attention", "fa3"], "fa3")])
+def test_plan_attention_is_the_backend_the_setup_prices(flags, asked):
+    from h3app.cli import build_parser
+    from h3app.commands.plan import plan_options
+
+    _, _, setup = plan_options(build_parser().parse_args(["plan", *flags]))
+    assert setup.attention == asked
+
+
+def test_plan_refuses_an_unknown_attention_backend_in_one_line():
+    result = subprocess.run([sys.executable, "-m", "h3app", "plan", "--attention", "xformers"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and "--attention" in result.stderr and len(result.stderr.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn, Protocol
 
-from .commands import check, export, generate, grid, inspect, plan, search
+from .commands import check, diff, export, generate, grid, inspect, plan, search
 from .errors import H3AppError
 from .rules.choices import T2VA
 
@@ -26,7 +26,7 @@ class Command(Protocol):
 
 
 # light modules: heavy imports inside each ``run``
-COMMANDS: tuple[Command, ...] = (inspect, generate, check, export, grid, plan, search)
+COMMANDS: tuple[Command, ...] = (inspect, generate, check, export, grid, diff, plan, search)
 LIGHT = ("inspect", "search")  # commands that never import torch: the libraries are not configured for them
 # Warnings raised in these libraries' own modules are not the user's to act on; h3app's and any other stay visible.
 QUIET_MODULES = r"(torch|diffusers|transformers)(\.|$)"

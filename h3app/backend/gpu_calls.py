@@ -1,0 +1,285 @@
+"""Every job as one self-contained ZeroGPU call (``Backend.wrap_job`` under ``zero_gpu.mode()``).
+
+On ZeroGPU the GPU exists only inside a decorated call, which runs in a forked child: what the call changes in the
+model (attached adapters, merged weights, caches) does not outlive it, and a later call may find a fresh fork of the
+parent or a reused child. So a job never relies on what a previous one left: the child rebuilds the job from its
+picklable description (``JobCall.submit`` + ``JobCall.args``, the same ``submit`` method the caller used) on its
+copy of the Backend, whose binder makes the transformer carry exactly the job's adapters, unmerged and scaled, then
+runs, decodes and returns the result (arrays and file paths), all inside the call.
+
+Parent side (:class:`GpuCalls`, on the worker thread): the duration the call declares (``zero_gpu.declared`` from
+the time model's prediction, checked against the cap before anything is asked for), the call made in the submitter's
+context (``spaces`` reads the visitor — the Gradio request whose quota is charged — from context variables, which a
+worker thread would not have), the child's progress, previews and grid cells fed to the caller's handle, board and
+callback, and Cancel: the call is closed (the child stops at its next step; the visitor's quota stops being
+charged). Child side (:func:`call_in_child`): the job on a capture worker, its events yielded every
+:data:`~h3app.backend.worker.POLL_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import functools
+import pickle
+import queue
+import threading
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import H3AppError
+from . import zero_gpu
+from .generation import GenerationRequest
+from .preview import Preview, PreviewBoard
+from .worker import POLL_SECONDS, Cancelled, Job, JobCall, JobContext, JobHandle, alone
+
+_BACKENDS: dict[int, Any] = {}  # id → Backend: the child finds its forked copy here (set before any fork)
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What travels to the child (pickled): which Backend, the submit method and its arguments, which of the caller's
+    sinks exist (``previews``: the board's settings; ``on_cell``), and the declared seconds."""
+
+    backend: int
+    submit: Callable[..., Any]
+    args: tuple
+    sinks: dict[str, Any]
+    duration_s: int
+
+
+def _duration_of(payload: Payload) -> int:
+    return payload.duration_s
+
+
+class _ForwardBoard(PreviewBoard):
+    """The child's board: previews, notes and thinned steps also go to ``events`` (the parent's board gets them)."""
+
+    def __init__(self, events: queue.Queue, decoder: str, audio: bool | None, budget: float | None) -> None:
+        super().__init__(None, decoder, audio, budget)
+        self.events = events
+
+    def put(self, preview: Preview) -> None:
+        super().put(preview)
+        self.events.put(("board.put", preview))
+
+    def note(self, text: str) -> None:
+        super().note(text)
+        self.events.put(("board.note", text))
+
+    def skipped(self) -> None:
+        super().skipped()
+        self.events.put(("board.skipped", None))
+
+
+class _Capture:
+    """The child's stand-in for the worker: ``submit`` hands back the job's handle without running it."""
+
+    max_queue = 1
+
+    def submit(self, run: Callable[[JobContext], Any], label: str = "job", owner: str | None = None) -> JobHandle:
+        return JobHandle(id=0, label=label, run=run, owner=owner)
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling with its words, else an ``H3AppError`` with them."""
+    try:
+        back = pickle.loads(pickle.dumps(error))
+        if str(back) == str(error):
+            return back
+    except Exception:  # an error that cannot travel is sent as its words
+        pass
+    return H3AppError(str(error)) if isinstance(error, H3AppError) else RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def _measured(result: Any) -> Any:
+    """``result`` ready to travel: a Load's match report measures its strength profile here, in the call, where the
+    weights it measures are, and keeps it as a value (its lazy measure is a closure over this child's engine)."""
+    report = getattr(result, "report", None)
+    if report is not None and getattr(report, "measure", None) is not None:
+        report.profile  # noqa: B018 - cached on the report
+        object.__setattr__(report, "measure", None)
+    return result
+
+
+def call_in_child(payload: Payload) -> Generator[tuple[str, Any], None, None]:
+    """The decorated call (in the child): rebuild the job on this process's Backend, run it on a thread, yield its
+    events (``progress``, ``phase``, ``board.*``, ``cell``), then ``("result", value)`` or ``("error", …)``.
+    Closed early (the parent cancelled): the job is cancelled at its next step and waited for."""
+    backend = _BACKENDS[payload.backend]
+    backend.wrap_job, backend.worker = alone, _Capture()  # in the call every job runs as it is, here
+    events: queue.Queue = queue.Queue()
+    sinks: dict[str, Any] = {}
+    if "previews" in payload.sinks:
+        sinks["previews"] = _ForwardBoard(events, **payload.sinks["previews"])
+    if "on_cell" in payload.sinks:
+        sinks["on_cell"] = lambda cell: events.put(("cell", cell))
+    handle: JobHandle = payload.submit(backend, *payload.args, **sinks)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = handle.run(JobContext(handle))
+        except BaseException as error:  # sent to the parent below, as the job's error
+            outcome["error"] = error
+        events.put(("end", None))
+
+    thread = threading.Thread(target=run, name="h3app-gpu-call", daemon=True)
+    thread.start()
+    try:
+        yield from _events(handle, events)
+    finally:
+        if thread.is_alive():  # closed early: stop the job at its next step
+            handle.cancel()
+            thread.join()
+    yield ("seconds_per_run", backend.last_seconds_per_run)
+    if isinstance(outcome.get("error"), Cancelled):  # words rebuilt in the parent from the counts
+        yield ("cancelled", (outcome["error"].done, outcome["error"].total))
+    elif "error" in outcome:
+        yield ("error", _portable(outcome["error"]))
+    else:
+        yield ("result", _measured(outcome["result"]))
+
+
+def _events(handle: JobHandle, events: queue.Queue) -> Iterator[tuple[str, Any]]:
+    """The job's events until it ends; a heartbeat at least every POLL_SECONDS (so a stop is seen between steps)."""
+    seen = None
+    while True:
+        progress = handle.progress
+        now = (progress.phase, progress.done, progress.total)
+        if now != seen:
+            seen = now
+            yield ("progress", now)
+        try:
+            kind, value = events.get(timeout=POLL_SECONDS)
+        except queue.Empty:
+            yield ("heartbeat", None)
+            continue
+        if kind == "end":
+            progress = handle.progress
+            if (progress.phase, progress.done, progress.total) != seen:
+                yield ("progress", (progress.phase, progress.done, progress.total))
+            return
+        yield (kind, value)
+
+
+@functools.cache
+def _gpu_call(home: str | None) -> Callable[[Payload], Generator[tuple[str, Any], None, None]]:
+    """:func:`call_in_child` decorated for ``home`` (``zero_gpu.mode()``), once: at the Backend's creation, before
+    the app launches (``spaces`` reports its decorated calls at launch)."""
+    return zero_gpu.gpu(call_in_child, _duration_of)
+
+
+@dataclass
+class GpuCalls:
+    """The job wrapper of a Backend under ZeroGPU (or its stand-in): each job one GPU call, sized by
+    ``duration(call)`` (the request's prediction on this card; ``Backend.gpu_duration``)."""
+
+    backend: Any
+    duration: Callable[[JobCall], zero_gpu.Duration]
+    calls: list[zero_gpu.Duration] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _BACKENDS[id(self.backend)] = self.backend
+        self.home = zero_gpu.mode()
+        self.call = _gpu_call(self.home)
+
+    def __call__(self, job: Job, call: JobCall) -> Job:
+        submit = call.submit
+        if submit is None:  # a job with no picklable description (a multi-rank diagnostic): as it is
+            return job
+        context = contextvars.copy_context()  # the submitter's: its Gradio request names the visitor to charge
+        # refused here, before anything is queued, when over the cap
+        duration = dataclasses.replace(self.duration(call), mode=self.home)
+
+        def in_gpu_call(ctx: JobContext) -> Any:
+            sinks = dict(call.sinks)
+            board = sinks.get("previews")
+            spec = {"previews": {"decoder": board.decoder, "audio": board.audio, "budget": board.budget}} \
+                if board is not None else {}
+            payload = Payload(id(self.backend), submit, call.args,
+                              {**spec, **({"on_cell": True} if sinks.get("on_cell") else {})}, duration.duration_s)
+            self.calls.append(duration)
+            result = _follow(self.call, context, payload, ctx, board, sinks.get("on_cell"), self.backend)
+            settings = getattr(result, "settings", None)
+            if isinstance(settings, dict):
+                settings["zerogpu"] = duration.to_json()
+            return result
+
+        return in_gpu_call
+
+
+def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]], context: contextvars.Context, payload: Payload, ctx: JobContext, board: PreviewBoard | None,
+            on_cell: Callable[[Any], None] | None, backend: Any) -> Any:
+    """Make the call (in the submitter's ``context``) and feed its events to ``ctx``, ``board`` and ``on_cell``;
+    a cancel closes the call and raises :class:`Cancelled` with the steps done."""
+    items = context.run(gpu_call, payload)
+    done, total = 0, 0
+    try:
+        while True:
+            try:
+                kind, value = context.run(next, items)
+            except StopIteration:
+                raise H3AppError("the ZeroGPU call ended without a result (GPU task aborted).") from None
+            if kind == "progress":
+                phase, done, total = value
+                if phase not in ("queued", "running"):
+                    ctx.set_phase(phase)
+                if total:
+                    ctx.on_step(done, total)
+            elif kind.startswith("board.") and board is not None:
+                getattr(board, kind.removeprefix("board."))(*(() if value is None else (value,)))
+            elif kind == "cell" and on_cell is not None:
+                on_cell(value)
+            elif kind == "seconds_per_run":
+                backend.last_seconds_per_run = value if value is not None else backend.last_seconds_per_run
+            elif kind == "error":
+                raise value
+            elif kind == "cancelled":
+                raise Cancelled(*value)
+            elif kind == "result":
+                return value
+            if ctx.should_cancel():
+                raise Cancelled(done if total else None, total if total else None)
+    finally:
+        items.close()  # ends the call: the child stops at its next step, the quota stops being charged
+
+
+def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:
+    """The seconds ``call`` declares: the time model's prediction for its request on this card (a generate: the
+    video; a check: ``check_s``, its three runs and control step; a grid: each cell and each seed's baseline) plus
+    the margin; a Load: the stated allowance. Over the cap: refused in one line saying what fits."""
+    name = getattr(call.submit, "__name__", "")
+    request = call.args[0] if call.args and isinstance(call.args[0], GenerationRequest) else None
+    if request is None:  # a Load (download + bind): no denoising to predict
+        return zero_gpu.check(zero_gpu.declared(None), f"{zero_gpu.CAP_ENV} is below what a Load needs: raise it")
+    predicted = backend.predicted_time(request)
+    if not predicted or predicted.get("video_s") is None:
+        raise H3AppError("no time prediction for this request on this card, so no ZeroGPU duration can be asked "
+                         "for: this is a bug, report it.")
+    video, step = float(predicted["video_s"]), float(predicted.get("step_s") or 0.0)
+    room = zero_gpu.largest_work_s()
+    if name == "submit_equivalence":
+        work = float(predicted.get("check_s") or 3 * video + step)
+        fits = f"the check is 3 runs of about {video:.0f} s each; {_one_run_fits(predicted, room / 3.2)}"
+    elif name == "submit_grid":
+        plan = call.args[2]
+        runs = plan.cells + len(plan.seeds)  # each cell, and each seed's no-LoRA baseline
+        work = runs * video
+        fits = (f"{runs} runs (cells and baselines) of about {video:.0f} s; at most {max(int(room // video), 0)} "
+                f"such runs fit one call: split the grid, or {_one_run_fits(predicted, room / runs)}")
+    else:
+        work = video
+        fits = _one_run_fits(predicted, room)
+    return zero_gpu.check(zero_gpu.declared(work), fits)
+
+
+def _one_run_fits(predicted: dict[str, Any], room_s: float) -> str:
+    """What makes one run fit ``room_s`` predicted seconds: the most steps at this canvas and length (steps count
+    evaluations + 1), else a shorter clip or a Turbo preset."""
+    step, evaluations = float(predicted.get("step_s") or 0.0), int(predicted.get("evaluations") or 0)
+    fixed = float(predicted["video_s"]) - step * evaluations
+    most = int((room_s - fixed) // step) + 1 if step > 0 else 0
+    steps = f"use at most {most} steps" if most >= 2 else "fewer steps alone do not fit"
+    return f"{steps}, a shorter clip or a smaller canvas, or a Turbo preset (4 steps)"

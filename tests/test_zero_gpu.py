@@ -1,0 +1,201 @@
+"""ZeroGPU: the door (``backend/zero_gpu.py``), the fork stand-in (``H3APP_ZEROGPU_FORK=1``) and self-contained calls.
+
+Under the stand-in every job runs in a freshly forked child with pickled arguments, as a ZeroGPU Space runs a
+``@spaces.GPU`` call: hashes equal the in-process path's, a change a call makes to the model is gone in the next,
+progress, previews and grid cells stream out, and Cancel ends the child. Nothing here runs on real ZeroGPU.
+"""
+
+import contextvars
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from h3app.backend import zero_gpu, zero_gpu_fork
+from h3app.backend.generation import GenerationRequest, run_generation
+from h3app.backend.preview import PreviewBoard
+from h3app.backend.service import Backend
+from h3app.backend.worker import Cancelled, JobContext
+from h3app.errors import H3AppError
+from h3app.lora.layers import LoRALinear
+from h3app.rules.choices import T2VA
+from h3app.settings import LoRASettings
+
+ROOT = Path(__file__).resolve().parents[1]
+TURBO = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")
+VISITOR: contextvars.ContextVar[str] = contextvars.ContextVar("visitor", default="nobody")
+
+
+def flat_prediction(video_s: float = 4.0, step_s: float = 1.0, evaluations: int = 2) -> Any:
+    """A time model with one prediction for any request (the backend's time model is injected; the real one is
+    tested in tests/test_hardware_*.py)."""
+    return lambda request: {"video_s": video_s, "step_s": step_s, "evaluations": evaluations,
+                            "check_s": 3 * video_s + step_s}
+
+
+@pytest.fixture
+def forked_backend(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.setenv(zero_gpu.FORK_ENV, "1")
+    monkeypatch.delenv(zero_gpu.ZERO_GPU_ENV, raising=False)
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path / "forked")
+    backend.time_model = flat_prediction()
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def in_process(tiny_model, tmp_path, monkeypatch):
+    monkeypatch.delenv(zero_gpu.FORK_ENV, raising=False)
+    monkeypatch.delenv(zero_gpu.ZERO_GPU_ENV, raising=False)
+    backend = Backend(loaded=tiny_model, output_dir=tmp_path / "in-process")
+    yield backend
+    backend.binder.reset()
+    backend.close()
+
+
+def test_without_zero_gpu_the_decorator_is_the_function_and_no_job_is_wrapped(in_process, monkeypatch):
+    import spaces
+
+    def work(x: int) -> int:
+        return x + 1
+
+    assert spaces.GPU(work, duration=10, size="xlarge") is work  # spaces' own rule without SPACES_ZERO_GPU
+    assert zero_gpu.gpu(work, lambda x: 10) is work
+    assert in_process.wrap_job.__name__ == "alone"
+    monkeypatch.setenv(zero_gpu.FORK_ENV, "1")
+    assert zero_gpu.gpu(work, lambda x: 10) is not work
+
+
+@pytest.mark.slow
+def test_forked_generate_hash_equals_in_process_and_reports_its_duration(forked_backend, in_process):
+    request = GenerationRequest(prompt="a lighthouse at night", seed=3, steps=3)
+    adapters = [LoRASettings(source=TURBO, alpha=8.0)]
+    expected = in_process.generate(request, adapters)
+    in_process.binder.reset()  # the two backends share the session's model: the parent must be at its base
+    steps: list[tuple[int, int]] = []
+    board = PreviewBoard()
+    forked = forked_backend.generate(request, adapters, on_step=lambda d, t: steps.append((d, t)), previews=board)
+    assert forked.result.hash == expected.result.hash
+    zerogpu = forked.to_json()["zerogpu"]
+    assert zerogpu["duration_s"] == zero_gpu.declared(4.0).duration_s == 25  # 20 s start + 1.25 × 4 s
+    assert zerogpu["size"] == "xlarge" and zerogpu["quota_s"] == 50 and zerogpu["mode"] == "fork"
+    assert zero_gpu_fork.asked[-1] == 25
+    assert steps[-1] == (2, 2)  # progress streamed out of the child (3 steps = 2 evaluations)
+    assert [p.step for p in board.history()] == [1, 2]  # so were the previews
+    assert "zerogpu" not in expected.to_json()
+
+
+@pytest.mark.slow
+def test_a_change_made_inside_one_call_is_gone_in_the_next(forked_backend, in_process, tiny_model):
+    """A load attaches the adapter in its call's child; the next call's child is a fresh fork of the parent, where
+    nothing is attached: a job that relied on the load (generate without naming the adapter) gets the base, and
+    the job that names it gets the adapter's output."""
+    request = GenerationRequest(prompt="p", seed=1, steps=2)
+    adapter = LoRASettings(source=TURBO, alpha=64.0)
+    base = in_process.generate(request).result.hash
+    with_adapter = in_process.generate(request, [adapter]).result.hash
+    assert base != with_adapter
+    in_process.binder.reset()
+    loaded = forked_backend.load(adapter)
+    assert loaded.report.ok and loaded.report.profile is not None  # measured in the call, travelled as a value
+    assert forked_backend.generate(request).result.hash == base
+    merged = LoRASettings(source=TURBO, alpha=64.0, mode="merged")
+    assert forked_backend.generate(request, [merged]).result.hash != base
+    assert forked_backend.generate(request).result.hash == base  # the merged weight died with its child
+    assert forked_backend.generate(request, [adapter]).result.hash == with_adapter
+
+
+def submit_probe(backend: Backend) -> Any:
+    """A job (picklable, like the Backend's own) that reports what the model holds when it starts: the LoRA layers
+    bound in the transformer, without applying anything."""
+
+    def job(ctx: JobContext) -> list[str]:
+        transformer = backend.model.transformer()
+        return sorted(name for name, module in transformer.named_modules() if isinstance(module, LoRALinear))
+
+    return backend._submit(job, "probe", submit_probe, (), T2VA)
+
+
+def submit_relying(backend: Backend, request: GenerationRequest) -> Any:
+    """A job that wrongly relies on what the model holds (generates without applying its adapters)."""
+
+    def job(ctx: JobContext) -> str:
+        return run_generation(backend.model.pipeline(request.workflow), request).hash
+
+    return backend._submit(job, "relying", submit_relying, (request,), request.workflow)
+
+
+@pytest.mark.slow
+def test_what_a_call_attached_is_absent_in_the_next_call_and_a_job_relying_on_it_breaks(forked_backend, in_process):
+    """On a dedicated box an adapter stays attached between jobs; under the fork each call starts from the parent's
+    model, so a job that relied on a previous call's adapters gets the base: the hash tests above would catch it."""
+    request = GenerationRequest(prompt="p", seed=2, steps=2)
+    adapter = LoRASettings(source=TURBO, alpha=64.0)
+    in_process.load(adapter)
+    assert in_process.run(submit_probe(in_process))  # attached between jobs, as now
+    with_adapter = in_process.run(submit_relying(in_process, request))
+    in_process.binder.reset()
+    base = in_process.run(submit_relying(in_process, request))
+    assert with_adapter != base
+    forked_backend.load(adapter)
+    assert forked_backend.run(submit_probe(forked_backend)) == []
+    assert forked_backend.run(submit_relying(forked_backend, request)) == base != with_adapter
+
+
+def test_the_call_runs_in_the_submitters_context(forked_backend):
+    """spaces reads the visitor (the Gradio request) from context variables: the worker thread carries the
+    submitter's."""
+    seen = []
+
+    def spy(ctx: JobContext) -> None:
+        seen.append(VISITOR.get())
+
+    calls = forked_backend.wrap_job
+    original = calls.call
+    calls.call = lambda payload: (spy(None), original(payload))[1]
+    token = VISITOR.set("visitor-7")
+    try:
+        forked_backend.load(LoRASettings(source=TURBO))
+    finally:
+        calls.call = original
+        VISITOR.reset(token)
+    assert seen == ["visitor-7"]
+
+
+@pytest.mark.slow
+def test_cancel_ends_the_child_and_says_where_it_stopped(forked_backend):
+    request = GenerationRequest(prompt="rain", seed=5, steps=12)
+    handle = forked_backend.submit_generate(request)
+    from polling import wait_until
+
+    wait_until(lambda: handle.progress.done >= 1, "the first step streamed out of the child", seconds=300)
+    handle.cancel()
+    with pytest.raises(Cancelled, match=r"cancelled after \d+ of 11 steps"):
+        handle.result(timeout=120)
+
+
+def test_a_request_over_the_cap_is_refused_before_any_gpu_time_is_asked_for(forked_backend):
+    forked_backend.time_model = flat_prediction(video_s=400.0, step_s=19.9, evaluations=19)
+    asked = len(zero_gpu_fork.asked)
+    with pytest.raises(H3AppError, match=r"over the 300 s one call may ask for: use at most 5 steps") as refused:
+        forked_backend.submit_generate(GenerationRequest(prompt="p", seed=1, steps=20))
+    assert "\n" not in str(refused.value) and "Turbo preset (4 steps)" in str(refused.value)
+    assert len(zero_gpu_fork.asked) == asked
+
+
+@pytest.mark.parametrize("seconds", [0, -5, 2.5, True, "60"])
+def test_bad_durations_never_reach_the_call(seconds):
+    def work() -> Any:
+        yield 1
+
+    call = zero_gpu_fork.forked(work, lambda: seconds)
+    with pytest.raises(H3AppError, match="positive whole number"):
+        call()
+
+
+def test_quota_arithmetic():
+    one = zero_gpu.declared(100.0)
+    assert (one.duration_s, one.quota_s) == (145, 290)
+    assert zero_gpu.videos_per_day(100.0, one, "pro") == 1 + (2400 - 290) // 200
+    assert zero_gpu.videos_per_day(100.0, one, "free") == 1 + (300 - 290) // 200
+    assert zero_gpu.videos_per_day(300.0, zero_gpu.declared(300.0), "pro") == 0  # over the per-call cap

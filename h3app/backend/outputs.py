@@ -65,7 +65,8 @@ class GenerationOutput:
                 "width": r.width, "height": r.height, "sample_rate": r.sample_rate,
                 "audio_channels": int(r.audio.shape[0]), "hash": r.hash,
                 "adapters": self.settings["adapters"], "seconds": round(r.seconds, 3), "cache": r.cache,
-                **({"time": self.settings["time"]} if "time" in self.settings else {})}
+                **({"time": self.settings["time"]} if "time" in self.settings else {}),
+                **({"zerogpu": self.settings["zerogpu"]} if "zerogpu" in self.settings else {})}
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from ..rules.choices import T2VA
 from ..rules.request_defaults import RequestDefaults, defaults_for
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
+from . import zero_gpu
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, run_generation
@@ -37,7 +38,6 @@ from .grid import BASELINE_BYTES, CELL_BYTES, Baselines, GridCell, GridPlan, pla
 from .grid_rows import GridRow, expand_rows
 from .limits import Limits, model_limits
 from .outputs import OUTPUT_KEEP_SECONDS, GenerationOutput, Outputs, remove_older
-from . import zero_gpu
 from .preview import PreviewBoard
 from .worker import Job, JobCall, JobContext, JobHandle, JobWrapper, Worker, alone, stream, wait
 

@@ -87,10 +87,19 @@ Job = Callable[[JobContext], Any]
 @dataclass(frozen=True)
 class JobCall:
     """How another rank queues the same job: ``again(backend)`` queues it on that rank's Backend and waits (picklable:
-    module-level functions and their arguments); ``workflow``: the transformer partition the job runs."""
+    module-level functions and their arguments); ``workflow``: the transformer partition the job runs. Pickled
+    without ``sinks``."""
 
     again: Callable[[Any], Any]
     workflow: str = T2VA
+    # A ZeroGPU call rebuilds the job in its child from these (``gpu_calls``): the Backend method that built it and its
+    # picklable arguments; ``sinks``: the caller's previews board and ``on_cell``, which stay in this process.
+    submit: Callable[..., Any] | None = None
+    args: tuple = ()
+    sinks: dict[str, Any] = field(default_factory=dict)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**vars(self), "sinks": {}}  # the caller's board and callback never travel
 
 
 JobWrapper = Callable[[Job, JobCall], Job]

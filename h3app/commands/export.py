@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .export_stack import add_stack_flags, run_stack, wants_stack
 from .inspect import add_source_flags
 from .model_options import add_strength_flags, strength_fields
 
@@ -31,6 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_strength_flags(p)  # --block-strength is baked in; a schedule or a modality strength is refused
+    add_stack_flags(p)  # --adapter-spec (more adapters: the stack as one file), --rank (SVD resize)
     p.set_defaults(run=run)
 
 
@@ -59,6 +61,8 @@ def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -
 
 
 def run(args: argparse.Namespace) -> int:
+    if wants_stack(args):  # several adapters, or a resize: export_stack.py
+        return run_stack(args)
     import os
 
     from ..adapters.export import export_adapter, parse_export_dtype, refuse_unbakeable

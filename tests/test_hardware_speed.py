@@ -247,3 +247,21 @@ def test_the_fp32_delta_costs_more_than_the_bf16_one_on_the_same_plan(monkeypatc
     lora_fp32 = roofline.predict_one(before, Placement(), "unmerged", BY_NAME["h200"], 5, peaks=roof)["lora_overhead"]
     lora_bf16 = roofline.predict_one(tiny_rank4, Placement(), "unmerged", BY_NAME["h200"], 5, peaks=roof)["lora_overhead"]
     assert lora_fp32 >= lora_bf16 >= 1.0
+
+
+def test_the_apps_time_model_prices_the_backend_this_box_runs(monkeypatch):
+    """On a GPU box the page's estimate counts the attention backend the loader picks here (what is installed),
+    where ``plan`` assumes the card's pick is installed."""
+    from types import SimpleNamespace
+
+    from h3app.hardware import estimate, preflight
+    from h3app.model import attention
+    from h3app.rules.attention import SDPA
+
+    asked = []
+    monkeypatch.setattr(preflight, "this_box", lambda *a, **k: BY_NAME["h200"])
+    monkeypatch.setattr(attention, "chosen", lambda device, dtype, want, split: asked.append((want, split)) or SDPA)
+    options = SimpleNamespace(device="cuda", dtype=torch.bfloat16, offload="none", fp8=False, fp8_text_encoder=False,
+                              fuse_qkv=False, vae_dtype=torch.float32, attention="auto", split="")
+    model = estimate.for_app("full", options)
+    assert model.setup.attention == "sdpa" and asked == [("auto", "")]

@@ -159,10 +159,13 @@ def step_account(flags: tuple[str, ...] = h200(4)) -> str:
     planned = predicted_with(flags, None)
     parts = ", ".join(f"{name.removesuffix('_s').replace('_', ' ')} {value:.3f} s" for name, value in terms.items())
     step = planned["step_s"]
+    eager = terms["memory_bound_s"] + terms["launches_s"]
     return (f"`{' '.join(flags)}`, one evaluation ({step:.3f} s): {parts} (the weights' read hides under the "
-            f"compute). With sglang's FA3 (diffusers 0.42.1 does not run it under Ulysses) the step would be "
-            f"{fa3['step_s']:.3f} s ({fa3['step_s'] / step:.2f}×); with SDPA instead of {planned['attention']} (its "
-            f"package missing) {sdpa['step_s']:.3f} s ({sdpa['step_s'] / step:.2f}×).")
+            f"compute). The eager memory-bound ops and launches, which sglang's fused kernels largely avoid, are "
+            f"{eager:.3f} s ({eager / step:.0%} of the step). With sglang's FA3 (diffusers 0.42.1 does not run it "
+            f"under Ulysses) the step would be {fa3['step_s']:.3f} s ({fa3['step_s'] / step:.2f}×); with SDPA "
+            f"instead of {planned['attention']} (what runs where the card's pick cannot) {sdpa['step_s']:.3f} s "
+            f"({sdpa['step_s'] / step:.2f}×).")
 
 
 def predicted_with(flags: tuple[str, ...], attention: str | None) -> dict[str, Any]:

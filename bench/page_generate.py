@@ -6,7 +6,9 @@ at the page's budget (``ui/generate/preview_stream.PAGE_PREVIEW_BUDGET``), its u
 (each preview image sent once), every image through ``gr.Image.postprocess`` as Gradio does with a yielded picture
 (a PNG in Gradio's cache), and the finished view (snippets, history). Peer: what ``/generate`` runs —
 ``GenerateEvents.generate``, the same worker job without previews. Two rows: "Step preview" on (the previews thinned
-to their budget; goal ≤ 1.1×) and off (goal ≤ 1.05×: the same work).
+to their budget; goal ≤ 1.1×) and off (goal ≤ 1.05×: the same work). Then the page's one estimator
+(``ui/generate/estimates.py``), taught by those runs: its estimate before each of a few more runs at the same size,
+over the run's measured seconds (goal 0.7×–1.3×).
 """
 
 from __future__ import annotations
@@ -70,6 +72,30 @@ def rows(backend: Any, repeats: int, clock: str) -> list[Row]:
     note = (f"{last['columns'].get('generation', 0)} previews of {STEPS - 1} evaluations, {last['sent']} images sent, "
             f"{last['thinned']} thinned; a preview costs {last['share_of_step']}× a step "
             f"({last['decoder']} decoder); best-of ratio {timings['on'].best / timings['api'].best:.2f}×")
+    return [*_page_rows(timings, note, clock), _estimate_row(events, form, max(3, repeats), clock)]
+
+
+def _estimate_row(events: Any, form: Any, rounds: int, clock: str) -> Row:
+    """The estimate the page shows before a run at a size this server has run, over that run's seconds."""
+    import statistics
+
+    from h3app.ui.generate.estimates import estimator_for, sized
+
+    estimator = estimator_for(events.backend)
+    size = sized(form.request, events.backend.limits)
+    pairs = []
+    for _ in range(rounds):
+        estimate = estimator.estimate(size)
+        view = events.generate_view(form, progress=None)  # taught to the estimator as the page's runs are
+        pairs.append((estimate.seconds, view.settings_json["result"]["seconds"]))
+    ratios = [e / m for e, m in pairs]
+    return Row(CASE, f"page estimate ÷ the run it then makes, {STEPS} steps (tiny, after a run at this size)",
+               statistics.median(e for e, _ in pairs), "measured run", statistics.median(m for _, m in pairs),
+               Goal("0.7×–1.3×", max_ratio=1.3, min_ratio=0.7),
+               f"{estimate.source}; ratios {', '.join(f'{r:.2f}' for r in ratios)}", clock)
+
+
+def _page_rows(timings: Any, note: str, clock: str) -> list[Row]:
     return [Row(CASE, f"page Generate, Step preview on, {STEPS} steps (tiny, style adapter)", timings["on"].median,
                 "/generate (same job)", timings["api"].median, Goal("≤ 1.1×", max_ratio=1.1), note, clock),
             Row(CASE, f"page Generate, Step preview off, {STEPS} steps (tiny, style adapter)", timings["off"].median,

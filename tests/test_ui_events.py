@@ -343,7 +343,9 @@ def test_equivalence_tab_says_identical_and_shows_the_fallback(adapters, compari
     assert plot[plot["pair"] == "A vs fallback"]["PSNR (dB)"].lt(100.0).any()
     assert "alpha 128 × scale 0.0625" in cap_b and "check A" in session.history[-2].kind
     cost = comparisons.check_estimate(RequestForm(prompt="a fox", steps=2, height=32, width=32))
-    assert "costs **3 generations + 1 denoising step ≈" in cost  # timed: a generation has run on this backend
+    # timed: a generation has run on this backend at this size (the check's A run): the one estimator's words
+    assert "costs **3 generations + 1 denoising step** (" in cost and "— about **" in cost
+    assert "measured here: a run at this size took" in cost
 
 
 def test_equivalence_needs_an_adapter_and_valid_settings(comparisons, adapters):

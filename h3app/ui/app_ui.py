@@ -23,7 +23,8 @@ from .change_events import CHEAP, ChangeEvents
 from .compare.events import ComparisonEvents
 from .compare.tabs import build_equivalence_tab, build_grid_tab, build_history_tab
 from .compare.view import VIEW_CSS
-from .forms import RequestForm, field_names, parts, read, write
+from .forms import GridForm, RequestForm, field_names, parts, read, write
+from .generate.estimates import estimate_lines
 from .generate.events import (
     GenerateEvents,
     WorkflowInputs,
@@ -36,7 +37,6 @@ from .generate.events import (
 )
 from .generate.preview_stream import PAGE_PREVIEW_BUDGET
 from .generate.tab import NUMBER_FIELDS, RequestControls, bind_limits, build_generate_tab, build_request_controls
-from .generate.time_note import time_note
 from .gradio_compat import hook_queue
 from .hub.events import HubEvents
 from .hub.panel import build_hub_panel, wire_hub_panel
@@ -138,7 +138,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False,
                     with gr.Tab("Equivalence", id="equivalence-tab"):
                         equivalence = build_equivalence_tab()
                     with gr.Tab("Grid", id="grid-tab"):
-                        grid = build_grid_tab(backend.defaults.grid)
+                        grid = build_grid_tab(backend.defaults.grid, adapter_events.demo_choices())
                     with gr.Tab("History", id="history-tab"):
                         history = build_history_tab()
         api_events = ApiEvents(adapter_events, generate_events, comparisons)
@@ -156,7 +156,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False,
                               token=token)
             advanced_strength.wire(slot.advanced, request.steps, changes)  # its note and the schedule's plot
         _wire_request(request, slot_1, backend.limits, changes)
-        _wire_time(demo, request, backend)
+        _wire_estimates(demo, request, grid, equivalence, session, backend, comparisons)
         on_load = wire_jobs(session, mode, token, (slot_1, slot_2), request, generate, equivalence, grid, history,
                             adapter_events, generate_events, comparisons, changes, preview_budget)
         changes.wire()
@@ -196,16 +196,23 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any, ch
     slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
 
 
-def _wire_time(demo: gr.Blocks, request: RequestControls, backend: Backend) -> None:
-    """The request's predicted time (``time_note``) on load and whenever a number that changes it changes; queued
-    apart from the GPU (a new canvas or length is rehearsed once, seconds)."""
+def _wire_estimates(demo: gr.Blocks, request: RequestControls, grid: Any, equivalence: Any, session: gr.State,
+                    backend: Backend, comparisons: ComparisonEvents) -> None:
+    """Every time the page states before a click — Generate's line, the check's cost, the Grid's — from the one
+    estimator (``generate/estimates.py``), in one event: on load, whenever a number that changes them changes, and
+    after every job (the session's change: the estimator has learned the run). Queued apart from the GPU (a new
+    canvas or length is rehearsed once, seconds)."""
     numbers = parts(request, NUMBER_FIELDS + ("workflow", "cache"))
+    axes = parts(grid, field_names(GridForm))
+    outputs = {"generate": request.time_note, "check": equivalence.estimate, "grid": grid.estimate}
 
-    def note(values: dict[Any, Any]) -> str:
-        return time_note(read(RequestForm, numbers, values), backend.limits, backend.predicted_time)
+    def lines(values: dict[Any, Any]) -> dict[Any, Any]:
+        shown = estimate_lines(backend, comparisons, read(RequestForm, numbers, values), read(GridForm, axes, values))
+        return {outputs[name]: text for name, text in shown.items()}
 
     triggers = [numbers[name].change for name in ("steps", "duration", "height", "width", "workflow", "cache")]
-    gr.on([demo.load, *triggers], note, set(numbers.values()), [request.time_note], **ESTIMATE)
+    gr.on([demo.load, session.change, *triggers, *(box.change for box in axes.values())], lines,
+          {*numbers.values(), *axes.values()}, list(outputs.values()), **ESTIMATE)
 
 
 def launch_kwargs(backend: Backend, mcp: bool = False) -> dict[str, Any]:

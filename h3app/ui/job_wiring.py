@@ -123,9 +123,6 @@ class JobWiring:
     def show_history(self, session_value: Session | None) -> dict[Any, Any]:
         return write(self.events.comparisons.history_view(session_value), self.history_parts)
 
-    def grid_estimate(self, values: dict[Any, Any]) -> str:
-        return self.events.comparisons.estimate(read(GridForm, self.grid_parts, values))
-
     def grid_axes_pass(self, values: dict[Any, Any]) -> bool:
         """The Grid's axes as typed make a plan (else its estimate line says why)."""
         try:
@@ -133,9 +130,6 @@ class JobWiring:
         except (H3AppError, ValueError):
             return False
         return True
-
-    def check_estimate(self, values: dict[Any, Any]) -> str:
-        return self.events.comparisons.check_estimate(read(RequestForm, self.request_parts, values))
 
     def start(self, button: Any, status: Any, run: Any, inputs: set[Any], outputs: list[Any], above: bool = False,
               **options: Any) -> Any:
@@ -196,17 +190,7 @@ class JobWiring:
                                self.job_inputs(slot_1.info, slot_2.info, generate.step_preview),
                                [*generate_parts.values(), generate.status, generate.preview, generate.preview_note],
                                above=True, scroll_to_output=False, show_progress_on=[generate.video])
-        generated.then(self.grid_estimate, set(self.grid_parts.values()), [self.tabs.grid.estimate], **CHEAP)
         return generated
-
-    def wire_check_estimate(self, generated: Any) -> None:
-        """The check's cost, redrawn as the request changes and after every generation (its timing)."""
-        request_changes = [getattr(self.request, name).change
-                           for name in ("steps", "duration", "height", "width", "prompt", "workflow")]
-        inputs, estimated = set(self.request_parts.values()), [self.tabs.equivalence.estimate]
-        self.changes.on(request_changes, self.check_estimate, inputs, estimated)
-        self.page_loaded.append((self.check_estimate, inputs, estimated))
-        generated.then(self.check_estimate, inputs, estimated, **CHEAP)
 
     def wire_check_pair(self) -> None:
         """A and B follow adapter 1's alpha in use and rank (the person may type any pair afterwards)."""
@@ -249,7 +233,6 @@ class JobWiring:
                              self.job_inputs(*check_parts.values()),
                              [*check_outputs.values(), equivalence.status, *vars(live).values()],
                              show_progress_on=[equivalence.verdict])
-        checked.then(self.check_estimate, set(self.request_parts.values()), [equivalence.estimate], **CHEAP)
         return checked
 
     def wire_grid(self) -> Any:
@@ -269,10 +252,6 @@ class JobWiring:
 
         gridded = self.start(grid.run_button, grid.status, run_grid, self.job_inputs(*self.grid_parts.values()),
                              list(grid_outputs.values()), show_progress_on=[grid.view])
-        inputs = set(self.grid_parts.values())
-        gridded.then(self.grid_estimate, inputs, [grid.estimate], **CHEAP)
-        self.changes.on([grid.alphas.change, grid.scales.change, grid.seeds.change], self.grid_estimate, inputs,
-                        [grid.estimate])
         return gridded
 
     def wire_compare(self) -> None:
@@ -325,7 +304,6 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     jobs.wire_apply_note()
     jobs.wire_stale_refusals()
     generated = jobs.wire_generate()
-    jobs.wire_check_estimate(generated)
     jobs.wire_check_pair()
     checked = jobs.wire_check()
     gridded = jobs.wire_grid()

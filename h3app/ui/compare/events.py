@@ -21,6 +21,7 @@ import pandas as pd
 from ...adapters.summary import AdapterSummary
 from ...backend.generation import Cancelled
 from ...backend.grid import parse_values
+from ...backend.grid_rows import parse_row
 from ...backend.media import decode_video, extract_audio
 from ...backend.preview import PreviewBoard
 from ...backend.worker import Progress
@@ -28,8 +29,10 @@ from ...errors import H3AppError
 from ...hosting.visitors import session_key
 from ...rules.alpha_source import AlphaSource
 from ...rules.check_pair import CheckSetting, default_pair
+from ...rules.choices import UNMERGED
 from ...rules.values import parse_alpha, parse_seeds, parse_strength
 from ..forms import KEEP, CheckForm, GridForm, JobForm, RequestForm, SlotForm
+from ..generate.estimates import ASK, Ask, Estimate, check_line, estimator_for, grid_line
 from ..generate.events import JobRunner, Stopped
 from ..generate.preview_stream import check_stopped_where
 from ..gradio_compat import client_gone
@@ -187,6 +190,7 @@ class ComparisonEvents:
             session = add_history(session, kind=kind, label=f"{kind}: {render.setting_text(data[name])}",
                                   video=run.video_path, thumbnail=run.thumbnail_path, hash=run.hash,
                                   settings=column_settings(result.settings, data[name]))
+        estimator_for(self.backend).learn(form.request.to_request(), result.seconds_per_run)  # A's run
         return CheckView(verdict=render.verdict_html(data), view=check_value(data, videos, wavs),
                          heat_ab=result.heatmap_path, heat_fallback=result.fallback_heatmap_path, psnr_plot=plot,
                          spectrogram_ab=result.spectrogram_diff_path,
@@ -231,36 +235,33 @@ class ComparisonEvents:
             return f"✖ Not applied: {visitor_text(str(error))}"
         return ""
 
-    def check_estimate(self, request: RequestForm) -> str:
-        """What the check will cost, before it starts: its runs and, once a generation has been timed on this
-        server, the seconds they add up to."""
-        try:
-            cost = self.backend.check_cost(request.to_request())
-        except H3AppError:
-            return ""  # a refused request value: its note under Steps says why, once
-        return f"This check costs **{cost.describe()}** (A, B and the fallback in full; the control is one step)."
+    def check_estimate(self, request: RequestForm, estimate: Estimate | None | Ask = ASK) -> str:
+        """What the check will cost, before it starts: its runs, and the seconds they add up to from the page's one
+        estimator (``estimate``: one generation of this request, as Generate's line has it; asked when not given)."""
+        return check_line(self.backend, request, estimate)
 
     # -------------------------------------------------------------------------------------------------- grid
     def plan(self, grid: GridForm) -> Any:
         """The grid plan (cells and estimated time) for the axis texts; raises H3AppError on bad input."""
         seed_values = parse_seeds(grid.seeds, "seeds")
+        adapters = len(self.rows(grid)) if grid.rows else 1
         return self.backend.plan_grid(parse_values(grid.alphas, "alphas", allow_auto=True),
-                                      parse_values(grid.scales, "scales"), seed_values)
+                                      parse_values(grid.scales, "scales"), seed_values, adapters)
 
-    def estimate(self, grid: GridForm) -> str:
-        """The up-front estimate shown before a grid runs (a problem with the axes is shown instead)."""
+    def rows(self, grid: GridForm, mode: str = UNMERGED, token: str | None = None) -> list[Any]:
+        """The adapters as rows (``backend.grid_rows``: a glob expands into one run's checkpoints, in order)."""
+        return self.backend.grid_rows([parse_row(text, mode) for text in grid.rows or ()], token)
+
+    def estimate(self, grid: GridForm, request: RequestForm | None = None, estimate: Estimate | None | Ask = ASK
+                 ) -> str:
+        """The up-front estimate shown before a grid runs (a problem with the axes is shown instead): its runs and
+        their seconds from the page's one estimator (``estimate``: one generation of ``request``, asked when not
+        given; no request: the model's default one)."""
         try:
             plan = self.plan(grid)
         except (H3AppError, ValueError) as error:
             return f"✖ {visitor_text(str(error))}"
-        runs = plan.cells + len(plan.seeds)
-        if plan.estimated_seconds is None:
-            timing = "time unknown until one generation has run on this server"
-        else:
-            timing = f"about **{_duration(plan.estimated_seconds)}** at the last run's speed"
-        return (f"**{counted(plan.cells, 'cell')}** ({counted(len(plan.alphas), 'alpha')} × "
-                f"{counted(len(plan.strengths), 'scale')} × {counted(len(plan.seeds), 'seed')}) + "
-                f"{counted(len(plan.seeds), 'no-LoRA baseline')} = {counted(runs, 'generation')} — {timing}.")
+        return grid_line(self.backend, plan, request, estimate)
 
     def grid_cells(self, form: JobForm, grid: GridForm, http_request: Any, progress: Any,
                    stopped: list[Stopped] | None = None) -> Iterator[Any]:
@@ -270,8 +271,11 @@ class ComparisonEvents:
         try:
             generation = form.request.to_request()
             adapters = job_adapters(form.session, form.mode)
-            if not adapters:
-                raise H3AppError("the grid needs an adapter: pick one in the adapter panel first.")
+            if not adapters and not grid.rows:
+                raise H3AppError("the grid needs an adapter: pick one in the adapter panel first, or adapters as "
+                                 "rows in this tab.")
+            # adapters as rows (this tab's), else adapter 1 over the alphas
+            target = self.rows(grid, form.mode or UNMERGED, form.token or None) if grid.rows else adapters[0]
             plan = self.plan(grid)
         except (H3AppError, ValueError) as error:
             raise user_error(H3AppError(str(error))) from error
@@ -292,7 +296,7 @@ class ComparisonEvents:
                                desc=grid_progress(finished[0], plan.cells, done, total))
 
         try:
-            for cell in self.backend.grid(generation, adapters[0], plan, form.token or None, on_step,
+            for cell in self.backend.grid(generation, target, plan, form.token or None, on_step,
                                           on_handle=lambda handle: self.jobs.set(key, handle),
                                           abandoned=client_gone()):
                 finished[0] += 1
@@ -318,19 +322,20 @@ class ComparisonEvents:
         stopped: list[Stopped] = []
 
         def shown(status: str, session: Any = KEEP) -> GridView:
-            return GridView(grid_value(cells, plan.alphas, plan.strengths, plan.seeds, run),
+            return GridView(grid_value(cells, plan.alphas, plan.strengths, plan.seeds, run, plan.adapters),
                             pd.DataFrame(grid_rows(cells), columns=GRID_COLUMNS), status, cells_state(cells), session)
 
         for cell in self.grid_cells(form, grid, request, progress, stopped):
             cells.append(cell)
             yield shown(self._grid_status(cells))
         session = form.session or new_session()
-        adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells else {}
+        adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells and not grid.rows else {}
         request_json = form.request.to_request().to_json() if cells else {}
         for cell in cells:  # each cell's own provenance: the resolution its run applied
             settings = {"request": {**request_json, "seed": cell.seed},
                         "adapters": [cell.adapter or {**adapter, "alpha": cell.alpha, "strength": cell.strength}]}
-            session = add_history(session, kind="grid", label=f"grid α{history_words.number(cell.alpha)}×"
+            session = add_history(session, kind="grid", label=f"grid {cell.label + ' ' if grid.rows else ''}"
+                                                                f"α{history_words.number(cell.alpha)}×"
                                                                 f"{cell.strength:g} seed {cell.seed}",
                                   video=cell.video_path, thumbnail=cell.thumbnail_path, hash=cell.hash,
                                   settings=settings)
@@ -436,12 +441,6 @@ def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> d
 def cells_state(cells: list[Any]) -> list[dict[str, Any]]:
     """Grid cells as JSON (for the API and for picking a cell's video)."""
     return [cell.to_json() for cell in cells]
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min"
 
 
 def grid_progress(cells_done: int, cells: int, steps_done: int, steps: int) -> str:

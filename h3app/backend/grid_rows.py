@@ -13,6 +13,7 @@ from typing import Any
 from ..adapters import source as sources
 from ..adapters.checkpoints import is_glob, match_files, order_checkpoints
 from ..errors import H3AppError
+from ..rules import values
 from ..settings import LoRASettings
 
 
@@ -34,6 +35,22 @@ def plain_label(settings: LoRASettings) -> str:
     """A row named by its file: the weight name's stem, else the source's last part."""
     name = settings.weight_name or str(settings.source).rstrip("/")
     return posixpath.splitext(posixpath.basename(name.replace("\\", "/")))[0] or str(settings.source)
+
+
+def parse_row(text: str, mode: str) -> LoRASettings:
+    """One row as the page's Grid tab takes it: ``SOURCE`` or ``SOURCE,weight=F,rev=R`` (``weight=*.safetensors``:
+    a folder's or repo's files by a glob). The alpha and strength are the grid's axes."""
+    source, *fields = [part.strip() for part in str(text).split(",")]
+    given: dict[str, str] = {}
+    for field in fields:
+        key, sep, value = field.partition("=")
+        if not sep or key.strip() not in ("weight", "rev"):
+            raise H3AppError(f"grid row {values.short(text)}: write SOURCE, or SOURCE,weight=FILE-or-GLOB,rev=R.")
+        given[key.strip()] = value.strip()
+    if not source:
+        raise H3AppError("a grid row is empty: give a Hub repo id, an HF URL or a local path.")
+    return LoRASettings(source=source, weight_name=given.get("weight") or None, revision=given.get("rev") or None,
+                        mode=mode)
 
 
 def expand_rows(policy: Any, adapters: Sequence[LoRASettings], token: str | None, max_rows: int) -> list[GridRow]:

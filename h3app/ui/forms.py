@@ -265,8 +265,10 @@ class CheckForm:
 
 @dataclass(frozen=True)
 class GridForm:
-    """The Grid tab's axes as typed: comma-separated alphas (``auto`` allowed), scales and seeds."""
+    """The Grid tab's axes as typed: comma-separated alphas (``auto`` allowed), scales and seeds; ``rows``: adapters
+    as rows (``SOURCE`` or ``SOURCE,weight=GLOB``; empty: adapter 1 over the alphas)."""
 
     alphas: str = TINY_DEFAULTS.grid.alphas
     scales: str = TINY_DEFAULTS.grid.scales
     seeds: str = TINY_DEFAULTS.grid.seeds
+    rows: Any = ()

@@ -14,6 +14,7 @@ from .view import GridLayout, ViewColumn, equal_marks, view_value
 
 HASH_CHARS = 12  # enough to tell results apart at a glance; the settings JSON has them whole
 GRID_CORNER = "alpha ╲ scale"
+ROWS_CORNER = "adapter ╲ scale"
 
 
 def short_hash(digest: str) -> str:
@@ -39,17 +40,30 @@ def check_value(data: Mapping[str, Any], videos: Mapping[str, str], wavs: Mappin
 
 
 # -------------------------------------------------------------------------------------------------------- grid
-def cell_key(cell: Any, several_seeds: bool) -> str:
-    """``α1×0.5`` (``α1×0.5 s7`` when the grid has several seeds): the cell's name in marks and switches."""
+def cell_key(cell: Any, several_seeds: bool, several_adapters: bool = False) -> str:
+    """``α1×0.5`` (``α1×0.5 s7`` when the grid has several seeds; ``zorb-e2 (epoch 2) α auto×0.5`` when its rows are
+    adapters): the cell's name in marks and switches."""
     key = f"α{'auto' if cell.alpha is None else number(cell.alpha)}×{number(cell.strength)}"
+    key = f"{cell.label} {key}" if several_adapters else key
     return f"{key} s{cell.seed}" if several_seeds else key
 
 
+def row_labels(cells: Sequence[Any], alphas: Sequence[float | None], adapters: int) -> list[str]:
+    """The grid's row headers: ``α 1`` per alpha, or per adapter (× alpha) its label (file, epoch/steps, trigger)."""
+    if adapters <= 1:
+        return [f"α {number(alpha)}" for alpha in alphas]
+    names = {c.adapter_row: c.label for c in cells}
+    return [f"{names.get(a, f'adapter {a + 1}')}" + (f" · α {number(alpha)}" if len(alphas) > 1 else "")
+            for a in range(adapters) for alpha in alphas]
+
+
 def grid_value(cells: Sequence[Any], alphas: Sequence[float | None], strengths: Sequence[float],
-               seeds: Sequence[int], run: str) -> dict[str, Any]:
-    """The grid so far: per seed a table (rows = alphas, columns = scales) under its baseline; the view plays
-    the baseline and the newest cell until the person clicks cells (each click compares with the one before)."""
+               seeds: Sequence[int], run: str, adapters: int = 1) -> dict[str, Any]:
+    """The grid so far: per seed a table (rows = alphas, or adapters × alphas; columns = scales) under its baseline;
+    the view plays the baseline and the newest cell until the person clicks cells (each click compares with the
+    one before)."""
     several = len(seeds) > 1
+    labels = row_labels(cells, alphas, adapters)
     columns: list[ViewColumn] = []
     grids: list[GridLayout] = []
     newest, first_baseline = None, None
@@ -62,17 +76,17 @@ def grid_value(cells: Sequence[Any], alphas: Sequence[float | None], strengths: 
         columns.append(ViewColumn(key=f"no LoRA s{seed}" if several else "no LoRA", label=f"no LoRA · seed {seed}",
                                   video=mine[0].baseline_video_path, thumb=mine[0].baseline_thumbnail_path,
                                   caption="the same request without the adapter"))
-        keys = [cell_key(c, several) for c in mine]
+        keys = [cell_key(c, several, adapters > 1) for c in mine]
         marks = equal_marks(keys, [c.hash for c in mine], mine[0].baseline_hash)
         at: dict[tuple[int, int], int] = {}
         for cell, key, mark in zip(mine, keys, marks):
             at[(cell.row, cell.column)] = newest = len(columns)
-            columns.append(ViewColumn(key=key, label=f"α {number(cell.alpha)} × {number(cell.strength)}",
+            shown = f"{cell.label} · " if adapters > 1 else ""
+            columns.append(ViewColumn(key=key, label=f"{shown}α {number(cell.alpha)} × {number(cell.strength)}",
                                       video=cell.video_path, thumb=cell.thumbnail_path,
                                       caption=render.distance_text(cell.baseline_psnr), mark=mark))
-        rows = [(f"α {number(alpha)}", [at.get((r, c)) for c in range(len(strengths))])
-                for r, alpha in enumerate(alphas)]
-        grids.append(GridLayout(title=f"seed {seed}", corner=GRID_CORNER,
+        rows = [(label, [at.get((r, c)) for c in range(len(strengths))]) for r, label in enumerate(labels)]
+        grids.append(GridLayout(title=f"seed {seed}", corner=GRID_CORNER if adapters <= 1 else ROWS_CORNER,
                                 headers=[f"× {number(s)}" for s in strengths], rows=rows, baseline=baseline))
     show = [i for i in (first_baseline, newest) if i is not None]
     return view_value(columns, show, grids=grids, run=run,
@@ -80,14 +94,18 @@ def grid_value(cells: Sequence[Any], alphas: Sequence[float | None], strengths: 
 
 
 def grid_rows(cells: Sequence[Any]) -> list[list[Any]]:
-    """The per-cell table: alpha, scale, seed, PSNR to no-LoRA (dB), max |Δ|, seconds, hash, equal to."""
+    """The per-cell table: alpha (after the row's adapter when the rows are adapters), scale, seed, PSNR to no-LoRA
+    (dB), max |Δ|, seconds, hash, equal to."""
     rows = []
+    adapters = len({getattr(c, "adapter_row", 0) for c in cells}) > 1
     for seed in sorted({c.seed for c in cells}):
         mine = [c for c in cells if c.seed == seed]
-        marks = equal_marks([cell_key(c, False) for c in mine], [c.hash for c in mine], mine[0].baseline_hash)
+        marks = equal_marks([cell_key(c, False, adapters) for c in mine], [c.hash for c in mine],
+                            mine[0].baseline_hash)
         for cell, mark in zip(mine, marks):
             psnr = "∞" if not math.isfinite(cell.baseline_psnr) else f"{cell.baseline_psnr:.1f}"
-            rows.append([number(cell.alpha), number(cell.strength), cell.seed, psnr,
+            alpha = f"{cell.label} · {number(cell.alpha)}" if adapters else number(cell.alpha)
+            rows.append([alpha, number(cell.strength), cell.seed, psnr,
                          round(cell.baseline_max_abs_diff, 4), round(cell.seconds, 1), short_hash(cell.hash),
                          mark.removeprefix("= ")])
     return rows

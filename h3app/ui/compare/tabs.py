@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import gradio as gr
@@ -19,10 +20,14 @@ EQUIVALENCE_INTRO = (
     "Does **A** give the same output as **B**? Their alpha × scale products are equal, so with an exact engine they "
     "must be *bit-identical*. The third column is the old fallback — alpha = rank, scale 1 — which is what loaders "
     "that ignore alpha do. Uses **adapter 1** and the request above; A is also run twice as a determinism control.")
-GRID_INTRO = ("Sweep alpha × scale (and seeds) with adapter 1 and the request above. Each cell shows how far it moved "
+GRID_INTRO = ("Sweep alpha × scale (and seeds) with adapter 1 and the request above — or pick **adapters as rows** "
+              "(several adapters, or one training run's checkpoints: a folder or repo with `,weight=*.safetensors`, "
+              "ordered by epoch/steps) to compare them at each scale. Each cell shows how far it moved "
               "from the same request **without** the LoRA — a cell identical to no-LoRA means the adapter did "
               "nothing. Click a cell to play it beside the no-LoRA baseline; each further click plays it beside the "
               "cell clicked before.")
+ROWS_INFO = ("empty: adapter 1 over the alphas. Each row runs at each scale (× the alphas: `auto` = each file's "
+             "own); type a Hub repo id, URL or path, or SOURCE,weight=*.safetensors for one run's checkpoints")
 
 
 @dataclass
@@ -120,11 +125,15 @@ class GridTab(JobControls):
     view: gr.HTML
     table: gr.Dataframe
     cells: gr.State
+    rows: gr.Dropdown
 
 
-def build_grid_tab(axes: GridAxes = TINY_DEFAULTS.grid) -> GridTab:
-    """The axes (the held model's default ``axes``), the estimate above Run/Cancel, the cells' view and table."""
+def build_grid_tab(axes: GridAxes = TINY_DEFAULTS.grid, demos: Sequence[tuple[str, str]] = ()) -> GridTab:
+    """The axes (the held model's default ``axes``), the adapters as rows (``demos``: (label, path) offered), the
+    estimate above Run/Cancel, the cells' view and table."""
     gr.Markdown(GRID_INTRO, elem_classes=["h3-note"])
+    rows = gr.Dropdown(list(demos), value=[], multiselect=True, allow_custom_value=True,
+                       label="adapters as rows (optional)", info=ROWS_INFO, elem_id="grid-rows")
     with gr.Row():
         alphas = gr.Textbox(axes.alphas, label="alphas (comma-separated; auto = the file's chain)", elem_id="grid-alphas")
         scales = gr.Textbox(axes.scales, label="scales", elem_id="grid-scales")
@@ -133,7 +142,7 @@ def build_grid_tab(axes: GridAxes = TINY_DEFAULTS.grid) -> GridTab:
     view = build_comparison_view("grid-view", "Run the grid: its cells appear here under their alpha and scale.")
     table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=True, elem_id="grid-table")
     return GridTab(**vars(controls), alphas=alphas, scales=scales, seeds=seeds, view=view, table=table,
-                   cells=gr.State([]))
+                   cells=gr.State([]), rows=rows)
 
 
 @dataclass

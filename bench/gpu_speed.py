@@ -7,7 +7,7 @@ cache skips, each beside its prediction. Variants: bf16 and fp8 storage (diffuse
 merged LoRA is refused (a merge would round into fp8) and shown as such. The prediction is
 ``h3app.hardware.roofline.step_seconds`` for this GPU's spec-sheet peaks, on the counts of the full-size rehearsal
 (fake CUDA, 544p); it does not model compilation, so eager and compiled rows share it. ``measured / predicted``
-calibrates the efficiency factor: the first GPU run says how far the stated one is off. A row the budget leaves
+checks the efficiencies (docs/hardware.md: GEMM, streaming, attention): the first GPU run says how far they are off. A row the budget leaves
 no time for says so instead of a time.
 
 The row building (``speed_rows``) runs anywhere; only the measuring needs CUDA (``tests/test_bench_smoke.py`` runs

@@ -68,3 +68,24 @@ def test_three_demo_adapters_as_rows_and_a_cell_click_against_the_baseline(brows
         expect(view.locator("figcaption")).to_have_text(["no LoRA · seed 7", "tiny_turbo_4step · α auto × 1"])
     finally:
         page.close()
+
+
+@pytest.mark.slow
+def test_the_diff_panel_draws_the_heat_map_from_the_cli_json(backend, capsys):
+    import json
+
+    from cli_runner import run_cli
+
+    from h3app.backend.adapter_diff import diff_adapters
+    from h3app.ui.compare.diff_panel import heat_html, parse_side
+
+    a, b = str(DEMOS / ROW_FILES[0]), f"{DEMOS / ROW_FILES[1]},scale=0.5"
+    page = diff_adapters(backend.binder, parse_side(a, "A"), parse_side(b, "B"))
+    cli = run_cli(capsys, "diff", a, b, "--model", "tiny", "--json")
+    assert cli.code == 0, cli.err
+    assert page["cosine"] == pytest.approx(json.loads(cli.out)["cosine"], abs=1e-12)  # one truth, two doors
+    shown = heat_html(page)
+    assert f"cosine {page['cosine']:+.3f}" in shown and "block 0" in shown and "outside the blocks" in shown
+    assert shown.count("<td style=") == len(page["blocks"])  # one coloured cell per (block, group)
+    with pytest.raises(Exception, match="unknown field"):
+        parse_side(f"{a},colour=red", "A")

@@ -20,6 +20,7 @@ from .adapter import advanced_strength
 from .adapter.events import AdapterEvents
 from .adapter.panel import AdapterSlot, build_adapter_slot, wire_adapter_slot
 from .change_events import CHEAP, ChangeEvents
+from .compare.diff_panel import wire_diff_panel
 from .compare.events import ComparisonEvents
 from .compare.tabs import build_equivalence_tab, build_grid_tab, build_history_tab
 from .compare.view import VIEW_CSS
@@ -145,6 +146,7 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False,
         build_api(api_events, session)
         hub_events = HubEvents(backend)
         wire_hub_panel(hub_events, hub, adapter_events, slot_1, token, request.workflow)
+        wire_diff_panel(backend, grid.diff, token)  # the Grid tab's "How two adapters differ"
         if mcp:
             from .serving.mcp_tools import McpTools, build_mcp_tools
 

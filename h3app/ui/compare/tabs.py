@@ -13,6 +13,7 @@ from ...rules.values import ALPHA, STRENGTH
 from ..generate.preview_stream import build_check_previews
 from ..presenters import render
 from ..unclamped import unclamped
+from .diff_panel import DiffPanel, build_diff_panel
 from .events import DIFFERENCE_COLUMNS, GRID_COLUMNS, HISTORY_COLUMNS, PSNR_CAP_DB
 from .view import build_comparison_view
 
@@ -126,6 +127,7 @@ class GridTab(JobControls):
     table: gr.Dataframe
     cells: gr.State
     rows: gr.Dropdown
+    diff: DiffPanel
 
 
 def build_grid_tab(axes: GridAxes = TINY_DEFAULTS.grid, demos: Sequence[tuple[str, str]] = ()) -> GridTab:
@@ -141,8 +143,9 @@ def build_grid_tab(axes: GridAxes = TINY_DEFAULTS.grid, demos: Sequence[tuple[st
     controls = build_job_controls("Run grid", "grid-run", "grid", estimate_first=True)
     view = build_comparison_view("grid-view", "Run the grid: its cells appear here under their alpha and scale.")
     table = gr.Dataframe(headers=GRID_COLUMNS, interactive=False, wrap=True, elem_id="grid-table")
+    diff = build_diff_panel(demos)
     return GridTab(**vars(controls), alphas=alphas, scales=scales, seeds=seeds, view=view, table=table,
-                   cells=gr.State([]), rows=rows)
+                   cells=gr.State([]), rows=rows, diff=diff)
 
 
 @dataclass

@@ -54,6 +54,7 @@ def page_generate(events: Any, form: Any, previews: bool) -> dict[str, Any]:
 def rows(backend: Any, repeats: int, clock: str) -> list[Row]:
     """The page's Generate with "Step preview" on and off, each over ``/generate``'s job (medians of ``repeats``
     interleaved rounds after a warm-up)."""
+    from h3app.rules.choices import UNMERGED
     from h3app.settings import LoRASettings
     from h3app.ui.forms import JobForm, RequestForm
     from h3app.ui.generate.events import GenerateEvents
@@ -61,8 +62,8 @@ def rows(backend: Any, repeats: int, clock: str) -> list[Row]:
 
     events = GenerateEvents(backend, RunningJobs())
     session = with_adapter(None, "1", LoRASettings(source=str(STYLE)))
-    form = JobForm(session, "unmerged", RequestForm(prompt=PROMPT, seed=7, steps=STEPS), "")
-    generation, adapters = form.request.to_request(), job_adapters(session, "unmerged")
+    form = JobForm(session, UNMERGED, RequestForm(prompt=PROMPT, seed=7, steps=STEPS), "")
+    generation, adapters = form.request.to_request(), job_adapters(session, UNMERGED)
     shown: list[dict[str, Any]] = []
     timings = compare([Variant("api", lambda: events.generate(generation, adapters, None, None, None)),
                        Variant("on", lambda: shown.append(page_generate(events, form, True))),

@@ -82,9 +82,16 @@ CSS = """
 .h3-note p {font-size: 0.92em; opacity: 0.9; margin: 2px 0;}
 .h3-subhead p {font-weight: 700; margin: 8px 0 0 0;}
 #grid-table th {white-space: nowrap;}
-/* phones: the request and Run come first (an adapter is optional; Generate should not sit screens down) */
+/* a card's table scrolls inside the card rather than past it; a value shows whole (14.375, not 14.37) */
+.h3-card {overflow-x: auto;}
+.h3-table th, .h3-table td {white-space: nowrap;}
+#h3-main input[type=number] {min-width: 7ch;}
+#hub-results table {min-width: 640px;}
+#hub-results th {white-space: nowrap;}
+.h3-schedule-plot {max-width: 100%;}
+/* phones: the sections in their numbered order, 1 · Adapter, 2 · Request, 3 · Run, each the page's width */
 @media (max-width: 720px) {
-  #h3-main {flex-direction: column-reverse !important; align-items: stretch !important;}
+  #h3-main {flex-direction: column !important; align-items: stretch !important;}
   #h3-main > .column {min-width: 0 !important; width: 100% !important; max-width: 100%;}
 }
 """

@@ -107,7 +107,9 @@ def _svg(factors: tuple[float, ...]) -> str:
     points = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(factors))
     dots = "".join(f"<circle cx='{x(i):.1f}' cy='{y(v):.1f}' r='2.5'><title>evaluation {i + 1}: ×{v:g}</title>"
                    f"</circle>" for i, v in enumerate(factors))
-    return (f"<svg class='h3-schedule-plot' role='img' width='{width}' height='{height}' "
+    # drawn in its own coordinates and scaled to the panel (never wider than it): every point stays in view
+    return (f"<svg class='h3-schedule-plot' role='img' viewBox='0 0 {width} {height}' width='{width}' "
+            f"style='max-width: 100%; height: auto' preserveAspectRatio='xMinYMid meet' "
             f"aria-label='strength factor over {len(factors)} evaluations: {', '.join(f'{v:g}' for v in factors)}'>"
             f"<line x1='{pad}' x2='{width - pad}' y1='{y(1.0):.1f}' y2='{y(1.0):.1f}' stroke='currentColor' "
             f"stroke-opacity='0.25' stroke-dasharray='3 3'/>"

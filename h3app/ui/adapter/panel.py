@@ -79,7 +79,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
             source = gr.Textbox(label="Adapter source", scale=3, elem_id=f"{prefix}-source",
                                 placeholder="owner/repo · https://huggingface.co/…/resolve/… · "
                                             "/path/to/lora.safetensors")
-            demo = gr.Dropdown(choices=demos, value=None, label="…or a demo adapter", scale=2,
+            demo = gr.Dropdown(choices=demos, value=None, label="…or a demo adapter", scale=2, min_width=280,
                                elem_id=f"{prefix}-demo", info="small adapters for the tiny model, one per format; "
                                     "tiny_turbo_4step and tiny_style_warm are trained on it")
         with gr.Row(visible=False, equal_height=True, elem_id=f"{prefix}-demo-confirm") as confirm_box:
@@ -88,6 +88,7 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
             keep_button = gr.Button("Keep my source", size="sm", scale=1, elem_id=f"{prefix}-demo-keep")
         with gr.Row(equal_height=True):
             weight = gr.Dropdown(choices=[], value=None, label="Weight file", scale=3, allow_custom_value=True,
+                                 min_width=320,
                                  elem_id=f"{prefix}-weight", info="listed from the repo or folder, with sizes")
             revision = gr.Textbox(label="Revision", placeholder="main", scale=1, elem_id=f"{prefix}-revision",
                                   info="branch, tag or commit")

@@ -229,7 +229,7 @@ def test_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
             handle.result(timeout=60)
 
 
-def test_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, browser, app):
+def test_grid_shows_every_cell_with_captions_and_phones_read_in_order(page, browser, app):
     pick_demo(page)
     set_number(page, "#steps", "2")
     open_tab(page, "Grid")
@@ -251,8 +251,10 @@ def test_grid_shows_every_cell_with_captions_and_phones_reach_generate(page, bro
         assert header.bounding_box()["height"] < 48, header.inner_text()
 
     phone = open_app(browser, app[0], width=400, height=800)
-    try:
-        assert phone.locator("#generate").bounding_box()["y"] < 2 * 800
+    try:  # the numbered order, 1 · Adapter, 2 · Request, then Generate (docs/ui.md): the adapter is picked first
+        request = phone.get_by_text("2 · Request", exact=True).bounding_box()["y"]
+        assert phone.get_by_text("1 · Adapter", exact=True).bounding_box()["y"] < request
+        assert request < phone.locator("#generate").bounding_box()["y"]
         for name in ("Grid", "History"):
             expect(phone.get_by_role("tab", name=name)).to_be_visible()
     finally:

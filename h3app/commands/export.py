@@ -62,7 +62,7 @@ def shapes_for(path: Path, model: str | None, partition: str, qkv_layout: str) -
 
 def run(args: argparse.Namespace) -> int:
     if wants_stack(args):  # several adapters, or a resize: export_stack.py
-        return run_stack(args)
+        return run_stack(args, shapes_for)
     import os
 
     from ..adapters.export import export_adapter, parse_export_dtype, refuse_unbakeable

@@ -5,11 +5,15 @@ PEFT file whose run at strength 1 is the stack's (``adapters/stack.py``): the pa
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..adapters.stack import StackPart
+    from ..rules.h3_modules import TransformerShapes
     from ..settings import LoRASettings
+
+ShapesFor = Callable[..., "TransformerShapes"]  # (path, model, partition, qkv_layout) → the shapes to fit
 
 
 def add_stack_flags(parser: argparse.ArgumentParser) -> None:
@@ -36,8 +40,9 @@ def stack_settings(args: argparse.Namespace) -> list[LoRASettings]:
     return [first, *(parse_adapter_spec(spec, UNMERGED) for spec in args.adapter_spec)]
 
 
-def load_part(settings: LoRASettings, args: argparse.Namespace) -> StackPart:
-    """Fetch and normalise one adapter of the stack for ``--model``'s shapes (its explicit alpha applied)."""
+def load_part(settings: LoRASettings, args: argparse.Namespace, shapes_for: ShapesFor) -> StackPart:
+    """Fetch and normalise one adapter of the stack for ``--model``'s shapes (``export.shapes_for``: the one rule;
+    its explicit alpha applied)."""
     import os
 
     from ..adapters.export import refuse_unbakeable
@@ -45,7 +50,6 @@ def load_part(settings: LoRASettings, args: argparse.Namespace) -> StackPart:
     from ..adapters.normalise import load_adapter
     from ..adapters.source import fetch
     from ..adapters.stack import StackPart
-    from .export import shapes_for
 
     blocks = refuse_unbakeable(settings)  # a schedule or a modality factor: one line, before anything is fetched
     file = fetch(settings.source, settings.weight_name, settings.revision, token=os.environ.get("HF_TOKEN"))
@@ -58,7 +62,9 @@ def load_part(settings: LoRASettings, args: argparse.Namespace) -> StackPart:
     return StackPart(adapter, settings.strength, blocks, file.describe())
 
 
-def run_stack(args: argparse.Namespace) -> int:
+def run_stack(args: argparse.Namespace, shapes_for: ShapesFor) -> int:
+    """``export`` of the stack; ``shapes_for``: ``export.shapes_for`` (passed in: this module never imports
+    ``export``, which imports it)."""
     from ..adapters.export import export_adapter, parse_export_dtype
     from ..adapters.stack import stack_adapter
     from .output import emit
@@ -69,7 +75,7 @@ def run_stack(args: argparse.Namespace) -> int:
         from ..adapters.export import refuse_unbakeable
 
         refuse_unbakeable(item)
-    parts = [load_part(item, args) for item in settings]
+    parts = [load_part(item, args, shapes_for) for item in settings]
     adapter, resized = stack_adapter(parts, args.rank)
     result = export_adapter(adapter, args.out, strength=1.0, dtype=dtype, base_model=args.model,
                             source=adapter.identity, partition=args.partition)

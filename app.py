@@ -109,12 +109,19 @@ def choose(args: argparse.Namespace, box=True):
 
 
 def serve() -> None:
+    from h3app.backend import zero_gpu
+
+    zero_gpu.import_spaces_first()  # on ZeroGPU `spaces` comes before anything that could initialise CUDA
     use_persistent_storage()
     args = build_parser().parse_args()
 
     from h3app.model.loader import LoadOptions, parse_dtype
 
-    print(choose(args).line, flush=True)  # what runs here and why, before anything is downloaded
+    home = zero_gpu_home(args)  # None on a dedicated box or a CPU: as before
+    with zero_gpu.outside_emulation():  # the judge's rehearsals run on h3app's fake CUDA, not spaces' emulation
+        print(choose(args, box=home.box if home is not None else True).line, flush=True)  # what runs here and why
+    if home is not None:
+        print(home.line, flush=True)
     # A bad dtype, a missing GPU or (offline) an uncached model: refused before diffusers and Gradio load (~10 s
     # more on 2 cores) and before any rank starts.
     refuse_before_libraries(args)
@@ -133,8 +140,10 @@ def serve() -> None:
 
     # the judge's verdict on this box (a real model that cannot fit: refused before downloading), and the longest
     # clip and largest canvas it holds there: the UI's and the API's limits
-    verdict = check_before_download(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
-    held = held_limits(verdict, options)
+    with zero_gpu.outside_emulation():
+        verdict = check_before_download(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring,
+                                        **(home.judged if home is not None else {}))
+        held = held_limits(verdict, options)
     group = start_ranks(args)  # --ulysses/--ring: rank 0 serves, the others follow (docs/multi-gpu.md)
     leader = group is None or group.leader
     download = pending_download(args.model, revision=options.revision, token=options.token) if leader else None
@@ -149,7 +158,9 @@ def serve() -> None:
         backend = backend_from_env(args.model, options)
         if held is not None:
             backend.hold_to(max_seconds=held["max_duration_s"], max_pixels=held["max_pixels"])
-        backend.time_model = for_app(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring)
+        backend.time_model = zero_gpu.outside_emulation_of(
+            home.time_model(args.model, options) if home is not None and home.box is not True
+            else for_app(args.model, options, ranks=args.ulysses * args.ring, ring=args.ring))
         bind(group, backend)  # ranks > 1: every job in lockstep (docs/multi-gpu.md)
     try:
         if group is not None and not group.leader:
@@ -159,6 +170,19 @@ def serve() -> None:
     finally:
         backend.close()
         close_ranks(group)
+
+
+def zero_gpu_home(args: argparse.Namespace):
+    """On ZeroGPU (``SPACES_ZERO_GPU``) or its stand-in (``H3APP_ZEROGPU_FORK=1``): the home (``hardware.zero_gpu_home``,
+    the card each call is granted, judged instead of the emulated CUDA device), after refusing in one line what
+    cannot run there (``--compile``, several ranks); None elsewhere."""
+    from h3app.backend import zero_gpu
+
+    if zero_gpu.mode() is None:
+        return None
+    from h3app.hardware.zero_gpu_home import home_for
+
+    return home_for(zero_gpu.mode(), compile=args.compile, ranks=(args.ulysses or 1) * (args.ring or 1))
 
 
 if __name__ == "__main__":

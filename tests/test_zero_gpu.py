@@ -6,6 +6,7 @@ progress, previews and grid cells stream out, and Cancel ends the child. Nothing
 """
 
 import contextvars
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from h3app.backend.preview import PreviewBoard
 from h3app.backend.service import Backend
 from h3app.backend.worker import Cancelled, JobContext
 from h3app.errors import H3AppError
+from h3app.hardware.zero_gpu_home import COMPILE_REFUSED, home_for
 from h3app.lora.layers import LoRALinear
 from h3app.rules.choices import T2VA
 from h3app.settings import LoRASettings
@@ -199,3 +201,47 @@ def test_quota_arithmetic():
     assert zero_gpu.videos_per_day(100.0, one, "pro") == 1 + (2400 - 290) // 200
     assert zero_gpu.videos_per_day(100.0, one, "free") == 1 + (300 - 290) // 200
     assert zero_gpu.videos_per_day(300.0, zero_gpu.declared(300.0), "pro") == 0  # over the per-call cap
+
+
+def test_the_page_says_the_quota_before_generate(forked_backend):
+    from h3app.ui.generate.time_note import time_words
+
+    request = GenerationRequest(prompt="p", seed=1, steps=3)
+    words = time_words({**forked_backend.predicted_time(request), "box": "this CPU"})
+    assert "uses about 8 s of your ZeroGPU quota" in words  # 4 s predicted, the whole card counts twice
+    assert "asks for 50 s" in words
+    forked_backend.time_model = flat_prediction(video_s=400.0)
+    assert "Over ZeroGPU's per-call cap" in time_words({**forked_backend.predicted_time(request), "box": "x"})
+
+
+def test_without_zero_gpu_the_page_says_nothing_of_quota(in_process):
+    from h3app.ui.generate.time_note import time_words
+
+    in_process.time_model = flat_prediction()
+    assert "ZeroGPU" not in time_words({**in_process.predicted_time(GenerationRequest(prompt="p")), "box": "x"})
+
+
+@pytest.mark.slow
+def test_compile_is_refused_on_zero_gpu_in_one_line_after_spaces_is_imported_first():
+    """The real ``spaces`` package with its CUDA emulation on (SPACES_ZERO_GPU; a device API address that is never
+    reached): app.py imports it first, then refuses --compile in one line, exit status 2."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, zero_gpu.ZERO_GPU_ENV: "true", "SPACES_ZERO_DEVICE_API_URL": "http://127.0.0.1:9",
+           "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "app.py", "--compile"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == f"error: {COMPILE_REFUSED}"
+    assert "Traceback" not in done.stderr
+
+
+def test_ranks_and_compile_are_refused_for_a_zero_gpu_home():
+    with pytest.raises(H3AppError, match="does not run on ZeroGPU"):
+        home_for(zero_gpu.FORK, compile=True, ranks=1)
+    with pytest.raises(H3AppError, match="one card per call"):
+        home_for(zero_gpu.SPACES, compile=False, ranks=2)
+    home = home_for(zero_gpu.SPACES, compile=False, ranks=1)
+    assert home.box.name == "zero-gpu-xlarge" and home.judged == {"device": (home.box.gpu, 96 * 10**9), "host": None}
+    assert "whole ZeroGPU RTX Pro 6000 (96 GB)" in home.line and "300 s" in home.line

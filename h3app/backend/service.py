@@ -148,8 +148,12 @@ class Backend:
         self._limits = self.limits.held_to(max_seconds, max_pixels)
 
     def predicted_time(self, request: GenerationRequest) -> dict[str, Any] | None:
-        """The plan's prediction of ``request`` on this box (``video_s``, its terms, ``usd_per_video``), or None."""
-        return self.time_model(request) if self.time_model is not None else None
+        """The plan's prediction of ``request`` on this box (``video_s``, its terms, ``usd_per_video``), or None.
+        Under ZeroGPU also ``zerogpu``: what its call declares (``zero_gpu.declared``: the quota it asks for)."""
+        predicted = self.time_model(request) if self.time_model is not None else None
+        if predicted and zero_gpu.mode() is not None and predicted.get("video_s") is not None:
+            predicted = {**predicted, "zerogpu": zero_gpu.declared(float(predicted["video_s"])).to_json()}
+        return predicted
 
     def _predicted_or_none(self, request: GenerationRequest) -> dict[str, Any] | None:
         """:meth:`predicted_time` for a run's record: a prediction that fails is logged and left out, never the

@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.generation import GenerationRequest
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
+    from ..hardware.zero_gpu_home import command_time_model
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
     from .output import emit
@@ -133,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     backend = Backend(args.model, options)
+    backend.time_model = command_time_model(args.model, options)  # ZeroGPU: each call's duration (None elsewhere)
     bind(group, backend)
     try:
         if group is not None and not group.leader:

@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from ..backend.generation import GenerationRequest
     from ..backend.grid import cell_name, parse_values, row_name
     from ..backend.service import Backend
+    from ..hardware.zero_gpu_home import command_time_model
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
     from ..settings import LoRASettings
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     previews = preview_board(args)
     group = start_ranks(args)  # --ulysses/--ring: None for one rank (docs/multi-gpu.md)
     backend = Backend(args.model, load_options(args))
+    backend.time_model = command_time_model(args.model, load_options(args))  # ZeroGPU: calls' durations
     bind(group, backend)
     cells = []
     try:

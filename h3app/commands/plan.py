@@ -9,7 +9,7 @@ same way before anything heavy is imported. docs/hardware.md explains the number
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import H3AppError
 from ..rules.choices import MERGED, OFFLOAD_MODES
@@ -69,8 +69,28 @@ def run(args: argparse.Namespace) -> int:
     from .output import emit
 
     plan = make_plan(request, placement, setup, hardware=args.hardware, with_limits=not args.no_limits)
-    emit(plan.to_json(), args.json, describe_plan(plan))
+    data, text = plan.to_json(), describe_plan(plan)
+    zero = _zero_gpu_quota(plan, request, setup, args.hardware)
+    if zero is not None:  # plan --hardware zero-gpu-*: the quota a video uses (docs/hardware.md, ZeroGPU)
+        from ..hardware.zero_gpu_home import quota_words
+
+        data["zerogpu"], text = zero, "\n".join([text, *quota_words(zero)])
+    emit(data, args.json, text)
     return 0
+
+
+def _zero_gpu_quota(plan: Any, request: PlannedRequest, setup: Setup, hardware: str | None) -> dict[str, Any] | None:
+    """``hardware.zero_gpu_home.quota`` for a ZeroGPU flavor's best placement (None: another flavor, or none fits)."""
+    from ..hardware.flavors import flavor
+    from ..hardware.judge import PLACEMENT_FIELDS
+    from ..hardware.planner import Placement
+    from ..hardware.zero_gpu_home import quota
+
+    box = flavor(hardware) if hardware is not None else None
+    best = next((row["best"] for row in plan.flavors if row["name"] == hardware), None)
+    if box is None or not box.zero_gpu or best is None:
+        return None
+    return quota(request, Placement(**{name: best[name] for name in PLACEMENT_FIELDS}), setup, box)
 
 
 def check_plan_values(args: argparse.Namespace) -> RequestFlags:

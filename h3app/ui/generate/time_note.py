@@ -57,10 +57,21 @@ def time_words(prediction: Mapping[str, Any] | None) -> str:
     price = f" · **${usd:.4f}** per video" if usd is not None else ""
     text = (f"⏱ **Predicted: {seconds_words(prediction['video_s'])}** per video on {prediction['box']}{price} — "
             f"{' + '.join(parts)}.")
+    if prediction.get("zerogpu"):  # ZeroGPU: the backend's declared duration for this request (backend/zero_gpu.py)
+        text += zero_gpu_words(prediction["zerogpu"])
     if prediction.get("measured_rates"):
         text += ("  \n<small>The plan's time model at rates measured on this CPU at start-up (a matmul, a copy, the "
                  "cost of one small op); other work on this machine slows the run, and the rates, alike.</small>")
     return text
+
+
+def zero_gpu_words(call: Mapping[str, Any]) -> str:
+    """``  \n🎟 uses about N s of your ZeroGPU quota`` (the quota the call asks for), or the per-call cap it is over."""
+    if call["quota_s"] > call["cap_s"]:
+        return (f"  \n🎟 **Over ZeroGPU's per-call cap**: this request would ask for {call['quota_s']} s of quota (at most "
+                f"{call['cap_s']} s a call): use fewer steps, a shorter clip or a Turbo preset (4 steps).")
+    return (f"  \n🎟 **uses about {call['charged_s']} s of your ZeroGPU quota** (the whole card counts twice; the "
+            f"call asks for {call['quota_s']} s, so that much must be left).")
 
 
 def time_note(form: RequestForm, limits: Any, predict: Callable[[Any], Mapping[str, Any] | None]) -> str:

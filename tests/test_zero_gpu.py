@@ -245,3 +245,25 @@ def test_ranks_and_compile_are_refused_for_a_zero_gpu_home():
     home = home_for(zero_gpu.SPACES, compile=False, ranks=1)
     assert home.box.name == "zero-gpu-xlarge" and home.judged == {"device": (home.box.gpu, 96 * 10**9), "host": None}
     assert "whole ZeroGPU RTX Pro 6000 (96 GB)" in home.line and "300 s" in home.line
+
+
+@pytest.mark.slow
+def test_forked_check_and_grid_equal_the_in_process_ones(forked_backend, in_process):
+    """The equivalence check and the grid, each one call: the same hashes and cells as in-process, cells streamed."""
+    request = GenerationRequest(prompt="a boat", seed=0, steps=3)
+    adapter = LoRASettings(source=TURBO)
+    expected = in_process.check_equivalence(request, adapter)
+    plan = in_process.plan_grid([8.0], [0.5, 1.0], [0])
+    grid_request = GenerationRequest(prompt="grid", steps=2)
+    expected_cells = [(c.row, c.column, c.hash) for c in in_process.grid(grid_request, adapter, plan)]
+    in_process.binder.reset()
+    board = PreviewBoard()
+    forked = forked_backend.check_equivalence(request, adapter, previews=board)
+    assert (forked.a.hash, forked.b.hash, forked.fallback.hash) == (
+        expected.a.hash, expected.b.hash, expected.fallback.hash)
+    assert forked.identical and forked.control_identical
+    assert {"A", "B", "fallback"} <= {column for column in ("A", "B", "fallback") if board.history(column)}
+    streamed = [(c.row, c.column, c.hash) for c in forked_backend.grid(grid_request, adapter, plan)]
+    assert streamed == expected_cells
+    asked = zero_gpu_fork.asked[-2:]
+    assert asked == [zero_gpu.declared(3 * 4.0 + 1.0).duration_s, zero_gpu.declared(3 * 4.0).duration_s]

@@ -99,3 +99,23 @@ def test_the_one_file_runs_as_the_stack(backend, capsys, tmp_path):
         assert diff.video_psnr >= 40, (name, diff.video_psnr)
     base = backend.generate(request, []).result
     assert compare(stack.video, stack.audio, base.video, base.audio).video_psnr < 40  # the stack changed the video
+
+
+def test_the_pages_diffusers_snippet_exports_the_slots_in_use_as_one_stack(capsys, tmp_path, monkeypatch):
+    import shlex
+
+    from h3app.ui.presenters import snippets
+
+    request = {"prompt": "p", "seed": 1, "steps": 3, "duration": 5.0, "height": 16, "width": 16, "workflow": "t2va"}
+    adapters = [{"source": str(STYLE), "alpha": None, "strength": 1.0},
+                {"source": str(TURBO), "alpha": 2.0, "strength": 0.5, "block_strength": "1:2"}]
+    text = snippets.diffusers_snippet({"model": "tiny", "request": request, "adapters": adapters})
+    [command] = [line for line in text.splitlines() if "python -m h3app export" in line]
+    assert text.count("load_lora_weights") == 1 and "set_adapters(['lora_1'], adapter_weights=[1.0])" in text
+    argv = shlex.split(command.split("python -m h3app ", 1)[1])
+    assert argv[argv.index("--adapter-spec") + 1] == f"{TURBO},alpha=2,scale=0.5,blocks=1:2"
+    monkeypatch.chdir(tmp_path)
+    result = run_cli(capsys, *argv, "--model", "tiny", "--json")  # the printed command runs as printed
+    assert result.code == 0, result.err
+    written = json.loads(result.out)
+    assert [(p["strength"], p["block_strength"]) for p in written["stack"]] == [(1.0, ""), (0.5, "1:2")]

@@ -248,17 +248,24 @@ def _sglang_flags(adapter: Mapping[str, Any], info: Mapping[str, Any] | None) ->
     return solve_flags(facts, scales, strength)
 
 
-def diffusers_snippet(settings: Mapping[str, Any]) -> str:
-    """Python that reproduces the adapter part in diffusers: export with alpha × scale baked in, then load it."""
-    request = _request(settings)
-    model = settings.get("model", TINY)
-    model_path = "assets/tiny-h3" if model == TINY else model
-    device, dtype = model_device(str(model))
-    adapters = list(settings.get("adapters") or ())
-    lines = [*applied_comment(settings),
-             "# 1) Bake h3app's alpha × scale into a clean diffusers/PEFT adapter (exact ΔW; see docs/adapters.md):"]
+def _export_lines(adapters: list[Mapping[str, Any]], partition: str) -> list[str]:
+    """The ``export`` command, commented: adapter 1 by flags, every further adapter in use as an ``--adapter-spec``
+    of the same stack (one file whose run at strength 1 is theirs: ``adapters/stack.py``); what a LoRA file cannot
+    hold (a schedule, per-modality factors) is left out with a note per adapter."""
+    lines: list[str] = []
+    flags: list[str] = []
     for index, adapter in enumerate(adapters):
-        flags = [f"--adapter {_q(adapter_source(adapter))}"]
+        lines += [f"# NOTE: {note}" for note in advanced_strength_notes({**adapter, "block_strength": ""}, "diffusers")]
+        if index:
+            spec = [adapter_source(adapter)]
+            spec += [f"weight={adapter['weight_name']}"] if adapter.get("weight_name") else []
+            spec += [f"rev={_pinned_revision(adapter)}"] if _pinned_revision(adapter) else []
+            spec += [f"alpha={_num(adapter['alpha'])}"] if adapter.get("alpha") is not None else []
+            spec += [f"scale={_num(adapter.get('strength', 1.0))}"]
+            spec += [f"blocks={adapter['block_strength']}"] if adapter.get("block_strength") else []
+            flags.append(f"--adapter-spec {_q(','.join(spec))}")
+            continue
+        flags.append(f"--adapter {_q(adapter_source(adapter))}")
         if adapter.get("weight_name"):
             flags.append(f"--weight-name {_q(adapter['weight_name'])}")
         if _pinned_revision(adapter):
@@ -268,11 +275,24 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         flags.append(f"--scale {_num(adapter.get('strength', 1.0))}")
         if adapter.get("block_strength"):  # baked into the exported alphas; a schedule or modality factors cannot be
             flags.append(f"--block-strength {_q(adapter['block_strength'])}")
-        lines += [f"# NOTE: {note}" for note in advanced_strength_notes({**adapter, "block_strength": ""}, "diffusers")]
-        partition = workflow_partition(request.get("workflow", T2VA))
-        if partition != MAIN_PARTITION:  # the exported keys name it, so diffusers loads them into that component
-            flags.append(f"--partition {partition}")
-        lines.append(f"#    python -m h3app export {' '.join(flags)} --out lora_{index + 1}")
+    if adapters and partition != MAIN_PARTITION:  # the exported keys name it, so diffusers loads them into it
+        flags.append(f"--partition {partition}")
+    if adapters:
+        lines.append(f"#    python -m h3app export {' '.join(flags)} --out lora_1")
+    return lines
+
+
+def diffusers_snippet(settings: Mapping[str, Any]) -> str:
+    """Python that reproduces the adapter part in diffusers: export with alpha × scale baked in, then load it."""
+    request = _request(settings)
+    model = settings.get("model", TINY)
+    model_path = "assets/tiny-h3" if model == TINY else model
+    device, dtype = model_device(str(model))
+    adapters = list(settings.get("adapters") or ())
+    lines = [*applied_comment(settings),
+             "# 1) Bake h3app's alpha × scale into a clean diffusers/PEFT adapter (exact ΔW; see docs/adapters.md):"]
+    partition = workflow_partition(request.get("workflow", T2VA))
+    lines += _export_lines(adapters, partition)
     lines += [
         "import torch",
         "from diffusers import ModularPipeline",
@@ -281,14 +301,10 @@ def diffusers_snippet(settings: Mapping[str, Any]) -> str:
         f"pipe.load_components(dtype=torch.{dtype})",
         f"pipe.to({device!r})",
     ]
-    names = []
-    for index, _ in enumerate(adapters):
-        names.append(f"lora_{index + 1}")
-        lines.append(f'pipe.load_lora_weights("lora_{index + 1}", weight_name="adapter_model.safetensors", '
-                     f'adapter_name="lora_{index + 1}")')
-    if names:
-        lines.append(f"pipe.set_adapters({names!r}, adapter_weights={[1.0] * len(names)!r})  "
-                     "# strength is baked into the exported alpha")
+    if adapters:  # one file: the adapters in use as one stack (export --adapter-spec), strength baked in
+        lines.append('pipe.load_lora_weights("lora_1", weight_name="adapter_model.safetensors", adapter_name="lora_1")')
+        lines.append("pipe.set_adapters(['lora_1'], adapter_weights=[1.0])  # strength is baked into the exported "
+                     "alpha")
     for key, component in (("shift", "scheduler"), ("audio_shift", "audio_scheduler")):
         if request.get(key) is not None:
             lines.append(f"pipe.{component}.set_shift({float(request[key])!r})")

@@ -87,3 +87,15 @@ def test_only_a_jobs_refusal_is_cleared():
         a, b, c = gr.Markdown(), gr.Markdown(), gr.Markdown()
     cleared = stale_refusals({a: f"{NOT_RUN}: x", b: "Done: 4 cells", c: None})
     assert cleared == {a: ""}
+
+
+def test_every_redraw_answers_in_a_form_gradio_takes(built_app):
+    """A redraw with nothing to change (a refusal to clear where there is none) answers ``gr.skip()``, never an
+    empty dict (Gradio reads that as one output's value and the page shows an error)."""
+    demo, _ = built_app
+    redraws = [fn for fn in demo.fns.values() if fn.trigger_mode == "always_last" and fn.queue is False and fn.fn]
+    assert len(redraws) > 20
+    for fn in redraws:
+        shown = fn.fn(_values(demo, fn, {}))
+        if isinstance(shown, dict) and shown.get("__type__") != "update":  # gr.skip() is an update
+            assert shown and set(shown) <= set(fn.outputs), (fn.name, shown)

@@ -63,12 +63,12 @@ def _union(components: Sequence[Sequence[Any]]) -> list[Any]:
     return list(dict.fromkeys(c for group in components for c in group))
 
 
-def _run_all(listeners: list[Listener]) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
-    def run(values: dict[Any, Any]) -> dict[Any, Any]:
+def _run_all(listeners: list[Listener]) -> Callable[[dict[Any, Any]], Any]:
+    def run(values: dict[Any, Any]) -> Any:
         shown: dict[Any, Any] = {}
         for listener in listeners:
             shown.update(listener(values))
-        return shown
+        return shown or gr.skip()  # nothing to change: Gradio reads an empty dict as one output's value
 
     return run
 

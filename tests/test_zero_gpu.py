@@ -267,3 +267,29 @@ def test_forked_check_and_grid_equal_the_in_process_ones(forked_backend, in_proc
     assert streamed == expected_cells
     asked = zero_gpu_fork.asked[-2:]
     assert asked == [zero_gpu.declared(3 * 4.0 + 1.0).duration_s, zero_gpu.declared(3 * 4.0).duration_s]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_api_load_set_lora_generate_under_the_stand_in_give_the_in_process_hash(forked_backend, in_process,
+                                                                                   tmp_path):
+    """``/load`` + ``/set_lora`` + ``/generate`` through gradio_client on an app whose every job is a forked call:
+    the same hash as the in-process job with the same settings, and the call's ``zerogpu`` in the result."""
+    from app_fixtures import running_app
+    from gradio_client import Client
+
+    fast = {"steps": 2, "duration": 5.0, "height": 32, "width": 32}
+    expected = in_process.generate(GenerationRequest(prompt="a fox", seed=4, steps=2, duration=5.0, height=32,
+                                                     width=32), [LoRASettings(source=TURBO, alpha=8.0, strength=0.5)])
+    in_process.binder.reset()
+    with running_app(forked_backend) as url:
+        client = Client(url, download_files=str(tmp_path), verbose=False)
+        try:
+            loaded = client.predict(slot=1, source=TURBO, alpha="auto", scale=1.0, api_name="/load")
+            assert loaded["report"]["num_matched"] > 0
+            client.predict(slot=1, alpha="8", scale=0.5, mode="unmerged", api_name="/set_lora")
+            _, result = client.predict(prompt="a fox", seed=4, **fast, api_name="/generate")
+        finally:
+            client.close()
+    assert result["hash"] == expected.result.hash
+    assert result["zerogpu"]["mode"] == "fork" and result["zerogpu"]["duration_s"] == zero_gpu.declared(4.0).duration_s

@@ -123,3 +123,15 @@ def command_time_model(model: str, options: Any) -> Any:
 
         return for_app(model, options)
     return home.time_model(model, options)
+
+
+def quota_table(numbers: dict[str, Any], canvas: str) -> str:
+    """README's table of :func:`quota` (``canvas``: the request in words)."""
+    lines = [f"| video ({canvas}) | predicted | declares | quota asked | one call? | per day: free | per day: PRO |",
+             "|---|---|---|---|---|---|---|"]
+    for name, label in (("default", "default, {steps} steps"), ("turbo", "Turbo 4-step ({steps} steps)")):
+        row = numbers[name]
+        fits = "yes" if row["fits_one_call"] else "no: over the cap"
+        lines.append(f"| {label.format(steps=row['steps'])} | {row['video_s']:.0f} s | {row['duration_s']} s | "
+                     f"{row['quota_s']} s | {fits} | {row['per_day']['free']} | {row['per_day']['pro']} |")
+    return "\n".join(lines)

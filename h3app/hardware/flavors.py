@@ -7,8 +7,8 @@ boxes). Spaces removed the H100 flavors in December 2025; none are listed.
 
 ZeroGPU (hub-docs ``docs/hub/spaces-zerogpu.md``) runs on RTX Pro 6000 Blackwell cards: ``@spaces.GPU`` size
 ``large`` (the default) is half a card, 48 GB; ``xlarge`` the whole card, 96 GB, at twice the quota. Hugging Face
-publishes no host RAM and no hourly price for it (it is part of a subscription), so those are None here; h3app
-does not run on ZeroGPU (docs/hardware.md says why), so it is judged but never recommended.
+publishes no host RAM and no hourly price for it (it is part of a subscription), so those are None here; with no
+price to compare it is judged but never recommended (h3app runs there: docs/hardware.md, ZeroGPU).
 
 Context parallel (``--ulysses``/``--ring``) splits activations over the GPUs of one box but not weights: each GPU
 holds the whole transformer, so a multi-GPU flavor fits what one of its GPUs fits, with 1/N of the activations.

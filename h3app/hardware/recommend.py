@@ -69,7 +69,7 @@ def flavor_row(verdict: Verdict, best_verdict: Verdict | None, dtype: str, vae_d
 def left_out_reason(box: Flavor, best_verdict: Verdict | None) -> str | None:
     """Why ``box`` cannot be ``recommended`` (None: it can)."""
     if box.zero_gpu:
-        return "ZeroGPU: judged, not supported (docs/hardware.md)"
+        return "ZeroGPU: a daily quota per visitor, no hourly price to compare (docs/hardware.md, ZeroGPU)"
     if box.space_hardware is None:
         return "Jobs only: not a Space flavor"
     if best_verdict is None:

@@ -293,3 +293,12 @@ def test_the_api_load_set_lora_generate_under_the_stand_in_give_the_in_process_h
             client.close()
     assert result["hash"] == expected.result.hash
     assert result["zerogpu"]["mode"] == "fork" and result["zerogpu"]["duration_s"] == zero_gpu.declared(4.0).duration_s
+
+
+def test_the_generate_line_keeps_the_quota_once_runs_refine_the_time(forked_backend):
+    from h3app.ui.generate.estimates import Estimate, generate_line
+
+    prediction = forked_backend.predicted_time(GenerationRequest(prompt="p", seed=1, steps=3))
+    line = generate_line(Estimate(6.0, "the time model × 1.5, this server's measured ÷ predicted over 2 runs",
+                                  prediction))
+    assert "About 6.0 s" in line and "uses about 8 s of your ZeroGPU quota" in line

@@ -33,7 +33,7 @@ from ...rules.frames import RELEASED
 from ...rules.steps import evaluations
 from ..forms import RequestForm
 from ..presenters.visitor_words import counted
-from .time_note import seconds_words, time_words
+from .time_note import seconds_words, time_words, zero_gpu_words
 
 RECENT = 16  # runs the correction of the time model looks at
 REMEMBERED = 64  # runs kept per server
@@ -176,6 +176,8 @@ def generate_line(estimate: Estimate | None) -> str:
     usd = (estimate.prediction or {}).get("usd_per_video")
     if usd is not None and estimate.prediction and estimate.prediction.get("video_s"):
         text += f" · **${usd * estimate.seconds / estimate.prediction['video_s']:.4f}** per video"
+    if (estimate.prediction or {}).get("zerogpu"):  # ZeroGPU: the quota the call asks for (time_note.zero_gpu_words)
+        text += zero_gpu_words(estimate.prediction["zerogpu"])
     return text
 
 

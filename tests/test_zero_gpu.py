@@ -174,6 +174,8 @@ def test_cancel_ends_the_child_and_says_where_it_stopped(forked_backend):
     handle.cancel()
     with pytest.raises(Cancelled, match=r"cancelled after \d+ of 11 steps"):
         handle.result(timeout=120)
+    with pytest.raises(ChildProcessError):  # the call's child has ended and been reaped
+        os.waitpid(zero_gpu_fork.children[-1], os.WNOHANG)
 
 
 def test_a_request_over_the_cap_is_refused_before_any_gpu_time_is_asked_for(forked_backend):

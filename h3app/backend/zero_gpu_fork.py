@@ -25,6 +25,7 @@ STOP_SECONDS = 30.0  # a stopped child's time to end its job at a step boundary 
 _HEADER = struct.Struct("!Q")
 _OK, _ERROR, _END = 0, 1, 2
 asked: list[int] = []  # every duration a call declared in this process (tests read it, as the platform would)
+children: list[int] = []  # every child's pid, in order (tests check that a cancelled one is gone)
 
 
 def _send(fd: int, tag: int, value: Any) -> None:
@@ -101,6 +102,7 @@ def forked(fn: Callable[..., Generator[Any, None, None]],
                 code = 1
             finally:
                 os._exit(code)
+        children.append(pid)
         os.close(out_write)
         os.close(stop_read)
         return _parent(pid, out_read, stop_write)

@@ -47,8 +47,11 @@ class GatedBackend(Protocol):
 
 
 def gpu_events(backend: GatedBackend) -> dict[str, Any]:
-    """Event keyword arguments of a GPU event on ``backend``'s app."""
-    limit = backend.admission.max_pending + LIMITS.refusal_slots if backend.hosted else 1
+    """Event keyword arguments of a GPU event on ``backend``'s app. Either mode lets every queued job reach the
+    backend's one worker (which runs them one at a time), so a waiting page sees its true place in that line
+    ("Queued (position 2)") while it waits, not only when its turn comes: hosted, as many as admission holds (and
+    the refusal slots that answer the rest); local, as many as the worker's line (Gradio's queue has that bound)."""
+    limit = backend.admission.max_pending + LIMITS.refusal_slots if backend.hosted else backend.worker.max_queue
     return {"concurrency_id": GPU_CONCURRENCY_ID, "concurrency_limit": limit}
 
 

@@ -1,9 +1,9 @@
 """The whole Gradio app: adapter panel on the left, request + Generate / Equivalence / Grid / History on the right,
 named API endpoints hidden below. Takes a backend object; holds no model logic.
 
-Serving rules: every event that touches the model shares ``concurrency_id="gpu"`` — limit 1 in local mode (the
-backend's worker owns the GPU anyway; this keeps Gradio's queue honest about positions), and in hosted mode the
-admission in front of it (``hosting/gpu_gate.py``); the queue is bounded (``hosting/limits.py``), a visitor's cheap
+Serving rules: every event that touches the model shares ``concurrency_id="gpu"`` — in local mode as many as the
+backend's worker line (the worker runs them one at a time and tells each waiting page its place), and in hosted mode
+the admission in front of it (``hosting/gpu_gate.py``); the queue is bounded (``hosting/limits.py``), a visitor's cheap
 queued events too (``hosting/join_bound.py``), and cheap UI arithmetic runs off the queue.
 """
 

@@ -304,3 +304,28 @@ def test_the_generate_line_keeps_the_quota_once_runs_refine_the_time(forked_back
     line = generate_line(Estimate(6.0, "the time model × 1.5, this server's measured ÷ predicted over 2 runs",
                                   prediction))
     assert "About 6.0 s" in line and "uses about 8 s of your ZeroGPU quota" in line
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_mcp_tools_under_the_stand_in_give_the_in_process_hashes(forked_backend, in_process):
+    """``generate_video`` and ``check_alpha_equivalence`` over MCP on an app whose every job is a forked call."""
+    import json
+
+    from test_mcp_tools import mcp_app, talk
+
+    kohya = str(ROOT / "assets" / "adapters" / "kohya_musubi.safetensors")
+    fast = {"steps": 2, "duration": 5.0, "height": 32, "width": 32, "seed": 3}
+    request = GenerationRequest(prompt="a fox", seed=3, steps=2, duration=5.0, height=32, width=32)
+    expected = in_process.generate(request, [LoRASettings(source=kohya, alpha=3.0, strength=0.5)]).result.hash
+    check = in_process.check_equivalence(request, LoRASettings(source=kohya))
+    in_process.binder.reset()
+    generate = ("generate_video", {"prompt": "a fox", "source": kohya, "alpha": "3", "scale": 0.5, **fast})
+    with mcp_app(forked_backend) as url:
+        _, (video, checked) = talk(url, [generate, ("check_alpha_equivalence",
+                                                     {"source": kohya, "prompt": "a fox", **fast})], [])
+    assert not video.isError and not checked.isError, (video.content, checked.content)
+    answer, verdict = json.loads(video.content[1].text), json.loads(checked.content[0].text)
+    assert answer["hash"] == expected and answer["zerogpu"]["mode"] == "fork"
+    assert (verdict["hash_a"], verdict["hash_fallback"]) == (check.a.hash, check.fallback.hash)
+    assert verdict["identical"] is True

@@ -329,3 +329,34 @@ def test_the_mcp_tools_under_the_stand_in_give_the_in_process_hashes(forked_back
     assert answer["hash"] == expected and answer["zerogpu"]["mode"] == "fork"
     assert (verdict["hash_a"], verdict["hash_fallback"]) == (check.a.hash, check.fallback.hash)
     assert verdict["identical"] is True
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_cli_generate_check_and_grid_under_the_stand_in_give_the_in_process_hashes(monkeypatch, capsys, tmp_path):
+    import json
+
+    from cli_runner import run_cli
+
+    def run(*argv: str) -> dict[str, Any]:
+        done = run_cli(capsys, *argv, "--json")
+        assert done.code == 0, done.err
+        return json.loads(done.out)
+
+    common = ("--model", "tiny", "--adapter", TURBO, "--steps", "2", "--height", "32", "--width", "32")
+    results = {}
+    for home in ("in-process", "fork"):
+        if home == "fork":
+            monkeypatch.setenv(zero_gpu.FORK_ENV, "1")
+        else:
+            monkeypatch.delenv(zero_gpu.FORK_ENV, raising=False)
+        generated = run("generate", *common, "--prompt", "a fox", "--seed", "4", "--out", str(tmp_path / f"{home}.mp4"))
+        checked = run("check", *common, "--mode", "full")
+        grid = run("grid", *common, "--prompt", "grid", "--alphas", "8", "--scales", "0.5,1",
+                   "--out-dir", str(tmp_path / f"grid-{home}"))
+        results[home] = (generated, checked, grid)
+    (generated, checked, grid), (forked, forked_check, forked_grid) = results["in-process"], results["fork"]
+    assert forked["hash"] == generated["hash"] and forked["zerogpu"]["mode"] == "fork" and "zerogpu" not in generated
+    assert [forked_check[k] for k in ("hash_a", "hash_b", "hash_fallback")] == [
+        checked[k] for k in ("hash_a", "hash_b", "hash_fallback")]
+    assert [c["hash"] for c in forked_grid["cells"]] == [c["hash"] for c in grid["cells"]]

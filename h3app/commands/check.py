@@ -91,11 +91,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.mode == FULL_CHECK:
             from ..backend.equivalence import FullCheck, run_full_check
+            from ..backend.zero_gpu import mode
 
-            result: dict[str, Any] | None = (
+            result: dict[str, Any] | None = (  # ZeroGPU: the Backend's job, one GPU call (docs/hardware.md)
                 run_full_check(FullCheck(args.model, options, adapter_settings, request, a, b, args.low_rank_only,
                                          previews), os.environ.get("HF_TOKEN"))
-                if group is None else _full_check_on_ranks(args, a, b, group, previews))
+                if group is None and mode() is None else _full_check_on_ranks(args, a, b, group, previews))
         else:
             from ..model.loader import load_transformer
             from ..parallel.lockstep import on_every_rank
@@ -149,16 +150,18 @@ def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest
 
 
 def _full_check_on_ranks(args: argparse.Namespace, a: CheckSetting, b: CheckSetting,
-                         group: RankGroup, previews: PreviewBoard | None = None) -> dict[str, Any] | None:
-    """Full mode on several ranks: the same equivalence job as the app's, run in step by a Backend per rank; its
-    JSON on rank 0, None on a follower (which served rank 0's jobs)."""
+                         group: RankGroup | None, previews: PreviewBoard | None = None) -> dict[str, Any] | None:
+    """Full mode on several ranks (or, ``group`` None, under ZeroGPU: one GPU call): the same equivalence job as the
+    app's, run in step by a Backend per rank; its JSON on rank 0, None on a follower (which served rank 0's jobs)."""
     from ..backend.service import Backend
+    from ..hardware.zero_gpu_home import command_time_model
     from ..parallel.follower import bind, follow
 
     backend = Backend(args.model, load_options(args))
+    backend.time_model = command_time_model(args.model, load_options(args))  # ZeroGPU: the call's duration
     bind(group, backend)
     try:
-        if not group.leader:
+        if group is not None and not group.leader:
             follow(group, backend)
             return None
         adapter, request = _full_job(args)

@@ -168,3 +168,24 @@ def test_check_json_names_the_backend_every_run_used(capsys):
     assert result.code == 0, result.err
     data = json.loads(result.out)
     assert data["attention"] == "sdpa" and data["identical"] is True and data["control_identical"] is True
+
+
+def test_the_transformer_check_reports_the_backend_the_transformer_runs():
+    """``check --json``'s ``attention_backend`` is the backend set on the transformer (``model.attention.in_use``),
+    not a fixed ``native``. A backend that runs on the CPU (diffusers' math SDPA, no rule entry: the app never
+    picks it) is set for real and the check runs in it."""
+    from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter
+
+    from h3app.backend.transformer_check import run_transformer_check
+    from h3app.rules.check_pair import CheckSetting
+
+    math = rule.AttentionBackend("math", "_native_math", None, True, label="math SDPA", half_only=False,
+                                 cuda_only=False)
+    plain, set_one = build_tiny(), build_tiny()
+    adapter = make_adapter(linear_shapes(plain), block_targets(linear_shapes(plain)), rank=4, alpha=None)
+    model_attention.apply(set_one, math)
+    assert model_attention.in_use(set_one) is math and model_attention.in_use(plain) is SDPA
+    pair = {"a": CheckSetting(8.0, 1.0), "b": CheckSetting(16.0, 0.5)}
+    assert run_transformer_check(plain, adapter, **pair)["attention_backend"] == "native"
+    result = run_transformer_check(set_one, adapter, **pair)
+    assert result["attention_backend"] == "_native_math" and result["identical"] is True

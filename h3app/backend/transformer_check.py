@@ -129,8 +129,8 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
                           advanced: LoRASettings | None = None) -> dict[str, Any]:
     """Transformer-mode check on an adapter-free ``transformer`` (left adapter-free afterwards).
 
-    Runs with ``torch.use_deterministic_algorithms(True)`` and diffusers' ``native`` attention backend, unmerged.
-    Returns the ``check --json`` object (docs/architecture.md) plus context fields. ``low_rank_only``: B rescales
+    Runs with ``torch.use_deterministic_algorithms(True)``, unmerged, in the attention backend the transformer was
+    loaded with (``model.attention.in_use``; diffusers' ``native`` SDPA where none was set). Returns the ``check --json`` object (docs/architecture.md) plus context fields. ``low_rank_only``: B rescales
     only the low-rank parts (its exact deltas stay at A's strength: ``adapters.parts.check_note``). ``advanced``:
     settings whose per-modality and block strengths every column runs at (its schedule applies per evaluation of a
     generation, not to this one forward: a warning says so).
@@ -139,6 +139,7 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
 
     from ..adapters.parts import check_note
     from ..lora.engine import LoRAEngine
+    from ..model.attention import in_use
     from ..model.loader import config_of
 
     base = _check_settings(advanced, source or adapter.identity or "adapter")
@@ -195,7 +196,7 @@ def run_transformer_check(transformer: torch.nn.Module, adapter: NormalisedAdapt
         "device": str(device),
         "dtype": str(next(transformer.parameters()).dtype).replace("torch.", ""),
         "deterministic": True,
-        "attention_backend": "native",
+        "attention_backend": in_use(transformer).dispatcher,  # diffusers' name of the backend set at load
         "warnings": _check_warnings(report, base),
         "parts": dict(adapter.info.parts),
         "low_rank_only": low_rank_only,

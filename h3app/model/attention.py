@@ -9,6 +9,7 @@ wherever the choice is SDPA, nothing is set: diffusers' default (SDPA) runs exac
 from __future__ import annotations
 
 import importlib.util
+import weakref
 from typing import Any
 
 import torch
@@ -17,6 +18,8 @@ from ..errors import H3AppError
 from ..rules import attention as rule
 
 HALF_DTYPES = (torch.bfloat16, torch.float16)
+# transformer → the backend :func:`apply` set on it (diffusers has no public getter; a transformer absent: SDPA)
+_APPLIED: weakref.WeakKeyDictionary[torch.nn.Module, rule.AttentionBackend] = weakref.WeakKeyDictionary()
 
 
 def installed() -> frozenset[str]:
@@ -49,7 +52,7 @@ def chosen(device: str, dtype: torch.dtype, asked: str = rule.AUTO, split: str =
 def apply(transformer: Any, backend: rule.AttentionBackend) -> None:
     """Make ``transformer``'s attention processors run ``backend``. SDPA sets nothing (diffusers' default). Others
     are set on this model alone: diffusers' ``set_attention_backend`` also makes its backend the process-wide
-    default, which ``attention_backend`` restores on exit, so the VAE's decoder (float32) keeps SDPA."""
+    default, which ``attention_backend`` restores on exit, so the VAEs keep SDPA. Called once, at load."""
     if backend is rule.SDPA:
         return
     from diffusers.models.attention_dispatch import attention_backend
@@ -60,6 +63,13 @@ def apply(transformer: Any, backend: rule.AttentionBackend) -> None:
     except (RuntimeError, ValueError) as error:  # diffusers' own requirement check (a package too old, …)
         raise H3AppError(f"--attention {backend.name}: diffusers cannot use {backend.label} here "
                          f"({' '.join(str(error).split())[:200]}); use --attention auto.") from error
+    _APPLIED[transformer] = backend
+
+
+def in_use(transformer: Any) -> rule.AttentionBackend:
+    """The backend ``transformer``'s attention runs: the one :func:`apply` set on it, else SDPA (diffusers'
+    default, what the CPU and every unset transformer run)."""
+    return _APPLIED.get(transformer, rule.SDPA)
 
 
 def startup_line(options: Any) -> str:

@@ -35,12 +35,13 @@ def _epoch_copy(folder: Path, name: str, epoch: int | None, seed: int) -> Path:
     return path
 
 
-def _rank_copy(folder: Path, name: str, rank: int, seed: int) -> Path:
-    """An adapter on ``tiny_style_warm``'s modules with random factors of ``rank`` (no alpha tensors: alpha = rank)."""
+def _rank_copy(folder: Path, name: str, rank: int, seed: int, attention_only: bool = False) -> Path:
+    """An adapter on ``tiny_style_warm``'s modules (``attention_only``: its attention modules alone) with random
+    factors of ``rank`` (no alpha tensors: alpha = rank)."""
     generator = torch.Generator().manual_seed(seed)
     state = {}
     for key, value in load_file(str(STYLE)).items():
-        if value.ndim != 2:
+        if value.ndim != 2 or (attention_only and ".attn." not in key):
             continue
         down = "lora_A" in key or "lora_down" in key
         shape = (rank, value.shape[1]) if down else (value.shape[0], rank)
@@ -164,3 +165,20 @@ def test_compiled_grid_over_ranks_4_and_16_never_recompiles(capsys, tmp_path):
     assert result["compile"]["graphs"] > 0 and result["compile"]["recompiles"] == 0, result["compile"]
     assert [c["adapter"]["rank"] for c in result["cells"]] == [4, 4, 16, 16]
     assert len({c["hash"] for c in result["cells"]}) == 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_compiled_grid_over_adapters_on_different_modules_never_recompiles(capsys, tmp_path):
+    low, high = _rank_copy(tmp_path, "all4", 4, 1), _rank_copy(tmp_path, "attn16", 16, 2, attention_only=True)
+    torch.compiler.reset()
+    grid = run_cli(capsys, "grid", "--model", "tiny", "--compile", "--adapters", str(high), str(low),
+                   "--scales", "1", "--seeds", "3", "--prompt", "a red ball", *FAST,
+                   "--out-dir", str(tmp_path / "grid"), "--json")
+    torch.compiler.reset()
+    assert grid.code == 0, grid.err
+    result = json.loads(grid.out)
+    assert result["compile"]["recompiles"] == 0, result["compile"]
+    targets = [sum(g["targets"] for g in c["adapter"]["resolved"]["groups"]) for c in result["cells"]]
+    assert targets[0] < targets[1]  # the attention-only row covers fewer modules
+    assert len({c["hash"] for c in result["cells"]}) == 2

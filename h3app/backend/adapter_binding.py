@@ -373,24 +373,29 @@ class AdapterBinder:
     @contextmanager
     def padded(self, adapters: Sequence[LoRASettings], workflow: str = T2VA, token: str | None = None
                ) -> Iterator[int | None]:
-        """Around a grid over ``adapters``: with ``--compile`` and more than one rank among them, every A/B pair
-        attached meanwhile is zero-padded to the largest rank (diffusers' hotswap ``target_rank`` does the same), so
-        the compiled blocks see one shape per module and nothing recompiles; yields that rank, else None. Adapters
-        attached before are detached first (their factors have their own widths)."""
+        """Around a grid over ``adapters``: with ``--compile`` and more than one factor width among them, or rows on
+        different modules, every A/B pair attached meanwhile is zero-padded to the largest width (diffusers'
+        hotswap ``target_rank`` does the same) and every row gets an all-zero entry on the modules only other rows
+        cover (unfused ones), so the compiled blocks see one structure and nothing recompiles; yields that width,
+        else None. Adapters attached before are detached first (their factors have their own widths)."""
         ranks: set[int] = set()
+        layouts: set[frozenset[str]] = set()  # each row's module paths
+        engine = self.engine(workflow)
         if self.model.options.compile and len(adapters) > 1:
             for settings in adapters:
-                ranks.update(self.load(settings, workflow, token).adapter.info.ranks.values())
-        if len(ranks) < 2:
+                adapter = self.load(settings, workflow, token).adapter
+                ranks.update(m.width for m in adapter.modules.values())
+                layouts.add(frozenset(engine.module_paths(adapter.modules)))
+        if len(ranks) < 2 and len(layouts) < 2:
             yield None
             return
-        engine = self.engine(workflow)
         self.reset(workflow)
         engine.factor_rank = max(ranks)
+        engine.factor_paths = frozenset().union(*layouts) if len(layouts) > 1 else frozenset()
         try:
             yield engine.factor_rank
         finally:
-            engine.factor_rank = None
+            engine.factor_rank, engine.factor_paths = None, frozenset()
 
     def reset(self, workflow: str | None = None) -> None:
         """Detach every adapter (of one partition, or all): the transformers are bitwise their base."""

@@ -12,7 +12,7 @@ bitwise what they were.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -26,7 +26,7 @@ from ..settings import LoRASettings, merged_refusal
 from .bound import BoundLayers
 from .delegate import read_through
 from .dora import DORA_STRENGTH_RULE, refuse_dora_beside_parts
-from .entries import build_entries
+from .entries import build_entries, zero_entries
 from .evaluations import add_listener, remove_listener
 from .exact import BankHead, ExactPlan, PartStrength, plan_exact
 from .head_bank import BankListener
@@ -101,8 +101,13 @@ class LoRAEngine:
         # Under --compile, a grid over adapters of several ranks pads every A/B pair attached meanwhile to this
         # width with zeros (exact: zero rows of A, zero columns of B), so every row runs the same graphs.
         self.factor_rank: int | None = None
+        self.factor_paths: frozenset[str] = frozenset()  # and every such adapter has an entry on these modules
 
     # ----------------------------------------------------------------------------------------------- queries
+    def module_paths(self, targets: Iterable[str]) -> set[str]:
+        """The module paths (a fused ``to_qkv`` once) that canonical ``targets`` bind to on this transformer."""
+        return {self._slots[t].module for t in targets if t in self._slots}
+
     mode = read_through("_layers", "mode", "``unmerged`` or ``merged``, for every attached adapter.")
     pristine = read_through("_layers", "pristine", "Merged mode's base copies (set ``pristine.device_budget`` to "
                             "bound the accelerator memory they take).")
@@ -176,9 +181,13 @@ class LoRAEngine:
         if mode == MERGED:
             self._layers.check_mergeable(lora_paths)
         state = adapter_scale(plan.matched, settings, self._tags)
+        state.own_entries = self.factor_rank is not None  # a padded grid: no row aliases scale tensors
         entries = build_entries(name, plan.matched, self._slots, state, device_of=self._device_of,
                                 dtype_of=lambda path: self._layers.weight(path).dtype, base_of=self._base_of,
                                 pad_to=self.factor_rank)
+        if self.factor_rank is not None and self.factor_paths:
+            entries.update(zero_entries(name, self.factor_paths - set(entries), self._slots, state, self.factor_rank,
+                                        device_of=self._device_of, dtype_of=lambda p: self._layers.weight(p).dtype))
         attached = _Attached(settings=settings, state=state, entries=entries, adapter=adapter,
                              modules=dict(plan.matched), coverage=plan.report.coverage,
                              warnings=self._warnings(adapter, plan.matched, settings, plan.report), exact=exact)

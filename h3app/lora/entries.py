@@ -8,7 +8,7 @@ per-group scales.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import torch
 
@@ -80,6 +80,27 @@ def build_entries(name: str, matched: Mapping[str, ModuleLoRA], slots: Mapping[s
     if pad_to is not None:
         for entry in entries.values():
             pad_rank(entry, pad_to)
+    return entries
+
+
+def zero_entries(name: str, paths: Iterable[str], slots: Mapping[str, TargetSlot], state: AdapterScale, rank: int,
+                 *, device_of: Callable[[str], torch.device], dtype_of: Callable[[str], torch.dtype]
+                 ) -> dict[str, LoRAFactors]:
+    """All-zero ``rank``-wide entries of adapter ``name`` on the unfused module ``paths`` it does not cover: under
+    ``--compile`` a grid gives every row one entry on the same modules (its delta there is exactly zero), so every
+    row runs the same graphs. A fused ``to_qkv`` gets none (its entry's form depends on the groups covered)."""
+    by_module = {slot.module: slot for slot in slots.values() if slot.groups == 1}
+    entries: dict[str, LoRAFactors] = {}
+    for path in sorted(paths):
+        slot = by_module.get(path)
+        if slot is None:
+            continue
+        device = device_of(path)
+        dtype = delta_dtype(device, dtype_of(path))
+        scale = state.entry_for(slot.group, (ModuleAlpha(1.0, rank),), device, block_index(slot.target))
+        entries[path] = LoRAFactors(name, scale, torch.zeros(rank, slot.in_features, dtype=dtype, device=device),
+                                    torch.zeros(slot.out_features, rank, dtype=dtype, device=device),
+                                    RowFactors(state.modality, rows_of(slot.target), device))
     return entries
 
 

@@ -75,6 +75,7 @@ class AdapterScale:
         # The stored alpha when every module has the same one (shown as the adapter's alpha), else None.
         self.chain_alpha: float | None = alphas.pop() if len(alphas) == 1 else None
         self._entries: dict[tuple, ScaleEntry] = {}
+        self.own_entries = False  # one entry per layer instead of one per kind (``entry_for``)
         self.step = 1.0
         self.blocks = blocks if blocks is not None else BlockStrength()
         self.modality = ModalityFactors(modality or ModalityStrength(), tags or RowTags())
@@ -120,8 +121,10 @@ class AdapterScale:
     # ------------------------------------------------------------------------------------------ shared entries
     def entry_for(self, group: str, members: tuple[ModuleAlpha | None, ...], device: torch.device,
                   block: int | None = None) -> ScaleEntry:
-        """The entry every layer of this kind shares (created on first request, refilled by ``update``)."""
-        key = (group, block, members, device)
+        """The entry every layer of this kind shares (created on first request, refilled by ``update``); with
+        ``own_entries`` each call gets one of its own (a compiled grid's rows then alias no scale tensors, whatever
+        their ranks: dynamo guards on which inputs are one tensor)."""
+        key = (group, block, members, device) + ((len(self._entries),) if self.own_entries else ())
         entry = self._entries.get(key)
         if entry is None:
             entry = self._entries[key] = ScaleEntry(members)
@@ -129,7 +132,7 @@ class AdapterScale:
         return entry
 
     def _fill(self, key: tuple, entry: ScaleEntry) -> None:
-        group, block, members, device = key
+        group, block, members, device = key[:4]
         values = tuple(self.scale(group, m, block) if m is not None else 0.0 for m in members)
         entry.values = values
         exact = torch.tensor(values if entry.stacked else values[0], dtype=torch.float64)

@@ -360,3 +360,16 @@ def test_the_cli_generate_check_and_grid_under_the_stand_in_give_the_in_process_
     assert [forked_check[k] for k in ("hash_a", "hash_b", "hash_fallback")] == [
         checked[k] for k in ("hash_a", "hash_b", "hash_fallback")]
     assert [c["hash"] for c in forked_grid["cells"]] == [c["hash"] for c in grid["cells"]]
+
+
+def test_a_check_and_a_grid_over_the_cap_are_refused_with_what_fits(forked_backend):
+    """Room for 104 s of predicted work a call ((300 / 2 − 20) / 1.25): a check of three 40 s runs (steps 2 s
+    each, 19 evaluations, 2 s outside them) and a grid of 6 runs are over it, and say what fits."""
+    forked_backend.time_model = flat_prediction(video_s=40.0, step_s=2.0, evaluations=19)
+    request = GenerationRequest(prompt="p", seed=1, steps=20)
+    with pytest.raises(H3AppError, match=r"3 runs of about 40 s each and one step; use at most 17 steps"):
+        forked_backend.submit_equivalence(request, LoRASettings(source=TURBO))
+    plan = forked_backend.plan_grid([8.0], [0.5, 1.0, 1.5, 2.0, 2.5], [0])
+    with pytest.raises(H3AppError, match=r"6 runs \(cells and baselines\) of about 40 s; at most 2 such runs fit one "
+                                         r"call: a smaller grid, or use at most 8 steps"):
+        forked_backend.submit_grid(request, LoRASettings(source=TURBO), plan)

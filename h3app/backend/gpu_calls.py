@@ -258,28 +258,28 @@ def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:
     if not predicted or predicted.get("video_s") is None:
         raise H3AppError("no time prediction for this request on this card, so no ZeroGPU duration can be asked "
                          "for: this is a bug, report it.")
-    video, step = float(predicted["video_s"]), float(predicted.get("step_s") or 0.0)
-    room = zero_gpu.largest_work_s()
-    if name == "submit_equivalence":
-        work = float(predicted.get("check_s") or 3 * video + step)
-        fits = f"the check is 3 runs of about {video:.0f} s each; {_one_run_fits(predicted, room / 3.2)}"
+    video = float(predicted["video_s"])
+    if name == "submit_equivalence":  # three runs and the control's one step (the prediction's check_s)
+        work = float(predicted.get("check_s") or 3 * video + float(predicted.get("step_s") or 0.0))
+        fits = f"the check is 3 runs of about {video:.0f} s each and one step; {_steps_that_fit(predicted, 3, 1)}"
     elif name == "submit_grid":
         plan = call.args[2]
         runs = plan.cells + len(plan.seeds)  # each cell, and each seed's no-LoRA baseline
         work = runs * video
-        fits = (f"{runs} runs (cells and baselines) of about {video:.0f} s; at most {max(int(room // video), 0)} "
-                f"such runs fit one call: split the grid, or {_one_run_fits(predicted, room / runs)}")
+        fits = (f"{runs} runs (cells and baselines) of about {video:.0f} s; at most "
+                f"{max(int(zero_gpu.largest_work_s() // video), 0)} such runs fit one call: a smaller grid, or "
+                f"{_steps_that_fit(predicted, runs, 0)}")
     else:
-        work = video
-        fits = _one_run_fits(predicted, room)
+        work, fits = video, _steps_that_fit(predicted, 1, 0)
     return zero_gpu.check(zero_gpu.declared(work), fits)
 
 
-def _one_run_fits(predicted: dict[str, Any], room_s: float) -> str:
-    """What makes one run fit ``room_s`` predicted seconds: the most steps at this canvas and length (steps count
-    evaluations + 1), else a shorter clip or a Turbo preset."""
+def _steps_that_fit(predicted: dict[str, Any], runs: int, extra_steps: int) -> str:
+    """What makes ``runs`` runs and ``extra_steps`` single steps fit one call: the most steps at this canvas and
+    length (steps count evaluations + 1), else a shorter clip or a Turbo preset."""
     step, evaluations = float(predicted.get("step_s") or 0.0), int(predicted.get("evaluations") or 0)
-    fixed = float(predicted["video_s"]) - step * evaluations
-    most = int((room_s - fixed) // step) + 1 if step > 0 else 0
+    fixed = float(predicted["video_s"]) - step * evaluations  # a run's seconds outside its evaluations
+    room = zero_gpu.largest_work_s() - extra_steps * step - runs * fixed
+    most = int(room / (runs * step)) + 1 if step > 0 else 0
     steps = f"use at most {most} steps" if most >= 2 else "fewer steps alone do not fit"
     return f"{steps}, a shorter clip or a smaller canvas, or a Turbo preset (4 steps)"

@@ -181,8 +181,9 @@ def _wait_for_status(job: Any, codes: set[Any], timeout: float = 60.0) -> None:
 
 @pytest.mark.slow
 def test_over_http_the_queue_bound_answers_clearly_when_full(tiny_model, backend: Backend, tmp_path: Path) -> None:
-    """The app's queue is as long as the backend's: with the GPU busy and the queue full, one more client is told so,
-    and the queued ones are served."""
+    """The app's queue is as long as the backend's: with the GPU busy, the worker's line full (its jobs reach it at
+    once: each page is told its place) and Gradio's queue full, one more client is told so, and the others are
+    served."""
     from gradio_client import Client
     from gradio_client.utils import Status
 
@@ -194,9 +195,11 @@ def test_over_http_the_queue_bound_answers_clearly_when_full(tiny_model, backend
             client = Client(url, verbose=False)
             arguments = dict(prompt=REQUEST.prompt, seed=REQUEST.seed, steps=REQUEST.steps,
                              duration=REQUEST.duration, adapters_json=_settings_json(USERS[1]), api_name="/generate")
-            # one runs (waiting on the blocked worker), two wait in the queue, one is refused
-            jobs = [client.submit(**arguments)]
-            _wait_for_status(jobs[0], {Status.PROCESSING, Status.PROGRESS})
+            # two run (waiting in the blocked worker's line of 2), two wait in Gradio's queue, one is refused
+            jobs = []
+            for _ in range(2):
+                jobs.append(client.submit(**arguments))
+                _wait_for_status(jobs[-1], {Status.PROCESSING, Status.PROGRESS})
             for _ in range(2):
                 jobs.append(client.submit(**arguments))
                 _wait_for_status(jobs[-1], {Status.IN_QUEUE})

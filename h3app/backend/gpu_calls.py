@@ -243,7 +243,7 @@ def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]
             if ctx.should_cancel():
                 raise Cancelled(done if total else None, total if total else None)
     finally:
-        items.close()  # ends the call: the child stops at its next step, the quota stops being charged
+        context.run(items.close)  # ends the call: the child stops at its next step, the quota stops being charged
 
 
 def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:

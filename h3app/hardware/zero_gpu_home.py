@@ -122,7 +122,7 @@ def command_time_model(model: str, options: Any) -> Any:
         from .estimate import for_app
 
         return for_app(model, options)
-    return home.time_model(model, options)
+    return zero_gpu.outside_emulation_of(home.time_model(model, options))
 
 
 def quota_table(numbers: dict[str, Any], canvas: str) -> str:

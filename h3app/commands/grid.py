@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..backend.generation import GenerationRequest
-    from ..backend.grid import cell_name, parse_values, row_name
+    from ..backend.grid import as_rows, cell_name, parse_values, row_name
     from ..backend.service import Backend
     from ..hardware.zero_gpu_home import command_time_model
     from ..parallel.follower import bind, follow
@@ -119,11 +119,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         if group is not None and not group.leader:
             return follow(group, backend)
-        rows = backend.grid_rows(given, os.environ.get("HF_TOKEN"))
-        plan = backend.plan_grid(alphas, strengths, seeds, adapters=len(rows))
+        # one --adapter: the grid over its alphas, as ever; --adapters: a row each (a glob expanded into files)
+        rows = backend.grid_rows(given, os.environ.get("HF_TOKEN")) if args.adapters is not None else as_rows(given[0])
+        plan = backend.plan_grid(alphas, strengths, seeds, len(rows))
         out.mkdir(parents=True, exist_ok=True)
         names = [row_name(i, row) if len(rows) > 1 else "" for i, row in enumerate(rows)]
-        for cell in backend.grid(request, rows, plan, os.environ.get("HF_TOKEN"), previews=previews):
+        target = rows if args.adapters is not None else given[0]
+        for cell in backend.grid(request, target, plan, os.environ.get("HF_TOKEN"), previews=previews):
             video = out / f"{cell_name(cell.alpha, cell.strength, cell.seed, names[cell.adapter_row])}.mp4"
             shutil.move(cell.video_path, video)
             Path(cell.thumbnail_path).unlink(missing_ok=True)

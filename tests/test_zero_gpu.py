@@ -363,13 +363,32 @@ def test_the_cli_generate_check_and_grid_under_the_stand_in_give_the_in_process_
 
 
 def test_a_check_and_a_grid_over_the_cap_are_refused_with_what_fits(forked_backend):
-    """Room for 104 s of predicted work a call ((300 / 2 − 20) / 1.25): a check of three 40 s runs (steps 2 s
-    each, 19 evaluations, 2 s outside them) and a grid of 6 runs are over it, and say what fits."""
-    forked_backend.time_model = flat_prediction(video_s=40.0, step_s=2.0, evaluations=19)
+    """Room for 104 s of predicted work a call ((300 / 2 − 20) / 1.25): a check of three 60 s runs (steps 2 s
+    each, 19 evaluations, 22 s outside them) is over it and says what fits; a grid whose one cell and baseline do not
+    fit one call cannot be split and is refused too."""
+    forked_backend.time_model = flat_prediction(video_s=60.0, step_s=2.0, evaluations=19)
     request = GenerationRequest(prompt="p", seed=1, steps=20)
-    with pytest.raises(H3AppError, match=r"3 runs of about 40 s each and one step; use at most 17 steps"):
+    with pytest.raises(H3AppError, match=r"3 runs of about 60 s each and one step; use at most 7 steps"):
         forked_backend.submit_equivalence(request, LoRASettings(source=TURBO))
     plan = forked_backend.plan_grid([8.0], [0.5, 1.0, 1.5, 2.0, 2.5], [0])
-    with pytest.raises(H3AppError, match=r"6 runs \(cells and baselines\) of about 40 s; at most 2 such runs fit one "
-                                         r"call: a smaller grid, or use at most 8 steps"):
+    with pytest.raises(H3AppError, match=r"6 runs \(cells and baselines\) of about 60 s; at most 1 such runs fit one "
+                                         r"call: a smaller grid, or fewer steps alone do not fit"):
         forked_backend.submit_grid(request, LoRASettings(source=TURBO), plan)
+
+
+@pytest.mark.slow
+def test_a_grid_over_the_cap_runs_as_several_calls_that_each_fit(forked_backend, in_process):
+    """Three runs (two cells and the baseline) of 40 s are over one call's 104 s; one cell and its baseline fit:
+    two calls, each declaring 20 + 1.25 × 80 = 120 s, and the cells are the in-process grid's, in its order."""
+    adapter, request = LoRASettings(source=TURBO), GenerationRequest(prompt="grid", steps=2)
+    plan = in_process.plan_grid([8.0], [0.5, 1.0], [0])
+    expected = [(c.row, c.column, c.hash, c.baseline_psnr) for c in in_process.grid(request, adapter, plan)]
+    in_process.binder.reset()
+    forked_backend.time_model = flat_prediction(video_s=40.0, step_s=2.0, evaluations=19)
+    asked = len(zero_gpu_fork.asked)
+    steps: list[tuple[int, int]] = []
+    cells = [(c.row, c.column, c.hash, c.baseline_psnr)
+             for c in forked_backend.grid(request, adapter, plan, on_step=lambda d, t: steps.append((d, t)))]
+    assert cells == expected
+    assert zero_gpu_fork.asked[asked:] == [120, 120]
+    assert steps[-1] == (4, 4)  # the whole grid's evaluations: two calls of a baseline and a cell, 1 each

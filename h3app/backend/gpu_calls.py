@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import H3AppError
-from . import zero_gpu
+from . import grid_calls, zero_gpu
 from .generation import GenerationRequest
 from .preview import Preview, PreviewBoard
 from .worker import POLL_SECONDS, Cancelled, Job, JobCall, JobContext, JobHandle, alone
@@ -186,31 +186,43 @@ class GpuCalls:
         self.call = _gpu_call(self.home)
 
     def __call__(self, job: Job, call: JobCall) -> Job:
-        submit = call.submit
-        if submit is None:  # a job with no picklable description (a multi-rank diagnostic): as it is
+        if call.submit is None:  # a job with no picklable description (a multi-rank diagnostic): as it is
             return job
         context = contextvars.copy_context()  # the submitter's: its Gradio request names the visitor to charge
-        # refused here, before anything is queued, when over the cap
-        duration = dataclasses.replace(self.duration(call), mode=self.home)
+        on_cell = call.sinks.get("on_cell")
+        try:  # refused here, before anything is queued, when over the cap
+            duration = self._duration(call)
+        except H3AppError:
+            parts = grid_calls.chunks(call, self._duration)  # a grid: several calls that each fit, if it can
+            if parts is None:
+                raise
+            return lambda ctx: grid_calls.run(
+                parts, ctx, lambda part, whole, moved: self._one(context, part.call, part.duration, whole, moved),
+                on_cell)
+        return lambda ctx: self._one(context, call, duration, ctx, on_cell)
 
-        def in_gpu_call(ctx: JobContext) -> Any:
-            sinks = dict(call.sinks)
-            board = sinks.get("previews")
-            spec = {"previews": {"decoder": board.decoder, "audio": board.audio, "budget": board.budget}} \
-                if board is not None else {}
-            payload = Payload(id(self.backend), submit, call.args,
-                              {**spec, **({"on_cell": True} if sinks.get("on_cell") else {})}, duration.duration_s)
-            self.calls.append(duration)
-            result = _follow(self.call, context, payload, ctx, board, sinks.get("on_cell"), self.backend)
-            settings = getattr(result, "settings", None)
-            if isinstance(settings, dict):
-                settings["zerogpu"] = duration.to_json()
-            return result
+    def _duration(self, call: JobCall) -> zero_gpu.Duration:
+        return dataclasses.replace(self.duration(call), mode=self.home)
 
-        return in_gpu_call
+    def _one(self, context: contextvars.Context, call: JobCall, duration: zero_gpu.Duration,
+             ctx: JobContext | grid_calls.WholeGrid, on_cell: Callable[[Any], None] | None) -> Any:
+        """``call`` as one GPU call declaring ``duration``; its result (a generation's settings carry ``zerogpu``)."""
+        assert call.submit is not None
+        board = call.sinks.get("previews")
+        spec = {"previews": {"decoder": board.decoder, "audio": board.audio, "budget": board.budget}} \
+            if board is not None else {}
+        payload = Payload(id(self.backend), call.submit, call.args,
+                          {**spec, **({"on_cell": True} if on_cell is not None else {})}, duration.duration_s)
+        self.calls.append(duration)
+        result = _follow(self.call, context, payload, ctx, board, on_cell, self.backend)
+        settings = getattr(result, "settings", None)
+        if isinstance(settings, dict):
+            settings["zerogpu"] = duration.to_json()
+        return result
 
 
-def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]], context: contextvars.Context, payload: Payload, ctx: JobContext, board: PreviewBoard | None,
+def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]], context: contextvars.Context,
+            payload: Payload, ctx: JobContext | grid_calls.WholeGrid, board: PreviewBoard | None,
             on_cell: Callable[[Any], None] | None, backend: Any) -> Any:
     """Make the call (in the submitter's ``context``) and feed its events to ``ctx``, ``board`` and ``on_cell``;
     a cancel closes the call and raises :class:`Cancelled` with the steps done."""

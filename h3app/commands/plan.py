@@ -12,7 +12,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from ..errors import H3AppError
-from ..rules.choices import MERGED, OFFLOAD_MODES
+from ..rules.choices import MERGED, OFFLOAD_MODES, vae_dtype_for
 from ..rules.request_defaults import FULL, TINY, defaults_for
 from .flag_values import dtype_name
 from .model_options import (
@@ -80,16 +80,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _zero_gpu_quota(plan: Any, request: PlannedRequest, setup: Setup, hardware: str | None) -> dict[str, Any] | None:
-    """``hardware.zero_gpu_home.quota`` for a ZeroGPU flavor's best placement (None: another flavor, or none fits)."""
+    """``hardware.zero_gpu_home.quota`` for the ZeroGPU size the app asks for (``zero-gpu-xlarge``), at its best
+    placement (None: another flavor, or none fits)."""
     from ..hardware.flavors import flavor
     from ..hardware.judge import PLACEMENT_FIELDS
     from ..hardware.planner import Placement
-    from ..hardware.zero_gpu_home import quota
+    from ..hardware.zero_gpu_home import FLAVOR, quota
 
-    box = flavor(hardware) if hardware is not None else None
     best = next((row["best"] for row in plan.flavors if row["name"] == hardware), None)
-    if box is None or not box.zero_gpu or best is None:
+    if hardware is None or flavor(hardware).name != FLAVOR or best is None:
         return None
+    box = flavor(hardware)
     return quota(request, Placement(**{name: best[name] for name in PLACEMENT_FIELDS}), setup, box)
 
 
@@ -135,7 +136,8 @@ def plan_options(args: argparse.Namespace) -> tuple[PlannedRequest, Placement, S
     request = PlannedRequest(flags.workflow or defaults.workflow, height, width, RELEASED.frames(flags.duration),
                              flags.steps or defaults.steps, args.cache)
     setup = Setup(model=args.model, dtype=parse_dtype(args.dtype), fuse_qkv=args.fuse_qkv, adapter=adapter,
-                  alpha=alpha, scale=scale, lora_mode=args.lora_mode, vae_dtype=parse_dtype(args.vae_dtype),
+                  alpha=alpha, scale=scale, lora_mode=args.lora_mode,
+                  vae_dtype=parse_dtype(vae_dtype_for(args.vae_dtype, args.device)),
                   attention=args.attention)
     placement = Placement(offload=args.offload, fp8=args.fp8, ranks=args.ulysses * args.ring, ring=args.ring,
                           fp8_text_encoder=args.fp8_text_encoder)

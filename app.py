@@ -23,6 +23,7 @@ from h3app.commands.model_options import (
 )
 from h3app.errors import H3AppError
 from h3app.parallel.topology import add_parallel_arguments
+from h3app.rules.choices import VAE_AUTO
 
 
 def use_persistent_storage() -> None:
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(ulysses=_env_int("H3APP_ULYSSES"), ring=_env_int("H3APP_RING"))
     add_compile_flag(parser)
     add_vae_dtype_flag(parser)
-    parser.set_defaults(vae_dtype=_env("H3APP_VAE_DTYPE") or "float32")
+    parser.set_defaults(vae_dtype=_env("H3APP_VAE_DTYPE") or VAE_AUTO)  # auto: bf16 on cuda, fp32 on cpu
     add_attention_flag(parser, default=_env("H3APP_ATTENTION") or "auto")  # docs/performance.md, "Attention"
     parser.add_argument("--mcp", action="store_true", default=os.environ.get("GRADIO_MCP_SERVER", "").lower() == "true",
                         help="also serve the tools to agents over MCP at /gradio_api/mcp/ (env GRADIO_MCP_SERVER=true)")
@@ -90,7 +91,8 @@ def serving_of(args: argparse.Namespace):
     from h3app.hardware.auto import Serving
 
     return Serving(model=args.model, device=args.device, dtype=args.dtype, offload=args.offload, fp8=args.fp8,
-                   fp8_text_encoder=args.fp8_text_encoder, ulysses=args.ulysses, ring=args.ring)
+                   fp8_text_encoder=args.fp8_text_encoder, ulysses=args.ulysses, ring=args.ring,
+                   vae_dtype=args.vae_dtype)
 
 
 def choose(args: argparse.Namespace, box=True):
@@ -127,7 +129,7 @@ def serve() -> None:
     refuse_before_libraries(args)
     options = LoadOptions(dtype=parse_dtype(args.dtype), device=args.device, offload=args.offload, fp8=args.fp8,
                           fp8_text_encoder=args.fp8_text_encoder, token=os.environ.get("HF_TOKEN"),
-                          compile=args.compile, vae_dtype=parse_dtype(args.vae_dtype), attention=args.attention,
+                          compile=args.compile, vae_dtype=args.vae_dtype, attention=args.attention,
                           split=split_of(args))
     from h3app.model.attention import startup_line
 
@@ -182,7 +184,10 @@ def zero_gpu_home(args: argparse.Namespace):
         return None
     from h3app.hardware.zero_gpu_home import home_for
 
-    return home_for(zero_gpu.mode(), compile=args.compile, ranks=(args.ulysses or 1) * (args.ring or 1))
+    if zero_gpu.mode() == zero_gpu.FORK and args.device is None:
+        args.device = "cpu"  # the stand-in forks the process: CUDA cannot run in a forked child
+    return home_for(zero_gpu.mode(), compile=args.compile, ranks=(args.ulysses or 1) * (args.ring or 1),
+                    device=args.device)
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@ closest configuration the app can run, and their ratio — docs/hardware.md's ca
 
 Each prediction is ``plan --json`` (the ``plan`` command's own parser, ``plan_options`` and ``make_plan``, in this
 process) for the row's flags: the published request (t2va, 1344×768, 124 frames, 50 steps, bf16) on the flavor with
-the sources' GPU count. The sources decode their video VAE in bf16, so the closest configuration adds
-``--vae-dtype bfloat16``; vLLM-Omni's tensor parallel has no counterpart here, so its rows are set beside Ulysses over
-the same GPUs with the placement that fits them. A run the app has no box for (16 GPUs, B300, an RTX 4090) keeps its
-row with no prediction. ``denoise`` is the plan's ``evaluations × step_s`` (50 steps are 49 evaluations).
+the sources' GPU count, at the app's defaults otherwise. The sources decode their video VAE in bf16, as the app does
+on a GPU by default (``--vae-dtype auto``); vLLM-Omni's tensor parallel has no counterpart here, so its rows are set
+beside Ulysses over the same GPUs with the placement that fits them. A run the app has no box for (16 GPUs, B300, an
+RTX 4090) keeps its row with no prediction. ``denoise`` is the plan's ``evaluations × step_s`` (50 steps are 49 evaluations).
 
 ``--write`` replaces the table between the markers in docs/hardware.md; ``tests/test_bench_calibration.py`` holds
 the docs to this output. No GPU is needed: the plan rehearses on fake CUDA (~1 minute on 2 cores).
@@ -27,9 +27,10 @@ END = "<!-- end of the calibration table -->"
 DECODE_START = "<!-- decode table: python -m bench.calibration --write -->"
 DECODE_END = "<!-- end of the decode table -->"
 DECODE_CARDS = ("rtx-pro-6000", "h200", "a100-large")  # one GPU each: the decode on one rank
-VAE_DTYPES = {"float32": "fp32 (h3app's default: both VAEs loaded fp32, diffusers' pin)",
-              "bfloat16": "bf16 (`--vae-dtype bfloat16`; what `load_components(dtype=torch.bfloat16)` gives)"}
-REQUEST = ("--steps", "50", "--vae-dtype", "bfloat16", "--no-limits")
+VAE_DTYPES = {"float32": "fp32 (`--vae-dtype float32`: both VAEs loaded fp32, diffusers' pin; the CPU's default)",
+              "bfloat16": "bf16 (the default on a GPU, `--vae-dtype auto`; what `load_components(dtype=torch.bfloat16)` "
+                          "gives)"}
+REQUEST = ("--steps", "50", "--no-limits")  # the published request; everything else at the app's defaults
 SGLANG = "sglang cookbook, MiniMax-H3 §9"
 VLLM = "vLLM-Omni recipe, RTX PRO 6000"
 SGLANG_STACK = "FA3 (app: cuDNN under Ulysses); fused norm/RoPE kernels (app: decomposed, counted)"

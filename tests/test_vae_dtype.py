@@ -60,3 +60,87 @@ def test_the_flag_is_offered_and_a_bad_value_is_one_line():
                              "--vae-dtype", "float16"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 2 and "--vae-dtype" in result.stderr
     assert len([line for line in result.stderr.splitlines() if line.strip()]) <= 3  # argparse's usage + one line
+
+
+# --- --vae-dtype auto (the default): one resolution, rules.choices.vae_dtype_for, for every reader ---------------
+
+@pytest.mark.parametrize(("asked", "device", "expected"), [
+    ("auto", "cuda", "bfloat16"), ("auto", "cuda:1", "bfloat16"), ("auto", "cpu", "float32"),
+    ("auto", "mps", "float32"), ("float32", "cuda", "float32"), ("bfloat16", "cpu", "bfloat16"),
+    ("bf16", "cpu", "bfloat16")])
+def test_auto_is_bf16_on_a_cuda_device_and_fp32_elsewhere(asked, device, expected):
+    from h3app.rules.choices import vae_dtype_for
+
+    assert vae_dtype_for(asked, device) == expected
+
+
+def test_an_unknown_vae_dtype_is_one_line():
+    from h3app.errors import H3AppError
+    from h3app.rules.choices import vae_dtype_for
+
+    with pytest.raises(H3AppError, match=r"--vae-dtype must be one of auto, float32, bfloat16"):
+        vae_dtype_for("float16", "cuda")
+
+
+def _args(command: str, *flags: str):
+    from h3app.cli import build_parser
+
+    return build_parser().parse_args([command, *flags])
+
+
+def test_the_loader_resolves_auto_for_its_device(monkeypatch):
+    """The CPU keeps fp32 (every CPU hash unchanged); a CUDA device gets bf16; a named dtype stays as named."""
+    from h3app.commands.model_options import load_options
+    from h3app.model import loader
+
+    assert LoadOptions().vae_dtype == torch.float32
+    assert load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4")).vae_dtype == torch.float32
+    monkeypatch.setattr(loader, "check_device", lambda name: name)  # no GPU here: the device is only a name
+    assert LoadOptions(device="cuda").vae_dtype == torch.bfloat16
+    assert LoadOptions(device="cuda", vae_dtype="float32").vae_dtype == torch.float32
+    assert LoadOptions(device="cuda", vae_dtype=torch.float32).vae_dtype == torch.float32
+
+
+@pytest.mark.parametrize("flags", [(), ("--vae-dtype", "float32"), ("--vae-dtype", "bfloat16")])
+def test_the_plan_the_start_up_check_and_the_printed_flags_run_the_same_decoder(monkeypatch, flags):
+    """``plan``'s setup, the start-up check's setup of the options the same flags load, and the flags a plan prints
+    (``run_options``) parsed again: one decoder dtype. The default on a GPU box is bf16 and prints no flag."""
+    from h3app.commands.model_options import load_options
+    from h3app.commands.plan import plan_options
+    from h3app.hardware.planner import Placement, dtype_name, run_options
+    from h3app.hardware.preflight import setup_of
+    from h3app.model import loader
+
+    monkeypatch.setattr(loader, "check_device", lambda name: name)
+    _, _, setup = plan_options(_args("plan", *flags))
+    assert setup.vae_dtype == (torch.float32 if "float32" in flags else torch.bfloat16)
+    options = load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4", "--device", "cuda", *flags))
+    assert setup_of(options).vae_dtype == options.vae_dtype == setup.vae_dtype
+    printed = run_options(Placement(), "bfloat16", dtype_name(setup.vae_dtype)).split()
+    assert ("--vae-dtype" in printed) == ("float32" in flags)
+    again = load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4", *printed))
+    assert again.vae_dtype == setup.vae_dtype
+
+
+@pytest.mark.slow  # a full-size rehearsal per decoder dtype
+def test_the_apps_choice_of_placement_judges_the_decoder_it_will_load():
+    """app.py's Serving carries --vae-dtype: auto judges bf16 on a GPU box, float32 when asked, and a rank started
+    from the same command line gets the same value."""
+    from h3app.hardware import auto
+    from h3app.hardware.flavors import flavor
+
+    seen = []
+    original = auto.best
+
+    def spy(request, box, setup, *rest, **kwargs):
+        seen.append(setup.vae_dtype)
+        return original(request, box, setup, *rest, **kwargs)
+
+    box = flavor("h200")
+    for asked, expected in ((None, torch.bfloat16), ("auto", torch.bfloat16), ("float32", torch.float32)):
+        seen.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(auto, "best", spy)
+            choice = auto.choose(auto.Serving(vae_dtype=asked), box)
+        assert seen == [expected] and choice.verdict is not None
+    assert auto.Serving(vae_dtype="float32").environment()["H3APP_VAE_DTYPE"] == "float32"

@@ -21,6 +21,7 @@ from ..rules.choices import (
     OFFLOAD_MODES,
     STEP_CACHES,
     UNMERGED,
+    VAE_AUTO,
     VAE_DTYPES,
     WORKFLOWS,
 )
@@ -69,9 +70,10 @@ def split_of(args: argparse.Namespace) -> str:
 
 # --vae-dtype and --cache (docs/performance.md): the same flags on generate, check, grid and plan
 def add_vae_dtype_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vae-dtype", default=VAE_DTYPES[0], choices=VAE_DTYPES,
+    parser.add_argument("--vae-dtype", default=VAE_AUTO, choices=VAE_DTYPES,
                         help="what the video decoder computes in (its norms, the encoder and the audio decoder stay "
-                             "float32); default float32, diffusers' pin (docs/performance.md)")
+                             "float32); auto (default): bfloat16 on a CUDA GPU, as the fast engines decode, float32 "
+                             "on the CPU (docs/performance.md)")
 
 
 def add_cache_flag(parser: argparse.ArgumentParser) -> None:
@@ -241,7 +243,7 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
                        fp8_text_encoder=args.fp8_text_encoder, fuse_qkv=args.fuse_qkv,
                        revision=args.model_revision, token=os.environ.get("HF_TOKEN"),
                        compile=getattr(args, "compile", False),
-                       vae_dtype=parse_dtype(getattr(args, "vae_dtype", VAE_DTYPES[0])),
+                       vae_dtype=getattr(args, "vae_dtype", VAE_AUTO),  # auto: resolved for --device
                        attention=getattr(args, "attention", AUTO), split=split_of(args))
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 
 from ..errors import H3AppError
 from ..model import repo
-from ..rules.choices import REAL_REPO_ID
+from ..rules.choices import REAL_REPO_ID, VAE_AUTO, vae_dtype_for
 from .flavors import Flavor
 from .judge import PlannedRequest, Setup, Verdict, best, box_words, candidates, default_request, fitting, nothing_fits
 from .planner import Placement
@@ -37,6 +37,7 @@ class Serving:
     fp8_text_encoder: bool | None = None
     ulysses: int | None = None
     ring: int | None = None
+    vae_dtype: str | None = None  # --vae-dtype as given (None or auto: bf16 on cuda, fp32 on the CPU)
 
     @property
     def placement(self) -> Placement:
@@ -55,7 +56,7 @@ class Serving:
         """The ``H3APP_*`` variables that make a rank started with the same command line choose the same."""
         words = {"model": "H3APP_MODEL", "device": "H3APP_DEVICE", "dtype": "H3APP_DTYPE", "offload": "H3APP_OFFLOAD",
                  "fp8": "H3APP_FP8", "fp8_text_encoder": "H3APP_FP8_TEXT_ENCODER", "ulysses": "H3APP_ULYSSES",
-                 "ring": "H3APP_RING"}
+                 "ring": "H3APP_RING", "vae_dtype": "H3APP_VAE_DTYPE"}
         return {words[f.name]: str(int(v) if isinstance(v, bool) else v) for f in fields(self)
                 if (v := getattr(self, f.name)) is not None}
 
@@ -101,7 +102,8 @@ def choose(given: Serving, box: Flavor | None, request: PlannedRequest | None = 
     from ..model.loader import parse_dtype
 
     request = request or default_request()
-    setup = Setup(dtype=parse_dtype(serving.dtype))
+    setup = Setup(dtype=parse_dtype(serving.dtype),
+                  vae_dtype=parse_dtype(vae_dtype_for(serving.vae_dtype or VAE_AUTO, str(serving.device))))
     fixed = {"offload": serving.offload, "fp8": serving.fp8, "fp8_text_encoder": serving.fp8_text_encoder,
              "ring": serving.ring, "ranks": (serving.ulysses or 1) * (serving.ring or 1)
              if serving.ulysses is not None or serving.ring is not None else None}
@@ -129,7 +131,7 @@ def _refusal(serving: Serving, box: Flavor, setup: Setup, request: PlannedReques
 
 def _line(chosen: Serving, verdict: Verdict, box: Flavor, request: PlannedRequest) -> str:
     """``auto placement: MiniMaxAI/MiniMax-H3 in bfloat16 on cuda with --offload none --fp8 …: the fastest that fits
-    this box (…) for t2va 1344×768, 124 frames, 20 steps — GPU 79.2 of 96.0 GB (margin 13.8 GB), host …``."""
+    this box (…) for t2va 1344×768, 124 frames, 20 steps — GPU 74.3 of 96.0 GB (margin 18.7 GB), host …``."""
     from .summary import margins
 
     seconds = (verdict.prediction or {}).get("video_s")

@@ -34,7 +34,7 @@ from .planner import (
     host_bytes,
     measure,
 )
-from .rehearsal import RehearsalOptions
+from .rehearsal import PLANNED_VAE_DTYPE, RehearsalOptions
 
 PLACEMENT_FIELDS = ("offload", "fp8", "fp8_text_encoder", "ranks", "ring")
 # What ``flavors[].best`` and ``recommended`` carry of the prediction: the video's time, its terms and its price.
@@ -80,7 +80,7 @@ class Setup:
 
     model: str = FULL
     dtype: torch.dtype = torch.bfloat16
-    vae_dtype: torch.dtype = torch.float32
+    vae_dtype: torch.dtype = PLANNED_VAE_DTYPE  # --vae-dtype auto on a GPU box: bf16
     fuse_qkv: bool = False
     adapter: HeaderView | None = None
     alpha: float | None = None
@@ -138,7 +138,7 @@ class Verdict:
     def host_margin(self) -> int | None:
         return None if self.box.host_bytes is None else self.box.host_bytes - HOST_RESERVE - self.host_bytes
 
-    def best_json(self, dtype: str, vae_dtype: str = "float32") -> dict[str, Any]:
+    def best_json(self, dtype: str, vae_dtype: str | None = None) -> dict[str, Any]:
         """``flavors[].best`` of ``plan --json``: the placement, its flags (computing in ``dtype``), both needs and
         margins, the prediction."""
         from .planner import run_options

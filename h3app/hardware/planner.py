@@ -49,7 +49,7 @@ from ..rules.request_defaults import TINY_DEFAULTS
 from . import full_size
 from .fake_cuda import PhaseBytes
 from .flavors import GB, Flavor
-from .rehearsal import PHASE_COMPONENT, Rehearsal, RehearsalOptions, rehearse
+from .rehearsal import PHASE_COMPONENT, PLANNED_VAE_DTYPE, Rehearsal, RehearsalOptions, rehearse
 
 RESERVE = 3 * GB
 HOST_RESERVE = 4 * GB
@@ -271,9 +271,10 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def run_options(placement: Placement, dtype: str, vae_dtype: str = "float32") -> str:
+def run_options(placement: Placement, dtype: str, vae_dtype: str | None = None) -> str:
     """The flags that run ``placement`` on a GPU box, for app.py and every command alike: the device and ``dtype``
     the plan was made for, then the placement's own (offload needs ``--device cuda``), and ``--vae-dtype`` when the
-    plan's video decoder is not float32."""
-    vae = f" --vae-dtype {vae_dtype}" if vae_dtype != "float32" else ""
+    plan's video decoder (None: the planned default) is not what ``auto`` gives on ``--device cuda``."""
+    planned = dtype_name(PLANNED_VAE_DTYPE)
+    vae = f" --vae-dtype {vae_dtype}" if (vae_dtype or planned) != planned else ""
     return f"--device cuda --dtype {dtype} {placement.label}{vae}"

@@ -19,6 +19,7 @@ from ..rules.choices import MERGED, OFFLOAD_MODES
 from .flavors import FLAVORS, Flavor, flavor
 from .judge import DEFAULT_SETUP, PREDICTION_FIELDS, PlannedRequest, Setup, Verdict, best, judge, limits, measured_for
 from .planner import Measured, Placement, dtype_name, placed_weights, run_options
+from .rehearsal import PLANNED_VAE_DTYPE
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Plan:
     flops_per_evaluation: int = 0  # one transformer evaluation, counted on the rehearsal (``work.py``)
     predicted: dict[str, dict[str, Any]] = field(default_factory=dict)  # fitting flavor → the prediction
     left_out: dict[str, str] = field(default_factory=dict)  # flavor → why it is not ``recommended``
-    vae_dtype: str = "float32"  # what the video decoder computes in (``--vae-dtype``)
+    vae_dtype: str = dtype_name(PLANNED_VAE_DTYPE)  # what the video decoder computes in (``--vae-dtype`` resolved)
     attention: str = "auto"  # the ``--attention`` asked for; each prediction names the backend counted on its card
 
     def to_json(self) -> dict[str, Any]:
@@ -57,7 +58,7 @@ class Plan:
         return data
 
 
-def flavor_row(verdict: Verdict, best_verdict: Verdict | None, dtype: str, vae_dtype: str = "float32") -> dict[str, Any]:
+def flavor_row(verdict: Verdict, best_verdict: Verdict | None, dtype: str, vae_dtype: str | None = None) -> dict[str, Any]:
     """One ``flavors`` row: the box's published numbers, the verdicts of the placement asked for, and ``best``."""
     box = verdict.box
     return {"name": box.name, "space_hardware": box.space_hardware, "gpu": box.gpu, "gpus": box.gpus,

@@ -31,7 +31,7 @@ from ..model import diffusers_compat, repo
 from ..model.compiled import blocks_of
 from ..model.loader import LoadedModel, LoadOptions
 from ..model.sub_block_cache import SubBlockCache
-from ..rules.choices import FL2VA, T2VA, UNMERGED
+from ..rules.choices import FL2VA, T2VA, UNMERGED, VAE_AUTO, vae_dtype_for
 from ..rules.frames import RELEASED
 from ..rules.h3_modules import transformer_shapes
 from ..settings import LoRASettings
@@ -57,6 +57,11 @@ PREVIEW = "preview"  # the phase a step preview's work is counted under
 REHEARSAL_STEPS = 2
 
 
+# What the video decoder computes in on a CUDA box when --vae-dtype is left at auto: the rehearsal's fake CUDA device
+# and every box the plan judges (the plan is always for a GPU).
+PLANNED_VAE_DTYPE: torch.dtype = getattr(torch, vae_dtype_for(VAE_AUTO, "cuda"))
+
+
 @dataclass(frozen=True)
 class RehearsalOptions:
     """One request on one configuration. ``adapter`` is a safetensors header (None: no LoRA)."""
@@ -72,7 +77,7 @@ class RehearsalOptions:
     scale: float = 1.0
     lora_mode: str = UNMERGED
     size: tuple[int, int] | None = None
-    vae_dtype: torch.dtype = torch.float32  # what the video decoder's layers compute in (``--vae-dtype``)
+    vae_dtype: torch.dtype = PLANNED_VAE_DTYPE  # what the video decoder's layers compute in (``--vae-dtype``)
     equivalence: bool = False  # run the backend's equivalence check (fallback, A, control, B) with ``adapter``
     preview: bool = False  # a step preview (backend.preview, waveform band included) after every evaluation
 

@@ -23,7 +23,16 @@ import torch  # noqa: E402
 from ..errors import H3AppError
 from ..rules import values
 from ..rules.attention import AUTO, AttentionBackend
-from ..rules.choices import MAIN_PARTITION, OFFLOAD_MODES, PARTITIONS, REF2VA, REFERENCE_PARTITION, T2VA
+from ..rules.choices import (
+    MAIN_PARTITION,
+    OFFLOAD_MODES,
+    PARTITIONS,
+    REF2VA,
+    REFERENCE_PARTITION,
+    T2VA,
+    VAE_AUTO,
+    vae_dtype_for,
+)
 from ..rules.h3_modules import QKV
 from . import attention as model_attention
 from . import conditioner, diffusers_compat, fp8, repo, torch_compat
@@ -46,7 +55,9 @@ class LoadOptions:
     split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
     ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``). ``vae_dtype``:
     what the video decoder's layers compute in (``--vae-dtype``; diffusers keeps the video VAE's encoder and norms
-    and the whole audio VAE in fp32 whatever it is; fp32, diffusers' documented pin, by default). ``attention``: the
+    and the whole audio VAE in fp32 whatever it is): a torch dtype or its name; ``auto`` (the default) becomes
+    bf16 on a CUDA device and fp32 elsewhere when the options are made (``rules.choices.vae_dtype_for``), so after
+    construction it is always a torch dtype. ``attention``: the
     ``--attention`` value (``rules.attention``; ``auto`` picks for the GPU, SDPA on a CPU); ``split``: how ranks
     split the sequence (``ulysses``, ``ring``, or "" for one rank), which limits the backends that can run.
     """
@@ -60,12 +71,14 @@ class LoadOptions:
     revision: str | None = None
     token: str | None = None
     compile: bool = False
-    vae_dtype: torch.dtype = torch.float32
+    vae_dtype: torch.dtype | str = VAE_AUTO
     attention: str = AUTO
     split: str = ""
 
     def __post_init__(self) -> None:
         check_device(self.device)
+        if isinstance(self.vae_dtype, str):  # --vae-dtype's value, resolved once for this device
+            object.__setattr__(self, "vae_dtype", getattr(torch, vae_dtype_for(self.vae_dtype, self.device)))
         if self.attention != AUTO:  # a named backend that cannot run here: one line before anything loads
             model_attention.chosen(self.device, self.dtype, self.attention, self.split)
         if self.offload not in OFFLOAD_MODES:

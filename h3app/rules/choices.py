@@ -1,5 +1,7 @@
 """Fixed choices, one constant per fact. Validation messages list these, so a new choice is added here only."""
 
+from ..errors import H3AppError
+
 # The embedded tiny checkpoint's repo id (assets/tiny-h3): its index names it, and it names the demo adapters.
 TINY_REPO_ID = "h3app/tiny-h3"
 REAL_REPO_ID = "MiniMaxAI/MiniMax-H3"  # the full-size model on the Hub
@@ -28,8 +30,24 @@ DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", 
 # --cache: the denoising loop's step cache (model/denoise_cache.py): none, or diffusers' first-block cache
 NO_CACHE, FIRST_BLOCK_CACHE = "none", "fbc"
 STEP_CACHES = (NO_CACHE, FIRST_BLOCK_CACHE)
-# --vae-dtype: what the video decoder computes in (the audio decoder stays fp32); default fp32, diffusers' pin
-VAE_DTYPES = ("float32", "bfloat16")
+# --vae-dtype: what the video decoder computes in (the audio decoder stays fp32). auto, the default: bfloat16 on a
+# CUDA GPU (as sglang and vLLM-Omni decode; the bound it keeps: docs/performance.md), float32 elsewhere (diffusers'
+# pin: the CPU's frames and hashes are unchanged). vae_dtype_for resolves it for the loader, the plan and the app.
+VAE_AUTO = "auto"
+VAE_DTYPES = (VAE_AUTO, "float32", "bfloat16")
+VAE_GPU_DTYPE, VAE_CPU_DTYPE = "bfloat16", "float32"  # what auto gives on a CUDA device / anywhere else
+
+
+def vae_dtype_for(asked: str, device: str) -> str:
+    """The dtype the video decoder computes in for ``--vae-dtype asked`` on ``device`` (``cpu``, ``cuda:1`` …), as
+    torch's attribute name: ``auto`` → ``bfloat16`` on a CUDA device, else ``float32``; a named dtype (or its alias,
+    :data:`DTYPE_NAMES`) as named. The one resolution of ``auto`` (loader, plan, start-up check, printed flags)."""
+    if asked == VAE_AUTO:
+        return VAE_GPU_DTYPE if str(device).startswith("cuda") else VAE_CPU_DTYPE
+    name = DTYPE_NAMES.get(str(asked).strip().lower())
+    if name is None:
+        raise H3AppError(f"--vae-dtype must be one of {', '.join(VAE_DTYPES)}, got {asked!r}.")
+    return name
 # Step-preview decoders (h3app.model.preview_decoders): auto picks; the model's own VAE when it is small; fitted
 # latent→RGB factors; false colours from the latents' principal directions.
 PREVIEW_VAE, PREVIEW_LATENT2RGB, PREVIEW_PCA = "vae", "latent2rgb", "pca"

@@ -43,7 +43,11 @@ def test_the_plot_has_one_point_per_evaluation_at_the_schedule_factors():
     refused = schedule_plot("1,0.5", 5)
     assert "2 values but this run has 4 evaluations" in refused and "<svg" not in refused
     assert "every evaluation at factor 1" in schedule_plot("", 5)
-    assert "&lt;" in schedule_plot("<b>:1", 5)  # a typed value is shown escaped, never as markup
+    # a schedule that does not parse: the note under the section says why, once; the plot points there and never
+    # shows the typed value (as markup or otherwise)
+    unparsed = schedule_plot("<b>:1", 5)
+    assert "the note below says why" in unparsed and "<b>" not in unparsed
+    assert note(AdvancedForm(strength_schedule="<b>:1")).startswith("⚠ ")
 
 
 def test_history_labels_and_differences_name_the_advanced_strengths():

@@ -78,9 +78,13 @@ def note(form: AdvancedForm) -> str:
 
 def schedule_plot(schedule_text: Any, steps: Any) -> str:
     """An inline SVG of the schedule's factor per evaluation for a run of ``steps`` sigma points (N steps = N − 1
-    evaluations), or one line saying why there is none."""
+    evaluations), or one line saying why there is none (a schedule that does not parse: the note under the section
+    says why, once; this line only points there)."""
     try:
         schedule = parse_schedule(schedule_text or "")
+    except H3AppError:
+        return "<div class='h3-schedule-plot'>No plot while the schedule is refused (the note below says why).</div>"
+    try:
         count = evaluations(int(float(steps))) if steps not in (None, "") else 0
         if schedule is None:
             return "<div class='h3-schedule-plot'>No schedule: every evaluation at factor 1.</div>"

@@ -244,6 +244,8 @@ def test_ranks_and_compile_are_refused_for_a_zero_gpu_home():
         home_for(zero_gpu.FORK, compile=True, ranks=1)
     with pytest.raises(H3AppError, match="one card per call"):
         home_for(zero_gpu.SPACES, compile=False, ranks=2)
+    with pytest.raises(H3AppError, match="CUDA cannot run in a forked child: use --device cpu"):
+        home_for(zero_gpu.FORK, compile=False, ranks=1, device="cuda:0")
     home = home_for(zero_gpu.SPACES, compile=False, ranks=1)
     assert home.box.name == "zero-gpu-xlarge" and home.judged == {"device": (home.box.gpu, 96 * 10**9), "host": None}
     assert "whole ZeroGPU RTX Pro 6000 (96 GB)" in home.line and "300 s" in home.line

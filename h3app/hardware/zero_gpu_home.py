@@ -49,10 +49,17 @@ class Home:
         return TimeModel(setup.model, setup, placement_of(options), self.box)
 
 
-def home_for(mode: str | None, *, compile: bool, ranks: int) -> Home:
-    """The home for ``mode`` (``zero_gpu.SPACES`` or ``zero_gpu.FORK``); ``H3AppError`` for what cannot run there."""
+FORK_ON_CUDA = (f"the ZeroGPU stand-in ({zero_gpu.FORK_ENV}=1) forks this process for every GPU job, and CUDA cannot "
+                "run in a forked child: use --device cpu (on ZeroGPU itself, spaces keeps CUDA out of the parent).")
+
+
+def home_for(mode: str | None, *, compile: bool, ranks: int, device: str | None = None) -> Home:
+    """The home for ``mode`` (``zero_gpu.SPACES`` or ``zero_gpu.FORK``); ``H3AppError`` for what cannot run there
+    (``device``: the stand-in runs on the CPU only)."""
     if compile:
         raise H3AppError(COMPILE_REFUSED)
+    if mode == zero_gpu.FORK and str(device or "").startswith("cuda"):
+        raise H3AppError(FORK_ON_CUDA)
     if ranks > 1:
         raise H3AppError("ZeroGPU grants one card per call: drop --ulysses/--ring (H3APP_ULYSSES/H3APP_RING).")
     cap, margin = zero_gpu.cap_s(), f"+ {zero_gpu.MARGIN:.0%} + {zero_gpu.START_S} s"
@@ -117,7 +124,8 @@ def command_time_model(model: str, options: Any) -> Any:
     mode = zero_gpu.mode()
     if mode is None:
         return None
-    home = home_for(mode, compile=bool(getattr(options, "compile", False)), ranks=1)
+    home = home_for(mode, compile=bool(getattr(options, "compile", False)), ranks=1,
+                    device=str(getattr(options, "device", "")))
     if home.box is True:
         from .estimate import for_app
 

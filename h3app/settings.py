@@ -1,4 +1,4 @@
-"""Frozen values that cross module boundaries: one adapter's settings, and a generation request."""
+"""One adapter's settings, a frozen value that crosses module boundaries (the generation request is ``h3app.request``)."""
 
 from __future__ import annotations
 

@@ -195,8 +195,8 @@ def test_simpletuner_plain_lora_under_the_lycoris_prefix(tmp_path: Path) -> None
 def test_generated_frames_match_the_delta_file_in_both_modes(kind: str, backend, tmp_path: Path) -> None:
     """The whole pipeline at strength 0.5: ≥ 40 dB against the formula written as an exact-delta file (fused QKV
     and SwiGLU in kohya names), while the adapter visibly changes the frames; the base is back afterwards."""
-    from h3app.backend.generation import GenerationRequest
     from h3app.backend.metrics import psnr
+    from h3app.request import GenerationRequest
 
     path, expected = kind_file(tmp_path / f"{kind}.safetensors", kind, "lora_unet", magnitude=0.6)
     reference = delta_file(tmp_path / "reference.safetensors", expected)

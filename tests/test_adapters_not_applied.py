@@ -170,7 +170,7 @@ def test_the_page_and_the_api_say_what_was_left_out(files, backend):
 @pytest.mark.slow
 def test_the_full_check_and_its_verdict_name_the_keys_left_out(files, backend):
     """``check --mode full``, the API's /check_equivalence and the page's verdict read the check's ``not_applied``."""
-    from h3app.backend.generation import GenerationRequest
+    from h3app.request import GenerationRequest
     from h3app.settings import LoRASettings
     from h3app.ui.presenters import render
 

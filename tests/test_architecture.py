@@ -20,15 +20,16 @@ ALLOWED: dict[str, set[str]] = {
     "rules": {"errors"},
     "lru": set(),
     "settings": {"errors", "rules"},
+    "request": {"errors", "rules"},  # the generation request: a value the UI and the commands build without torch
     "model": {"errors", "lru", "rules"},
     "model/tiny_training": {"errors", "lora", "lru", "rules"},  # trains the demo LoRAs with the app's own layer
     "adapters": {"errors", "lru", "rules", "settings"},
     "lora": {"adapters", "errors", "lru", "rules", "settings"},
     "parallel": {"errors", "model", "rules"},
     "hosting": {"adapters", "errors", "rules"},  # admission, quotas and refusals of a public server
-    "backend": {"adapters", "errors", "hosting", "lora", "model", "rules", "settings"},
-    "ui": {"adapters", "backend", "errors", "hosting", "lora", "lru", "rules", "settings"},
-    "hardware": {"adapters", "backend", "errors", "lora", "lru", "model", "rules", "settings"},
+    "backend": {"adapters", "errors", "hosting", "lora", "model", "request", "rules", "settings"},
+    "ui": {"adapters", "backend", "errors", "hosting", "lora", "lru", "request", "rules", "settings"},
+    "hardware": {"adapters", "backend", "errors", "lora", "lru", "model", "request", "rules", "settings"},
 }
 
 
@@ -97,6 +98,18 @@ def test_rules_is_neutral_and_torch_free() -> None:
 
 def test_the_lru_is_neutral_and_torch_free() -> None:
     assert loaded_after_importing(["h3app.lru"]) == "[] ['lru']"
+
+
+def test_the_request_types_are_torch_free() -> None:
+    """A generation request and an adapter's settings are values the UI's forms and the commands build before any
+    model: importing them loads no torch (nor any heavy library) and no h3app package beyond the rules."""
+    loaded = loaded_after_importing(["h3app.request", "h3app.settings"])
+    assert loaded == "[] ['errors', 'request', 'rules', 'settings']"
+    done = subprocess.run([sys.executable, "-c", "import sys\nfrom h3app.request import GenerationRequest\n"
+                           "GenerationRequest('a red ball moving right over a grey floor, low soft hum').to_json()\n"
+                           "print('torch' in sys.modules)"],
+                          cwd=H3APP.parent, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "False"), done.stderr
 
 
 # argv → (exit status, what its one stderr line names): --help, argparse's errors, and a bad value of each kind.

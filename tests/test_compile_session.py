@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from h3app.backend.generation import GenerationRequest
 from h3app.model.compiled import compile_report, is_compiled
 from h3app.model.loader import LoadOptions
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

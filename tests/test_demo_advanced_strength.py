@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.metrics import psnr, snr
 from h3app.model.tiny_training.recipe import STYLE_FILE
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import pytest
 from test_demo_decoders import spectral_centroid
 
 from h3app.adapters.known import find_known, registry_identity
-from h3app.backend.generation import GenerationRequest
 from h3app.model.tiny_training.recipe import STYLE_FILE, TURBO_ALPHA, TURBO_FILE, TURBO_RANK, turbo_pairs
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ADAPTERS = Path(__file__).resolve().parents[1] / "assets" / "adapters"

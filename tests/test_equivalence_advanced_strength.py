@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from h3app.backend.generation import GenerationRequest
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 TURBO = str(Path(__file__).resolve().parents[1] / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")

@@ -85,8 +85,8 @@ def test_a_schedule_in_the_stack_is_refused_in_one_line(capsys, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_one_file_runs_as_the_stack(backend, capsys, tmp_path):
-    from h3app.backend.generation import GenerationRequest
     from h3app.backend.metrics import compare
+    from h3app.request import GenerationRequest
     from h3app.settings import LoRASettings
 
     request = GenerationRequest(prompt="a red ball", steps=3, height=16, width=16, seed=3)

@@ -134,8 +134,8 @@ def test_grid_over_adapters_matches_generate_bit_for_bit_and_reuses_cells(capsys
 
 @pytest.mark.slow
 def test_cells_computed_before_are_served_not_run_again(backend):
-    from h3app.backend.generation import GenerationRequest
     from h3app.backend.grid_rows import GridRow
+    from h3app.request import GenerationRequest
     from h3app.settings import LoRASettings
 
     rows = [GridRow(LoRASettings(source=str(STYLE)), "style"), GridRow(LoRASettings(source=str(TURBO)), "turbo")]

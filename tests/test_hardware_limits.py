@@ -75,8 +75,8 @@ def test_a_box_the_request_does_not_fit_has_no_limits(monkeypatch):
 def test_the_app_holds_its_ui_and_api_to_the_box_limits(tiny_model):
     """What app.py does with the judge's limits: the duration slider ends there, and a longer request is refused
     by the backend (API and CLI alike) before it is queued."""
-    from h3app.backend.generation import GenerationRequest
     from h3app.backend.service import Backend
+    from h3app.request import GenerationRequest
     from h3app.ui.generate.tab import build_request_controls
 
     backend = Backend(loaded=tiny_model)

@@ -12,7 +12,7 @@ from lora_fixtures import build_tiny, forward, linear_shapes, make_adapter, same
 from h3app.backend.transformer_check import packed_check_input, run_transformer_check
 from h3app.errors import H3AppError
 from h3app.lora import LoRAEngine, LoRALinear, compute_lora_delta
-from h3app.lora.evaluations import EvaluationListener, RunSchedule, evaluation_events
+from h3app.lora.evaluations import EvaluationListener, RunSchedule, StepListeners, evaluation_events
 from h3app.rules.check_pair import CheckSetting
 from h3app.rules.modality import AUDIO, MODALITY_BLOCKS, PACKED, TEXT, VIDEO, rows_of
 from h3app.rules.scale import effective_scale
@@ -278,3 +278,25 @@ def test_a_schedule_moves_exact_deltas_per_evaluation_and_puts_them_back(tmp_pat
         reference = build_tiny()
         apply_by_hand(reference, tensors, 0.5 * factor)  # pairs and deltas both at strength × factor
         assert max_rel_err(got, forward(reference, inputs)) < 1e-5, factor
+
+
+def test_step_listeners_belong_to_the_transformer_the_engine_serves(tiny):
+    """Registered by name on the engine's transformer at attach, gone at detach; a copy of the transformer carries
+    none; another transformer never hears them (no module-wide table)."""
+    import copy
+
+    model, adapter, _ = tiny
+    other = build_tiny()
+    engine = LoRAEngine(model)
+    engine.attach(adapter, LoRASettings(source="s", strength_schedule="1,0.5"), "a")
+    try:
+        registered = StepListeners.registered(model)
+        assert engine.step_listeners is StepListeners.on(model)
+        assert [type(listener).__name__ for listener in registered] == ["StepStrength"]
+        assert registered[0].schedule == parse_schedule("1,0.5")  # parsed at attach, read unparsed by a run
+        engine.set_lora("a", advanced=LoRASettings(source="s", strength_schedule="constant:0.5"))
+        assert registered[0].schedule == parse_schedule("constant:0.5")
+        assert StepListeners.registered(other) == () and StepListeners.registered(copy.deepcopy(model)) == ()
+    finally:
+        engine.detach()
+    assert StepListeners.registered(model) == ()

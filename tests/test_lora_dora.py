@@ -175,8 +175,8 @@ def test_generated_frames_match_the_rule_and_off_is_the_base(backend, tmp_path: 
     path's "strength 0 in place") detaches the DoRA, so it stays bitwise the base."""
     import dataclasses
 
-    from h3app.backend.generation import GenerationRequest
     from h3app.backend.metrics import psnr
+    from h3app.request import GenerationRequest
     from h3app.rules.choices import T2VA
 
     transformer = backend.model.transformer(T2VA)

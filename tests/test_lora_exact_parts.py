@@ -261,7 +261,7 @@ def test_full_check_offers_the_equivalent_run(backend, tmp_path: Path) -> None:
     """The whole pipeline with B rescaling only the low-rank parts is bit-identical (the plain pair differs, and
     says why: transformer mode above and ``check_note``)."""
     from h3app.backend.equivalence import run_equivalence
-    from h3app.backend.generation import GenerationRequest
+    from h3app.request import GenerationRequest
 
     path = save(tmp_path / "fasth3.safetensors", fasth3_tensors(), FASTH3_METADATA)
     request = GenerationRequest(prompt="a paper boat", seed=2, steps=2)

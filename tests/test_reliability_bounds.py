@@ -25,11 +25,11 @@ from lora_fixtures import state_hash
 from safetensors.torch import save_file
 
 from h3app.adapters.formats import native_vocabulary
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.lora.cache import adapter_nbytes
 from h3app.lora.layers import LoRALinear
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,9 +22,9 @@ from bad_inputs import BadInput, corpus_entries, make_accepted, make_corpus
 from cli_runner import assert_one_line, run_cli
 from model_state import assert_at_base, close_server, open_server
 
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,10 +18,10 @@ from lora_fixtures import state_hash
 from safetensors.torch import save_file
 
 from h3app.backend import media
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.lora.layers import LoRALinear
+from h3app.request import GenerationRequest
 from h3app.rules.values import short
 from h3app.settings import LoRASettings
 

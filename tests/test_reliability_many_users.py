@@ -17,11 +17,11 @@ import pytest
 from app_fixtures import running_app
 from polling import wait_until
 
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.backend.worker import QueueFull
 from h3app.errors import H3AppError
 from h3app.lora.layers import LoRALinear
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

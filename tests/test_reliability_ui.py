@@ -13,9 +13,9 @@ import pytest
 from bad_inputs import corpus_entries
 from model_state import assert_at_base, close_server, open_server
 
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 from h3app.ui import session
 from h3app.ui.adapter import events

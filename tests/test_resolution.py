@@ -21,7 +21,7 @@ from h3app.adapters.inspect import inspect_file
 from h3app.adapters.known import TINY_DEMO_DIR, TINY_DEMO_REPO
 from h3app.adapters.resolved import resolve_adapter
 from h3app.backend.adapter_binding import adapter_slot_name
-from h3app.backend.generation import GenerationRequest
+from h3app.request import GenerationRequest
 from h3app.rules.h3_modules import group_of
 from h3app.settings import LoRASettings
 from h3app.ui.adapter.events import AdapterEvents

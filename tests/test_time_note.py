@@ -10,13 +10,13 @@ import torch
 from app_fixtures import running_app
 from playwright.sync_api import expect
 
-from h3app.backend.generation import GenerationRequest
 from h3app.backend.service import Backend
 from h3app.hardware.estimate import TimeModel, cpu_box, cpu_peaks, planned
 from h3app.hardware.flavors import BY_NAME
 from h3app.hardware.judge import Setup, judge
 from h3app.hardware.planner import Placement
 from h3app.model import repo
+from h3app.request import GenerationRequest
 from h3app.rules.frames import RELEASED
 from h3app.ui.forms import RequestForm
 from h3app.ui.generate.time_note import time_note, time_words

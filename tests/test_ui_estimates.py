@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from h3app.backend.generation import GenerationRequest
+from h3app.request import GenerationRequest
 from h3app.ui.compare.events import ComparisonEvents
 from h3app.ui.forms import GridForm, JobForm, RequestForm
 from h3app.ui.generate.estimates import Estimator, RequestSize, estimate_lines, estimator_for, sized

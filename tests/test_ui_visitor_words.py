@@ -12,8 +12,8 @@ import re
 import gradio as gr
 import pytest
 
-from h3app.backend.generation import GenerationRequest
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 from h3app.ui.presenters.visitor_words import counted, visitor_text
 
 # What a visitor must not read: a flag, an environment variable, a command, a module or file path, internal terms.

@@ -10,12 +10,11 @@ with its index, count and sigma interval.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,119 +22,17 @@ import numpy as np
 import torch
 
 from ..errors import H3AppError
-from ..lora.evaluations import Evaluation, EvaluationListener, RunSchedule, evaluation_events
-from ..lora.evaluations import listeners as registered_listeners
+from ..lora.evaluations import Evaluation, EvaluationListener, RunSchedule, StepListeners, evaluation_events
 from ..lora.head_bank import BankListener
-from ..model import repo
 from ..model.compiled import compiled_runs
-from ..model.denoise_cache import CacheCount, check_cache, step_cache
+from ..model.denoise_cache import CacheCount, step_cache
+from ..request import GenerationRequest, reference_kind
 from ..rules import values
-from ..rules.choices import FL2VA, NO_CACHE, REF2VA, T2VA, WORKFLOWS
-from ..rules.frames import FPS, RELEASED
-from ..rules.request_defaults import TINY_DEFAULTS
-from ..rules.steps import MIN_STEPS
-from ..rules.values import MAX_SEED, MIN_SEED
+from ..rules.choices import NO_CACHE, REF2VA
+from ..rules.frames import FPS
 from . import media
-from .limits import MAX_PROMPT_CHARS, MAX_PROMPT_TOKENS, MAX_STEPS, model_limits
+from .limits import model_limits
 from .worker import Cancelled  # noqa: F401  (raised here; callers import it from this module)
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """Everything that determines one output (with the adapters, added by the backend)."""
-
-    prompt: str
-    seed: int = TINY_DEFAULTS.seed  # a bare request is the tiny model's; every front end fills its model's defaults
-    steps: int = TINY_DEFAULTS.steps
-    duration: float = RELEASED.shortest_seconds
-    height: int | None = None
-    width: int | None = None
-    shift: float | None = None
-    audio_shift: float | None = None
-    workflow: str = T2VA
-    first_frame: str | None = None
-    last_frame: str | None = None
-    references: tuple[str, ...] = ()
-    cache: str = NO_CACHE  # the step cache (``model/denoise_cache.py``): none, or fbc
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.prompt, str) or not self.prompt.strip():
-            raise H3AppError("the prompt is empty: describe the video you want.")
-        if len(self.prompt) > MAX_PROMPT_CHARS:  # the token cap needs the model's tokenizer: refused unread here
-            raise H3AppError(f"the prompt has {len(self.prompt):,} characters; prompts are limited to "
-                             f"{MAX_PROMPT_TOKENS:,} tokens (about {MAX_PROMPT_TOKENS * 4:,} characters of English): "
-                             f"shorten it.")
-        fix = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731 - frozen: normalise in place
-        fix("seed", values.parse_int(self.seed, "seed", MIN_SEED, MAX_SEED))
-        steps = values.parse_number(self.steps, "steps")
-        if not MIN_STEPS <= steps <= MAX_STEPS or steps != int(steps):
-            raise H3AppError(f"steps must be a whole number between {MIN_STEPS} and {MAX_STEPS} (N steps run N−1 "
-                             f"evaluations), got {values.short(self.steps)}.")
-        fix("steps", int(steps))
-        # Refused before any model is loaded by the released rule; the loaded pipeline's (Limits) is checked again.
-        fix("duration", RELEASED.check_duration(values.parse_number(self.duration, "duration")))
-        if (self.height is None) != (self.width is None):
-            raise H3AppError("give both --height and --width, or neither (then the model's default canvas is used).")
-        for name in ("height", "width"):
-            if getattr(self, name) is not None:
-                fix(name, values.parse_int(getattr(self, name), name, 1, None))
-        for name in ("shift", "audio_shift"):
-            value = getattr(self, name)
-            if value is not None:
-                number = values.parse_number(value, name)
-                if number <= 0:
-                    raise H3AppError(f"{name} must be a positive number, got {values.short(value)}.")
-                fix(name, number)
-        if not isinstance(self.workflow, str):
-            raise H3AppError(f"workflow must be one of {', '.join(WORKFLOWS)}, got {values.short(self.workflow)}.")
-        references = (self.references,) if isinstance(self.references, str) else self.references
-        for name, value in (("first_frame", self.first_frame), ("last_frame", self.last_frame),
-                            *(("reference", r) for r in references)):
-            if value is not None and not isinstance(value, (str, os.PathLike)):
-                raise H3AppError(f"{name} must be a file path, got {values.short(value)}.")
-            if value is not None:
-                values.check_length(os.fspath(value), name)
-        fix("references", tuple(os.fspath(r) for r in references))
-        repo.check_workflow(self.workflow)
-        check_cache(self.cache)
-        keyframes = [f for f in (self.first_frame, self.last_frame) if f]
-        if self.workflow == FL2VA and not keyframes:
-            raise H3AppError("fl2va needs a first and/or last keyframe image: give --first-frame and/or --last-frame.")
-        if self.workflow != FL2VA and keyframes:
-            raise H3AppError(f"keyframes are for the fl2va workflow, not {self.workflow}: add --workflow fl2va.")
-        if self.workflow == REF2VA and not self.references:
-            raise H3AppError("ref2va needs at least one reference (image, video or audio): give --reference FILE.")
-        if self.workflow != REF2VA and self.references:
-            raise H3AppError(f"references are for the ref2va workflow, not {self.workflow}: add --workflow ref2va.")
-        for path in (*keyframes, *self.references):
-            if not Path(path).is_file():
-                raise H3AppError(f"input file {path!r} does not exist: check the path.")
-        for path in self.references:
-            reference_kind(path)
-
-    @property
-    def num_frames(self) -> int:
-        """Frames requested at the released rule's fps (the pipeline snaps up to the 17n+5 rule)."""
-        return RELEASED.requested_frames(self.duration)
-
-    def to_json(self) -> dict[str, Any]:
-        """The request as JSON (input files by their paths; a hosted answer names them by file name)."""
-        return asdict(self)
-
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
-VIDEO_SUFFIXES = (".mp4", ".mov", ".webm", ".mkv", ".avi")
-AUDIO_SUFFIXES = (".wav", ".mp3", ".flac", ".ogg", ".m4a")
-
-
-def reference_kind(path: str) -> str:
-    """``image`` | ``video`` | ``audio`` from the file suffix (ref2va references)."""
-    suffix = Path(path).suffix.lower()
-    for kind, suffixes in (("image", IMAGE_SUFFIXES), ("video", VIDEO_SUFFIXES), ("audio", AUDIO_SUFFIXES)):
-        if suffix in suffixes:
-            return kind
-    raise H3AppError(f"reference {Path(path).name!r} is not an image, video or audio file I know "
-                     f"({', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES + AUDIO_SUFFIXES)}).")
 
 
 def _at_rate(reference: Any, sample_rate: int) -> Any:
@@ -343,7 +240,8 @@ def cache_json(count: CacheCount, evaluations: int) -> dict[str, Any]:
 def _refuse_cache_with_banks(transformer: torch.nn.Module, cache: str) -> None:
     """A PDD head bank (``lora.head_bank``) swaps heads at every evaluation; a skipped evaluation would reuse the
     residual of the last one's heads. Its recipe says not to stack it with a step cache: refused before anything runs."""
-    if cache != NO_CACHE and any(isinstance(listener, BankListener) for listener in registered_listeners(transformer)):
+    banks = [listener for listener in StepListeners.registered(transformer) if isinstance(listener, BankListener)]
+    if cache != NO_CACHE and banks:
         raise H3AppError(f"--cache {cache} cannot run with a PDD head-bank adapter (its heads change at every "
                          f"evaluation; a skipped evaluation would reuse the last one's): run without --cache.")
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import H3AppError
+from ..request import GenerationRequest
 from . import grid_calls, zero_gpu
-from .generation import GenerationRequest
 from .preview import Preview, PreviewBoard
 from .worker import POLL_SECONDS, Cancelled, Job, JobCall, JobContext, JobHandle, alone
 

@@ -24,13 +24,10 @@ from ..errors import H3AppError
 from ..hosting.limits import LIMITS
 from ..rules.canvas import check_canvas
 from ..rules.frames import FrameRule
-from ..rules.steps import MIN_STEPS
+from ..rules.prompt import CHARS_PER_TOKEN, MAX_PROMPT_TOKENS
+from ..rules.steps import MAX_STEPS, MIN_STEPS
 
-MAX_STEPS = 200
 HOSTED_MAX_STEPS = 100
-MAX_PROMPT_TOKENS = 1024
-CHARS_PER_TOKEN = 16  # no tokenizer token is longer: the cheap pre-check before tokenising
-MAX_PROMPT_CHARS = MAX_PROMPT_TOKENS * CHARS_PER_TOKEN
 MAX_GRID_CELLS = 64
 HOSTED_MAX_GRID_CELLS = LIMITS.grid_cells
 MAX_GRID_ROWS = MAX_GRID_CELLS  # every row holds at least one cell

@@ -22,10 +22,10 @@ if TYPE_CHECKING:  # heavy imports stay inside functions
     import torch
 
     from ..adapters.types import NormalisedAdapter
-    from ..backend.generation import GenerationRequest
     from ..backend.preview import PreviewBoard
     from ..backend.transformer_check import CheckSetting
     from ..parallel.group import RankGroup
+    from ..request import GenerationRequest
     from ..settings import LoRASettings
 
 
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
 def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest]:
     """The adapter and the request of a full-mode check, from the flags."""
     from ..backend.equivalence import DEFAULT_PROMPT
-    from ..backend.generation import GenerationRequest
+    from ..request import GenerationRequest
     from ..settings import LoRASettings
 
     request = GenerationRequest(prompt=args.prompt or DEFAULT_PROMPT, seed=args.seed, steps=args.steps,

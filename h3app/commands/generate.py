@@ -118,12 +118,12 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     adapters = adapters_from_args(args)
-    from ..backend.generation import GenerationRequest
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
     from ..hardware.zero_gpu_home import command_time_model
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
+    from ..request import GenerationRequest
     from .output import emit
 
     flags = request_flags(args, args.model)  # checked by ``check`` already when run from the command line

@@ -89,12 +89,12 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     from pathlib import Path
 
-    from ..backend.generation import GenerationRequest
     from ..backend.grid import as_rows, cell_name, parse_values, row_name
     from ..backend.service import Backend
     from ..hardware.zero_gpu_home import command_time_model
     from ..parallel.follower import bind, follow
     from ..parallel.launch import close_ranks, start_ranks
+    from ..request import GenerationRequest
     from ..settings import LoRASettings
     from .output import emit
 

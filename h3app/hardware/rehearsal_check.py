@@ -24,10 +24,10 @@ from ..adapters import source as sources
 from ..adapters.types import HeaderView
 from ..backend.adapter_binding import AdapterBinder, LoadedAdapter
 from ..backend.equivalence import run_equivalence
-from ..backend.generation import GenerationRequest
 from ..backend.outputs import Outputs
 from ..model import repo
 from ..model.loader import LoadedModel
+from ..request import GenerationRequest
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
 from ..rules.choices import T2VA, UNMERGED
 from ..settings import LoRASettings

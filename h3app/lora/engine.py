@@ -12,6 +12,7 @@ bitwise what they were.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from .bound import BoundLayers
 from .delegate import read_through
 from .dora import DORA_STRENGTH_RULE, refuse_dora_beside_parts
 from .entries import build_entries, zero_entries
-from .evaluations import add_listener, remove_listener
+from .evaluations import StepListeners
 from .exact import BankHead, ExactPlan, PartStrength, plan_exact
 from .head_bank import BankListener
 from .layers import LoRAFactors
@@ -97,6 +98,8 @@ class LoRAEngine:
         self._adapters: dict[str, _Attached] = {}
         self._meter = StrengthMeter(self._slots, self._layers, self._device_of)
         self._tags = RowTags()  # the token tags per-modality factors read (listening while any adapter has some)
+        # Each adapter's per-evaluation listeners (its schedule, a head bank's), by name, on the transformer they serve
+        self.step_listeners = StepListeners.on(transformer)
         self.num_blocks = 1 + max((i for i in map(block_index, self._slots) if i is not None), default=-1)
         # Under --compile, a grid over adapters of several ranks pads every A/B pair attached meanwhile to this
         # width with zeros (exact: zero rows of A, zero columns of B), so every row runs the same graphs.
@@ -213,10 +216,10 @@ class LoRAEngine:
         self._adapters[name] = attached
         if exact.banks:
             attached.bank_listener = BankListener(name, exact.banks, self._write_heads)
-            add_listener(self.transformer, attached.bank_listener)
-        parts = (exact.strength, lambda: self._rewrite_parts(attached)) if exact.has_deltas else ()
-        attached.step_listener = StepStrength(name, state, lambda: attached.settings.schedule, *parts)
-        add_listener(self.transformer, attached.step_listener)
+            self.step_listeners.add(_listener_name(name, BANK), attached.bank_listener)
+        parts = (exact.strength, functools.partial(self._rewrite_parts, attached)) if exact.has_deltas else ()
+        attached.step_listener = StepStrength(name, state, settings.schedule, *parts)
+        self.step_listeners.add(_listener_name(name, SCHEDULE), attached.step_listener)
         self._listen_to_tags()
         if settings.mode != self.mode:
             try:
@@ -275,6 +278,8 @@ class LoRAEngine:
                     self._params.write(parameter)
                 raise
         attached.settings = new
+        if attached.step_listener is not None:
+            attached.step_listener.schedule = new.schedule  # parsed here, once per change, never per run
         self._listen_to_tags()
         return new
 
@@ -303,10 +308,9 @@ class LoRAEngine:
             self._get(each)
         self._unbind(names, self._adapters)
         for each in names:
-            attached = self._adapters.pop(each)
-            for listener in (attached.bank_listener, attached.step_listener):
-                if listener is not None:
-                    remove_listener(self.transformer, listener)
+            self._adapters.pop(each)
+            for kind in (BANK, SCHEDULE):
+                self.step_listeners.remove(_listener_name(each, kind))
         self._listen_to_tags()
 
     def _unbind(self, names: list[str], attached: Mapping[str, _Attached]) -> None:
@@ -420,3 +424,11 @@ def _refuse_replaced(name: str, matched: Mapping[str, ModuleLoRA], taken: Mappin
             if replaces:
                 raise H3AppError(f"adapter {name!r} changes {target}.weight, which adapter {other!r} replaces: the "
                                  "replacement would discard it; attach one of them.")
+
+
+BANK, SCHEDULE = "head-bank", "schedule"  # the kinds of step listener an adapter may register
+
+
+def _listener_name(adapter: str, kind: str) -> str:
+    """The name an adapter's step listener of ``kind`` is registered under on the transformer."""
+    return f"{adapter}/{kind}"

@@ -8,16 +8,15 @@ interval it integrates, for video and for audio (each modality has its own sched
 
 Listeners (:class:`EvaluationListener`) hear ``run_starting`` (before anything runs; a refusal there costs
 nothing), ``before_evaluation``, ``after_evaluation`` and ``run_finished`` (always: success, failure or cancel).
-They come from two places: the listeners registered on a transformer (:func:`add_listener`; the LoRA engine
-registers a PDD head bank's, a strength schedule would register its own), and the ones a caller passes for one run
-(progress and cancel; a step preview, ``h3app.backend.preview``, which also reads the evaluation's inputs
-through ``evaluated``). ``h3app.backend.generation`` opens :func:`evaluation_events` around every
-pipeline call.
+They come from two places: the listeners registered by name on a transformer (:class:`StepListeners`, kept on
+the transformer itself: the LoRA engine registers each adapter's strength schedule and a PDD head bank's at attach
+and removes them at detach), and the ones a caller passes for one run (progress and cancel; a step preview,
+``h3app.backend.preview``, which also reads the evaluation's inputs through ``evaluated``).
+``h3app.backend.generation`` opens :func:`evaluation_events` around every pipeline call.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,22 +91,50 @@ class EvaluationListener:
         """After the run, whatever its end (success, error, cancel)."""
 
 
-_LISTENERS: weakref.WeakKeyDictionary[torch.nn.Module, list[EvaluationListener]] = weakref.WeakKeyDictionary()
+class StepListeners:
+    """The listeners registered on one transformer, by name, in the order they were added; every run of it hears
+    them. Kept on the transformer it serves (as diffusers keeps a module's ``HookRegistry`` on the module), so they
+    live and go with it, never in a module-wide table. A copy of the transformer starts with none (as before any
+    adapter was attached)."""
 
+    ATTRIBUTE = "h3app_step_listeners"  # the transformer's attribute that holds its registry
 
-def add_listener(transformer: torch.nn.Module, listener: EvaluationListener) -> None:
-    """Hear every run of ``transformer`` from now on."""
-    _LISTENERS.setdefault(transformer, []).append(listener)
+    def __init__(self) -> None:
+        self._named: dict[str, EvaluationListener] = {}
 
+    @classmethod
+    def on(cls, transformer: torch.nn.Module) -> StepListeners:
+        """``transformer``'s registry (an empty one is put on it at first use)."""
+        registry = getattr(transformer, cls.ATTRIBUTE, None)
+        if not isinstance(registry, StepListeners):
+            registry = cls()
+            setattr(transformer, cls.ATTRIBUTE, registry)
+        return registry
 
-def remove_listener(transformer: torch.nn.Module, listener: EvaluationListener) -> None:
-    found = _LISTENERS.get(transformer, [])
-    if listener in found:
-        found.remove(listener)
+    @classmethod
+    def registered(cls, transformer: torch.nn.Module) -> tuple[EvaluationListener, ...]:
+        """The listeners registered on ``transformer`` (none when it has no registry), in order."""
+        registry = getattr(transformer, cls.ATTRIBUTE, None)
+        return registry.listeners if isinstance(registry, StepListeners) else ()
 
+    @property
+    def listeners(self) -> tuple[EvaluationListener, ...]:
+        return tuple(self._named.values())
 
-def listeners(transformer: torch.nn.Module) -> tuple[EvaluationListener, ...]:
-    return tuple(_LISTENERS.get(transformer, ()))
+    def add(self, name: str, listener: EvaluationListener) -> None:
+        """Hear every run from now on as ``name`` (one listener per name: registering a name again replaces the
+        listener it named, in its place)."""
+        self._named[name] = listener
+
+    def remove(self, name: str) -> None:
+        """Stop ``name`` hearing runs (nothing when it is not registered)."""
+        self._named.pop(name, None)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> StepListeners:
+        return StepListeners()  # a copied transformer has no engine: nothing of the original's adapters listens
+
+    def __reduce__(self) -> tuple[type[StepListeners], tuple[()]]:
+        return StepListeners, ()
 
 
 @contextmanager
@@ -116,7 +143,7 @@ def evaluation_events(transformer: torch.nn.Module, schedule: RunSchedule,
     """Inside the block, every forward of ``transformer`` is one evaluation of ``schedule``: the registered listeners
     and ``extra`` hear it (registered ones first). Yields ``[evaluations started]``. Every listener's
     ``run_starting`` runs on entry; ``run_finished`` on exit for those that started, even on errors."""
-    every = [*listeners(transformer), *extra]
+    every = [*StepListeners.registered(transformer), *extra]
     started: list[EvaluationListener] = []
     done = [0]
     current: list[Evaluation] = []

@@ -16,21 +16,22 @@ from .scaling import AdapterScale
 
 
 class StepStrength(EvaluationListener):
-    """One adapter's schedule: ``schedule()`` reads its current settings (None: no schedule, nothing happens);
+    """One adapter's schedule: ``schedule`` is the one its settings hold now (None: no schedule, nothing happens;
+    the engine sets it at attach and at every settings change, so a run reads it unparsed);
     ``parts``/``rewrite_parts``: its exact deltas' strength and their writer (None when it has no deltas)."""
 
-    def __init__(self, adapter: str, state: AdapterScale, schedule: Callable[[], StrengthSchedule | None],
+    def __init__(self, adapter: str, state: AdapterScale, schedule: StrengthSchedule | None,
                  parts: PartStrength | None = None, rewrite_parts: Callable[[], None] | None = None) -> None:
         self.adapter = adapter
         self.state = state
-        self._schedule = schedule
+        self.schedule = schedule
         self.parts = parts
         self._rewrite = rewrite_parts
         self.factors: tuple[float, ...] | None = None
         self.log: list[tuple[int, float]] | None = None  # (evaluation, factor) when set
 
     def run_starting(self, schedule: RunSchedule) -> None:
-        plan = self._schedule()
+        plan = self.schedule
         self.factors = plan.per_evaluation(schedule.count) if plan is not None else None
 
     def before_evaluation(self, evaluation: Evaluation) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from ..errors import H3AppError
-from ..rules.choices import FIRST_BLOCK_CACHE, NO_CACHE, STEP_CACHES
+from ..rules.choices import FIRST_BLOCK_CACHE, NO_CACHE, check_cache
 
 # diffusers' own default (``FirstBlockCacheConfig.threshold``): the one value its documentation gives. Higher skips
 # more and drifts further from the uncached video; docs/performance.md has what it does on the trained tiny model.
@@ -60,13 +60,6 @@ class CacheCount:
         ``skipped_at``: the 0-based indices of the evaluations that skipped the remaining blocks)."""
         return {"kind": self.kind, "threshold": self.threshold, "evaluations": self.evaluations,
                 "skipped": self.skipped, "skipped_at": [i for i, ran in enumerate(self.decisions) if not ran]}
-
-
-def check_cache(kind: str) -> str:
-    """``kind`` if it names a step cache, else one line naming the choices."""
-    if kind not in STEP_CACHES:
-        raise H3AppError(f"--cache must be one of {', '.join(STEP_CACHES)}, got {kind!r}.")
-    return kind
 
 
 def cached_blocks(transformer: torch.nn.Module) -> torch.nn.ModuleList:

@@ -22,7 +22,7 @@ from ..rules.choices import (
     REAL_REPO_ID,
     REFERENCE_PARTITION,
     T2VA,
-    WORKFLOWS,
+    check_workflow,
     workflow_partition,
 )
 
@@ -56,12 +56,6 @@ def partition_for(workflow: str) -> str:
     """The transformer partition a workflow runs on."""
     check_workflow(workflow)
     return workflow_partition(workflow)
-
-
-def check_workflow(workflow: str) -> str:
-    if workflow not in WORKFLOWS:
-        raise H3AppError(f"unknown workflow {workflow!r}: use one of {', '.join(WORKFLOWS)}.")
-    return workflow
 
 
 def components_for(workflow: str, with_text_encoder: bool = True) -> tuple[str, ...]:

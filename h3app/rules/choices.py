@@ -13,6 +13,13 @@ PARTITIONS = (MAIN_PARTITION, REFERENCE_PARTITION)
 REFERENCE_WORKFLOW = REF2VA
 
 
+def check_workflow(workflow: str) -> str:
+    """``workflow`` if it names one, else one line naming the choices."""
+    if workflow not in WORKFLOWS:
+        raise H3AppError(f"unknown workflow {workflow!r}: use one of {', '.join(WORKFLOWS)}.")
+    return workflow
+
+
 def workflow_partition(workflow: str) -> str:
     """The transformer partition a (valid) workflow runs on: ``transformer_ref`` for ref2va, else ``transformer``."""
     return REFERENCE_PARTITION if workflow == REFERENCE_WORKFLOW else MAIN_PARTITION
@@ -30,6 +37,15 @@ DTYPE_NAMES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", 
 # --cache: the denoising loop's step cache (model/denoise_cache.py): none, or diffusers' first-block cache
 NO_CACHE, FIRST_BLOCK_CACHE = "none", "fbc"
 STEP_CACHES = (NO_CACHE, FIRST_BLOCK_CACHE)
+
+
+def check_cache(kind: str) -> str:
+    """``kind`` if it names a step cache, else one line naming the choices."""
+    if kind not in STEP_CACHES:
+        raise H3AppError(f"--cache must be one of {', '.join(STEP_CACHES)}, got {kind!r}.")
+    return kind
+
+
 # --vae-dtype: what the video decoder computes in (the audio decoder stays fp32). auto, the default: bfloat16 on a
 # CUDA GPU (as sglang and vLLM-Omni decode; the bound it keeps: docs/performance.md), float32 elsewhere (diffusers'
 # pin: the CPU's frames and hashes are unchanged). vae_dtype_for resolves it for the loader, the plan and the app.

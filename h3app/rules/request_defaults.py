@@ -56,15 +56,31 @@ class GridAxes:
     seeds: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class RequestValues:
+    """The values of a request that a model has a default for, each declared once: a request
+    (``h3app.request.GenerationRequest``) and a model's defaults (:class:`RequestDefaults`) both are these.
+    ``steps``: sigma points (N run N − 1 evaluations); ``duration`` in seconds; ``height``/``width`` None: the
+    pipeline's own canvas (16:9 at its short edge, or the keyframe's aspect); ``shift``/``audio_shift`` None: the
+    pipeline's (12 video, 3 audio for H3). A bare value is the tiny model's; every front end fills its model's."""
+
+    seed: int = SEED
+    steps: int = TINY_STEPS
+    duration: float = RELEASED.shortest_seconds
+    height: int | None = None
+    width: int | None = None
+    shift: float | None = None
+    audio_shift: float | None = None
+    workflow: str = T2VA
+
+
 @dataclass(frozen=True)
-class RequestDefaults:
-    """One model's request defaults. ``height``/``width`` None: the pipeline's own canvas (16:9 at its short edge,
-    or the keyframe's aspect); ``shift``/``audio_shift`` None: the pipeline's (12 video, 3 audio for H3).
+class RequestDefaults(RequestValues):
+    """One model's request defaults (:class:`RequestValues`, given by keyword, and what the page and the plan need).
     ``planned_canvas``: (height, width) the plan judges — the canvas a t2va request without a size gets, the largest
     the model generates."""
 
     model: str
-    steps: int
     planned_canvas: tuple[int, int]
     grid: GridAxes
     canvas_multiple: int  # the canvas rule its pipeline checks (``backend.limits`` reads the loaded one's; a test
@@ -72,13 +88,6 @@ class RequestDefaults:
     prompt: str = FULL_PROMPT  # the page's prompt box before anything is typed
     sample_prompts: tuple[str, ...] = ()  # one-click prompts the model understands (the page's sample buttons)
     knows: str = ""  # one line on what prompts the model understands (empty: any)
-    seed: int = SEED
-    duration: float = RELEASED.shortest_seconds
-    height: int | None = None
-    width: int | None = None
-    shift: float | None = None
-    audio_shift: float | None = None
-    workflow: str = T2VA
 
     @property
     def frames(self) -> int:

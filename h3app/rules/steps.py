@@ -5,6 +5,7 @@ steps run N − 1 evaluations (fewer only when a flow shift collapses duplicate 
 from __future__ import annotations
 
 MIN_STEPS = 2  # one evaluation: the fewest a run can have
+MAX_STEPS = 200  # the most a request may ask for (a hosted server allows fewer: ``backend.limits``)
 
 
 def evaluations(steps: int) -> int:

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import gradio as gr
 
-from ..backend.generation import GenerationRequest
 from ..errors import H3AppError
+from ..request import GenerationRequest
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B
 from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA, UNMERGED
 from ..rules.request_defaults import SEED, TINY_DEFAULTS

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 import gradio as gr
 from gradio_client.utils import is_file_obj_with_meta
 
-from ...backend.limits import MAX_PROMPT_CHARS
 from ...backend.outputs import MAX_DEPTH, names_only
 from ...errors import H3AppError, for_visitor
 from ...hosting.admission import InFlight, Refused
 from ...hosting.upload_policy import UPLOAD_PREFIX
 from ...hosting.visitors import visitor_keys
+from ...rules.prompt import MAX_PROMPT_CHARS
 from ...rules.values import MAX_FIELD_CHARS, check_length
 from ..gradio_compat import EventFunction, current_request, wrap_events
 

@@ -20,8 +20,9 @@ VARIANTS = {"--fp8": {"fp8": True}, "--fp8 --fp8-text-encoder": {"fp8": True, "f
 
 def _outputs(fields: dict[str, Any], steps: int, lora: bool) -> tuple[Any, Any]:
     """(video [F, H, W, 3] in [0, 1], audio [2, S]) of one generation on the tiny model loaded with ``fields``."""
-    from h3app.backend.generation import GenerationRequest, run_generation
+    from h3app.backend.generation import run_generation
     from h3app.model.loader import LoadOptions, load_model
+    from h3app.request import GenerationRequest
     from h3app.rules.choices import T2VA
 
     model = load_model("tiny", options=LoadOptions(**fields))

@@ -64,9 +64,10 @@ def run(ctx: BenchContext) -> list[Row]:
     import numpy as np
     import torch
 
-    from h3app.backend.generation import GenerationRequest, run_generation, save_result
+    from h3app.backend.generation import run_generation, save_result
     from h3app.backend.media import write_thumbnail
     from h3app.backend.service import Backend
+    from h3app.request import GenerationRequest
     from h3app.settings import LoRASettings
 
     from .peers import quiet_diffusers

@@ -35,10 +35,11 @@ def measure(steps: int = 30, thresholds: tuple[float, ...] = THRESHOLDS) -> list
     """One row per (adapter, seed, threshold): the skipped share and the distance to the uncached run."""
     from h3app.backend import generation
     from h3app.backend.adapter_binding import AdapterBinder
-    from h3app.backend.generation import GenerationRequest, run_generation
+    from h3app.backend.generation import run_generation
     from h3app.backend.metrics import psnr, snr
     from h3app.model import denoise_cache
     from h3app.model.loader import load_model
+    from h3app.request import GenerationRequest
 
     model = load_model("tiny")
     binder, pipe = AdapterBinder(model), model.pipeline()

@@ -23,9 +23,10 @@ def measure() -> list[dict[str, Any]]:
     """One row per seed: bf16 decode against fp32 decode of the same latents."""
     import torch
 
-    from h3app.backend.generation import GenerationRequest, run_generation
+    from h3app.backend.generation import run_generation
     from h3app.backend.metrics import per_frame_psnr, psnr
     from h3app.model.loader import LoadOptions, load_model
+    from h3app.request import GenerationRequest
 
     fp32, bf16 = load_model("tiny"), load_model("tiny", options=LoadOptions(vae_dtype=torch.bfloat16))
     rows = []

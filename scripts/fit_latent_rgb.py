@@ -19,11 +19,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from h3app.backend.generation import GenerationRequest, run_generation  # noqa: E402
+from h3app.backend.generation import run_generation  # noqa: E402
 from h3app.backend.preview import clean_estimate, read_layout  # noqa: E402
 from h3app.lora.evaluations import Evaluation, EvaluationListener  # noqa: E402
 from h3app.model import latent_rgb  # noqa: E402
 from h3app.model.loader import LoadOptions, check_device, load_model, parse_dtype  # noqa: E402
+from h3app.request import GenerationRequest  # noqa: E402
 
 # Ball scenes (what the tiny checkpoint was trained on) alternate with general scenes (what the real model makes).
 PROMPTS = (

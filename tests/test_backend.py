@@ -13,11 +13,12 @@ from PIL import Image
 from polling import wait_until
 
 from h3app.backend import media
-from h3app.backend.generation import Cancelled, GenerationRequest
+from h3app.backend.generation import Cancelled
 from h3app.backend.presets import resolve_presets
 from h3app.backend.service import Backend
 from h3app.backend.worker import QueueFull, Worker
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

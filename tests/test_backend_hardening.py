@@ -12,11 +12,12 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from h3app.backend import media
-from h3app.backend.generation import Cancelled, GenerationRequest
+from h3app.backend.generation import Cancelled
 from h3app.backend.service import Backend
 from h3app.backend.worker import Worker
 from h3app.cli import main as cli_main
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

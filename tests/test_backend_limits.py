@@ -9,10 +9,11 @@ import pytest
 from polling import wait_until
 
 from h3app.backend import media
-from h3app.backend.generation import Cancelled, GenerationRequest, count_evaluations
+from h3app.backend.generation import Cancelled, count_evaluations
 from h3app.backend.outputs import names_only
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError, InternalError
+from h3app.request import GenerationRequest
 from h3app.rules.prompt import MAX_PROMPT_CHARS
 from h3app.settings import LoRASettings
 

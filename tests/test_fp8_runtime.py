@@ -74,8 +74,9 @@ def test_fp8_stores_transformer_and_conditioner_layers_in_float8_and_computes_in
 
 @pytest.mark.slow
 def test_fp8_output_is_close_to_full_precision_but_not_identical():
-    from h3app.backend.generation import GenerationRequest, run_generation
+    from h3app.backend.generation import run_generation
     from h3app.backend.metrics import psnr
+    from h3app.request import GenerationRequest
 
     request = GenerationRequest(prompt=PROMPT, seed=0, steps=3)
     full = run_generation(load_model("tiny").pipeline("t2va"), request)

@@ -8,8 +8,9 @@ import pytest
 from cli_runner import assert_one_line, run_cli
 
 from h3app.backend import media
-from h3app.backend.generation import Cancelled, GenerationRequest, count_evaluations, run_generation
+from h3app.backend.generation import Cancelled, count_evaluations, run_generation
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,9 +10,10 @@ import pytest
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
-from h3app.backend.generation import GenerationRequest, run_generation
+from h3app.backend.generation import run_generation
 from h3app.backend.limits import model_limits
 from h3app.errors import H3AppError
+from h3app.request import GenerationRequest
 from h3app.rules.frames import RELEASED
 from h3app.ui.generate.tab import build_request_controls
 

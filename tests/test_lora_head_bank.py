@@ -13,9 +13,10 @@ from adapter_fixtures import save
 from extra_parts_fixtures import BANK_SIZE, pdd_tensors
 
 from h3app.adapters.head_bank import AUDIO_SHIFT, VIDEO_SHIFT, check_schedule, head_weights, legal_steps
-from h3app.backend.generation import Cancelled, GenerationRequest, run_generation
+from h3app.backend.generation import Cancelled, run_generation
 from h3app.errors import H3AppError
 from h3app.lora.evaluations import EvaluationListener, RunSchedule
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 HEADS = ("proj_out", "audio_proj_out")

@@ -2,8 +2,9 @@
 
 import pytest
 
-from h3app.backend.generation import GenerationRequest, run_generation
+from h3app.backend.generation import run_generation
 from h3app.model.sub_block_cache import SubBlockCache
+from h3app.request import GenerationRequest
 
 
 @pytest.mark.slow

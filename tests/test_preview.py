@@ -13,12 +13,13 @@ import torch
 from cli_runner import assert_one_line, run_cli
 from PIL import Image
 
-from h3app.backend.generation import Cancelled, GenerationRequest, run_generation
+from h3app.backend.generation import Cancelled, run_generation
 from h3app.backend.preview import Preview, PreviewBoard, clean_estimate, read_layout, strip, waveform_band
 from h3app.errors import H3AppError
 from h3app.lora.evaluations import EvaluationListener
 from h3app.model import latent_rgb, preview_decoders
 from h3app.model.preview_decoders import picked
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

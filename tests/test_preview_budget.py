@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from h3app.backend.generation import GenerationRequest, run_generation
+from h3app.backend.generation import run_generation
 from h3app.backend.preview import Preview, PreviewBoard
+from h3app.request import GenerationRequest
 from h3app.ui.forms import JobForm, RequestForm
 from h3app.ui.generate.events import GenerateEvents
 from h3app.ui.generate.preview_stream import (

@@ -21,12 +21,13 @@ from lora_fixtures import block_targets, build_tiny, linear_shapes, make_adapter
 from model_state import assert_at_base, close_server, open_server
 from polling import wait_until
 
-from h3app.backend.generation import Cancelled, GenerationRequest
+from h3app.backend.generation import Cancelled
 from h3app.backend.service import Backend
 from h3app.errors import H3AppError
 from h3app.lora import layers
 from h3app.lora.engine import LoRAEngine
 from h3app.lora.layers import LoRALinear
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

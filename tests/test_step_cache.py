@@ -13,11 +13,12 @@ from adapter_fixtures import save
 from extra_parts_fixtures import pdd_tensors
 
 from h3app.backend import metrics
-from h3app.backend.generation import GenerationRequest, run_generation
+from h3app.backend.generation import run_generation
 from h3app.errors import H3AppError
 from h3app.lora.evaluations import EvaluationListener
 from h3app.model import denoise_cache
 from h3app.model.denoise_cache import FBC_THRESHOLD, first_block_cache, step_cache
+from h3app.request import GenerationRequest
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]

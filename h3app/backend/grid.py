@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Literal, overload
 
 from ..errors import H3AppError
+from ..request import GenerationRequest
 from ..rules import values
 from ..settings import LoRASettings
 from . import metrics
-from .generation import GenerationRequest, GenerationResult, request_evaluations, run_generation, save_result
+from .generation import GenerationResult, request_evaluations, run_generation, save_result
 from .grid_rows import GridRow, plain_label
 from .media import write_thumbnail
 from .outputs import Outputs

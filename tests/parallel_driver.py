@@ -17,7 +17,6 @@ sys.path.insert(0, str(ROOT))
 
 from polling import wait_until  # noqa: E402  (tests/, this script's folder)
 
-from h3app.backend.generation import GenerationRequest  # noqa: E402
 from h3app.backend.service import Backend  # noqa: E402
 from h3app.errors import H3AppError  # noqa: E402
 from h3app.lora.engine import LoRAEngine  # noqa: E402
@@ -26,6 +25,7 @@ from h3app.parallel.diagnostics import weights_digests  # noqa: E402
 from h3app.parallel.follower import bind, follow  # noqa: E402
 from h3app.parallel.launch import close_ranks, start_ranks  # noqa: E402
 from h3app.parallel.topology import add_parallel_arguments  # noqa: E402
+from h3app.request import GenerationRequest  # noqa: E402
 from h3app.settings import LoRASettings  # noqa: E402
 
 ADAPTER = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")

@@ -22,6 +22,7 @@ with the best-of ratio in the note, as P4's notes have it.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,6 @@ def bare_pipeline(loaded, workflow: str = T2VA):
 
 
 def run(ctx: BenchContext) -> list[Row]:
-    import tempfile
-
     import numpy as np
     import torch
 

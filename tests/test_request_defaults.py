@@ -33,7 +33,7 @@ class StubBackend:
         StubBackend.seen["request"] = request
         raise Captured
 
-    def plan_grid(self, alphas, strengths, seeds):
+    def plan_grid(self, alphas, strengths, seeds, adapters=1):
         StubBackend.seen["axes"] = (alphas, strengths, seeds)
         return object()
 

@@ -113,4 +113,7 @@ def wire_diff_panel(backend: Any, panel: DiffPanel, token: Any) -> None:
             raise user_error(error) from error
         return heat_html(result), result
 
-    panel.button.click(compare, [panel.a, panel.b, token], [panel.heat, panel.result])
+    # private: the page's panel, not a named endpoint (the API's six are a contract, docs/ui.md); one file pair read
+    # at a time per server, apart from the GPU's queue
+    panel.button.click(compare, [panel.a, panel.b, token], [panel.heat, panel.result], api_visibility="private",
+                       concurrency_id="diff", concurrency_limit=1)

@@ -23,12 +23,14 @@ from h3app.model.loader import LoadOptions
 from h3app.rules.choices import REAL_REPO_ID
 
 APP_VARIABLES = ("H3APP_MODEL", "H3APP_DEVICE", "H3APP_DTYPE", "H3APP_OFFLOAD", "H3APP_FP8", "H3APP_FP8_TEXT_ENCODER",
-                 "H3APP_ULYSSES", "H3APP_RING", "H3APP_SKIP_PLAN")
+                 "H3APP_ULYSSES", "H3APP_RING", "H3APP_SKIP_PLAN", "H3APP_VAE_DTYPE")
 
 # The issue's five boxes (GPU GB, host GB; GB = 10⁹ as Hugging Face lists them), the GPU name a driver reports, the
-# flavor whose row they are, and the placement expected: the fastest that fits both GPU and host RAM.
+# flavor whose row they are, and the placement expected: the fastest that fits both GPU and host RAM. The A100's is
+# resident with both fp8 flags because the video decoder is bf16 on a GPU (--vae-dtype auto); with an fp32 decoder
+# that placement is over its 80 GB and group offload is the fastest (docs/hardware.md, "Where to run").
 BOXES = {
-    "a100-80gb-142gb": ("NVIDIA A100-SXM4-80GB", 80, 142, "a100-large", "--offload group"),
+    "a100-80gb-142gb": ("NVIDIA A100-SXM4-80GB", 80, 142, "a100-large", "--offload none --fp8 --fp8-text-encoder"),
     "rtx-pro-6000-96gb-256gb": ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 96, 256, "rtx-pro-6000",
                                 "--offload none --fp8 --fp8-text-encoder"),
     "h200-141gb-256gb": ("NVIDIA H200", 141, 256, "h200", "--offload none"),

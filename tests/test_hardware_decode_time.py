@@ -96,7 +96,8 @@ def test_a_cached_run_is_predicted_from_the_measured_share():
 @pytest.mark.slow  # tiny rehearsals (two, a few seconds each)
 def test_the_tiny_decoder_is_counted_in_the_precision_vae_dtype_runs_it_in():
     request = default_request(repo.TINY)
-    fp32 = measure(RehearsalOptions(size=(request.height, request.width)), repo.TINY).rehearsal
+    fp32 = measure(RehearsalOptions(size=(request.height, request.width), vae_dtype=torch.float32),
+                   repo.TINY).rehearsal
     bf16 = measure(RehearsalOptions(size=(request.height, request.width), vae_dtype=torch.bfloat16),
                    repo.TINY).rehearsal
     assert "float32" in fp32.flops["vae_decode"][BASE] and "bfloat16" not in fp32.flops["vae_decode"][BASE]
@@ -108,7 +109,7 @@ def test_the_tiny_decoder_is_counted_in_the_precision_vae_dtype_runs_it_in():
 @pytest.mark.slow  # tiny rehearsals (two, a few seconds each)
 def test_the_judge_hands_the_request_cache_and_the_vae_dtype_to_the_prediction():
     request = default_request(repo.TINY)
-    setup = Setup(model=repo.TINY)
+    setup = Setup(model=repo.TINY, vae_dtype=torch.float32)
     plain = judge(request, Placement(), BY_NAME["h200"], setup).prediction
     import dataclasses
 

@@ -233,6 +233,7 @@ def test_tiny_plan_fields_are_the_rehearsal_counts_through_the_stated_roofline(t
     assert out["video_s"] >= out["step_s"] and out["check_s"] >= 3 * out["video_s"] - 0.01
     assert "fastest placement per flavor (spec-sheet prediction, not measured)" in describe_plan(plan)
     assert "h200: --offload none: step" in describe_plan(plan)
+    assert f"{plan.dtype} (video decoder {plan.vae_dtype})," in describe_plan(plan)  # the decoder planned, named
 
 
 @pytest.mark.slow

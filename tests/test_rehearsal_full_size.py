@@ -107,7 +107,7 @@ def test_each_caller_gets_its_own_copy_of_the_module_built_once():
     """``build_meta`` builds the released sizes once and hands out copies: what one rehearsal's loader does to its
     module (cast, move) never reaches the next, and the copies are real meta modules also under fake CUDA."""
     from h3app.hardware.fake_cuda import fake_cuda
-    from h3app.model.loader import LoadOptions
+    from h3app.model.loader import LoadOptions, decoder_dtype
 
     options = LoadOptions(dtype=torch.bfloat16)
     first = full_size.build_meta("audio_vae", options)  # weight-normed convolutions: the slow one to build
@@ -116,7 +116,8 @@ def test_each_caller_gets_its_own_copy_of_the_module_built_once():
         second = full_size.build_meta("audio_vae", options)
     assert second is not first and {id(p) for p in second.parameters()}.isdisjoint(map(id, first.parameters()))
     assert {p.dtype for p in second.parameters()} == {torch.float32} and all(p.is_meta for p in second.parameters())
-    assert ("audio_vae", options.dtype, options.vae_dtype, options.fuse_qkv) in full_size._BUILT  # built once, kept
+    key = ("audio_vae", options.dtype, decoder_dtype(options), options.fuse_qkv)
+    assert key in full_size._BUILT  # built once, kept
     assert sorted(second.state_dict()) == sorted(first.state_dict())
 
 

@@ -91,14 +91,18 @@ def _args(command: str, *flags: str):
 def test_the_loader_resolves_auto_for_its_device(monkeypatch):
     """The CPU keeps fp32 (every CPU hash unchanged); a CUDA device gets bf16; a named dtype stays as named."""
     from h3app.commands.model_options import load_options
+    from h3app.errors import H3AppError
     from h3app.model import loader
+    from h3app.model.loader import decoder_dtype
 
-    assert LoadOptions().vae_dtype == torch.float32
-    assert load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4")).vae_dtype == torch.float32
+    assert decoder_dtype(LoadOptions()) == torch.float32
+    assert decoder_dtype(load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4"))) == torch.float32
     monkeypatch.setattr(loader, "check_device", lambda name: name)  # no GPU here: the device is only a name
-    assert LoadOptions(device="cuda").vae_dtype == torch.bfloat16
-    assert LoadOptions(device="cuda", vae_dtype="float32").vae_dtype == torch.float32
-    assert LoadOptions(device="cuda", vae_dtype=torch.float32).vae_dtype == torch.float32
+    assert decoder_dtype(LoadOptions(device="cuda")) == torch.bfloat16
+    assert decoder_dtype(LoadOptions(device="cuda", vae_dtype="float32")) == torch.float32
+    assert decoder_dtype(LoadOptions(device="cuda", vae_dtype=torch.float32)) == torch.float32
+    with pytest.raises(H3AppError, match="--vae-dtype must be one of"):
+        LoadOptions(vae_dtype="float16")  # refused when the options are made, before anything loads
 
 
 @pytest.mark.parametrize("flags", [(), ("--vae-dtype", "float32"), ("--vae-dtype", "bfloat16")])
@@ -110,16 +114,17 @@ def test_the_plan_the_start_up_check_and_the_printed_flags_run_the_same_decoder(
     from h3app.hardware.planner import Placement, dtype_name, run_options
     from h3app.hardware.preflight import setup_of
     from h3app.model import loader
+    from h3app.model.loader import decoder_dtype
 
     monkeypatch.setattr(loader, "check_device", lambda name: name)
     _, _, setup = plan_options(_args("plan", *flags))
     assert setup.vae_dtype == (torch.float32 if "float32" in flags else torch.bfloat16)
     options = load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4", "--device", "cuda", *flags))
-    assert setup_of(options).vae_dtype == options.vae_dtype == setup.vae_dtype
+    assert setup_of(options).vae_dtype == decoder_dtype(options) == setup.vae_dtype
     printed = run_options(Placement(), "bfloat16", dtype_name(setup.vae_dtype)).split()
     assert ("--vae-dtype" in printed) == ("float32" in flags)
     again = load_options(_args("generate", "--prompt", "x", "--out", "/tmp/x.mp4", *printed))
-    assert again.vae_dtype == setup.vae_dtype
+    assert decoder_dtype(again) == setup.vae_dtype
 
 
 @pytest.mark.slow  # a full-size rehearsal per decoder dtype

@@ -22,7 +22,7 @@ import torch
 from ..lru import LRU
 from ..model import conditioner, fp8, repo
 from ..model.diffusers_compat import fp32_modules
-from ..model.loader import LoadOptions, _load_components, fuse_qkv, prepare_text_encoder
+from ..model.loader import LoadOptions, _load_components, decoder_dtype, fuse_qkv, prepare_text_encoder
 from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG
 from ..rules.request_defaults import FULL_DEFAULTS
@@ -78,13 +78,13 @@ _BUILT: LRU[tuple[Any, ...], torch.nn.Module] = LRU(8)
 def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None = None) -> torch.nn.Module:
     """Component ``name`` at full size (or ``config``) on the meta device, in the dtypes ``from_pretrained`` gives:
     transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, the video VAE in
-    ``options.vae_dtype`` with its fp32 islands, the audio VAE fp32. A new module on each call (the released
+    ``loader.decoder_dtype(options)`` with its fp32 islands, the audio VAE fp32. A new module on each call (the released
     sizes' are copies of one built once, :data:`_BUILT`)."""
     from ..model.torch_compat import unset_fake_temporarily
 
     if config is not None:
         return _build(name, options, config)
-    kept = _BUILT.get_or_compute((name, options.dtype, options.vae_dtype, options.fuse_qkv),
+    kept = _BUILT.get_or_compute((name, options.dtype, decoder_dtype(options), options.fuse_qkv),
                                  lambda: _build(name, options, None))
     with unset_fake_temporarily():  # meta copies, also when called under fake CUDA
         return copy.deepcopy(kept)
@@ -107,7 +107,7 @@ def _build(name: str, options: LoadOptions, config: Mapping[str, Any] | None) ->
             from diffusers import AutoencoderKLMiniMaxH3
 
             module = AutoencoderKLMiniMaxH3(**dict(config or {}))
-            to_dtype_keeping_islands(module, options.vae_dtype)  # from_pretrained's fp32 islands (encoder, norms)
+            to_dtype_keeping_islands(module, decoder_dtype(options))  # from_pretrained's fp32 islands (encoder, norms)
         elif name == "audio_vae":
             from diffusers import AutoencoderKLMiniMaxH3Audio
 

@@ -56,10 +56,12 @@ def this_box(devices: list[tuple[str, int]] | None = None, host: int | None | bo
 
 
 def setup_of(options: Any) -> Setup:
-    """The judge's setup for ``options`` (a ``LoadOptions``): the published sizes in its dtype, no adapter, its
-    ``--attention`` value."""
+    """The judge's setup for ``options`` (a ``LoadOptions``): the published sizes in its dtype, its video decoder's
+    dtype for its device (``loader.decoder_dtype``), no adapter, its ``--attention`` value."""
+    from ..model.loader import decoder_dtype
+
     return Setup(dtype=options.dtype, fuse_qkv=bool(getattr(options, "fuse_qkv", False)),
-                 vae_dtype=getattr(options, "vae_dtype", DEFAULT_SETUP.vae_dtype),
+                 vae_dtype=decoder_dtype(options) if hasattr(options, "vae_dtype") else DEFAULT_SETUP.vae_dtype,
                  attention=getattr(options, "attention", DEFAULT_SETUP.attention))
 
 

@@ -74,7 +74,7 @@ def describe_plan(plan: Plan) -> str:
     """The human summary of ``plan`` printed by ``python -m h3app plan`` without ``--json``."""
     r = plan.request
     lines = [f"{plan.model} {r['workflow']} {r['width']}×{r['height']}, {r['frames']} frames ({plan.duration:g} s), "
-             f"{r['steps']} steps, {plan.dtype}, {plan.placement.label}"
+             f"{r['steps']} steps, {plan.dtype} (video decoder {plan.vae_dtype}), {plan.placement.label}"
              + (f", LoRA {plan.lora_mode} ({plan.targets_bound} targets)" if plan.lora_mode else "")]
     lines.append(f"peak GPU {format_bytes(plan.peak_gpu_bytes)}; host RAM {format_bytes(plan.host_bytes)}; "
                  f"tokens {plan.tokens.get('total', 0):,}")

@@ -55,9 +55,9 @@ class LoadOptions:
     split weights. The conditioner is always cut to the layers the pipeline reads (``model/conditioner.py``).
     ``compile`` runs the transformer's blocks through ``torch.compile`` (``h3app.model.compiled``). ``vae_dtype``:
     what the video decoder's layers compute in (``--vae-dtype``; diffusers keeps the video VAE's encoder and norms
-    and the whole audio VAE in fp32 whatever it is): a torch dtype or its name; ``auto`` (the default) becomes
-    bf16 on a CUDA device and fp32 elsewhere when the options are made (``rules.choices.vae_dtype_for``), so after
-    construction it is always a torch dtype. ``attention``: the
+    and the whole audio VAE in fp32 whatever it is): a torch dtype, or ``--vae-dtype``'s value (``auto``, the
+    default: bf16 on a CUDA device, fp32 elsewhere); :func:`decoder_dtype` resolves it for ``device`` wherever it
+    is read (``rules.choices.vae_dtype_for``). ``attention``: the
     ``--attention`` value (``rules.attention``; ``auto`` picks for the GPU, SDPA on a CPU); ``split``: how ranks
     split the sequence (``ulysses``, ``ring``, or "" for one rank), which limits the backends that can run.
     """
@@ -77,8 +77,7 @@ class LoadOptions:
 
     def __post_init__(self) -> None:
         check_device(self.device)
-        if isinstance(self.vae_dtype, str):  # --vae-dtype's value, resolved once for this device
-            object.__setattr__(self, "vae_dtype", getattr(torch, vae_dtype_for(self.vae_dtype, self.device)))
+        decoder_dtype(self)  # an unknown --vae-dtype: one line before anything loads
         if self.attention != AUTO:  # a named backend that cannot run here: one line before anything loads
             model_attention.chosen(self.device, self.dtype, self.attention, self.split)
         if self.offload not in OFFLOAD_MODES:
@@ -86,6 +85,16 @@ class LoadOptions:
         if self.offload != "none" and not str(self.device).startswith("cuda"):
             raise H3AppError(f"--offload {self.offload} moves weights between host and GPU: it needs --device cuda "
                              f"(on {self.device} use --offload none).")
+
+
+def decoder_dtype(options: Any) -> torch.dtype:
+    """What the video decoder of a model placed by ``options`` (``LoadOptions``, or anything with ``vae_dtype`` and
+    ``device``) computes in: its ``vae_dtype`` when a torch dtype, else that name resolved for its device
+    (``auto``: bf16 on CUDA, fp32 elsewhere)."""
+    asked = options.vae_dtype
+    if isinstance(asked, torch.dtype):
+        return asked
+    return getattr(torch, vae_dtype_for(str(asked), str(options.device)))  # type: ignore[no-any-return]
 
 
 def check_device(name: str) -> str:
@@ -295,7 +304,7 @@ def _load_components(location: repo.ModelLocation, names: list[str], options: Lo
     other = [name for name in names if name not in PARTITIONS]
     if other:
         pipe = ModularPipeline.from_pretrained(folder)
-        dtypes = {"text_encoder": options.dtype, "vae": options.vae_dtype, "default": torch.float32}
+        dtypes = {"text_encoder": options.dtype, "vae": decoder_dtype(options), "default": torch.float32}
         try:
             pipe.load_components(names=other, dtype=dtypes)
         except (OSError, ValueError) as error:

@@ -180,17 +180,12 @@ def attach_rows(bench: FullSizeBench, repeats: int) -> tuple[int, list[Row]]:
 
 def step_inputs(args: argparse.Namespace, device: Any) -> dict[str, tuple[dict[str, int], dict]]:
     """Resolution → (its packed sequence's row counts, the transformer's inputs on ``device``)."""
-    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
-
-    from .models import packed_input, sequence_rows
+    from .models import full_size_batch
 
     inputs = {}
     for name in args.resolutions:
         height, width = RESOLUTIONS[name]
-        seq = sequence_rows(height, width, args.frames, args.text_rows)
-        inputs[name] = (seq, packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"],
-                                                                        seq["grid_w"]),
-                                          audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device))
+        inputs[name] = full_size_batch(height, width, args.frames, args.text_rows, device)
     return inputs
 
 

@@ -90,17 +90,14 @@ def transformer_rows(args: Any, device: Any, backend: Any, predicted: dict[str, 
     import torch
 
     from h3app.model import attention
-    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
 
     from .gpu_common import build_full_size, time_cuda
-    from .models import packed_input, sequence_rows
+    from .models import full_size_batch
 
     model = build_full_size(device)
     attention.apply(model, backend)
     height, width = REQUEST_SIZE
-    seq = sequence_rows(height, width, args.frames, args.text_rows)
-    batch = packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"], seq["grid_w"]),
-                         audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device)
+    seq, batch = full_size_batch(height, width, args.frames, args.text_rows, device)
 
     def step() -> Any:
         with torch.no_grad():

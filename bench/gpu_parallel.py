@@ -79,7 +79,7 @@ def _measure(rank: int, params: dict[str, Any]) -> list[Row]:
 
     from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout
     from .gpu_common import ADAPTER, RANK, RESOLUTIONS, build_full_size, time_cuda
-    from .models import packed_input, sequence_rows
+    from .models import full_size_batch
 
     device = torch.device("cuda", rank)
     torch.cuda.set_device(device)
@@ -95,9 +95,7 @@ def _measure(rank: int, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = []
         for name in params["resolutions"]:
             height, width = RESOLUTIONS[name]
-            seq = sequence_rows(height, width, params["frames"], params["text_rows"])
-            batch = packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"], seq["grid_w"]),
-                                 audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device)
+            seq, batch = full_size_batch(height, width, params["frames"], params["text_rows"], device)
 
             def forward(batch: dict = batch) -> Any:  # bound now: called within this iteration
                 with torch.no_grad():

@@ -148,7 +148,7 @@ def run_speed(args: Any, device: Any) -> str:
 
     from .adapter_files import cached_adapter_file, default_cache_dir, lightx2v_layout
     from .gpu_common import RANK, RESOLUTIONS, build_full_size, time_cuda
-    from .models import packed_input, sequence_rows
+    from .models import full_size_batch
 
     shapes = transformer_shapes(FULL_SIZE_CONFIG)
     plan = measure(RehearsalOptions(resolution="544p", adapter=lightx2v_header(shapes, rank=RANK, alpha=8.0)))
@@ -159,9 +159,7 @@ def run_speed(args: Any, device: Any) -> str:
     engine = LoRAEngine(model)
     adapter = load_adapter(path, shapes=shapes)
     height, width = RESOLUTIONS["544p"]
-    seq = sequence_rows(height, width, args.frames, args.text_rows)
-    batch = packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"], seq["grid_w"]),
-                         audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device)
+    seq, batch = full_size_batch(height, width, args.frames, args.text_rows, device)
 
     def step() -> Any:
         with torch.no_grad():

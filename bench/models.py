@@ -169,6 +169,16 @@ def sequence_rows(height: int, width: int, frames: int, text_rows: int = 256) ->
             "audio": 2 * audio_steps, "text": text_rows}
 
 
+def full_size_batch(height: int, width: int, frames: int, text_rows: int, device: Any
+                    ) -> tuple[dict[str, int], dict[str, torch.Tensor]]:
+    """The full-size transformer's packed input for one request size on ``device``: ``(sequence_rows, batch)``."""
+    from h3app.rules.h3_modules import FULL_SIZE_CONFIG
+
+    seq = sequence_rows(height, width, frames, text_rows)
+    return seq, packed_input(FULL_SIZE_CONFIG, video_grid=(seq["latent_frames"], seq["grid_h"], seq["grid_w"]),
+                             audio_steps=seq["audio_steps"], text_rows=seq["text"], device=device)
+
+
 def linear_flops(config: Mapping[str, Any], tokens: int, text_rows: int, targets: Mapping[str, int] | None = None
                  ) -> dict[str, float]:
     """Multiply-add FLOPs (×2) of one forward at ``tokens`` rows: ``base`` (every Linear on the rows it sees —

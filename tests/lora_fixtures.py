@@ -153,3 +153,23 @@ def fail_merge_at(monkeypatch, call: int, error: Exception) -> None:
 
     flaky.__wrapped__ = original
     monkeypatch.setattr(LoRALinear, "merge_from", flaky)
+
+
+def assert_alpha_pair_bitwise(adapter: NormalisedAdapter, name: str) -> None:
+    """alpha 8 / strength 1 and alpha 128 / strength 1/16 give the same forward bit for bit, unmerged and merged, on
+    a fresh tiny transformer, and detach leaves its weights bitwise the base (the check's pair, for any kind)."""
+    from h3app.backend.transformer_check import packed_check_input
+    from h3app.lora.engine import LoRAEngine
+    from h3app.settings import LoRASettings
+
+    for mode in ("unmerged", "merged"):
+        model = build_tiny()
+        base = state_hash(model)
+        engine = LoRAEngine(model)
+        inputs = packed_check_input(model.config, 0)
+        engine.attach(adapter, LoRASettings(source=name, alpha=8.0, strength=1.0, mode=mode), name)
+        first = forward(model, inputs)
+        engine.set_lora(name, alpha=128.0, strength=0.0625)
+        assert same_bits(first, forward(model, inputs)), mode
+        engine.detach()
+        assert state_hash(model) == base, mode

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from adapter_fixtures import TINY_SHAPES, delta, lora_keys, relative_error, save
-from lora_fixtures import build_tiny, forward, max_rel_err, same_bits, state_hash
+from lora_fixtures import assert_alpha_pair_bitwise, build_tiny, forward, max_rel_err, state_hash
 from lycoris_fixtures import SPELLINGS, delta_file, kind_file, lokr_factors, stem
 
 from h3app.adapters.inspect import inspect_file
@@ -107,16 +107,7 @@ def test_stacked_with_a_plain_lora_and_each_other(tmp_path: Path) -> None:
                                           ("loha", dict(rank=2))])
 def test_alpha_8_strength_1_is_alpha_128_strength_1_16th_bit_for_bit(kind: str, options: dict, tmp_path: Path) -> None:
     path, _ = kind_file(tmp_path / "k.safetensors", kind, "lora_unet", **options)
-    adapter = load_adapter(path, shapes=TINY_SHAPES)
-    for mode in ("unmerged", "merged"):
-        model = build_tiny()
-        engine = LoRAEngine(model)
-        inputs = packed_check_input(model.config, 0)
-        engine.attach(adapter, LoRASettings(source="k", alpha=8.0, strength=1.0, mode=mode), "k")
-        a = forward(model, inputs)
-        engine.set_lora("k", alpha=128.0, strength=0.0625)
-        assert same_bits(a, forward(model, inputs)), mode
-        engine.detach()
+    assert_alpha_pair_bitwise(load_adapter(path, shapes=TINY_SHAPES), "k")
 
 
 def test_whole_factor_lokr_refuses_an_explicit_alpha_in_the_engine(tmp_path: Path) -> None:

@@ -230,3 +230,20 @@ def test_the_cache_counts_the_magnitudes(tmp_path: Path) -> None:
                                                   for t, m in adapter.modules.items()})
     magnitudes = sum(m.magnitude.nbytes for m in adapter.modules.values() if m.magnitude is not None)
     assert magnitudes > 0 and adapter_nbytes(adapter) == adapter_nbytes(plain) + magnitudes
+
+
+@pytest.mark.parametrize("spelling", sorted(WRITERS))
+def test_the_strength_rule_is_said_where_the_strength_is_set(spelling: str, tmp_path: Path) -> None:
+    """inspect's resolution (what the alpha card and every job show beside the strength) carries DoRA's rule; the
+    same file without its magnitudes (a plain LoRA) does not."""
+    from safetensors.torch import load_file
+
+    from h3app.adapters.resolved import resolve_adapter
+    from h3app.rules.scale import DORA_STRENGTH_RULE
+
+    write, targets = WRITERS[spelling]
+    path, _ = write(tmp_path / "dora.safetensors", base_weights(build_tiny(), targets))
+    assert DORA_STRENGTH_RULE in resolve_adapter(inspect_file(path, shapes=TINY_SHAPES), strength=0.5).warnings
+    plain = {k: v for k, v in load_file(str(path)).items() if "magnitude" not in k and "dora_scale" not in k}
+    plain_path = save(tmp_path / "plain.safetensors", plain)
+    assert DORA_STRENGTH_RULE not in resolve_adapter(inspect_file(plain_path, shapes=TINY_SHAPES)).warnings

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
-from ..rules.scale import effective_scale
+from ..rules.scale import DORA_STRENGTH_RULE, effective_scale
 from ..rules.values import parse_alpha, parse_strength
 from .summary import per_group
 
@@ -152,7 +152,12 @@ def resolve_adapter(info: Any, alpha: float | None = None, strength: float = 1.0
         stored_alpha=next(iter(stored_values)) if len(stored_values) == 1 else None,
         stored_source=next(iter(stored_set)) if len(stored_set) == 1 else AlphaSource.MIXED,
         override=override, strength=strength, group_strengths=group_strengths, use_rslora=rslora, groups=groups,
-        warnings=_far_warnings(groups, suggested, bool(known)), scales=scales)
+        warnings=_far_warnings(groups, suggested, bool(known)) + _kind_warnings(facts), scales=scales)
+
+
+def _kind_warnings(facts: Mapping[str, Any]) -> tuple[str, ...]:
+    """What strength means for an adapter kind whose strength 0 is not the base (DoRA), said beside the strength."""
+    return (DORA_STRENGTH_RULE,) if (facts.get("parts") or {}).get("dora") else ()
 
 
 def _far_warnings(groups: tuple[GroupScale, ...], suggested: float, known: bool) -> tuple[str, ...]:

@@ -48,10 +48,6 @@ def dora_norm_terms(base_rows: Callable[[int, int], torch.Tensor], out_features:
     return terms
 
 
-DORA_STRENGTH_RULE = ("DoRA (PEFT's rule): strength scales the low-rank update inside the row norm and the magnitude "
-                      "applies at any strength, so strength 0 is the magnitude alone, not the base; turn the adapter "
-                      "off to run the base.")
-
 
 class DoRAFactors(LoRAFactors):
     """One DoRA adapter on one Linear: the factors, the magnitude ``m [out]`` and the norm terms ``[3, out]`` (fp32,

@@ -23,10 +23,11 @@ from ..adapters.types import ModuleLoRA, NormalisedAdapter
 from ..errors import H3AppError
 from ..rules.blocks import block_index
 from ..rules.choices import LORA_MODES, MERGED
+from ..rules.scale import DORA_STRENGTH_RULE
 from ..settings import LoRASettings, merged_refusal
 from .bound import BoundLayers
 from .delegate import read_through
-from .dora import DORA_STRENGTH_RULE, refuse_dora_beside_parts
+from .dora import refuse_dora_beside_parts
 from .entries import build_entries, zero_entries
 from .evaluations import StepListeners
 from .exact import BankHead, ExactPlan, PartStrength, plan_exact

@@ -13,6 +13,13 @@ from __future__ import annotations
 
 import math
 
+# What strength means for a DoRA (PEFT's rule, ``h3app/lora/dora.py``): the formula below scales its low-rank update,
+# but the update sits inside a row norm and the magnitude applies at any strength. Said where the strength is set (the
+# resolution's warnings: inspect, the alpha card, every job) and in the engine's match report.
+DORA_STRENGTH_RULE = ("DoRA (PEFT's rule): strength scales the low-rank update inside the row norm and the magnitude "
+                      "applies at any strength, so strength 0 is the magnitude alone, not the base model; the no-LoRA "
+                      "baseline is the base.")
+
 
 def scale_divisor(rank: int, use_rslora: bool = False) -> float:
     """What ``alpha × strength`` is divided by: the rank, or √rank for rsLoRA (float64)."""

@@ -361,17 +361,23 @@ def test_the_cli_generate_check_and_grid_under_the_stand_in_give_the_in_process_
     assert forked["hash"] == generated["hash"] and forked["zerogpu"]["mode"] == "fork" and "zerogpu" not in generated
     assert [forked_check[k] for k in ("hash_a", "hash_b", "hash_fallback")] == [
         checked[k] for k in ("hash_a", "hash_b", "hash_fallback")]
+    assert forked_check["zerogpu"]["mode"] == "fork" and "zerogpu" not in checked  # the one call it asked for
     assert [c["hash"] for c in forked_grid["cells"]] == [c["hash"] for c in grid["cells"]]
 
 
 def test_a_check_and_a_grid_over_the_cap_are_refused_with_what_fits(forked_backend):
-    """Room for 104 s of predicted work a call ((300 / 2 − 20) / 1.25): a check of three 60 s runs (steps 2 s
-    each, 19 evaluations, 22 s outside them) is over it and says what fits; a grid whose one cell and baseline do not
-    fit one call cannot be split and is refused too."""
-    forked_backend.time_model = flat_prediction(video_s=60.0, step_s=2.0, evaluations=19)
+    """Room for 104 s of predicted work a call ((300 / 2 − 20) / 1.25): a check whose one run alone (120 s: steps
+    2 s each, 19 evaluations, 82 s outside them) is over it cannot be split into calls per run and says what fits,
+    before any call; a grid whose one cell and baseline do not fit one call cannot be split and is refused too."""
+    forked_backend.time_model = flat_prediction(video_s=120.0, step_s=2.0, evaluations=19)
     request = GenerationRequest(prompt="p", seed=1, steps=20)
-    with pytest.raises(H3AppError, match=r"3 runs of about 60 s each and one step; use at most 7 steps"):
+    asked = len(zero_gpu_fork.asked)
+    with pytest.raises(H3AppError, match=r"^this request would ask for 340 s of ZeroGPU quota .*over the 300 s one "
+                                         r"call may ask for: a check too long for one call runs as one call per "
+                                         r"run, and one run is about 120 s; use at most 12 steps") as refused:
         forked_backend.submit_equivalence(request, LoRASettings(source=TURBO))
+    assert "\n" not in str(refused.value) and len(zero_gpu_fork.asked) == asked
+    forked_backend.time_model = flat_prediction(video_s=60.0, step_s=2.0, evaluations=19)
     plan = forked_backend.plan_grid([8.0], [0.5, 1.0, 1.5, 2.0, 2.5], [0])
     with pytest.raises(H3AppError, match=r"6 runs \(cells and baselines\) of about 60 s; at most 1 such runs fit one "
                                          r"call: a smaller grid, or fewer steps alone do not fit"):
@@ -394,3 +400,87 @@ def test_a_grid_over_the_cap_runs_as_several_calls_that_each_fit(forked_backend,
     assert cells == expected
     assert zero_gpu_fork.asked[asked:] == [120, 120]
     assert steps[-1] == (4, 4)  # the whole grid's evaluations: two calls of a baseline and a cell, 1 each
+
+
+VERDICT = ("identical", "hash_a", "hash_b", "hash_fallback", "max_abs_diff", "fallback_max_abs_diff",
+           "control_identical", "effective_scale_a", "effective_scale_b", "effective_scale_fallback", "a_vs_b",
+           "a_vs_fallback", "parts", "parts_note")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_check_over_the_cap_runs_as_one_call_per_run_with_the_in_process_verdict(forked_backend, in_process):
+    """Three 40 s runs and a 2 s step (122 s) are over one call's 104 s; each run fits: four calls (the fallback,
+    A, the control, B), each declaring its own run (20 + 1.25 × 40 = 70 s; the control 20 + 1.25 × 2 = 23 s), and
+    the verdict is the in-process check's, field for field; progress counts the whole check."""
+    from h3app.backend.equivalence import PHASES
+
+    request, adapter = GenerationRequest(prompt="a boat", seed=0, steps=3), LoRASettings(source=TURBO, alpha=8.0)
+    expected = in_process.check_equivalence(request, adapter).to_json()
+    in_process.binder.reset()
+    forked_backend.time_model = flat_prediction(video_s=40.0, step_s=2.0, evaluations=19)
+    asked, steps, board = len(zero_gpu_fork.asked), [], PreviewBoard()
+    forked = forked_backend.check_equivalence(request, adapter, on_step=lambda d, t: steps.append((d, t)),
+                                              previews=board).to_json()
+    assert {key: forked[key] for key in VERDICT} == {key: expected[key] for key in VERDICT}
+    assert forked["identical"] and forked["control_identical"] and forked["fallback_max_abs_diff"] > 0
+    assert zero_gpu_fork.asked[asked:] == [70, 70, 23, 70]
+    zerogpu = forked["zerogpu"]
+    assert zerogpu["calls"] == 4 and zerogpu["runs"] == list(PHASES) and zerogpu["quota_s"] == 2 * (3 * 70 + 23)
+    assert [d["duration_s"] for d in zerogpu["durations"]] == [70, 70, 23, 70] and "zerogpu" not in expected
+    assert steps[-1] == (7, 7)  # 3 runs of 2 evaluations and the control's step, over the four calls
+    assert all(board.history(column) for column in ("A", "B", "fallback"))
+    assert Path(forked["b"]["video_path"]).is_file() and Path(forked["heatmap"]).is_file()
+
+
+@pytest.mark.slow
+def test_cancel_during_a_split_check_starts_no_more_calls(forked_backend):
+    """Cancel while the first of the four calls runs: that call ends and no other is asked for."""
+    from polling import wait_until
+
+    forked_backend.time_model = flat_prediction(video_s=40.0, step_s=2.0, evaluations=19)
+    asked = len(zero_gpu_fork.asked)
+    handle = forked_backend.submit_equivalence(GenerationRequest(prompt="rain", seed=5, steps=12),
+                                               LoRASettings(source=TURBO))
+    wait_until(lambda: handle.progress.done >= 1, "the fallback's first step streamed out of its call", seconds=300)
+    handle.cancel()
+    with pytest.raises(Cancelled, match=r"cancelled after \d+ of 34 steps"):  # 3 × 11 evaluations + 1
+        handle.result(timeout=120)
+    assert zero_gpu_fork.asked[asked:] == [70]
+
+
+def test_a_split_check_stops_between_calls_when_cancelled():
+    """``check_calls.run``: a cancel seen after a call ends starts no further call and says where it stopped."""
+    from h3app.backend import check_calls
+    from h3app.backend.worker import JobHandle
+
+    handle = JobHandle(id=1, label="check", run=lambda ctx: None)
+    ctx = JobContext(handle)
+    duration = zero_gpu.declared(4.0)
+    split = [check_calls.Part(label, None, duration, 1 if label == "control" else 2)  # type: ignore[arg-type]
+             for label in ("fallback", "A", "control", "B")]
+    made: list[str] = []
+
+    def one_call(part: Any, whole: Any) -> Any:
+        made.append(part.label)
+        whole.on_step(part.steps, part.steps)
+        handle.cancel()
+        return part.label
+
+    with pytest.raises(Cancelled, match="cancelled after 2 of 7 steps"):
+        check_calls.run(split, ctx, one_call, lambda runs, started: runs)
+    assert made == ["fallback"]
+
+
+def test_the_check_line_says_it_ran_as_one_call_per_run_and_the_quota_each_asked():
+    from h3app.backend import check_calls
+    from h3app.commands.check import zero_gpu_line
+
+    run, step = zero_gpu.declared(40.0), zero_gpu.declared(2.0)
+    split = [check_calls.Part(label, None, step if label == "control" else run, 1)  # type: ignore[arg-type]
+             for label in ("fallback", "A", "control", "B")]
+    line = zero_gpu_line(check_calls.record(split))
+    assert line == ("\nZeroGPU: over one call's 300 s cap, so run as 4 calls, one per run (quota asked: fallback "
+                    "140 s, A 140 s, control 46 s, B 140 s)")
+    assert zero_gpu_line(run.to_json()) == "\nZeroGPU: one call of 70 s (140 s of quota asked)"
+    assert zero_gpu_line(None) == ""

@@ -126,6 +126,7 @@ class EquivalenceResult:
             "not_applied": not_applied_lines([self.settings.get("adapter") or {}]),
             "cache": {**(self.a.cache or {}), "same_decisions": (self.a.cache or {}).get("skipped_at")
                       == (self.b.cache or {}).get("skipped_at")},
+            **({"zerogpu": self.settings["zerogpu"]} if "zerogpu" in self.settings else {}),  # the calls asked for
         }
 
 

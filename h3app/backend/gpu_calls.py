@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import H3AppError
 from ..request import GenerationRequest
-from . import grid_calls, zero_gpu
+from . import check_calls, grid_calls, zero_gpu
 from .preview import Preview, PreviewBoard
 from .worker import POLL_SECONDS, Cancelled, Job, JobCall, JobContext, JobHandle, alone
 
@@ -193,6 +193,9 @@ class GpuCalls:
         try:  # refused here, before anything is queued, when over the cap
             duration = self._duration(call)
         except H3AppError:
+            split = check_calls.parts(call, self.backend, self._duration)  # a check: one call per run
+            if split is not None:
+                return lambda ctx: self._split_check(context, call, split, ctx)
             parts = grid_calls.chunks(call, self._duration)  # a grid: several calls that each fit, if it can
             if parts is None:
                 raise
@@ -200,6 +203,23 @@ class GpuCalls:
                 parts, ctx, lambda part, whole, moved: self._one(context, part.call, part.duration, whole, moved),
                 on_cell)
         return lambda ctx: self._one(context, call, duration, ctx, on_cell)
+
+    def _split_check(self, context: contextvars.Context, call: JobCall, split: list[check_calls.Part],
+                     ctx: JobContext) -> Any:
+        """A check over the cap as one call per run; the verdict assembled here, its settings naming the calls."""
+        from .check_runs import assemble
+
+        request, _, a, b, _, low_rank_only = call.args
+
+        def finish(runs: dict[str, Any], started: float) -> Any:
+            self.backend.cleanup_outputs()
+            result = assemble(runs, request, a, b, low_rank_only, self.backend.outputs, self.backend.model, started)
+            result.settings["zerogpu"] = check_calls.record(split)
+            self.backend.last_seconds_per_run = result.seconds_per_run
+            return result
+
+        return check_calls.run(split, ctx, lambda part, whole: self._one(context, part.call, part.duration, whole,
+                                                                          None), finish)
 
     def _duration(self, call: JobCall) -> zero_gpu.Duration:
         return dataclasses.replace(self.duration(call), mode=self.home)
@@ -274,6 +294,11 @@ def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:
     if name == "submit_equivalence":  # three runs and the control's one step (the prediction's check_s)
         work = float(predicted.get("check_s") or 3 * video + float(predicted.get("step_s") or 0.0))
         fits = f"the check is 3 runs of about {video:.0f} s each and one step; {_steps_that_fit(predicted, 3, 1)}"
+    elif name == "submit_check_run":  # one run of a check split into calls (check_calls); the control: one step
+        control = call.args[2] == "control"
+        work = float(predicted.get("step_s") or 0.0) if control else video
+        fits = (f"a check too long for one call runs as one call per run, and one run is about {video:.0f} s; "
+                f"{_steps_that_fit(predicted, 1, 0)}")
     elif name == "submit_grid":
         plan = call.args[2]
         runs = plan.cells + len(plan.seeds)  # each cell, and each seed's no-LoRA baseline

@@ -256,6 +256,21 @@ class Backend:
                             (request, adapter, a, b, token, low_rank_only),
                             request.workflow, previews=previews)
 
+    def submit_check_run(self, request: GenerationRequest, adapter: LoRASettings, label: str, a: CheckSetting,
+                         b: CheckSetting, token: str | None = None, low_rank_only: bool = False,
+                         previews: PreviewBoard | None = None) -> JobHandle:
+        """One run of the equivalence check alone (``label`` in ``equivalence.PHASES``): a check too long for one
+        ZeroGPU call runs as one such call per run (``check_calls``); result: ``check_runs.CheckRun``."""
+        from .check_runs import run_one
+
+        def job(ctx: JobContext) -> Any:
+            return run_one(self.binder, request, adapter, label, a, b, token=token, low_rank_only=low_rank_only,
+                           on_step=ctx.on_step, should_cancel=ctx.should_cancel, on_phase=ctx.set_phase,
+                           previews=previews)
+
+        return self._submit(job, f"equivalence {label}", Backend.submit_check_run,
+                            (request, adapter, label, a, b, token, low_rank_only), request.workflow, previews=previews)
+
     def submit_job(self, job: Job, label: str, again: Callable[[Any], Any], workflow: str = T2VA) -> JobHandle:
         """Queue ``job`` through ``wrap_job``; ``again(backend)`` queues the same job on another rank's Backend and
         waits for it (picklable: it travels to the other ranks)."""

@@ -132,8 +132,21 @@ def run(args: argparse.Namespace) -> int:
     emit(result, args.json,
          f"{a.label} vs {b.label}: {verdict}; control {'ok' if result['control_identical'] else 'NONDETERMINISTIC'}; "
          f"fallback alpha=rank differs by {result['fallback_max_abs_diff']:.3g}; {result['seconds']:.2f} s{note}"
-         + not_applied_text(result.get("not_applied") or []) + preview_line(result.get("previews")))
+         + not_applied_text(result.get("not_applied") or []) + preview_line(result.get("previews"))
+         + zero_gpu_line(result.get("zerogpu")))
     return 0
+
+
+def zero_gpu_line(zerogpu: dict[str, Any] | None) -> str:
+    """Under ZeroGPU, the calls the check asked for: one, or one per run (``backend/check_calls.py``)."""
+    if not zerogpu:
+        return ""
+    if "calls" not in zerogpu:
+        return f"\nZeroGPU: one call of {zerogpu['duration_s']} s ({zerogpu['quota_s']} s of quota asked)"
+    asked = ", ".join(f"{run} {duration['quota_s']} s" for run, duration in zip(zerogpu["runs"],
+                                                                               zerogpu["durations"]))
+    return (f"\nZeroGPU: over one call's {zerogpu['cap_s']} s cap, so run as {zerogpu['calls']} calls, one per run "
+            f"(quota asked: {asked})")
 
 
 def _full_job(args: argparse.Namespace) -> tuple[LoRASettings, GenerationRequest]:

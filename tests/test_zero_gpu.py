@@ -22,6 +22,7 @@ from h3app.hardware.zero_gpu_home import COMPILE_REFUSED, home_for
 from h3app.lora.layers import LoRALinear
 from h3app.rules.choices import T2VA
 from h3app.settings import LoRASettings
+from h3app.ui.presenters.render import verdict_html
 
 ROOT = Path(__file__).resolve().parents[1]
 TURBO = str(ROOT / "assets" / "adapters" / "lightx2v_turbo_no_alpha.safetensors")
@@ -431,6 +432,9 @@ def test_a_check_over_the_cap_runs_as_one_call_per_run_with_the_in_process_verdi
     assert steps[-1] == (7, 7)  # 3 runs of 2 evaluations and the control's step, over the four calls
     assert all(board.history(column) for column in ("A", "B", "fallback"))
     assert Path(forked["b"]["video_path"]).is_file() and Path(forked["heatmap"]).is_file()
+    # the page's verdict says so: only the split check, with the quota all its calls asked for
+    assert f"Ran as 4 ZeroGPU calls, one per run (quota asked: {zerogpu['quota_s']} s)" in verdict_html(forked)
+    assert "ZeroGPU" not in verdict_html(expected)
 
 
 @pytest.mark.slow

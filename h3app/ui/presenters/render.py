@@ -338,6 +338,7 @@ def verdict_html(result: Mapping[str, Any]) -> str:
                 f"{_ratio_text(result['effective_scale_fallback'], result['effective_scale_a'])}.")
     left_out = "".join(f"<br><span data-testid='not-applied'>⚠ not applied: {esc(line)}</span>"
                        for line in result.get("not_applied") or ())  # keys of the file no column applied
+    left_out += _calls_words(result.get("zerogpu"))
     if result["identical"]:
         head = "<div class='h3-big h3-verdict' data-testid='verdict'>IDENTICAL ✔ bit for bit</div>"
         body = (f"{head}A ({esc(setting_text(a))}) and B ({esc(setting_text(b))}) give the same output: "
@@ -350,6 +351,14 @@ def verdict_html(result: Mapping[str, Any]) -> str:
             f"{scale_text(result['effective_scale_b'])}.<br>"
             f"{esc(control)}<br>{esc(fallback)}{left_out}")
     return card("bad", body, testid="verdict-card")
+
+
+def _calls_words(zerogpu: Mapping[str, Any] | None) -> str:
+    """``<br>Ran as 4 ZeroGPU calls, one per run (quota asked: 340 s).`` for a check split over calls, else ""."""
+    if not zerogpu or int(zerogpu.get("calls") or 1) < 2:
+        return ""
+    return (f"<br><span data-testid='zerogpu-calls'>Ran as {int(zerogpu['calls'])} ZeroGPU calls, one per run "
+            f"(quota asked: {int(zerogpu['quota_s'])} s).</span>")
 
 
 def setting_text(column: Mapping[str, Any]) -> str:

@@ -369,7 +369,7 @@ def test_the_cli_generate_check_and_grid_under_the_stand_in_give_the_in_process_
 def test_a_check_and_a_grid_over_the_cap_are_refused_with_what_fits(forked_backend):
     """Room for 104 s of predicted work a call ((300 / 2 − 20) / 1.25): a check whose one run alone (120 s: steps
     2 s each, 19 evaluations, 82 s outside them) is over it cannot be split into calls per run and says what fits,
-    before any call; a grid whose one cell and baseline do not fit one call cannot be split and is refused too."""
+    before any call; so is a grid whose one run alone is over it (its baseline as a call of its own does not fit)."""
     forked_backend.time_model = flat_prediction(video_s=120.0, step_s=2.0, evaluations=19)
     request = GenerationRequest(prompt="p", seed=1, steps=20)
     asked = len(zero_gpu_fork.asked)
@@ -378,11 +378,12 @@ def test_a_check_and_a_grid_over_the_cap_are_refused_with_what_fits(forked_backe
                                          r"run, and one run is about 120 s; use at most 12 steps") as refused:
         forked_backend.submit_equivalence(request, LoRASettings(source=TURBO))
     assert "\n" not in str(refused.value) and len(zero_gpu_fork.asked) == asked
-    forked_backend.time_model = flat_prediction(video_s=60.0, step_s=2.0, evaluations=19)
-    plan = forked_backend.plan_grid([8.0], [0.5, 1.0, 1.5, 2.0, 2.5], [0])
-    with pytest.raises(H3AppError, match=r"6 runs \(cells and baselines\) of about 60 s; at most 1 such runs fit one "
-                                         r"call: a smaller grid, or fewer steps alone do not fit"):
+    plan = forked_backend.plan_grid([8.0], [0.5, 1.0], [0])
+    with pytest.raises(H3AppError, match=r"^this request would ask for 340 s of ZeroGPU quota .*: a grid too long for "
+                                         r"one call runs as calls of one run or more, and one run is about 120 s; "
+                                         r"use at most 12 steps") as refused:
         forked_backend.submit_grid(request, LoRASettings(source=TURBO), plan)
+    assert "\n" not in str(refused.value) and len(zero_gpu_fork.asked) == asked
 
 
 @pytest.mark.slow

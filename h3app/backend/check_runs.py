@@ -58,21 +58,31 @@ class CheckRun:
     # Pickling copies a strided array C-ordered, and numpy's sums follow the memory order: the decoded video (a
     # channel-planar view) travels with its axis order, so the verdict's PSNRs sum exactly as the one-call check's.
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(vars(self))
-        if self.result is not None:  # the buffer in memory order (no copy for a transposed contiguous array)
-            video = self.result.video
-            axes = tuple(int(axis) for axis in np.argsort([-stride for stride in video.strides], kind="stable"))
-            state["result"] = dataclasses.replace(self.result, video=np.ascontiguousarray(video.transpose(axes)))
-            state["video_axes"] = axes
-        return state
+        return travelling(dict(vars(self)))
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        axes = state.pop("video_axes", None)
-        if axes is not None:
-            result = state["result"]
-            state["result"] = dataclasses.replace(result, video=result.video.transpose(tuple(np.argsort(axes))))
-        for name, value in state.items():
+        for name, value in arrived(state).items():
             object.__setattr__(self, name, value)
+
+
+def travelling(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` (an object's fields) with its ``result``'s video as its buffer in memory order and the axis order
+    beside it (no copy for a transposed contiguous array), so it arrives laid out as it left (:func:`arrived`)."""
+    if state.get("result") is not None:
+        video = state["result"].video
+        axes = tuple(int(axis) for axis in np.argsort([-stride for stride in video.strides], kind="stable"))
+        state["result"] = dataclasses.replace(state["result"], video=np.ascontiguousarray(video.transpose(axes)))
+        state["video_axes"] = axes
+    return state
+
+
+def arrived(state: dict[str, Any]) -> dict[str, Any]:
+    """A :func:`travelling` state as it left: the video back in its axis order."""
+    axes = state.pop("video_axes", None)
+    if axes is not None:
+        result = state["result"]
+        state["result"] = dataclasses.replace(result, video=result.video.transpose(tuple(np.argsort(axes))))
+    return state
 
 
 def run_one(binder: Any, request: GenerationRequest, adapter: LoRASettings, label: str, a: CheckSetting,

@@ -196,7 +196,7 @@ class GpuCalls:
             split = check_calls.parts(call, self.backend, self._duration)  # a check: one call per run
             if split is not None:
                 return lambda ctx: self._split_check(context, call, split, ctx)
-            parts = grid_calls.chunks(call, self._duration)  # a grid: several calls that each fit, if it can
+            parts = grid_calls.chunks(call, self.backend, self._duration)  # a grid: several calls that each fit
             if parts is None:
                 raise
             return lambda ctx: grid_calls.run(
@@ -280,7 +280,8 @@ def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]
 
 def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:
     """The seconds ``call`` declares: the time model's prediction for its request on this card (a generate: the
-    video; a check: ``check_s``, its three runs and control step; a grid: each cell and each seed's baseline) plus
+    video; a check: ``check_s``, its three runs and control step; a grid: each cell and each seed's baseline, unless
+    a split grid's baseline ran as its own call) plus
     the margin; a Load: the stated allowance. Over the cap: refused in one line saying what fits."""
     name = getattr(call.submit, "__name__", "")
     request = call.args[0] if call.args and isinstance(call.args[0], GenerationRequest) else None
@@ -299,9 +300,14 @@ def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:
         work = float(predicted.get("step_s") or 0.0) if control else video
         fits = (f"a check too long for one call runs as one call per run, and one run is about {video:.0f} s; "
                 f"{_steps_that_fit(predicted, 1, 0)}")
+    elif name == "submit_grid_baseline":  # a seed's no-LoRA run, its own call in a split grid (grid_calls)
+        work = video
+        fits = (f"a grid too long for one call runs as calls of one run or more, and one run is about {video:.0f} s; "
+                f"{_steps_that_fit(predicted, 1, 0)}")
     elif name == "submit_grid":
         plan = call.args[2]
-        runs = plan.cells + len(plan.seeds)  # each cell, and each seed's no-LoRA baseline
+        carried = len(call.args) > 4  # its baseline came from its own call (grid_calls)
+        runs = plan.cells + (0 if carried else len(plan.seeds))  # each cell, and each seed's no-LoRA baseline
         work = runs * video
         fits = (f"{runs} runs (cells and baselines) of about {video:.0f} s; at most "
                 f"{max(int(zero_gpu.largest_work_s() // video), 0)} such runs fit one call: a smaller grid, or "

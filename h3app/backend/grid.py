@@ -84,9 +84,12 @@ class GridCell:
     label: str = ""  # the row's adapter: file name, epoch/steps, trigger (``GridRow.label``)
     adapter_row: int = 0  # which adapter of the grid (rows = adapters × alphas)
     reused: bool = False  # served from the cell cache (computed before with the same request and settings)
+    zerogpu: dict[str, Any] | None = None  # a grid split into ZeroGPU calls: its calls (``grid_calls.record``)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
+        if self.zerogpu is None:
+            del data["zerogpu"]
         if not math.isfinite(self.baseline_psnr):
             data["baseline_psnr"] = "inf"
         return data
@@ -178,6 +181,26 @@ def cell_key(request_key: str, applied: dict[str, Any], pad_rank: int | None) ->
     return request_key + json.dumps(applied, sort_keys=True, default=str) + f"|pad{pad_rank}"
 
 
+def baseline_key(request: GenerationRequest, seed: int) -> str:
+    """The baseline cache's key: the request at ``seed``, as JSON items."""
+    return repr(sorted(dataclasses.replace(request, seed=seed).to_json().items()))
+
+
+def run_baseline(binder: Any, request: GenerationRequest, seed: int, *,
+                 on_step: Callable[[int, int], None] | None = None, should_cancel: Callable[[], bool] | None = None,
+                 previews: PreviewBoard | None = None) -> GenerationResult:
+    """A grid's no-LoRA run of ``seed`` alone (a grid split into ZeroGPU calls runs it as its own call), as
+    :func:`run_grid` runs it: no adapter's effect, the same pipeline and preview column; the model left at base."""
+    seeded = dataclasses.replace(request, seed=seed)
+    pipe = binder.model.pipeline(request.workflow)
+    binder.baseline(request.workflow)
+    listeners = (previews.listener(pipe, cell_name(None, None, seed)),) if previews is not None else ()
+    try:
+        return run_generation(pipe, seeded, on_step=on_step, should_cancel=should_cancel, listeners=listeners)
+    finally:
+        binder.baseline(request.workflow)
+
+
 def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan, *,
              outputs: Outputs, baselines: Baselines, cells: Baselines | None = None, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
@@ -215,8 +238,7 @@ class _GridRun:
         outputs.folder.mkdir(parents=True, exist_ok=True)
         self.stem = uuid.uuid4().hex[:8]
         per_run = request_evaluations(self.pipe, request)
-        self.keys = {seed: repr(sorted(dataclasses.replace(request, seed=seed).to_json().items()))
-                     for seed in plan.seeds}
+        self.keys = {seed: baseline_key(request, seed) for seed in plan.seeds}
         missing = sum(1 for key in self.keys.values() if baselines.get(key) is None)
         self.total = per_run * (len(rows) * len(plan.alphas) * len(plan.strengths) * len(plan.seeds) + missing)
         self.done = 0

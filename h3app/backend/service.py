@@ -34,7 +34,17 @@ from . import zero_gpu
 from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
 from .equivalence import EquivalenceResult, run_equivalence
 from .generation import GenerationRequest, run_generation
-from .grid import BASELINE_BYTES, CELL_BYTES, Baselines, GridCell, GridPlan, plan_grid, run_grid
+from .grid import (
+    BASELINE_BYTES,
+    CELL_BYTES,
+    Baselines,
+    GridCell,
+    GridPlan,
+    baseline_key,
+    plan_grid,
+    run_baseline,
+    run_grid,
+)
 from .grid_rows import GridRow, expand_rows
 from .limits import Limits, model_limits
 from .outputs import OUTPUT_KEEP_SECONDS, GenerationOutput, Outputs, remove_older
@@ -296,15 +306,18 @@ class Backend:
         return expand_rows(self.policy, adapters, token, self.limits.max_grid_rows)
 
     def submit_grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
-                    token: str | None = None, on_cell: Callable[[GridCell], None] | None = None,
+                    token: str | None = None, baseline: Any = None, on_cell: Callable[[GridCell], None] | None = None,
                     previews: PreviewBoard | None = None) -> JobHandle:
         """Run the grid as one worker job; ``on_cell`` receives each cell as it finishes; result: the cell count.
-        ``previews``: one column per cell (and per baseline) on the caller's board (``grid.cell_name``)."""
+        ``previews``: one column per cell (and per baseline) on the caller's board (``grid.cell_name``).
+        ``baseline``: a one-seed grid's no-LoRA run from its own ZeroGPU call (``grid_calls.GridBaseline``)."""
         self.check_request(request)
         self.limits.check_grid(plan.cells, plan.adapters)
 
         def job(ctx: JobContext) -> int:
             count = 0
+            if baseline is not None:  # carried in from the baseline's own call: not run again here
+                self._baselines.put(baseline_key(request, baseline.seed), baseline.result)
             for cell in run_grid(self.binder, request, adapter, plan, outputs=self.outputs,
                                  baselines=self._baselines, cells=self._cells, token=token, on_step=ctx.on_step,
                                  should_cancel=ctx.should_cancel, previews=previews):
@@ -313,8 +326,22 @@ class Backend:
                 count += 1
             return count
 
-        return self._submit(job, "grid", Backend.submit_grid, (request, adapter, plan, token), request.workflow,
-                            on_cell=on_cell, previews=previews)
+        return self._submit(job, "grid", Backend.submit_grid,
+                            (request, adapter, plan, token, *(() if baseline is None else (baseline,))),
+                            request.workflow, on_cell=on_cell, previews=previews)
+
+    def submit_grid_baseline(self, request: GenerationRequest, seed: int,
+                             previews: PreviewBoard | None = None) -> JobHandle:
+        """A grid's no-LoRA run of ``seed`` alone: a grid split into ZeroGPU calls whose cell and baseline do not
+        fit one call runs it as its own call (``grid_calls``); result: ``grid_calls.GridBaseline``."""
+        from .grid_calls import GridBaseline
+
+        def job(ctx: JobContext) -> GridBaseline:
+            return GridBaseline(seed, run_baseline(self.binder, request, seed, on_step=ctx.on_step,
+                                                   should_cancel=ctx.should_cancel, previews=previews))
+
+        return self._submit(job, "grid baseline", Backend.submit_grid_baseline, (request, seed), request.workflow,
+                            previews=previews)
 
     def grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
              token: str | None = None,

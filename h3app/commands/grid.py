@@ -142,9 +142,14 @@ def run(args: argparse.Namespace) -> int:
               "not_applied": left_out, **compile_fields(args)}
     if previews is not None:
         result["previews"] = previews.summary()
+    zerogpu = next((c["zerogpu"] for c in cells if c.get("zerogpu")), None)  # a grid split into ZeroGPU calls
+    if zerogpu is not None:
+        result["zerogpu"] = zerogpu
     lines = [f"{c['label'] + ': ' if len(rows) > 1 else ''}"
              f"alpha {c['alpha'] if c['alpha'] is not None else 'auto'} × scale {c['strength']:g}, seed {c['seed']}: "
              f"{c['video_path']} (PSNR to no LoRA {c['baseline_psnr']} dB)" for c in cells]
+    calls = (f"\nZeroGPU: over one call's {zerogpu['cap_s']} s cap, so run as {zerogpu['calls']} calls (quota "
+             f"asked: {zerogpu['quota_s']} s)") if zerogpu is not None else ""
     emit(result, args.json, "\n".join([f"{len(cells)} cells in {out}", *lines]) + not_applied_text(left_out)
-         + preview_line(result.get("previews")))
+         + preview_line(result.get("previews")) + calls)
     return 0

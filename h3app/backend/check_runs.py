@@ -11,7 +11,6 @@ one-call check's column writer and comparisons, so every field is the one call's
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,21 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from ..adapters.parts import check_note
-from ..errors import H3AppError
-from ..rules.attention import check_refusal
 from ..rules.check_pair import CheckSetting
 from ..rules.choices import UNMERGED
 from ..settings import LoRASettings
-from . import metrics
 from .equivalence import (
     CHECK_NAME,
     PHASES,
     EquivalenceResult,
     _CheckRuns,
-    _difference_images,
     deterministic,
     first_output_digest,
+    prepared,
+    verdict,
 )
 from .generation import GenerationRequest, GenerationResult, first_step_digest, run_generation
 from .outputs import Outputs
@@ -90,15 +86,8 @@ def run_one(binder: Any, request: GenerationRequest, adapter: LoRASettings, labe
             on_step: Callable[[int, int], None] | None = None, should_cancel: Callable[[], bool] | None = None,
             on_phase: Callable[[str], None] | None = None, previews: PreviewBoard | None = None) -> CheckRun:
     """Run the check's ``label`` run (``equivalence.PHASES``) alone; the model is left at its base."""
-    refused = check_refusal(binder.model.attention)
-    if refused is not None:
-        raise H3AppError(refused)
+    pipe, loaded, engine, ranks = prepared(binder, request, adapter, token)
     workflow = request.workflow
-    pipe = binder.model.pipeline(workflow)
-    binder.reset(workflow)
-    loaded = binder.load(adapter, workflow, token)
-    engine = binder.engine(workflow)
-    ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
     result, digest = None, ""
     try:
         with deterministic(), binder.model.decode_cache.enabled():
@@ -149,18 +138,7 @@ def assemble(runs: dict[str, CheckRun], request: GenerationRequest, a: CheckSett
         columns.encode("fallback", None, 1.0)
         columns.encode("A", a.alpha, a.strength)
         columns.encode("B", b.alpha, b.strength, same_as="A", last=True)
-        paths = _difference_images(ra, rb, rf, output_dir, stem)
-        a_vs_b = metrics.compare(ra.video, ra.audio, rb.video, rb.audio)
-        a_vs_fallback = metrics.compare(ra.video, ra.audio, rf.video, rf.audio)
-        done = columns.finished()
+        return verdict(columns, (rf, ra, rb), runs["control"].digest == runs["A"].digest, started,
+                       runs["A"].parts, (a.strength, b.strength), low_rank_only)
     finally:
         columns.close()
-    parts = runs["A"].parts
-    return EquivalenceResult(
-        identical=ra.hash == rb.hash, control_identical=runs["control"].digest == runs["A"].digest,
-        a=done["A"], b=done["B"], fallback=done["fallback"], a_vs_b=a_vs_b, a_vs_fallback=a_vs_fallback,
-        heatmap_path=paths["heat-ab"], fallback_heatmap_path=paths["heat-afallback"],
-        spectrogram_diff_path=paths["spec-ab"], fallback_spectrogram_diff_path=paths["spec-afallback"],
-        seconds=time.perf_counter() - started, settings=settings, seconds_per_run=ra.seconds,
-        parts_note=check_note(parts, a.strength, b.strength, low_rank_only), low_rank_only=low_rank_only,
-        parts=dict(parts))

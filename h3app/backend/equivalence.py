@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -248,16 +248,9 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
     records them. ``previews``: a preview of each of the fallback, A and B after every evaluation, in columns of
     those names (the control step has none).
     """
-    refused = check_refusal(binder.model.attention)  # every run below uses the one loaded model's backend
-    if refused is not None:
-        raise H3AppError(refused)
     started = time.perf_counter()
+    pipe, loaded, engine, ranks = prepared(binder, request, adapter, token)  # refuses an approximate backend first
     workflow = request.workflow
-    pipe = binder.model.pipeline(workflow)
-    binder.reset(workflow)
-    loaded = binder.load(adapter, workflow, token)
-    engine = binder.engine(workflow)
-    ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
     total = len(FULL_RUNS) * request_evaluations(pipe, request) + CONTROL_STEPS
     settings = outputs.record({"request": request.to_json(), "adapter": loaded.provenance(), "a": a.label,
                                "b": b.label, "model": binder.model.name, "model_commit": binder.model.location.commit})
@@ -285,23 +278,47 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
                             exact_strength=a.strength if low_rank_only else None)
             rb = runs.run("B")
             runs.encode("B", b.alpha, b.strength, same_as="A", last=True)
-        # Drawn here while the encoder finishes the last mp4 (this thread would only wait for it).
-        paths = _difference_images(ra, rb, rf, output_dir, stem)
-        a_vs_b = metrics.compare(ra.video, ra.audio, rb.video, rb.audio)
-        a_vs_fallback = metrics.compare(ra.video, ra.audio, rf.video, rf.audio)
-        done = runs.finished()
+        return verdict(runs, (rf, ra, rb), control_identical, started, loaded.adapter.info.parts,
+                       (a.strength, b.strength), low_rank_only)
     finally:
         runs.close()
         binder.baseline(workflow)  # detached; compiled: the adapter stays in place at strength 0
+
+
+def prepared(binder: Any, request: GenerationRequest, adapter: LoRASettings, token: str | None
+             ) -> tuple[Any, Any, Any, dict[str, int]]:
+    """A check's start, in one call or in each of its ZeroGPU calls: an approximate attention backend refused (every
+    run uses the one loaded model's), every adapter detached, the check's adapter loaded. ``(pipe, loaded, engine,
+    ranks per target)``."""
+    refused = check_refusal(binder.model.attention)
+    if refused is not None:
+        raise H3AppError(refused)
+    workflow = request.workflow
+    pipe = binder.model.pipeline(workflow)
+    binder.reset(workflow)
+    loaded = binder.load(adapter, workflow, token)
+    ranks = {target: module.rank for target, module in loaded.adapter.modules.items()}
+    return pipe, loaded, binder.engine(workflow), ranks
+
+
+def verdict(runs: _CheckRuns, results: tuple[GenerationResult, GenerationResult, GenerationResult],
+            control_identical: bool, started: float, parts: Mapping[str, int], strengths: tuple[float, float],
+            low_rank_only: bool) -> EquivalenceResult:
+    """The check's result from its three runs ``(fallback, A, B)`` once their mp4s are queued on ``runs``: the
+    difference images and metrics (drawn while the encoder finishes the last mp4), the finished columns, the verdict.
+    The one-call check and the check split over ZeroGPU calls (``check_runs.assemble``) both end here."""
+    rf, ra, rb = results
+    paths = _difference_images(ra, rb, rf, runs.output_dir, runs.stem)
+    a_vs_b = metrics.compare(ra.video, ra.audio, rb.video, rb.audio)
+    a_vs_fallback = metrics.compare(ra.video, ra.audio, rf.video, rf.audio)
+    done = runs.finished()
     return EquivalenceResult(
         identical=ra.hash == rb.hash, control_identical=control_identical,
         a=done["A"], b=done["B"], fallback=done["fallback"], a_vs_b=a_vs_b, a_vs_fallback=a_vs_fallback,
         heatmap_path=paths["heat-ab"], fallback_heatmap_path=paths["heat-afallback"],
         spectrogram_diff_path=paths["spec-ab"], fallback_spectrogram_diff_path=paths["spec-afallback"],
-        seconds=time.perf_counter() - started, settings=settings, seconds_per_run=ra.seconds,
-        parts_note=check_note(loaded.adapter.info.parts, a.strength, b.strength, low_rank_only),
-        low_rank_only=low_rank_only, parts=dict(loaded.adapter.info.parts),
-    )
+        seconds=time.perf_counter() - started, settings=runs.settings, seconds_per_run=ra.seconds,
+        parts_note=check_note(parts, *strengths, low_rank_only), low_rank_only=low_rank_only, parts=dict(parts))
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
@@ -17,6 +17,9 @@ from ...rules import values
 from ...rules.choices import UNMERGED
 from ...settings import LoRASettings
 from ..user_error import user_error
+
+if TYPE_CHECKING:  # the one type the page holds the backend as (docs/architecture.md)
+    from ...backend.service import Backend
 
 DIFF_INTRO = ("**How two adapters differ** — the cosine of their effective deltas ΔW (each at its alpha and scale: "
               "`SOURCE,alpha=8,scale=0.5`), overall and per block × module group: +1 the same direction, 0 "
@@ -103,7 +106,7 @@ def heat_html(result: dict[str, Any]) -> str:
             f"</thead><tbody>{''.join(body)}</tbody></table>{notes}</div>")
 
 
-def wire_diff_panel(backend: Any, panel: DiffPanel, token: Any) -> None:
+def wire_diff_panel(backend: Backend, panel: DiffPanel, token: Any) -> None:
     """Compare → the heat map and the JSON (a queued cheap event: it reads two adapter files, no GPU)."""
 
     def compare(a: Any, b: Any, token_value: Any) -> tuple[str, dict[str, Any]]:

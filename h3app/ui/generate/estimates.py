@@ -25,7 +25,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import H3AppError
 from ...rules.choices import T2VA
@@ -34,6 +34,9 @@ from ...rules.steps import evaluations
 from ..forms import RequestForm
 from ..presenters.visitor_words import counted
 from .time_note import seconds_words, time_words, zero_gpu_words
+
+if TYPE_CHECKING:  # the one type the page holds the backend as (docs/architecture.md)
+    from ...backend.service import Backend
 
 RECENT = 16  # runs the correction of the time model looks at
 REMEMBERED = 64  # runs kept per server
@@ -156,7 +159,7 @@ _ESTIMATORS: weakref.WeakKeyDictionary[Any, Estimator] = weakref.WeakKeyDictiona
 _MADE = threading.Lock()
 
 
-def estimator_for(backend: Any) -> Estimator:
+def estimator_for(backend: Backend) -> Estimator:
     """The one estimator of ``backend``'s server (its runs are this server's)."""
     with _MADE:
         if backend not in _ESTIMATORS:
@@ -189,14 +192,14 @@ def runs_line(runs: float, what: str, estimate: Estimate | None) -> str:
             f"generation: {estimate.source})")
 
 
-def _asked(backend: Any, request: RequestForm, estimate: Estimate | None | Ask) -> Estimate | None:
+def _asked(backend: Backend, request: RequestForm, estimate: Estimate | None | Ask) -> Estimate | None:
     if not isinstance(estimate, Ask):
         return estimate
     size = sized(request, backend.limits)
     return estimator_for(backend).estimate(size) if size is not None else None
 
 
-def check_line(backend: Any, request: RequestForm, estimate: Estimate | None | Ask = ASK) -> str:
+def check_line(backend: Backend, request: RequestForm, estimate: Estimate | None | Ask = ASK) -> str:
     """The check's cost: its runs (``Backend.check_cost``: A, B and the fallback in full, the control one step)
     and their seconds at ``estimate`` (one generation of ``request``; asked when not given); '' while a request
     value is refused (the note under Steps says why, once)."""
@@ -211,7 +214,7 @@ def check_line(backend: Any, request: RequestForm, estimate: Estimate | None | A
     return runs_line(runs, what, _asked(backend, request, estimate)) + "."
 
 
-def grid_line(backend: Any, plan: Any, request: RequestForm | None = None,
+def grid_line(backend: Backend, plan: Any, request: RequestForm | None = None,
               estimate: Estimate | None | Ask = ASK) -> str:
     """The Grid's cost: its cells (``GridPlan``) + one no-LoRA baseline per seed, and their seconds at
     ``estimate`` (one generation of ``request``, the model's default one when None; asked when not given)."""
@@ -224,7 +227,7 @@ def grid_line(backend: Any, plan: Any, request: RequestForm | None = None,
     return runs_line(runs, what, asked) + "."
 
 
-def estimate_lines(backend: Any, comparisons: Any, request: RequestForm, grid: Any) -> dict[str, str]:
+def estimate_lines(backend: Backend, comparisons: Any, request: RequestForm, grid: Any) -> dict[str, str]:
     """The page's three estimates from one :class:`Estimate` of ``request``: ``generate`` (the line under the
     request), ``check`` (``ComparisonEvents.check_estimate``) and ``grid`` (``ComparisonEvents.estimate`` of the
     ``grid`` axes, a ``GridForm``)."""

@@ -10,15 +10,27 @@ So the panel's cheap listeners register here (:meth:`ChangeEvents.on`) and :meth
 *one* event per trigger that runs that trigger's listeners in the order they registered and returns their
 outputs together. A listener sees exactly the inputs it asked for, as Gradio would pass them: a list of
 components → positional arguments, a set → one ``{component: value}`` dict.
+
+Events of *different* triggers still run side by side, and their answers land in whatever order their runs end:
+on a loaded server a box's late note could cover the note of a box typed after it, and a late "Source changed"
+clear could cover Inspect's card. So every such answer passes :class:`AnswerOrder` (``ChangeEvents.ordered``):
+per page, each output keeps the answer of the newest event that wrote it, "newest" meaning the one that reached
+the server last (``gradio_compat.sent_order``: what the page sent last, with the values it held then); an older
+answer leaves that output alone.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import gradio as gr
+
+from ..lru import LRU
+from .gradio_compat import current_request, sent_order
 
 # Off the queue, no spinner, not in the API: a redraw of text or plots from the controls, milliseconds.
 CHEAP: dict[str, Any] = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
@@ -58,6 +70,51 @@ class _Group:
     then: list[Listener] = field(default_factory=list)
 
 
+def _skips(value: Any) -> bool:
+    """``gr.skip()``: an update that changes nothing (it writes no value, so it claims no output)."""
+    return isinstance(value, dict) and value == {"__type__": "update"}
+
+
+class AnswerOrder:
+    """Which event's answer each output of each page shows: an answer older than one already written to an output
+    leaves that output alone (the newer answer was computed from what the page held later)."""
+
+    def __init__(self, pages: int = 4096) -> None:
+        self._written: LRU[str, dict[int, int]] = LRU(pages)  # page → {id(output): order of its newest writer}
+        self._lock = threading.Lock()
+
+    def kept(self, answer: Any, page: str | None, order: int | None) -> Any:
+        """``answer`` (``{component: value}``) less the outputs an event of ``page`` sent after ``order`` has
+        written, recording ``order`` for the rest; ``gr.skip()`` when nothing is left. Anything else — a plain
+        value, no page or no order (a direct call) — passes unchanged."""
+        if not page or order is None or not isinstance(answer, dict) or not answer or _skips(answer):
+            return answer
+        with self._lock:
+            written = self._written.get(page)
+            if written is None:
+                written = {}
+                self._written.put(page, written)
+            kept = {}
+            for output, value in answer.items():
+                if written.get(id(output), 0) > order:
+                    continue  # a newer answer is on the page already
+                if not _skips(value):
+                    written[id(output)] = order
+                kept[output] = value
+        return kept or gr.skip()
+
+    def ordered(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (an event function answering ``{component: value}``) with its answer passed through
+        :meth:`kept` for the running event's page and order (Gradio sees ``fn``'s own signature)."""
+
+        @functools.wraps(fn)
+        def answer(*args: Any, **kwargs: Any) -> Any:
+            shown = fn(*args, **kwargs)
+            return self.kept(shown, getattr(current_request(), "session_hash", None), sent_order())
+
+        return answer
+
+
 def _union(components: Sequence[Sequence[Any]]) -> list[Any]:
     """Each component once, in first-seen order (components hash by identity)."""
     return list(dict.fromkeys(c for group in components for c in group))
@@ -79,6 +136,12 @@ class ChangeEvents:
     def __init__(self) -> None:
         self._groups: dict[tuple[int, str], _Group] = {}
         self._wired = False
+        self.order = AnswerOrder()  # shared with the app's other writers of these outputs (``ordered``)
+
+    def ordered(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` answering in this app's order (:class:`AnswerOrder`): for an event outside this class that writes
+        outputs its listeners or other events write too (Inspect and the slot's "Source changed" clear)."""
+        return self.order.ordered(fn)
 
     def on(self, triggers: Sequence[Any] | Any, fn: Callable[..., Any], inputs: Any, outputs: Any,
            then: tuple[Callable[..., Any], Any, Any] | None = None) -> None:
@@ -88,7 +151,8 @@ class ChangeEvents:
             raise RuntimeError("ChangeEvents.on after wire(): register every listener before the app is wired")
         listener = Listener.of(fn, inputs, outputs)
         after = Listener.of(*then) if then is not None else None
-        for trigger in triggers if isinstance(triggers, (list, tuple)) else [triggers]:
+        each: list[Any] = list(triggers) if isinstance(triggers, (list, tuple)) else [triggers]
+        for trigger in each:
             group = self._groups.setdefault((id(trigger.__self__), trigger.event_name), _Group(trigger))
             group.listeners.append(listener)
             if after is not None and after not in group.then:
@@ -98,12 +162,12 @@ class ChangeEvents:
         """One ``always_last`` event per trigger (inside the app's ``gr.Blocks``), its ``then`` chained after."""
         self._wired = True
         for group in self._groups.values():
-            event = gr.on([group.trigger], _run_all(group.listeners),
+            event = gr.on([group.trigger], self.ordered(_run_all(group.listeners)),
                           set(_union([listener.inputs for listener in group.listeners])),
                           _union([listener.outputs for listener in group.listeners]),
                           trigger_mode="always_last", **CHEAP)
             if group.then:
-                event.then(_run_all(group.then), set(_union([listener.inputs for listener in group.then])),
+                event.then(self.ordered(_run_all(group.then)), set(_union([listener.inputs for listener in group.then])),
                            _union([listener.outputs for listener in group.then]), **CHEAP)
 
     def listeners(self, trigger: Any) -> list[Listener]:

@@ -24,15 +24,22 @@ replayed over HTTP (tests/test_public_space_queue.py, tests/test_public_space_ab
   - ``Queue.push`` refuses only when the whole queue (``max_size``) is full. Here a :class:`JoinGate` (hosted mode:
     ``hosting.join_bound``) may refuse a join at once: the refusal is answered the way Gradio answers a cached
     event (a ``gradio.queueing.Event`` with one completed message), without entering the queue.
+  - Gradio answers a page's events in whatever order their runs end (queue-less ones run side by side in worker
+    threads). ``sent_order`` numbers each event when it reaches the server — a queued one at its join
+    (``Queue.push``), a queue-less one when its request starts processing (``Blocks.process_api``, an instance
+    attribute shadowing the method; nothing awaits between the route and that call) — so that
+    ``change_events.AnswerOrder`` can drop an answer older than one already written to the same output.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 import weakref
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,7 +50,16 @@ WRITTEN_FOR = "6.31.0"
 check_written_for("gradio", WRITTEN_FOR, __name__)
 
 __all__ = ["WRITTEN_FOR", "Join", "JoinGate", "WatchedMessages", "client_gone", "current_request", "hook_queue",
-           "never_listened", "wrap_events"]
+           "never_listened", "sent_order", "wrap_events"]
+
+_SENT: ContextVar[int | None] = ContextVar("h3_sent_order", default=None)
+_ARRIVALS = itertools.count(1)  # one count for the process: next() on it is atomic under the GIL
+
+
+def sent_order() -> int | None:
+    """The running event's place in the order events reached this server (larger: later), set by
+    :func:`hook_queue`'s hooks; None outside an event of a hooked app (a direct call, e.g. in a test)."""
+    return _SENT.get()
 
 
 def current_request() -> Any:
@@ -150,13 +166,15 @@ class JoinGate(Protocol):
 
 
 def hook_queue(demo: Any, gate: JoinGate | None = None) -> None:
-    """Hook ``demo``'s queue (see the module docstring): cancels that stop, joins nobody listens to, and ``gate``'s
-    refusals before a join can wait."""
+    """Hook ``demo``'s queue (see the module docstring): cancels that stop, joins nobody listens to, ``gate``'s
+    refusals before a join can wait, and each event numbered in the order it arrived (:func:`sent_order`)."""
     queue = demo._queue
     events: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-    push, remove = queue.push, queue.remove_from_queue
+    arrived: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()  # a queued event → its join's number
+    push, remove, process = queue.push, queue.remove_from_queue, demo.process_api
 
     async def hooked_push(body: Any, request: Any, username: str | None) -> Any:
+        number = next(_ARRIVALS)  # before any await: joins are numbered in the order they arrive
         fn = queue.blocks.fns.get(body.fn_index) if body.fn_index is not None else None
         join = Join(request.headers, request.client, body.session_hash, fn is not None and fn.queue is not False,
                     getattr(fn, "concurrency_id", None))
@@ -168,6 +186,7 @@ def hook_queue(demo: Any, gate: JoinGate | None = None) -> None:
             event = queue.event_ids_to_events.get(event_id)
             if event is not None:
                 events[event_id] = event
+                arrived[event] = number
             if gate is not None and fn is not None:
                 gate.joined(join, event_id)
             messages = queue.pending_messages_per_session.get(body.session_hash)
@@ -181,7 +200,18 @@ def hook_queue(demo: Any, gate: JoinGate | None = None) -> None:
             event.alive = False
         await remove(event_id)
 
+    async def numbered_process(*args: Any, **kwargs: Any) -> Any:
+        """Every run of an event (queued: numbered at its join; direct: now, before anything awaits)."""
+        event = events.get(kwargs.get("event_id") or "")
+        number = arrived.get(event) if event is not None else None
+        token = _SENT.set(number if number is not None else next(_ARRIVALS))
+        try:
+            return await process(*args, **kwargs)
+        finally:
+            _SENT.reset(token)
+
     queue.push, queue.remove_from_queue = hooked_push, hooked_remove
+    demo.process_api = numbered_process
 
 
 async def _refuse(queue: Any, body: Any, fn: Any, request: Any, username: str | None, message: str) -> Any:

@@ -9,8 +9,8 @@ from typing import Any
 import gradio as gr
 
 from ...hosting.gpu_gate import admitted, gpu_events
-from ...lru import LRU
 from ...rules.choices import QKV_LAYOUTS
+from ...settings import BLOCKS
 from ..change_events import CHEAP, ChangeEvents
 from ..forms import KEEP, SCALE_RANGE, SLOT_FIELDS, SlotForm, chain_text, field_names, parts, read, source_text, write
 from ..presenters import render
@@ -61,12 +61,14 @@ class AdapterSlot:
     replace_button: gr.Button
     keep_button: gr.Button
     advanced: advanced_strength.AdvancedSection  # "Advanced strength": its controls are SlotForm fields too
-    # ... readable here by those field names, as every other control of the slot
-    video_strength = property(lambda self: self.advanced.video_strength)
-    text_strength = property(lambda self: self.advanced.text_strength)
-    audio_strength = property(lambda self: self.advanced.audio_strength)
-    strength_schedule = property(lambda self: self.advanced.strength_schedule)
-    block_strength = property(lambda self: self.advanced.block_strength)
+
+    def __getattr__(self, name: str) -> gr.components.Component:
+        """The "Advanced strength" controls, readable by their settings field names as every other control of the
+        slot (``forms.parts``)."""
+        advanced = self.__dict__.get("advanced")
+        if advanced is not None and name in advanced.parts:
+            return advanced.parts[name]
+        raise AttributeError(f"{type(self).__name__} has no {name!r}")
 
 
 def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None = None) -> AdapterSlot:
@@ -142,25 +144,6 @@ def build_adapter_slot(events: AdapterEvents, slot: str, mode: gr.Radio | None =
                        confirm_note, replace_button, keep_button, advanced)
 
 
-class InspectedTexts:
-    """The source text each page last asked this slot to inspect, kept on the server (a page's own state would be
-    read when its event was sent, too early). Typing fires a queue-less "forget" and Enter a queued Inspect at
-    almost the same moment; on a loaded server Inspect's answer can arrive first, and forget would then wipe it
-    ("Source changed: press Inspect"). Forget checks here when it runs and keeps an answer for the same text."""
-
-    def __init__(self, limit: int = 4096) -> None:
-        self.texts: LRU[str, str] = LRU(limit)  # page (Gradio's session hash) → text; the oldest page goes first
-
-    def asked(self, request: gr.Request | None, source: Any) -> None:
-        page = getattr(request, "session_hash", None)
-        if page:
-            self.texts.put(page, source_text(source))
-
-    def answered(self, request: gr.Request | None, source: Any) -> bool:
-        page = getattr(request, "session_hash", None)
-        return bool(page) and self.texts.get(page) == source_text(source)
-
-
 def slot_inputs(ui: AdapterSlot) -> dict[str, Any]:
     """The slot's controls by :class:`SlotForm` field name."""
     return parts(ui, SLOT_FIELDS)
@@ -206,25 +189,21 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEve
                       mode: gr.Radio, workflow: gr.Radio, token: gr.Textbox) -> None:
     """Bind the slot's events: inspect (listing + header), readout and profile (off the queue, through
     ``changes``), load (GPU)."""
-    inspected = InspectedTexts()
-    _wire_inspect(events, ui, token, workflow, inspected)
-    _wire_source_edits(ui, inspected)
+    _wire_inspect(events, ui, token, workflow, changes)
+    _wire_source_edits(ui, changes)
     _wire_alpha_box(ui, changes)
     _wire_strength(events, ui, changes)
     _wire_load(events, ui, session=session, mode=mode, workflow=workflow, token=token)
 
 
 def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, workflow: gr.Radio,
-                  inspected: InspectedTexts) -> None:
-    """Inspect on the button, Enter or a weight pick, and after a demo pick or an upload has filled the slot."""
+                  changes: ChangeEvents) -> None:
+    """Inspect on the button, Enter or a weight pick, and after a demo pick or an upload has filled the slot; its
+    card answers in the page's order (``changes.ordered``: a "Source changed" sent after it covers it, and one sent
+    before it, answered late, does not)."""
     inspect_inputs = {*slot_inputs(ui).values(), token, workflow, ui.info}
-    inspect = inspect_event(events, ui, token, workflow)
-
-    def inspect_typed(values: dict[Any, Any], request: gr.Request = None) -> dict[Any, Any]:
-        inspected.asked(request, values[ui.source])
-        return inspect(values)
-
-    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect_typed, inspect_inputs,
+    inspect = changes.ordered(inspect_event(events, ui, token, workflow))
+    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs,
           inspect_outputs(ui), **INSPECTED)
     pick_parts = parts(ui, field_names(SourcePick))
 
@@ -255,16 +234,14 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
     uploaded.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
 
 
-def _wire_source_edits(ui: AdapterSlot, inspected: InspectedTexts) -> None:
+def _wire_source_edits(ui: AdapterSlot, changes: ChangeEvents) -> None:
     """Typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
-    override belonged to the adapter shown before, so it goes too (and the alpha card says so)."""
+    override belonged to the adapter shown before, so it goes too (and the alpha card says so). In the page's order
+    (``changes.ordered``): typing then Enter sends this clear first, and Inspect's card, if it lands first, stays."""
 
-    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None, request: gr.Request = None
-               ) -> dict[Any, Any]:
+    def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
         if info and (info.get("adapter") or [None])[0] == source_text(source):
             return gr.skip()  # the text still names the inspected file (Enter, or a key that changed nothing): keep it
-        if inspected.answered(request, source):
-            return gr.skip()  # Inspect already ran for this very text (its answer may have reached the page first)
         shown = {**cleared_panel(ui, render.placeholder("Source changed: press Inspect (or Enter).")), ui.demo: None,
                  ui.pending: None, ui.confirm_box: gr.update(visible=False)}
         if override and info:
@@ -274,7 +251,7 @@ def _wire_source_edits(ui: AdapterSlot, inspected: InspectedTexts) -> None:
                                                        f"dropped with it.", testid="override-dropped")
         return shown
 
-    ui.source.input(forget, [ui.source, ui.override, ui.alpha, ui.info],
+    ui.source.input(changes.ordered(forget), [ui.source, ui.override, ui.alpha, ui.info],
                     list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box], **CHEAP)
 
 
@@ -297,7 +274,7 @@ def _wire_alpha_box(ui: AdapterSlot, changes: ChangeEvents) -> None:
 
 def _strength_parts(ui: AdapterSlot) -> dict[str, Any]:
     return {"override": ui.override, "alpha": ui.alpha, "strength": ui.strength, "info": ui.info,
-            "block_strength": ui.block_strength}  # per-block factors redraw the profile's block bars
+            BLOCKS.name: ui.advanced.parts[BLOCKS.name]}  # per-block factors redraw the profile's block bars
 
 
 def _readout_event(events: AdapterEvents, ui: AdapterSlot) -> Callable[[dict[Any, Any]], dict[Any, Any]]:
@@ -341,7 +318,7 @@ def _wire_strength(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEvents
 
     redraw_outputs = [*parts(ui, field_names(Readout)).values(), *profile_parts.values()]
     # always_last (ChangeEvents): the newest input last, so answers never arrive out of order
-    changes.on([ui.override.change, ui.alpha.change, ui.strength.change, ui.block_strength.change], redraw,
+    changes.on([ui.override.change, ui.alpha.change, ui.strength.change, ui.advanced.parts[BLOCKS.name].change], redraw,
                strength_inputs, redraw_outputs, then=(axes, strength_inputs, [ui.group_plot, ui.block_plot]))
 
 

@@ -37,6 +37,14 @@ import torch
 # Distinct timesteps one H3 forward can carry: video rows, audio rows, conditioning video rows (keyframes,
 # references: pinned at their noise level) and reference audio rows (diffusers' ``build_row_timesteps``).
 MAX_TIMESTEP_ROWS = 4
+# the plain attributes this module keeps on the modules it changes: compiled or not, the timestep hooks' handles
+COMPILED, TIMESTEP_HOOKS = "_h3app_compiled", "_h3app_timestep_hooks"
+
+
+def _mark(module: torch.nn.Module, name: str, value: object) -> None:
+    """Keep ``value`` as the plain attribute ``name`` of ``module``. (torch types ``Module.__setattr__``'s value as
+    ``Tensor | Module``; any other value is stored as an ordinary attribute, which ``setattr`` says in its types.)"""
+    setattr(module, name, value)
 
 
 def compile_backend(device: str | torch.device) -> str:
@@ -66,9 +74,9 @@ def compile_blocks(transformer: torch.nn.Module, device: str | torch.device) -> 
     backend = compile_backend(device)
     for block in blocks:
         block.forward = torch.compile(block.forward, backend=backend, dynamic=False)
-        block._h3app_compiled = True
+        _mark(block, COMPILED, True)
     keep_timestep_rows(transformer)
-    transformer._h3app_compiled = True
+    _mark(transformer, COMPILED, True)
     return len(blocks)
 
 
@@ -77,16 +85,16 @@ def uncompile_blocks(transformer: torch.nn.Module) -> None:
     for block in blocks_of(transformer):
         if is_compiled(block):
             vars(block).pop("forward", None)
-            block._h3app_compiled = False
-    for handle in getattr(transformer, "_h3app_timestep_hooks", None) or ():
+            _mark(block, COMPILED, False)
+    for handle in getattr(transformer, TIMESTEP_HOOKS, None) or ():
         handle.remove()
-    transformer._h3app_timestep_hooks = None
-    transformer._h3app_compiled = False
+    _mark(transformer, TIMESTEP_HOOKS, None)
+    _mark(transformer, COMPILED, False)
 
 
 def is_compiled(module: torch.nn.Module) -> bool:
     """Whether :func:`compile_blocks` compiled ``module``'s blocks (or ``module``, one of them)."""
-    return bool(getattr(module, "_h3app_compiled", False))
+    return bool(getattr(module, COMPILED, False))
 
 
 @contextmanager
@@ -108,7 +116,7 @@ def keep_timestep_rows(transformer: torch.nn.Module) -> None:
     timestep gets it twice (``timestep_indices`` still point at row 0), and the embedding's first dimension is
     marked symbolic in ``[2, MAX_TIMESTEP_ROWS]``."""
     embedder = getattr(transformer, "time_embedder", None)
-    if embedder is None or getattr(transformer, "_h3app_timestep_hooks", None):
+    if embedder is None or getattr(transformer, TIMESTEP_HOOKS, None):
         return
     from .torch_compat import mark_dynamic
 
@@ -122,8 +130,8 @@ def keep_timestep_rows(transformer: torch.nn.Module) -> None:
         if isinstance(output, torch.Tensor) and 2 <= output.shape[0] <= MAX_TIMESTEP_ROWS:
             mark_dynamic(output, 0)
 
-    transformer._h3app_timestep_hooks = [transformer.register_forward_pre_hook(two_rows, with_kwargs=True),
-                                         embedder.register_forward_hook(symbolic)]
+    _mark(transformer, TIMESTEP_HOOKS, [transformer.register_forward_pre_hook(two_rows, with_kwargs=True),
+                                        embedder.register_forward_hook(symbolic)])
 
 
 def compile_report() -> dict[str, int]:

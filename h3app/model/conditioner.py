@@ -33,21 +33,35 @@ def layers_read_from(folder: str) -> int:
 
 def decoder(text_encoder: torch.nn.Module) -> torch.nn.Module:
     """The Qwen3-VL text decoder (``text_encoder.model.language_model``)."""
-    return text_encoder.model.language_model
+    return text_encoder.get_submodule("model.language_model")
+
+
+def decoder_layers(text_encoder: torch.nn.Module) -> torch.nn.ModuleList:
+    """The Qwen3-VL text decoder's layers (``decoder(text_encoder).layers``)."""
+    layers = decoder(text_encoder).get_submodule("layers")
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise H3AppError(f"the text encoder's decoder layers are a {type(layers).__name__}, not a ModuleList: "
+                         "use the released Qwen3-VL conditioner.")
+    return layers
 
 
 def trim(text_encoder: torch.nn.Module, layers: int) -> torch.nn.Module:
     """Keep the first ``layers`` decoder layers and drop the LM head, in place (config updated to match).
 
     A stack with fewer layers than ``layers`` is refused in one line: it cannot give MiniMax-H3's conditioning."""
+    from transformers import PreTrainedModel
+
+    if not isinstance(text_encoder, PreTrainedModel):
+        raise H3AppError(f"the text encoder is a {type(text_encoder).__name__}, not a transformers model: "
+                         "use the released Qwen3-VL conditioner.")
     stack = decoder(text_encoder)
-    have = len(stack.layers)
+    have = len(decoder_layers(text_encoder))
     if have < layers:
         raise H3AppError(f"the text encoder has {have} decoder layers; MiniMax-H3 reads the output of layer "
                          f"{layers - 1}, which needs at least {layers}: use the released Qwen3-VL conditioner.")
     config = text_encoder.config.text_config
     if have > layers:
-        stack.layers = stack.layers[:layers]
+        stack.layers = decoder_layers(text_encoder)[:layers]
         config.num_hidden_layers = layers
         if getattr(config, "layer_types", None):
             config.layer_types = list(config.layer_types)[:layers]

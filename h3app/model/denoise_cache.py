@@ -76,10 +76,14 @@ def first_block_cache(transformer: torch.nn.Module, threshold: float = FBC_THRES
     """diffusers' first-block cache on ``transformer`` for the duration of the block (one run): yields the count,
     filled after every forward of the transformer. The hooks are removed on exit, whatever happened."""
     from diffusers.hooks import FirstBlockCacheConfig
+    from diffusers.models import CacheMixin
 
     from .diffusers_compat import first_block_computed, register_cache_block
 
     blocks = cached_blocks(transformer)
+    if not isinstance(transformer, CacheMixin):
+        raise H3AppError(f"--cache fbc needs a diffusers model with a step cache; a {type(transformer).__name__} has "
+                         "none: run without --cache.")
     register_cache_block(type(blocks[0]))
     count = CacheCount(FIRST_BLOCK_CACHE, threshold)
     head = blocks[0]

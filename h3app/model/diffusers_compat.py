@@ -96,15 +96,20 @@ def register_cache_block(block_class: type) -> None:
     try:
         TransformerBlockRegistry.get(block_class)
     except ValueError:
-        TransformerBlockRegistry.register(block_class, TransformerBlockMetadata(return_hidden_states_index=None,
-                                                                                return_encoder_hidden_states_index=None))
+        # None: the block returns its hidden states alone (diffusers annotates both indices ``int`` yet defaults them
+        # to None, the value its own hooks test for)
+        alone = TransformerBlockMetadata(return_hidden_states_index=None,  # type: ignore[arg-type]
+                                         return_encoder_hidden_states_index=None)  # type: ignore[arg-type]
+        TransformerBlockRegistry.register(block_class, alone)
 
 
 def first_block_computed(head_block: Any) -> bool:
     """Whether the first-block cache on ``head_block`` (the leader) decided, at its last forward, to compute the
     remaining blocks (False: they were skipped and the cached residual reused)."""
     from diffusers.hooks import HookRegistry
-    from diffusers.hooks.first_block_cache import _FBC_LEADER_BLOCK_HOOK
+    from diffusers.hooks.first_block_cache import _FBC_LEADER_BLOCK_HOOK, FBCHeadBlockHook
 
     hook = HookRegistry.check_if_exists_or_initialize(head_block).get_hook(_FBC_LEADER_BLOCK_HOOK)
+    if not isinstance(hook, FBCHeadBlockHook):
+        raise RuntimeError(f"no first-block cache leader hook on {type(head_block).__name__} (found {hook!r})")
     return bool(hook.state_manager.get_state().should_compute)

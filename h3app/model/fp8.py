@@ -17,11 +17,17 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import H3AppError
+
 STORAGE = torch.float8_e4m3fn
 
 
 def store_transformer(transformer: torch.nn.Module, compute_dtype: torch.dtype) -> torch.nn.Module:
     """``transformer`` (a diffusers model) with fp8 storage and ``compute_dtype`` compute, in place."""
+    from diffusers.models import ModelMixin
+
+    if not isinstance(transformer, ModelMixin):
+        raise H3AppError(f"--fp8 stores a diffusers model's weights; a {type(transformer).__name__} is not one.")
     transformer.enable_layerwise_casting(storage_dtype=STORAGE, compute_dtype=compute_dtype)
     return transformer
 
@@ -30,9 +36,9 @@ def store_text_encoder(text_encoder: torch.nn.Module, compute_dtype: torch.dtype
     """The Qwen3-VL conditioner's decoder layers with fp8 storage, in place."""
     from diffusers.hooks import apply_layerwise_casting
 
-    from .conditioner import decoder
+    from .conditioner import decoder_layers
 
-    apply_layerwise_casting(decoder(text_encoder).layers, storage_dtype=STORAGE, compute_dtype=compute_dtype)
+    apply_layerwise_casting(decoder_layers(text_encoder), storage_dtype=STORAGE, compute_dtype=compute_dtype)
     return text_encoder
 
 

@@ -58,6 +58,12 @@ def vae_fingerprint(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(public, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def _rgb(values: Sequence[float] | np.ndarray) -> tuple[float, float, float]:
+    """One (R, G, B) triple of floats (a row of the weights, or the bias)."""
+    red, green, blue = (float(v) for v in values)
+    return red, green, blue
+
+
 def load(fingerprint: str, path: Path = FACTORS_FILE) -> LatentRGB | None:
     """The factors fitted for the VAE with ``fingerprint``, None when none were fitted."""
     if not path.is_file():
@@ -66,8 +72,8 @@ def load(fingerprint: str, path: Path = FACTORS_FILE) -> LatentRGB | None:
     if entry is None:
         return None
     return LatentRGB(model=entry["model"], fingerprint=fingerprint,
-                     weights=tuple(tuple(float(v) for v in row) for row in entry["weights"]),
-                     bias=tuple(float(v) for v in entry["bias"]), correlation=float(entry["correlation"]),
+                     weights=tuple(_rgb(row) for row in entry["weights"]),
+                     bias=_rgb(entry["bias"]), correlation=float(entry["correlation"]),
                      samples=int(entry["samples"]))
 
 
@@ -130,6 +136,6 @@ def fitted(model: str, fingerprint: str, train: Sequence[tuple[np.ndarray, np.nd
     test_y = np.concatenate([p[1] for p in held_out])
     projected = np.clip(test_x @ weights + bias, 0.0, 1.0)
     return LatentRGB(model=model, fingerprint=fingerprint,
-                     weights=tuple(tuple(float(v) for v in row) for row in weights),
-                     bias=tuple(float(v) for v in bias), correlation=grey_correlation(projected, test_y),
+                     weights=tuple(_rgb(row) for row in weights),
+                     bias=_rgb(bias), correlation=grey_correlation(projected, test_y),
                      samples=int(x.shape[0]))

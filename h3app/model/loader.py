@@ -16,7 +16,7 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 import threading  # noqa: E402
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch  # noqa: E402
 
@@ -37,6 +37,9 @@ from ..rules.h3_modules import QKV
 from . import attention as model_attention
 from . import conditioner, diffusers_compat, fp8, repo, torch_compat
 from .sub_block_cache import DECODE_STEPS, TEXT_ENCODER_STEP, SubBlockCache, with_sub_block_caches
+
+if TYPE_CHECKING:  # diffusers.models names the real class (diffusers' top-level __init__ shows mypy a torch-less dummy)
+    from diffusers.models import MiniMaxH3Transformer3DModel
 
 # The doors to diffusers' and torch's private API, imported at start-up (every path to a model comes here): each
 # refuses, in one line, a library version it was not written for, before anything is loaded.
@@ -144,7 +147,7 @@ def config_of(model: torch.nn.Module) -> dict[str, Any]:
     return dict(model.config)
 
 
-def fuse_qkv(transformer: torch.nn.Module) -> None:
+def fuse_qkv(transformer: MiniMaxH3Transformer3DModel) -> None:
     """Fuse every attention's q/k/v into a blocked ``[q; k; v]`` ``to_qkv`` and free the split weights.
 
     The fused processor reads only ``to_qkv``; keeping ``to_q/k/v`` would cost ~12 GB at full size.
@@ -158,7 +161,7 @@ def fuse_qkv(transformer: torch.nn.Module) -> None:
 
 
 def _load_transformer_from(folder: str, partition: str, options: LoadOptions) -> torch.nn.Module:
-    from diffusers import MiniMaxH3Transformer3DModel
+    from diffusers.models import MiniMaxH3Transformer3DModel
 
     transformer = MiniMaxH3Transformer3DModel.from_pretrained(folder, subfolder=partition, dtype=options.dtype)
     transformer.requires_grad_(False).eval()

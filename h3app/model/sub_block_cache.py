@@ -15,7 +15,7 @@ import hashlib
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -88,15 +88,28 @@ class SubBlockCache(LRU[str, dict[str, Any]]):
         return self
 
 
-class _CachedStep:
+if TYPE_CHECKING:
+    from diffusers.modular_pipelines.modular_pipeline import BlockState, ModularPipelineBlocks, PipelineState
+
+    class _Step(ModularPipelineBlocks):
+        """What the step class :class:`_CachedStep` is mixed in front of gives it (diffusers declares ``__call__`` on
+        each leaf step class, not on their base)."""
+
+        def __call__(self, components: Any, state: PipelineState) -> tuple[Any, PipelineState]: ...
+else:
+    _Step = object  # at run time the mixin's base is the step class it is put in front of
+
+
+class _CachedStep(_Step):
     """Mixed in front of a diffusers step class (see :func:`with_sub_block_caches`)."""
 
     output_cache: SubBlockCache
 
-    def __call__(self, components: Any, state: Any) -> tuple[Any, Any]:
+    def __call__(self, components: Any, state: PipelineState) -> tuple[Any, PipelineState]:
         if not self.output_cache.on:
             return super().__call__(components, state)
-        block_state = self.get_block_state(state)
+        # diffusers annotates get_block_state ``-> dict``; it returns a BlockState
+        block_state: BlockState = self.get_block_state(state)  # type: ignore[assignment]
         digest = hashlib.sha256(type(self).__mro__[2].__name__.encode())
         for spec in self.inputs:
             _feed(digest, spec.name)

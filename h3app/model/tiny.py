@@ -194,12 +194,11 @@ def _build_processor(tokenizer):
 def build_components() -> dict[str, Any]:
     """All tiny components, seeded (same seed → bitwise the same weights)."""
     import torch
-    from diffusers import (
-        AutoencoderKLMiniMaxH3,
-        AutoencoderKLMiniMaxH3Audio,
-        MiniMaxH3Scheduler,
-        MiniMaxH3Transformer3DModel,
-    )
+    from diffusers import MiniMaxH3Scheduler
+
+    # diffusers' top-level __init__ declares these classes for type checkers through its dummy objects
+    # (torch-less stand-ins); diffusers.models names the real ones, the same classes at run time.
+    from diffusers.models import AutoencoderKLMiniMaxH3, AutoencoderKLMiniMaxH3Audio, MiniMaxH3Transformer3DModel
 
     torch.manual_seed(SEED)
     transformer = MiniMaxH3Transformer3DModel(**TINY_TRANSFORMER_CONFIG)
@@ -241,7 +240,7 @@ def _rewrite_index(index_path: Path, repo_id: str) -> None:
 
 def save_checkpoint(components: dict[str, Any], out_dir: str | Path) -> Path:
     """Write ``components`` as a checkpoint folder in the real layout (replaced if it exists)."""
-    from diffusers.modular_pipelines import MiniMaxH3Blocks
+    from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import MiniMaxH3Blocks  # the real class
 
     out = Path(out_dir)
     if out.exists():

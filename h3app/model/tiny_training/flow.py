@@ -76,9 +76,10 @@ class FlowContext:
 
         return patchify_video_latents(latents[None], self.pipe.patch_size)
 
-    def velocity(self, transformer, layout: Layout, video: torch.Tensor, audio: torch.Tensor, t_video: float,
-                 t_audio: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """The transformer's velocity for rows ``video [Nv, 16]`` / ``audio [Na, 8]`` at timesteps ``t``."""
+    def velocity(self, transformer, layout: Layout, video: torch.Tensor, audio: torch.Tensor,
+                 t_video: float | torch.Tensor, t_audio: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The transformer's velocity for rows ``video [Nv, 16]`` / ``audio [Na, 8]`` at timesteps ``t`` (a float or
+        a 0-dim tensor)."""
         from diffusers.modular_pipelines.minimax_h3.before_denoise import MiniMaxH3SetTimestepsStep
 
         fields = layout.fields

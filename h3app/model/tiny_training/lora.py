@@ -66,6 +66,7 @@ class TrainingLora:
         factors: Factors = {}
         for name in target_names(transformer):
             linear = transformer.get_submodule(name)
+            assert isinstance(linear, torch.nn.Linear)  # target_names picks Linears only
             down = torch.randn(rank, linear.in_features, generator=generator) / linear.in_features ** 0.5
             up = torch.zeros(linear.out_features, rank)
             factors[name] = (torch.nn.Parameter(down), torch.nn.Parameter(up))

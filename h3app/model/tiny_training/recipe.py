@@ -77,7 +77,8 @@ class Progress:
 
 
 def _pipeline(components: dict[str, Any]):
-    from diffusers.modular_pipelines import MiniMaxH3Blocks
+    # the defining module: diffusers' package __init__ shows type checkers its torch-less dummy class
+    from diffusers.modular_pipelines.minimax_h3.modular_blocks_minimax_h3 import MiniMaxH3Blocks
 
     pipe = MiniMaxH3Blocks().init_pipeline()
     pipe.update_components(**components)

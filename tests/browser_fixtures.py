@@ -6,14 +6,23 @@ lists it in ``pytest_plugins``; ask for ``app``, ``browser`` or ``page`` by name
 - ``browser``: one context (shared HTTP cache) in one headless Debian chromium driven by Playwright;
 - ``page``: a fresh tab on the app for each test (its own Gradio session), closed afterwards.
 
+Helpers every browser test shares (import them by name): ``open_app``, ``pick_demo`` and ``inspected`` (a demo
+adapter in slot 1 and its card), ``answered`` and ``open_tab`` (wait for the page's own events), ``held_steps``
+(a job slow enough to click Cancel on), ``shoot`` (screenshots), ``type_into``/``set_number``, ``record_text``.
+
 Gradio keeps a heartbeat stream open for apps with session state, so a page never reaches Playwright's
 "networkidle": wait for "load" and then for the app's own text (auto-waiting locators).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +167,51 @@ def open_tab(page: Any, name: str) -> None:
     the test types next."""
     page.get_by_role("tab", name=name).click()
     answered(page)
+
+
+def inspected(page: Any, name: str | None = None) -> None:
+    """Wait for Inspect's card in slot 1 — its answer, not its placeholder (which says "format" too), titled
+    ``name`` when given — and for the redraws it set off (alpha box, pair, notes): an alpha typed before the answer
+    lands is replaced by the file's own."""
+    from playwright.sync_api import expect
+
+    card = page.locator("#slot1-inspect-card")
+    expect(card.locator("[data-testid=inspect-summary]")).to_be_visible()
+    if name is not None:
+        expect(card.locator(".h3-title")).to_have_text(name)
+    answered(page)
+
+
+def pick_demo(page: Any, name: str, wait: bool = True) -> None:
+    """Choose the demo adapter ``name`` (a file or folder of assets/adapters) in slot 1's dropdown. A pick fills the
+    source box and inspects at once; ``wait`` waits for that: the box naming it, then :func:`inspected` (a folder's
+    card is titled by its weight file, so only a file's title is checked). ``wait=False``: the pick alone (one that
+    asks first, when the box holds the person's own source)."""
+    from playwright.sync_api import expect
+
+    page.locator("#slot1-demo input").click()
+    page.get_by_role("option", name=name, exact=True).click()
+    if wait:
+        expect(page.locator("#slot1-source textarea")).to_have_value(re.compile(re.escape(name) + "$"))
+        inspected(page, name if name.endswith(".safetensors") else None)
+
+
+@contextmanager
+def held_steps(backend: Any, seconds: float = 0.2) -> Iterator[None]:
+    """Each transformer evaluation of ``backend``'s model takes at least ``seconds``: a 60-step job runs for 12 s or
+    more, so that a click on Cancel lands while it runs however fast the machine (the tiny model's 59 evaluations
+    otherwise end in about a second)."""
+    hook = backend.model.transformer().register_forward_pre_hook(lambda *_: time.sleep(seconds))
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+def shoot(page: Any, name: str, tmp_path: Path, element: str | None = None) -> None:
+    """A screenshot of the page (or of ``element``) in ``tmp_path``, copied to ``H3APP_SCREENSHOT_DIR`` when set."""
+    path = tmp_path / name
+    (page.locator(element) if element else page).screenshot(path=str(path), **({} if element else
+                                                                               {"full_page": True}))
+    if os.environ.get("H3APP_SCREENSHOT_DIR"):
+        shutil.copy(path, Path(os.environ["H3APP_SCREENSHOT_DIR"]) / name)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import open_app, open_tab, record_text, seen_text
+from browser_fixtures import held_steps, open_app, open_tab, pick_demo, record_text, seen_text, shoot
 from playwright.sync_api import expect
-from test_ui_browser import held_steps
-from test_ui_compare_browser import pick_turbo, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -47,7 +45,7 @@ def test_generate_shows_each_step_beside_its_progress_text(browser, app, tmp_pat
 def test_the_check_previews_a_b_and_fallback_side_by_side_and_cancel_keeps_them(browser, app, tmp_path):
     page = open_app(browser, app[0], 1400)
     try:
-        pick_turbo(page)
+        pick_demo(page, "tiny_turbo_4step.safetensors")
         set_steps(page, 4)
         open_tab(page, "Equivalence")
         record_text(page, "#check-preview-note")

@@ -8,11 +8,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, answered, set_number, type_into
+from browser_fixtures import GENERATION_TIMEOUT_MS, answered, pick_demo, set_number, type_into
 from playwright.sync_api import expect
-from test_ui_browser import pick_demo
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+DEMO = "lightx2v_turbo_no_alpha.safetensors"
 
 
 def set_slider(page, selector: str, value: str) -> None:
@@ -40,7 +41,7 @@ def settings_text(page) -> str:
 
 
 def test_the_advanced_section_reaches_the_run(page):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     set_number(page, "#steps", "3")  # 2 evaluations
     open_advanced(page)
     note = page.locator("#advanced-note-1")
@@ -71,7 +72,7 @@ def test_the_advanced_section_reaches_the_run(page):
 
 
 def test_a_bad_value_is_one_line_and_generate_refuses_it(page):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     open_advanced(page)
     set_slider(page, "#audio-strength-1", "3")  # past the slider's end: refused in the note, never clamped
     expect(page.locator("#advanced-note-1")).to_contain_text("⚠ audio strength 3 is outside the strength sliders'")

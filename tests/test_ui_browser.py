@@ -10,16 +10,16 @@ import os
 import re
 import shutil
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from browser_fixtures import (
     GENERATION_TIMEOUT_MS,
-    answered,
     error_badges,
+    held_steps,
     open_app,
     open_tab,
+    pick_demo,
     record_text,
     seen_text,
     set_number,
@@ -29,7 +29,6 @@ from playwright.sync_api import expect
 
 from h3app.backend.equivalence import PHASES
 from h3app.backend.generation import Cancelled
-from h3app.backend.service import Backend
 from h3app.ui.generate.events import EQUIVALENCE_RUNS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -39,17 +38,8 @@ DEMO = "lightx2v_turbo_no_alpha.safetensors"
 TALLEST_BAR_SHARE = 1 / 1.15
 
 
-def pick_demo(page) -> None:
-    """Choose the demo adapter (this inspects it) and wait for its card."""
-    page.locator("#slot1-demo input").click()
-    page.get_by_role("option", name=DEMO).click()
-    expect(page.locator("#slot1-source textarea")).to_have_value(re.compile(re.escape(DEMO) + "$"))
-    expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
-    answered(page)  # the redraws the pick set off (alpha box, pair, notes) have landed before anything is typed
-
-
 def load_demo(page) -> None:
-    pick_demo(page)
+    pick_demo(page, DEMO)
     page.locator("#slot1-load").click()
     expect(page.locator("#slot1-report")).to_contain_text("Loaded: all 24 targets bound",
                                                           timeout=GENERATION_TIMEOUT_MS)
@@ -57,7 +47,7 @@ def load_demo(page) -> None:
 
 def test_whole_flow_in_chromium(page, tmp_path):
     # pick a demo adapter (inspected at once): format and alpha (a guess: none stored) from the header
-    pick_demo(page)
+    pick_demo(page, DEMO)
     expect(page.locator("#slot1-inspect-card")).to_contain_text("24 targets")
     expect(page.locator("#slot1-alpha-card")).to_contain_text("alpha 128 — a guess")
     expect(page.locator("#slot1-readout [data-testid=effective-scale]")).to_have_text("1")
@@ -130,7 +120,7 @@ def test_profile_bars_follow_every_alpha_and_scale_change(page):
 
 
 def test_a_typed_source_is_not_replaced_by_the_demo(page):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     typed = "/tmp/typed-by-hand/lora.safetensors"
     type_into(page, "#slot1-source", typed)  # Tab lands on the demo dropdown
     page.locator("#slot1-inspect").click()
@@ -153,7 +143,7 @@ CHECK_RUNS = dict(enumerate((EQUIVALENCE_RUNS[run] for run in PHASES), start=1))
 
 
 def test_progress_names_the_run_and_leaves_the_seed_box_alone(page):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     set_number(page, "#steps", "12")
     record_text(page, "#video")  # a step's progress lasts a fraction of a second: recorded, not waited for
     record_text(page, "#seed")
@@ -175,7 +165,7 @@ def test_progress_names_the_run_and_leaves_the_seed_box_alone(page):
 
 
 def test_labels_read_as_meant(page):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     set_number(page, "#steps", "2")
     page.locator("#generate").click()
     result = page.locator("#result")
@@ -195,18 +185,6 @@ def test_labels_read_as_meant(page):
     differences = page.locator("#history-differences")
     expect(differences).to_be_visible()
     expect(differences).not_to_contain_text(re.compile(r"\{'|None|rank_fallback"))
-
-
-@contextmanager
-def held_steps(backend: Backend, seconds: float = 0.2):
-    """Each transformer evaluation of ``backend``'s model takes at least ``seconds``: a 60-step job runs for 12 s or
-    more, so that a click on Cancel lands while it runs however fast the machine (the tiny model's 59 evaluations
-    otherwise end in about a second)."""
-    hook = backend.model.transformer().register_forward_pre_hook(lambda *_: time.sleep(seconds))
-    try:
-        yield
-    finally:
-        hook.remove()
 
 
 def test_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
@@ -230,7 +208,7 @@ def test_cancel_confirms_and_an_abandoned_job_stops(page, browser, app):
 
 
 def test_grid_shows_every_cell_with_captions_and_phones_read_in_order(page, browser, app):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     set_number(page, "#steps", "2")
     open_tab(page, "Grid")
     type_into(page, "#grid-scales", "0.5, 1")
@@ -270,7 +248,7 @@ def test_the_api_page_describes_every_endpoint(page, app):
 
 
 def test_generate_says_what_it_applies_before_load(page):
-    pick_demo(page)
+    pick_demo(page, DEMO)
     note = page.locator("#apply-note")
     expect(note).to_contain_text(f"Generate applies adapter 1: {DEMO}")
     expect(note).to_contain_text("not loaded yet")

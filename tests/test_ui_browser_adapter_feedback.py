@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, answered, error_badges, set_number, type_into
+from browser_fixtures import GENERATION_TIMEOUT_MS, error_badges, pick_demo, set_number, type_into
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -24,23 +24,12 @@ def no_pop_up_and_no_error_left(page) -> None:
     assert error_badges(page) == 0
 
 
-def pick(page, name: str) -> None:
-    page.locator("#slot1-demo input").click()
-    page.get_by_role("option", name=name).click()
-    expect(page.locator("#slot1-source textarea")).to_have_value(re.compile(re.escape(name) + "$"))
-    # Inspect's answer, not its placeholder (which says "format" too): an alpha typed before the answer is replaced
-    # by the file's own when the answer lands (on a loaded machine, this test once typed too early)
-    expect(page.locator("#slot1-inspect-card [data-testid=inspect-summary]")).to_be_visible()
-    expect(page.locator("#slot1-inspect-card .h3-title")).to_have_text(name)
-    answered(page)
-
-
 def scale_shown(page):
     return page.locator("#slot1-readout [data-testid=effective-scale]")
 
 
 def test_the_demo_turbo_shows_and_runs_alpha_1_from_the_registry(page):
-    pick(page, TURBO)
+    pick_demo(page, TURBO)
     expect(page.locator("#slot1-alpha-card")).to_contain_text("alpha 1")
     expect(page.locator("#slot1-alpha-card")).to_contain_text("the known-adapter registry")
     expect(scale_shown(page)).to_have_text("0.0625")
@@ -57,7 +46,7 @@ def test_the_demo_turbo_shows_and_runs_alpha_1_from_the_registry(page):
 
 
 def test_a_refused_alpha_says_so_where_the_person_looks(page):
-    pick(page, TURBO)
+    pick_demo(page, TURBO)
     type_into(page, "#slot1-alpha", "eight")
     expect(page.locator("#slot1-alpha-card")).to_contain_text("not applied")
     page.locator("#generate").click()
@@ -70,7 +59,7 @@ def test_a_refused_alpha_says_so_where_the_person_looks(page):
 
 
 def test_a_scale_far_from_the_files_alpha_is_flagged(page):
-    pick(page, TURBO)
+    pick_demo(page, TURBO)
     type_into(page, "#slot1-alpha", "128")
     set_number(page, "#slot1-scale", "2.56")
     expect(scale_shown(page)).to_have_text("20.48")
@@ -78,21 +67,21 @@ def test_a_scale_far_from_the_files_alpha_is_flagged(page):
 
 
 def test_switching_drops_the_override_and_the_preset_applies_its_alpha(page):
-    pick(page, TURBO)
+    pick_demo(page, TURBO)
     type_into(page, "#slot1-alpha", "16")
     expect(page.locator("#slot1-override input")).to_be_checked()
     page.locator("#slot1-preset").click()
     expect(page.locator("#slot1-override input")).not_to_be_checked()
     expect(scale_shown(page)).to_have_text("0.0625")
     type_into(page, "#slot1-alpha", "16")
-    pick(page, NO_ALPHA)
+    pick_demo(page, NO_ALPHA)
     expect(page.locator("#slot1-override input")).not_to_be_checked()
     expect(page.locator("#slot1-alpha-card")).to_contain_text("was for tiny_turbo_4step.safetensors: dropped")
     expect(scale_shown(page)).to_have_text("1")
 
 
 def test_a_refused_source_clears_the_weight_box_and_the_note(page):
-    pick(page, TURBO)
+    pick_demo(page, TURBO)
     type_into(page, "#slot1-source", "not/a/repo!!")
     page.locator("#slot1-inspect").click()
     expect(page.locator("#slot1-inspect-card")).to_contain_text("neither an existing local path nor a Hub repo id")
@@ -106,7 +95,7 @@ def test_a_refused_source_clears_the_weight_box_and_the_note(page):
 
 def test_enter_right_after_a_demo_pick_keeps_its_card(page):
     for _ in range(3):
-        pick(page, TURBO)
+        pick_demo(page, TURBO)
         page.locator("#slot1-source textarea").press("Enter")
         page.wait_for_timeout(1500)
         expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
@@ -114,14 +103,14 @@ def test_enter_right_after_a_demo_pick_keeps_its_card(page):
 
 
 def test_a_scale_below_the_slider_is_refused_with_a_word(page):
-    pick(page, TURBO)
+    pick_demo(page, TURBO)
     set_number(page, "#slot1-scale", "-5")
     expect(page.locator("#slot1-alpha-card")).to_contain_text("scale -5 is outside the Scale slider")
     expect(page.get_by_text(re.compile("scale -5 is outside"))).to_have_count(1)  # once: the readout points there
 
 
 def test_labels_say_alpha_per_module_once_and_the_longest_duration(page):
-    pick(page, "peft_diffusers_metadata.safetensors")
+    pick_demo(page, "peft_diffusers_metadata.safetensors")
     card = page.locator("#slot1-alpha-card")
     expect(card).to_contain_text("alpha per module")
     expect(card).not_to_contain_text("from 2 from")

@@ -8,13 +8,11 @@ the repository.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
-from browser_fixtures import answered, open_app, open_tab
+from browser_fixtures import open_app, open_tab, pick_demo, shoot
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -24,24 +22,9 @@ JOB_TIMEOUT_MS = 360_000
 SYNC_SECONDS = 0.1
 
 
-def shoot(page, name: str, tmp_path: Path, element: str | None = None) -> None:
-    path = tmp_path / name
-    (page.locator(element) if element else page).screenshot(path=str(path), **({} if element else
-                                                                               {"full_page": True}))
-    if os.environ.get("H3APP_SCREENSHOT_DIR"):
-        shutil.copy(path, Path(os.environ["H3APP_SCREENSHOT_DIR"]) / name)
-
-
-def pick_turbo(page) -> None:
-    page.locator("#slot1-demo input").click()
-    page.get_by_role("option", name=TURBO).click()
-    expect(page.locator("#slot1-inspect-card [data-testid=inspect-summary]")).to_be_visible()  # the answer, not the placeholder
-    answered(page)
-
-
 def pick_turbo_at_two_steps(page) -> None:
     """The Turbo demo in slot 1, and 2 steps (one evaluation: the quickest run)."""
-    pick_turbo(page)
+    pick_demo(page, TURBO)
     page.locator("#steps input[type=number]").fill("2")
     page.locator("#steps input[type=number]").press("Enter")
 

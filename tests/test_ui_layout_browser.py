@@ -6,10 +6,9 @@ the tiny model was trained on."""
 from __future__ import annotations
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, answered, open_app
+from browser_fixtures import GENERATION_TIMEOUT_MS, answered, open_app, pick_demo
 from playwright.sync_api import expect
 from test_ui_advanced_strength_browser import open_advanced
-from test_ui_compare_browser import pick_turbo
 from test_ui_truth_browser import CUT_OFF_JS
 
 from h3app.model.tiny_training.scenes import all_prompts
@@ -43,7 +42,7 @@ def test_the_first_five_minutes_read_in_order_whole_and_inside_their_cards(brows
         prompt = page.locator("#prompt textarea").input_value()
         assert prompt in {words.text for words in all_prompts()}, prompt  # a sentence the tiny model knows
         expect(page.locator("#prompt-knows")).to_contain_text("a {red|yellow|green|blue} ball")
-        pick_turbo(page)
+        pick_demo(page, "tiny_turbo_4step.safetensors")
         assert page.evaluate(WHOLE_JS, "#slot1-demo input") == ["tiny_turbo_4step.safetensors", True]
         weight = page.evaluate(WHOLE_JS, "#slot1-weight input")
         assert weight[0].startswith("tiny_turbo_4step.safetensors") and weight[1], weight

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-from browser_fixtures import answered, open_app, open_tab
+from browser_fixtures import answered, inspected, open_app, open_tab, pick_demo
 from playwright.sync_api import expect
 
 from h3app.adapters.inspect import inspect_file
@@ -66,17 +66,6 @@ def type_into(page, selector: str, text: str):
     return box
 
 
-def pick_demo(page, name: str) -> None:
-    page.locator("#slot1-demo input").click()
-    page.get_by_role("option", name=name, exact=True).click()
-
-
-def inspected(page) -> None:
-    """Wait for Inspect's card (its placeholder also says "format") and the redraws it set off."""
-    expect(page.locator("#slot1-inspect-card [data-testid=inspect-summary]")).to_be_visible()
-    answered(page)
-
-
 def fastest_request(page) -> None:
     """2 steps (one evaluation) on a 16 × 16 canvas."""
     type_into(page, "#steps", "2")
@@ -113,7 +102,6 @@ def test_a_demo_adapter_generates_from_the_page(browser, app, demo):
     try:
         fastest_request(page)
         pick_demo(page, demo.name)
-        inspected(page)
         page.locator("#generate").click()
         caption = page.locator("#result [data-testid=applied]")
         expect(caption).to_contain_text(demo.name, timeout=JOB_TIMEOUT_MS)
@@ -130,7 +118,7 @@ def test_typed_inputs_are_never_lost(browser, app):
     try:
         fastest_request(page)
         source = type_into(page, "#slot1-source", "owner/my-lora")
-        pick_demo(page, TURBO)
+        pick_demo(page, TURBO, wait=False)
         question = page.locator("#slot1-demo-confirm")
         expect(question).to_contain_text("owner/my-lora")
         expect(source).to_have_value("owner/my-lora")  # the pick waits for the person's word
@@ -207,7 +195,6 @@ def test_every_input_refuses_out_of_range_in_one_line_without_clamping_or_traceb
     try:
         fastest_request(page)
         pick_demo(page, TURBO)
-        inspected(page)
         refused_where_looked(page, BAD_VALUES)
         # a job clicked with a refused value: one line under the button, nothing run
         type_value(page, "#slot1-scale", "-3")
@@ -253,7 +240,6 @@ def test_after_a_grid_at_400_px_nothing_is_cut_off_and_a_cell_plays_beside_the_b
     try:
         fastest_request(page)
         pick_demo(page, TURBO)
-        inspected(page)
         open_tab(page, "Grid")
         page.locator("#grid-run").click()
         expect(page.locator("#grid-status")).to_contain_text("Done: 4 cells", timeout=3 * JOB_TIMEOUT_MS)

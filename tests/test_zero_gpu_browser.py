@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from browser_fixtures import GENERATION_TIMEOUT_MS, open_app, open_tab, set_number, type_into
+from browser_fixtures import GENERATION_TIMEOUT_MS, open_app, open_tab, pick_demo, set_number, type_into
 from playwright.sync_api import expect
 
 from h3app.backend import media, zero_gpu
@@ -31,9 +31,7 @@ def test_load_generate_and_check_in_the_browser_under_the_stand_in(tiny_model, b
             page = open_app(browser, url)
             try:
                 expect(page.locator("#predicted-time")).to_contain_text("uses about 8 s of your ZeroGPU quota")
-                page.locator("#slot1-demo input").click()
-                page.get_by_role("option", name=DEMO).click()
-                expect(page.locator("#slot1-inspect-card")).to_contain_text("format peft")
+                pick_demo(page, DEMO)
                 type_into(page, "#slot1-alpha", "8")
                 page.locator("#slot1-load").click()
                 expect(page.locator("#slot1-report")).to_contain_text("Loaded: all 24 targets bound",

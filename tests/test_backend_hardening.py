@@ -44,7 +44,7 @@ def test_grid_baselines_stay_within_their_byte_budget(backend):
     plan = backend.plan_grid([8.0], [1.0], [1, 2])
     cells = list(backend.grid(REQUEST, LoRASettings(source=str(TURBO)), plan))
     assert len(cells) == 2
-    assert len(backend._baselines) == 1  # a budget of one byte keeps only the newest (the running grid's)
+    assert len(backend.baselines) == 1  # a budget of one byte keeps only the newest (the running grid's)
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ progress, previews and grid cells stream out, and Cancel ends the child. Nothing
 
 import contextvars
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,24 +109,32 @@ def test_a_change_made_inside_one_call_is_gone_in_the_next(forked_backend, in_pr
     assert forked_backend.generate(request, [adapter]).result.hash == with_adapter
 
 
-def submit_probe(backend: Backend) -> Any:
-    """A job (picklable, like the Backend's own) that reports what the model holds when it starts: the LoRA layers
-    bound in the transformer, without applying anything."""
+@dataclass(frozen=True)
+class Probe:
+    """A job value (picklable, like the Backend's own) that reports what the model holds when it starts: the LoRA
+    layers bound in the transformer, without applying anything."""
 
-    def job(ctx: JobContext) -> list[str]:
+    workflow: str = T2VA
+    label = "probe"
+
+    def run(self, ctx: JobContext, backend: Any, sinks: Any = None) -> list[str]:
         transformer = backend.model.transformer()
         return sorted(name for name, module in transformer.named_modules() if isinstance(module, LoRALinear))
 
-    return backend._submit(job, "probe", submit_probe, (), T2VA)
 
-
-def submit_relying(backend: Backend, request: GenerationRequest) -> Any:
+@dataclass(frozen=True)
+class Relying:
     """A job that wrongly relies on what the model holds (generates without applying its adapters)."""
 
-    def job(ctx: JobContext) -> str:
-        return run_generation(backend.model.pipeline(request.workflow), request).hash
+    request: GenerationRequest
+    label = "relying"
 
-    return backend._submit(job, "relying", submit_relying, (request,), request.workflow)
+    @property
+    def workflow(self) -> str:
+        return self.request.workflow
+
+    def run(self, ctx: JobContext, backend: Any, sinks: Any = None) -> str:
+        return run_generation(backend.model.pipeline(self.request.workflow), self.request).hash
 
 
 @pytest.mark.slow
@@ -135,14 +144,14 @@ def test_what_a_call_attached_is_absent_in_the_next_call_and_a_job_relying_on_it
     request = GenerationRequest(prompt="p", seed=2, steps=2)
     adapter = LoRASettings(source=TURBO, alpha=64.0)
     in_process.load(adapter)
-    assert in_process.run(submit_probe(in_process))  # attached between jobs, as now
-    with_adapter = in_process.run(submit_relying(in_process, request))
+    assert in_process.run(in_process.submit(Probe()))  # attached between jobs, as now
+    with_adapter = in_process.run(in_process.submit(Relying(request)))
     in_process.binder.reset()
-    base = in_process.run(submit_relying(in_process, request))
+    base = in_process.run(in_process.submit(Relying(request)))
     assert with_adapter != base
     forked_backend.load(adapter)
-    assert forked_backend.run(submit_probe(forked_backend)) == []
-    assert forked_backend.run(submit_relying(forked_backend, request)) == base != with_adapter
+    assert forked_backend.run(forked_backend.submit(Probe())) == []
+    assert forked_backend.run(forked_backend.submit(Relying(request))) == base != with_adapter
 
 
 def test_the_call_runs_in_the_submitters_context(forked_backend):

@@ -11,8 +11,9 @@ from h3app.backend import grid_calls, zero_gpu, zero_gpu_fork
 from h3app.backend.generation import GenerationRequest
 from h3app.backend.grid import GridPlan
 from h3app.backend.grid_rows import GridRow
+from h3app.backend.jobs import GridBaseline, GridBaselineJob, GridJob
 from h3app.backend.service import Backend
-from h3app.backend.worker import Cancelled, JobCall, JobContext, JobHandle
+from h3app.backend.worker import Cancelled, JobContext, JobHandle
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,18 +94,18 @@ def test_a_split_grid_stops_between_calls_when_cancelled():
     handle = JobHandle(id=1, label="grid", run=lambda ctx: None)
     request = GenerationRequest(prompt="grid", steps=2)
     duration = zero_gpu.declared(60.0)
-    base = JobCall(None, "t2va", Backend.submit_grid_baseline, (request, 0))
+    base = GridBaselineJob(request, 0)
     plan = GridPlan((8.0,), (0.5,), (0,), None)
-    cell = JobCall(None, "t2va", Backend.submit_grid, (request, None, plan, None, None))
+    cell = GridJob(request, LoRASettings(source=TURBO), plan, baseline_apart=True)
     parts = [grid_calls.Chunk(base, duration, 0, 0, 1), grid_calls.Chunk(cell, duration, 0, 0, 1, seed=0)]
     made: list[str] = []
 
     def one_call(part: Any, whole: Any, on_cell: Any) -> Any:
-        made.append(part.call.submit.__name__)
+        made.append(type(part.job).__name__)
         whole.on_step(1, 1)
         handle.cancel()
-        return grid_calls.GridBaseline(0, None)
+        return GridBaseline(0, None)
 
     with pytest.raises(Cancelled, match="cancelled after 1 of 2 steps"):
         grid_calls.run(parts, JobContext(handle), one_call, None)
-    assert made == ["submit_grid_baseline"]
+    assert made == ["GridBaselineJob"]

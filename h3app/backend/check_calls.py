@@ -1,7 +1,7 @@
 """An equivalence check too long for one ZeroGPU call, run as one call per run (``gpu_calls.GpuCalls``).
 
 The check is three whole runs (the fallback, A, B) and the control's one step; when its one call would ask for
-more quota than the cap (``zero_gpu.check``), each of those four becomes its own ``Backend.submit_check_run`` call,
+more quota than the cap (``zero_gpu.check``), each of those four becomes its own call of a ``jobs.CheckRunJob``,
 in the one-call order (``equivalence.PHASES``). Each call is self-contained: it loads the adapter, attaches it at
 that run's alpha and strength exactly as the one-call check does at that point (B: attached at A's, then
 ``set_lora`` to B's), runs under the same deterministic settings and returns the decoded arrays and hash
@@ -14,7 +14,6 @@ start. A run that alone is over the cap is refused before any call, in one line 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,31 +24,30 @@ from . import zero_gpu
 from .check_runs import CheckRun
 from .equivalence import PHASES
 from .grid_calls import WholeGrid
-from .worker import Cancelled, JobCall, JobContext
+from .jobs import CheckRunJob, EquivalenceJob, Job
+from .worker import Cancelled, JobContext
 
 
 @dataclass(frozen=True)
 class Part:
-    """One call of a split check: its run's ``label``, its ``call`` (``submit_check_run``), what it declares, and
-    the denoising steps it counts in the whole check's progress."""
+    """One call of a split check: its run's ``label``, its ``job``, what it declares, and the denoising steps it
+    counts in the whole check's progress."""
 
     label: str
-    call: JobCall
+    job: CheckRunJob
     duration: zero_gpu.Duration
     steps: int
 
 
-def parts(call: JobCall, backend: Any, duration: Callable[[JobCall], zero_gpu.Duration]) -> list[Part] | None:
-    """The calls ``call`` (a check over the cap) splits into, one per run; None when it is not a check. A run over
+def parts(job: Job, duration: Callable[[Job], zero_gpu.Duration]) -> list[Part] | None:
+    """The calls ``job`` (a check over the cap) splits into, one per run; None when it is not a check. A run over
     the cap alone raises ``duration``'s one-line refusal (what fits)."""
-    if getattr(call.submit, "__name__", "") != "submit_equivalence" or len(call.args) != 6:
+    if not isinstance(job, EquivalenceJob):
         return None
-    request, adapter, a, b, token, low_rank_only = call.args
-    steps = max(evaluations(request.steps), 1)
+    steps = max(evaluations(job.request.steps), 1)
     out = []
     for label in PHASES:
-        sub = dataclasses.replace(call, submit=type(backend).submit_check_run,
-                                  args=(request, adapter, label, a, b, token, low_rank_only))
+        sub = CheckRunJob(job.request, job.adapter, label, job.a, job.b, job.token, job.low_rank_only)
         out.append(Part(label, sub, duration(sub), 1 if label == "control" else steps))
     return out
 

@@ -10,9 +10,9 @@ runs, decodes and returns the result (arrays and file paths), all inside the cal
 Parent side (:class:`GpuCalls`, on the worker thread): the duration the call declares (``zero_gpu.declared`` from
 the time model's prediction, checked against the cap before anything is asked for), the call made in the submitter's
 context (``spaces`` reads the visitor — the Gradio request whose quota is charged — from context variables, which a
-worker thread would not have), the child's progress, previews and grid cells fed to the caller's handle, board and
-callback, and Cancel: the call is closed (the child stops at its next step; the visitor's quota stops being
-charged). Child side (:func:`call_in_child`): the job on a capture worker, its events yielded every
+worker thread would not have), the child's progress, previews and grid cells fed to the caller's handle and sinks
+(board, ``on_cell``), and Cancel: the call is closed (the child stops at its next step; the visitor's quota stops
+being charged). Child side (:func:`call_in_child`): the job run on a thread, its events yielded every
 :data:`~h3app.backend.worker.POLL_SECONDS`.
 """
 
@@ -31,21 +31,23 @@ from typing import Any
 from ..errors import H3AppError
 from ..request import GenerationRequest
 from . import check_calls, grid_calls, zero_gpu
+from .job_backend import JobBackend
+from .jobs import CheckRunJob, EquivalenceJob, GridBaselineJob, GridJob, Job, Run, Sinks
 from .preview import Preview, PreviewBoard
-from .worker import POLL_SECONDS, Cancelled, Job, JobCall, JobContext, JobHandle, alone
+from .worker import POLL_SECONDS, Cancelled, JobContext, JobHandle
 
-_BACKENDS: dict[int, Any] = {}  # id → Backend: the child finds its forked copy here (set before any fork)
+_BACKENDS: dict[int, JobBackend] = {}  # id → Backend: the child finds its forked copy here (set before any fork)
 
 
 @dataclass(frozen=True)
 class Payload:
-    """What travels to the child (pickled): which Backend, the submit method and its arguments, which of the caller's
-    sinks exist (``previews``: the board's settings; ``on_cell``), and the declared seconds."""
+    """What travels to the child (pickled): which Backend, the job, which of the caller's sinks exist (``board``:
+    the board's settings, None without one; ``on_cell``), and the declared seconds."""
 
     backend: int
-    submit: Callable[..., Any]
-    args: tuple
-    sinks: dict[str, Any]
+    job: Job
+    board: dict[str, Any] | None
+    on_cell: bool
     duration_s: int
 
 
@@ -73,15 +75,6 @@ class _ForwardBoard(PreviewBoard):
         self.events.put(("board.skipped", None))
 
 
-class _Capture:
-    """The child's stand-in for the worker: ``submit`` hands back the job's handle without running it."""
-
-    max_queue = 1
-
-    def submit(self, run: Callable[[JobContext], Any], label: str = "job", owner: str | None = None) -> JobHandle:
-        return JobHandle(id=0, label=label, run=run, owner=owner)
-
-
 def _portable(error: BaseException) -> BaseException:
     """``error`` if it survives pickling with its words, else an ``H3AppError`` with them."""
     try:
@@ -104,18 +97,14 @@ def _measured(result: Any) -> Any:
 
 
 def call_in_child(payload: Payload) -> Generator[tuple[str, Any], None, None]:
-    """The decorated call (in the child): rebuild the job on this process's Backend, run it on a thread, yield its
-    events (``progress``, ``phase``, ``board.*``, ``cell``), then ``("result", value)`` or ``("error", …)``.
+    """The decorated call (in the child): run the job on this process's Backend, on a thread, yield its events
+    (``progress``, ``phase``, ``board.*``, ``cell``), then ``("result", value)`` or ``("error", …)``.
     Closed early (the parent cancelled): the job is cancelled at its next step and waited for."""
-    backend = _BACKENDS[payload.backend]
-    backend.wrap_job, backend.worker = alone, _Capture()  # in the call every job runs as it is, here
+    backend, job = _BACKENDS[payload.backend], payload.job
     events: queue.Queue = queue.Queue()
-    sinks: dict[str, Any] = {}
-    if "previews" in payload.sinks:
-        sinks["previews"] = _ForwardBoard(events, **payload.sinks["previews"])
-    if "on_cell" in payload.sinks:
-        sinks["on_cell"] = lambda cell: events.put(("cell", cell))
-    handle: JobHandle = payload.submit(backend, *payload.args, **sinks)
+    board = _ForwardBoard(events, **payload.board) if payload.board is not None else None
+    sinks = Sinks(board, (lambda cell: events.put(("cell", cell))) if payload.on_cell else None)
+    handle = JobHandle(id=0, label=job.label, run=lambda ctx: job.run(ctx, backend, sinks))
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -174,10 +163,10 @@ def _gpu_call(home: str | None) -> Callable[[Payload], Generator[tuple[str, Any]
 @dataclass
 class GpuCalls:
     """The job wrapper of a Backend under ZeroGPU (or its stand-in): each job one GPU call, sized by
-    ``duration(call)`` (the request's prediction on this card; ``Backend.gpu_duration``)."""
+    ``duration(job)`` (the request's prediction on this card; :func:`duration_for`)."""
 
-    backend: Any
-    duration: Callable[[JobCall], zero_gpu.Duration]
+    backend: JobBackend
+    duration: Callable[[Job], zero_gpu.Duration]
     calls: list[zero_gpu.Duration] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -185,54 +174,51 @@ class GpuCalls:
         self.home = zero_gpu.mode()
         self.call = _gpu_call(self.home)
 
-    def __call__(self, job: Job, call: JobCall) -> Job:
-        if call.submit is None:  # a job with no picklable description (a multi-rank diagnostic): as it is
-            return job
+    def __call__(self, job: Job, sinks: Sinks, here: Run) -> Run:
+        """``job`` as one GPU call carrying it (or, over the cap, a check or a grid as several calls that each
+        fit); ``here`` (its run in this process) is not used: the GPU is only inside a call."""
         context = contextvars.copy_context()  # the submitter's: its Gradio request names the visitor to charge
-        on_cell = call.sinks.get("on_cell")
         try:  # refused here, before anything is queued, when over the cap
-            duration = self._duration(call)
+            duration = self._duration(job)
         except H3AppError:
-            split = check_calls.parts(call, self.backend, self._duration)  # a check: one call per run
+            split = check_calls.parts(job, self._duration)  # a check: one call per run
             if split is not None:
-                return lambda ctx: self._split_check(context, call, split, ctx)
-            parts = grid_calls.chunks(call, self.backend, self._duration)  # a grid: several calls that each fit
+                return lambda ctx: self._split_check(context, split, sinks, ctx)
+            parts = grid_calls.chunks(job, self._duration)  # a grid: several calls that each fit
             if parts is None:
                 raise
             return lambda ctx: grid_calls.run(
-                parts, ctx, lambda part, whole, moved: self._one(context, part.call, part.duration, whole, moved),
-                on_cell)
-        return lambda ctx: self._one(context, call, duration, ctx, on_cell)
+                parts, ctx, lambda part, whole, moved: self._one(context, part.job, part.duration, whole,
+                                                                 sinks.previews, moved), sinks.on_cell)
+        return lambda ctx: self._one(context, job, duration, ctx, sinks.previews, sinks.on_cell)
 
-    def _split_check(self, context: contextvars.Context, call: JobCall, split: list[check_calls.Part],
+    def _split_check(self, context: contextvars.Context, split: list[check_calls.Part], sinks: Sinks,
                      ctx: JobContext) -> Any:
         """A check over the cap as one call per run; the verdict assembled here, its settings naming the calls."""
         from .check_runs import assemble
 
-        request, _, a, b, _, low_rank_only = call.args
+        job = split[0].job
 
         def finish(runs: dict[str, Any], started: float) -> Any:
             self.backend.cleanup_outputs()
-            result = assemble(runs, request, a, b, low_rank_only, self.backend.outputs, self.backend.model, started)
+            result = assemble(runs, job.request, job.a, job.b, job.low_rank_only, self.backend.outputs,
+                              self.backend.model, started)
             result.settings["zerogpu"] = check_calls.record(split)
             self.backend.last_seconds_per_run = result.seconds_per_run
             return result
 
-        return check_calls.run(split, ctx, lambda part, whole: self._one(context, part.call, part.duration, whole,
-                                                                          None), finish)
+        return check_calls.run(split, ctx, lambda part, whole: self._one(context, part.job, part.duration, whole,
+                                                                          sinks.previews, None), finish)
 
-    def _duration(self, call: JobCall) -> zero_gpu.Duration:
-        return dataclasses.replace(self.duration(call), mode=self.home)
+    def _duration(self, job: Job) -> zero_gpu.Duration:
+        return dataclasses.replace(self.duration(job), mode=self.home)
 
-    def _one(self, context: contextvars.Context, call: JobCall, duration: zero_gpu.Duration,
-             ctx: JobContext | grid_calls.WholeGrid, on_cell: Callable[[Any], None] | None) -> Any:
-        """``call`` as one GPU call declaring ``duration``; its result (a generation's settings carry ``zerogpu``)."""
-        assert call.submit is not None
-        board = call.sinks.get("previews")
-        spec = {"previews": {"decoder": board.decoder, "audio": board.audio, "budget": board.budget}} \
-            if board is not None else {}
-        payload = Payload(id(self.backend), call.submit, call.args,
-                          {**spec, **({"on_cell": True} if on_cell is not None else {})}, duration.duration_s)
+    def _one(self, context: contextvars.Context, job: Job, duration: zero_gpu.Duration,
+             ctx: JobContext | grid_calls.WholeGrid, board: PreviewBoard | None,
+             on_cell: Callable[[Any], None] | None) -> Any:
+        """``job`` as one GPU call declaring ``duration``; its result (a generation's settings carry ``zerogpu``)."""
+        spec = {"decoder": board.decoder, "audio": board.audio, "budget": board.budget} if board is not None else None
+        payload = Payload(id(self.backend), job, spec, on_cell is not None, duration.duration_s)
         self.calls.append(duration)
         result = _follow(self.call, context, payload, ctx, board, on_cell, self.backend)
         settings = getattr(result, "settings", None)
@@ -243,7 +229,7 @@ class GpuCalls:
 
 def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]], context: contextvars.Context,
             payload: Payload, ctx: JobContext | grid_calls.WholeGrid, board: PreviewBoard | None,
-            on_cell: Callable[[Any], None] | None, backend: Any) -> Any:
+            on_cell: Callable[[Any], None] | None, backend: JobBackend) -> Any:
     """Make the call (in the submitter's ``context``) and feed its events to ``ctx``, ``board`` and ``on_cell``;
     a cancel closes the call and raises :class:`Cancelled` with the steps done."""
     items = context.run(gpu_call, payload)
@@ -278,36 +264,33 @@ def _follow(gpu_call: Callable[[Payload], Generator[tuple[str, Any], None, None]
         context.run(items.close)  # ends the call: the child stops at its next step, the quota stops being charged
 
 
-def duration_for(backend: Any, call: JobCall) -> zero_gpu.Duration:
-    """The seconds ``call`` declares: the time model's prediction for its request on this card (a generate: the
-    video; a check: ``check_s``, its three runs and control step; a grid: each cell and each seed's baseline, unless
-    a split grid's baseline ran as its own call) plus
-    the margin; a Load: the stated allowance. Over the cap: refused in one line saying what fits."""
-    name = getattr(call.submit, "__name__", "")
-    request = call.args[0] if call.args and isinstance(call.args[0], GenerationRequest) else None
-    if request is None:  # a Load (download + bind): no denoising to predict
+def duration_for(backend: JobBackend, job: Job) -> zero_gpu.Duration:
+    """The seconds ``job``'s call declares: the time model's prediction for its request on this card (a generate:
+    the video; a check: ``check_s``, its three runs and control step; a grid: each cell and each seed's baseline,
+    unless a split grid's baseline ran as its own call) plus the margin; a Load: the stated allowance. Over the cap:
+    refused in one line saying what fits."""
+    request = getattr(job, "request", None)  # every job that runs the pipeline holds its request
+    if not isinstance(request, GenerationRequest):  # a Load (download + bind): no denoising to predict
         return zero_gpu.check(zero_gpu.declared(None), f"{zero_gpu.CAP_ENV} is below what a Load needs: raise it")
     predicted = backend.predicted_time(request)
     if not predicted or predicted.get("video_s") is None:
         raise H3AppError("no time prediction for this request on this card, so no ZeroGPU duration can be asked "
                          "for: this is a bug, report it.")
     video = float(predicted["video_s"])
-    if name == "submit_equivalence":  # three runs and the control's one step (the prediction's check_s)
+    if isinstance(job, EquivalenceJob):  # three runs and the control's one step (the prediction's check_s)
         work = float(predicted.get("check_s") or 3 * video + float(predicted.get("step_s") or 0.0))
         fits = f"the check is 3 runs of about {video:.0f} s each and one step; {_steps_that_fit(predicted, 3, 1)}"
-    elif name == "submit_check_run":  # one run of a check split into calls (check_calls); the control: one step
-        control = call.args[2] == "control"
-        work = float(predicted.get("step_s") or 0.0) if control else video
+    elif isinstance(job, CheckRunJob):  # one run of a check split into calls (check_calls); the control: one step
+        work = float(predicted.get("step_s") or 0.0) if job.phase == "control" else video
         fits = (f"a check too long for one call runs as one call per run, and one run is about {video:.0f} s; "
                 f"{_steps_that_fit(predicted, 1, 0)}")
-    elif name == "submit_grid_baseline":  # a seed's no-LoRA run, its own call in a split grid (grid_calls)
+    elif isinstance(job, GridBaselineJob):  # a seed's no-LoRA run, its own call in a split grid (grid_calls)
         work = video
         fits = (f"a grid too long for one call runs as calls of one run or more, and one run is about {video:.0f} s; "
                 f"{_steps_that_fit(predicted, 1, 0)}")
-    elif name == "submit_grid":
-        plan = call.args[2]
-        carried = len(call.args) > 4  # its baseline came from its own call (grid_calls)
-        runs = plan.cells + (0 if carried else len(plan.seeds))  # each cell, and each seed's no-LoRA baseline
+    elif isinstance(job, GridJob):
+        plan = job.plan
+        runs = plan.cells + (0 if job.baseline_apart else len(plan.seeds))  # each cell, and each seed's baseline
         work = runs * video
         fits = (f"{runs} runs (cells and baselines) of about {video:.0f} s; at most "
                 f"{max(int(zero_gpu.largest_work_s() // video), 0)} such runs fit one call: a smaller grid, or "

@@ -1,6 +1,7 @@
 """The backend the UI, the API and the CLI talk to: one loaded model, one worker, one adapter binder.
 
-Every GPU-touching call becomes a worker job that carries its complete settings (request + adapters). Cheap,
+Every GPU-touching call becomes a worker job, a value that carries its complete settings (request + adapters;
+``jobs``); the ``submit_*`` methods build one and queue it (:meth:`Backend.submit`). Cheap,
 model-free calls (listing a repo, reading a header) run on the caller's thread.
 """
 
@@ -22,7 +23,6 @@ from ..adapters.types import AdapterInfo
 from ..errors import for_visitor
 from ..hosting.admission import Admission
 from ..hosting.limits import LIMITS
-from ..lora.report import MatchReport
 from ..model import repo
 from ..model.loader import LoadedModel, LoadOptions, load_model
 from ..rules.check_pair import DEFAULT_A, DEFAULT_B, CheckSetting
@@ -31,25 +31,30 @@ from ..rules.request_defaults import RequestDefaults, defaults_for
 from ..rules.steps import evaluations
 from ..settings import LoRASettings
 from . import zero_gpu
-from .adapter_binding import AdapterBinder, LoadedAdapter, SourcePolicy
-from .equivalence import EquivalenceResult, run_equivalence
-from .generation import GenerationRequest, run_generation
-from .grid import (
-    BASELINE_BYTES,
-    CELL_BYTES,
-    Baselines,
-    GridCell,
-    GridPlan,
-    baseline_key,
-    plan_grid,
-    run_baseline,
-    run_grid,
-)
+from .adapter_binding import AdapterBinder, SourcePolicy
+from .equivalence import EquivalenceResult
+from .generation import GenerationRequest
+from .grid import BASELINE_BYTES, CELL_BYTES, Baselines, GridCell, GridPlan, plan_grid
 from .grid_rows import GridRow, expand_rows
+from .jobs import (
+    NO_SINKS,
+    CheckRunJob,
+    EquivalenceJob,
+    GenerateJob,
+    GridBaselineJob,
+    GridJob,
+    Job,
+    JobWrapper,
+    LoadJob,
+    LoadResult,
+    Run,
+    Sinks,
+    alone,
+)
 from .limits import Limits, model_limits
 from .outputs import OUTPUT_KEEP_SECONDS, GenerationOutput, Outputs, remove_older
 from .preview import PreviewBoard
-from .worker import Job, JobCall, JobContext, JobHandle, JobWrapper, Worker, alone, stream, wait
+from .worker import JobContext, JobHandle, Worker, stream, wait
 
 DEMO_ADAPTERS_DIR = Path(__file__).resolve().parents[2] / "assets" / "adapters"
 
@@ -77,30 +82,14 @@ class CheckCost:
         return f"{runs} ≈ {self.estimated_seconds:.0f} s ({self.seconds_per_run:.1f} s per generation)"
 
 
-@dataclass(frozen=True)
-class LoadResult:
-    """An adapter fetched, normalised and bound: its header facts, where it came from, and the match report."""
-
-    info: AdapterInfo
-    provenance: dict[str, Any]
-    report: MatchReport
-
-
 log = logging.getLogger(__name__)
 
 
-def time_record(predicted: dict[str, Any] | None, seconds: float) -> dict[str, Any]:
-    """The settings' ``time``: the prediction shown before the click beside the run's seconds ({} without one)."""
-    if not predicted:
-        return {}
-    return {"time": {"predicted_s": predicted["video_s"], "usd_per_video": predicted.get("usd_per_video"),
-                     "box": predicted.get("box"), "seconds": round(seconds, 3)}}
-
-
 class Backend:
-    """Owns the model. ``hosted`` turns on the public-server rules (docs/security.md). ``wrap_job`` wraps every job
-    before it is queued (:func:`~h3app.backend.worker.alone` on one rank; with several ranks the entry point injects
-    ``h3app.parallel``'s lockstep wrapper, docs/multi-gpu.md)."""
+    """Owns the model. ``hosted`` turns on the public-server rules (docs/security.md). Every job is a value
+    (``jobs``); ``wrap_job`` wraps it before it is queued (:func:`~h3app.backend.jobs.alone` on one rank; with
+    several ranks the entry point injects ``h3app.parallel``'s lockstep wrapper, docs/multi-gpu.md; under ZeroGPU
+    ``gpu_calls.GpuCalls``)."""
 
     def __init__(self, model: str = repo.TINY, options: LoadOptions | None = None, *, hosted: bool = False,
                  output_dir: str | Path | None = None, allowed_local_dirs: Sequence[str | Path] = (),
@@ -126,8 +115,8 @@ class Backend:
             from .gpu_calls import GpuCalls, duration_for
 
             self.wrap_job = GpuCalls(self, functools.partial(duration_for, self))
-        self._baselines = Baselines(baseline_bytes)
-        self._cells = Baselines(CELL_BYTES)  # the grid's cells: one computed before is served, not run again
+        self.baselines = Baselines(baseline_bytes)  # a grid's no-LoRA runs, by request and seed
+        self.cells = Baselines(CELL_BYTES)  # the grid's cells: one computed before is served, not run again
         self._limits: Limits | None = None
         self.last_seconds_per_run: float | None = None
         # GenerationRequest → the plan's prediction on this box (``hardware.estimate.TimeModel``, given by app.py;
@@ -165,7 +154,7 @@ class Backend:
             predicted = {**predicted, "zerogpu": zero_gpu.declared(float(predicted["video_s"])).to_json()}
         return predicted
 
-    def _predicted_or_none(self, request: GenerationRequest) -> dict[str, Any] | None:
+    def predicted_or_none(self, request: GenerationRequest) -> dict[str, Any] | None:
         """:meth:`predicted_time` for a run's record: a prediction that fails is logged and left out, never the
         run's failure."""
         try:
@@ -203,48 +192,22 @@ class Backend:
                                    qkv_layout, skip_parts)
 
     # ----------------------------------------------------------------------------------------- worker jobs
+    def submit(self, job: Job, sinks: Sinks = NO_SINKS) -> JobHandle:
+        """Queue ``job`` (a ``jobs`` value) through ``wrap_job``; ``sinks``: the caller's board and ``on_cell``,
+        which stay in this process."""
+        here: Run = functools.partial(_run_here, job, self, sinks)
+        return self.worker.submit(self.wrap_job(job, sinks, here), label=job.label)
+
     def submit_load(self, settings: LoRASettings, workflow: str = T2VA, token: str | None = None) -> JobHandle:
         """Fetch (only that file), normalise and bind ``settings``' adapter; the job's result is a LoadResult."""
-
-        def job(ctx: JobContext) -> LoadResult:
-            ctx.set_phase("downloading")
-
-            def downloaded(done: int, total: int | None) -> None:
-                ctx.on_step(done, total or 0)
-                if total is not None and done >= total:
-                    ctx.set_phase("binding")
-
-            loaded: LoadedAdapter = self.binder.apply([settings], workflow, token, progress=downloaded)[0]
-            return LoadResult(info=loaded.adapter.info, provenance=loaded.provenance(),
-                              report=self.binder.report(settings, workflow))
-
-        return self._submit(job, f"load {settings.source}", Backend.submit_load, (settings, workflow, token), workflow)
+        return self.submit(LoadJob(settings, workflow, token))
 
     def submit_generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings] = (),
                         token: str | None = None, previews: PreviewBoard | None = None) -> JobHandle:
         """Apply exactly ``adapters`` (possibly none), generate, write the mp4; result: GenerationOutput.
         ``previews``: the caller's board for a preview after every evaluation (this rank's; other ranks run none)."""
-        adapters = tuple(adapters)
         self.check_request(request)
-
-        def job(ctx: JobContext) -> GenerationOutput:
-            predicted = self._predicted_or_none(request)  # what the page showed before the click
-            ctx.set_phase("applying adapters")
-            applied = self.binder.apply(adapters, request.workflow, token)
-            ctx.set_phase("denoising")
-            pipe = self.model.pipeline(request.workflow)
-            result = run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
-                                    listeners=(previews.listener(pipe),) if previews is not None else ())
-            self.last_seconds_per_run = result.seconds
-            ctx.set_phase("encoding mp4")
-            self.cleanup_outputs()
-            return self.outputs.save_generation(result, {
-                "h3app": "generate", "model": self.model.name, "model_commit": self.model.location.commit,
-                "request": result.request.to_json(), "adapters": [a.provenance() for a in applied],
-                "hash": result.hash, "cache": result.cache, **time_record(predicted, result.seconds)})
-
-        return self._submit(job, "generate", Backend.submit_generate, (request, adapters, token), request.workflow,
-                            previews=previews)
+        return self.submit(GenerateJob(request, tuple(adapters), token), Sinks(previews))
 
     def submit_equivalence(self, request: GenerationRequest, adapter: LoRASettings, a: CheckSetting = DEFAULT_A,
                            b: CheckSetting = DEFAULT_B, token: str | None = None,
@@ -253,46 +216,14 @@ class Backend:
         rescales only the low-rank parts (an adapter's exact deltas stay at A's strength). ``previews``: columns
         ``A``, ``B`` and ``fallback`` on the caller's board."""
         self.check_request(request)
-
-        def job(ctx: JobContext) -> EquivalenceResult:
-            self.cleanup_outputs()
-            result = run_equivalence(self.binder, request, adapter, a=a, b=b, outputs=self.outputs, token=token,
-                                     on_step=ctx.on_step, should_cancel=ctx.should_cancel, on_phase=ctx.set_phase,
-                                     low_rank_only=low_rank_only, previews=previews)
-            self.last_seconds_per_run = result.seconds_per_run
-            return result
-
-        return self._submit(job, "equivalence", Backend.submit_equivalence,
-                            (request, adapter, a, b, token, low_rank_only),
-                            request.workflow, previews=previews)
+        return self.submit(EquivalenceJob(request, adapter, a, b, token, low_rank_only), Sinks(previews))
 
     def submit_check_run(self, request: GenerationRequest, adapter: LoRASettings, label: str, a: CheckSetting,
                          b: CheckSetting, token: str | None = None, low_rank_only: bool = False,
                          previews: PreviewBoard | None = None) -> JobHandle:
         """One run of the equivalence check alone (``label`` in ``equivalence.PHASES``): a check too long for one
         ZeroGPU call runs as one such call per run (``check_calls``); result: ``check_runs.CheckRun``."""
-        from .check_runs import run_one
-
-        def job(ctx: JobContext) -> Any:
-            return run_one(self.binder, request, adapter, label, a, b, token=token, low_rank_only=low_rank_only,
-                           on_step=ctx.on_step, should_cancel=ctx.should_cancel, on_phase=ctx.set_phase,
-                           previews=previews)
-
-        return self._submit(job, f"equivalence {label}", Backend.submit_check_run,
-                            (request, adapter, label, a, b, token, low_rank_only), request.workflow, previews=previews)
-
-    def submit_job(self, job: Job, label: str, again: Callable[[Any], Any], workflow: str = T2VA) -> JobHandle:
-        """Queue ``job`` through ``wrap_job``; ``again(backend)`` queues the same job on another rank's Backend and
-        waits for it (picklable: it travels to the other ranks)."""
-        return self.worker.submit(self.wrap_job(job, JobCall(again, workflow)), label=label)
-
-    def _submit(self, job: Job, label: str, submit: Callable[..., JobHandle], args: tuple,
-                workflow: str, **sinks: Any) -> JobHandle:
-        """``submit_job`` for this class's own ``submit(self, *args, **sinks)`` methods (``sinks``: the caller's
-        previews board and ``on_cell``, those given)."""
-        call = JobCall(functools.partial(_submitted_again, submit, args), workflow, submit, args,
-                       {name: sink for name, sink in sinks.items() if sink is not None})
-        return self.worker.submit(self.wrap_job(job, call), label=label)
+        return self.submit(CheckRunJob(request, adapter, label, a, b, token, low_rank_only), Sinks(previews))
 
     def plan_grid(self, alphas: Sequence[float | None], strengths: Sequence[float],
                   seeds: Sequence[int], adapters: int = 1) -> GridPlan:
@@ -306,42 +237,20 @@ class Backend:
         return expand_rows(self.policy, adapters, token, self.limits.max_grid_rows)
 
     def submit_grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
-                    token: str | None = None, baseline: Any = None, on_cell: Callable[[GridCell], None] | None = None,
+                    token: str | None = None, on_cell: Callable[[GridCell], None] | None = None,
                     previews: PreviewBoard | None = None) -> JobHandle:
         """Run the grid as one worker job; ``on_cell`` receives each cell as it finishes; result: the cell count.
-        ``previews``: one column per cell (and per baseline) on the caller's board (``grid.cell_name``).
-        ``baseline``: a one-seed grid's no-LoRA run from its own ZeroGPU call (``grid_calls.GridBaseline``)."""
+        ``previews``: one column per cell (and per baseline) on the caller's board (``grid.cell_name``)."""
         self.check_request(request)
         self.limits.check_grid(plan.cells, plan.adapters)
-
-        def job(ctx: JobContext) -> int:
-            count = 0
-            if baseline is not None:  # carried in from the baseline's own call: not run again here
-                self._baselines.put(baseline_key(request, baseline.seed), baseline.result)
-            for cell in run_grid(self.binder, request, adapter, plan, outputs=self.outputs,
-                                 baselines=self._baselines, cells=self._cells, token=token, on_step=ctx.on_step,
-                                 should_cancel=ctx.should_cancel, previews=previews):
-                if on_cell is not None:
-                    on_cell(cell)
-                count += 1
-            return count
-
-        return self._submit(job, "grid", Backend.submit_grid,
-                            (request, adapter, plan, token, *(() if baseline is None else (baseline,))),
-                            request.workflow, on_cell=on_cell, previews=previews)
+        rows = adapter if isinstance(adapter, LoRASettings) else tuple(adapter)
+        return self.submit(GridJob(request, rows, plan, token), Sinks(previews, on_cell))
 
     def submit_grid_baseline(self, request: GenerationRequest, seed: int,
                              previews: PreviewBoard | None = None) -> JobHandle:
         """A grid's no-LoRA run of ``seed`` alone: a grid split into ZeroGPU calls whose cell and baseline do not
-        fit one call runs it as its own call (``grid_calls``); result: ``grid_calls.GridBaseline``."""
-        from .grid_calls import GridBaseline
-
-        def job(ctx: JobContext) -> GridBaseline:
-            return GridBaseline(seed, run_baseline(self.binder, request, seed, on_step=ctx.on_step,
-                                                   should_cancel=ctx.should_cancel, previews=previews))
-
-        return self._submit(job, "grid baseline", Backend.submit_grid_baseline, (request, seed), request.workflow,
-                            previews=previews)
+        fit one call runs it as its own call (``grid_calls``); result: ``jobs.GridBaseline``."""
+        return self.submit(GridBaselineJob(request, seed), Sinks(previews))
 
     def grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
              token: str | None = None,
@@ -428,9 +337,9 @@ def backend_from_env(model: str | None = None, options: LoadOptions | None = Non
                    max_download_cache_bytes=LIMITS.download_cache(hosted))
 
 
-def _submitted_again(submit: Callable[..., JobHandle], args: tuple, backend: Backend) -> Any:
-    """``submit(backend, *args)`` on another rank's Backend, waited for: the :class:`JobCall` of a Backend job."""
-    return backend.run(submit(backend, *args))
+def _run_here(job: Job, backend: Backend, sinks: Sinks, ctx: JobContext) -> Any:
+    """``job`` run on this process's ``backend``: what a job wrapper runs here (``jobs.JobWrapper``)."""
+    return job.run(ctx, backend, sinks)
 
 
 __all__ = ["Backend", "GenerationOutput", "LoadResult", "backend_from_env"]

@@ -5,13 +5,10 @@ The line is round-robin across owners (a hosted app's visitors, ``hosting.admiss
 longest ago, so a visitor who queued first never makes a later visitor wait for all of theirs. Jobs without an
 owner share one. The line's bound is ``hosting.limits.LIMITS.worker_line``.
 
-A job is a function of a :class:`JobContext`; it carries everything it needs (its request and adapter settings),
-so two users never see each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker
-calls ``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
-
-A :data:`JobWrapper` wraps each job before it is queued: :func:`alone` (the job as it is) on one rank; with several
-ranks the entry point injects ``h3app.parallel.lockstep.Lockstep``, which runs it on every rank in step, so the
-:class:`JobCall` says how another rank queues the same job.
+The worker runs a function of a :class:`JobContext`: a job value's run on the Backend (``jobs``, through the
+Backend's job wrapper), which carries everything it needs (its request and adapter settings), so two users never see
+each other's sliders (docs/architecture.md, decision 7). After a cancel or any exception the worker calls
+``on_failure`` (which resets the adapters to the bitwise base) and serves the next job.
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from ..errors import H3AppError
 from ..hosting.admission import OWNER
 from ..hosting.limits import LIMITS
 from ..hosting.refusals import Reason, Refused
-from ..rules.choices import T2VA
 
 CLIENT_GONE = "cancelled (the client went away)"
 POLL_SECONDS = 0.25  # how often a waiting caller looks at progress and at its client
@@ -79,35 +75,6 @@ class JobContext:
 
     def should_cancel(self) -> bool:
         return self.decide_cancel(self.handle._cancel.is_set())
-
-
-Job = Callable[[JobContext], Any]
-
-
-@dataclass(frozen=True)
-class JobCall:
-    """How another rank queues the same job: ``again(backend)`` queues it on that rank's Backend and waits (picklable:
-    module-level functions and their arguments); ``workflow``: the transformer partition the job runs. Pickled
-    without ``sinks``."""
-
-    again: Callable[[Any], Any]
-    workflow: str = T2VA
-    # A ZeroGPU call rebuilds the job in its child from these (``gpu_calls``): the Backend method that built it and its
-    # picklable arguments; ``sinks``: the caller's previews board and ``on_cell``, which stay in this process.
-    submit: Callable[..., Any] | None = None
-    args: tuple = ()
-    sinks: dict[str, Any] = field(default_factory=dict)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**vars(self), "sinks": {}}  # the caller's board and callback never travel
-
-
-JobWrapper = Callable[[Job, JobCall], Job]
-
-
-def alone(job: Job, call: JobCall) -> Job:
-    """The job wrapper of one rank: the job as it is."""
-    return job
 
 
 @dataclass(eq=False)

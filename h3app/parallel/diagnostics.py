@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,15 +24,23 @@ def state_digest(module: Any) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class WeightsDigests:
+    """A job (a ``backend.jobs.Job``) on every rank: each rank's :func:`state_digest` of ``workflow``'s
+    transformer, gathered in rank order."""
+
+    workflow: str = T2VA
+    label = "weights digest"
+
+    def run(self, ctx: Any, backend: RankBackend, sinks: Any = None) -> list[str]:
+        lockstep = backend.wrap_job
+        assert isinstance(lockstep, Lockstep)  # queued only by weights_digests, which checks it
+        return lockstep.group.gather(state_digest(backend.model.transformer(self.workflow)))
+
+
 def weights_digests(backend: RankBackend, workflow: str = T2VA) -> list[str]:
     """One job on every rank of a Backend bound to its ranks (``follower.bind``): each rank's :func:`state_digest`
     of ``workflow``'s transformer, in rank order."""
-    lockstep = backend.wrap_job
-    if not isinstance(lockstep, Lockstep):
+    if not isinstance(backend.wrap_job, Lockstep):
         raise H3AppError("weights digests compare ranks: bind the Backend to its ranks first (parallel.follower.bind).")
-
-    def job(ctx: Any) -> list[str]:
-        return lockstep.group.gather(state_digest(backend.model.transformer(workflow)))
-
-    again = functools.partial(weights_digests, workflow=workflow)
-    return backend.run(backend.submit_job(job, "weights digest", again, workflow))
+    return backend.run(backend.submit(WeightsDigests(workflow)))

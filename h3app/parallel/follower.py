@@ -1,4 +1,4 @@
-"""What ranks other than 0 do: hold the same model, queue again each job rank 0 announces, write no media.
+"""What ranks other than 0 do: hold the same model, queue each job value rank 0 announces, write no media.
 
 A follower's Backend is built from the same flags and environment as rank 0's (same model, same adapter policy and
 allowed folders), then :func:`bind` (on every rank) injects the lockstep job wrapper and points a follower's output
@@ -44,11 +44,11 @@ def follow(group: RankGroup, backend: RankBackend) -> int:
     """Serve rank 0's jobs until it stops (returns 0) or a rank is lost (returns 3). A job's error was already
     shared with every rank; here it only goes to this rank's log."""
     while True:
-        call = group.receive()
-        if call == STOP:
+        job = group.receive()
+        if isinstance(job, str) and job == STOP:
             return 0
         try:
-            call.again(backend)
+            backend.run(backend.submit(job))  # the same job value rank 0 queued, on this rank's Backend
         except RankLost as lost:
             print(f"rank {group.rank}: {lost}", file=sys.stderr, flush=True)
             return 3

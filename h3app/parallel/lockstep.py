@@ -1,5 +1,5 @@
-"""One backend job run on every rank in step: announced by rank 0 (its ``JobCall``), queued again by each follower,
-the same agreements at the same points, one outcome for all. :class:`Lockstep` is the job wrapper the entry points
+"""One backend job run on every rank in step: announced by rank 0 (the job value itself, ``backend.jobs``), queued
+by each follower as that same value on its own Backend, the same agreements at the same points, one outcome for all. :class:`Lockstep` is the job wrapper the entry points
 inject into the backend when ranks > 1 (``follower.bind``); this package never imports the backend.
 
 The job's code is the single-process code, unchanged, on every rank (the same adapters through the same engine, the
@@ -20,6 +20,7 @@ from torch.distributed import DistError
 
 from .context_parallel import parallelize
 from .group import PeerFailed, RankGroup
+from .rank_backend import RankJob
 from .timeouts import RankLost
 
 T = TypeVar("T")
@@ -27,28 +28,29 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Lockstep:
-    """The job wrapper of several ranks (a ``backend.worker.JobWrapper``): rank 0 announces each job's call, every
-    rank runs the job in step. ``transformer(workflow)``: the held model's partition for a workflow."""
+    """The job wrapper of several ranks (a ``backend.jobs.JobWrapper``): rank 0 announces each job, every rank runs
+    it in step. ``transformer(workflow)``: the held model's partition for a workflow."""
 
     group: RankGroup
     transformer: Callable[[str], Any]
 
-    def __call__(self, job: Callable[[Any], Any], call: Any) -> Callable[[Any], Any]:
-        """``job`` (a function of a ``JobContext``) run on every rank together; ``call`` (a ``JobCall``) is what
-        rank 0 announces so that the followers queue the same job."""
+    def __call__(self, job: RankJob, sinks: object, here: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``job`` run on every rank together: rank 0 announces the value (picklable: it travels to the followers,
+        who queue the same value); ``here`` (a function of a ``JobContext``) runs it on this rank with this rank's
+        ``sinks`` (rank 0's board; a follower has none)."""
         group = self.group
 
         def run(ctx: Any) -> Any:
             group.check_usable()
             if group.leader:
-                group.announce(call)
+                group.announce(job)
             group.step()  # every rank holds the job
             if group.leader:
                 group.forget()
 
             def body() -> Any:
-                parallelize(self.transformer(call.workflow), group.spec)  # a partition loaded late
-                return job(dataclasses.replace(ctx, decide_cancel=lambda asked: group.step(cancel=asked)))
+                parallelize(self.transformer(job.workflow), group.spec)  # a partition loaded late
+                return here(dataclasses.replace(ctx, decide_cancel=lambda asked: group.step(cancel=asked)))
 
             return on_every_rank(group, body)
 

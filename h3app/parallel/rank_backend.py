@@ -1,5 +1,6 @@
-"""What this package uses of the app's ``Backend`` (``h3app.backend.service``), which it may not import: the
-structural type the entry points' Backend satisfies (the type checker holds the two together where they pass one)."""
+"""What this package uses of the app's ``Backend`` (``h3app.backend.service``) and of its jobs
+(``h3app.backend.jobs``), which it may not import: the structural types the entry points' Backend and every job value
+satisfy (the type checker holds them together where they pass one)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,29 @@ if TYPE_CHECKING:
     from ..model.loader import LoadedModel
 
 
+class RankJob(Protocol):
+    """A job value (``backend.jobs.Job``): picklable, so rank 0 announces it and every follower queues it; its
+    ``workflow`` names the transformer partition it runs."""
+
+    @property
+    def label(self) -> str: ...
+
+    @property
+    def workflow(self) -> str: ...
+
+    def run(self, ctx: Any, backend: Any, sinks: Any = ...) -> Any: ...
+
+
 class RankBackend(Protocol):
     """One rank's Backend: its held model, the wrapper every job goes through, its output folder, and the two calls
     that queue a job and wait for it."""
 
     model: LoadedModel
     output_dir: Path
-    wrap_job: Callable[[Any, Any], Any]  # backend.worker.JobWrapper: (job, JobCall) → the job as queued
+    wrap_job: Callable[[Any, Any, Any], Any]  # backend.jobs.JobWrapper: (job, sinks, its run here) → what is queued
 
-    def submit_job(self, job: Callable[[Any], Any], label: str, again: Callable[[Any], Any],
-                   workflow: str = ...) -> Any:
-        """Queue ``job`` through ``wrap_job``; ``again(backend)`` queues the same job on another rank."""
+    def submit(self, job: Any) -> Any:
+        """Queue ``job`` (a :class:`RankJob`) through ``wrap_job``; its handle."""
         ...
 
     def run(self, handle: Any) -> Any:

@@ -2,10 +2,10 @@
 
 On ZeroGPU the GPU exists only inside a decorated call, which runs in a forked child: what the call changes in the
 model (attached adapters, merged weights, caches) does not outlive it, and a later call may find a fresh fork of the
-parent or a reused child. So a job never relies on what a previous one left: the child rebuilds the job from its
-picklable description (``JobCall.submit`` + ``JobCall.args``, the same ``submit`` method the caller used) on its
-copy of the Backend, whose binder makes the transformer carry exactly the job's adapters, unmerged and scaled, then
-runs, decodes and returns the result (arrays and file paths), all inside the call.
+parent or a reused child. So a job never relies on what a previous one left: the call carries the job value itself
+(``jobs``: it holds its request, adapters and token), pickled, and the child runs it on its copy of the Backend,
+whose binder makes the transformer carry exactly the job's adapters, unmerged and scaled, then decodes and returns
+the result (arrays and file paths), all inside the call.
 
 Parent side (:class:`GpuCalls`, on the worker thread): the duration the call declares (``zero_gpu.declared`` from
 the time model's prediction, checked against the cap before anything is asked for), the call made in the submitter's

@@ -23,9 +23,9 @@ def test_adapter_spec_takes_the_advanced_keys_and_lists_with_commas():
                                   "blocks=0-9:0.5,40-49:1.2,alpha=8", "unmerged")
     assert (settings.strength, settings.alpha) == (0.5, 8.0)
     assert (settings.video_strength, settings.text_strength, settings.audio_strength) == (0.8, 1.5, 0.0)
-    assert settings.strength_schedule == "1,1,0.5,0.25" and settings.block_strength == "0-9:0.5,40-49:1.2"
+    assert settings.strength_schedule.label == "1,1,0.5,0.25" and settings.block_strength.label == "0-9:0.5,40-49:1.2"
     same = parse_adapter_spec("repo/x,strength_schedule=linear:1:0.5@0.2-1,block_strength=3:2", "unmerged")
-    assert same.strength_schedule == "linear:1:0.5@0.2-1" and same.block_strength == "3:2"
+    assert same.strength_schedule.label == "linear:1:0.5@0.2-1" and same.block_strength.label == "3:2"
     with pytest.raises(H3AppError, match="unknown field 'loud=1'"):
         parse_adapter_spec("repo/x,loud=1", "unmerged")
     with pytest.raises(H3AppError, match="unknown field '2'"):

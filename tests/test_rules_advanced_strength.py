@@ -90,7 +90,7 @@ def test_bad_block_ranges_are_one_line(text, words):
 def test_settings_keep_the_canonical_spellings_and_check_the_factors():
     settings = LoRASettings(source="x", audio_strength="0", strength_schedule="cosine:1:0.5@0-1",
                             block_strength="3:2")
-    assert settings.strength_schedule == "cosine:1:0.5" and settings.block_strength == "3:2"
+    assert settings.strength_schedule.label == "cosine:1:0.5" and settings.block_strength.label == "3:2"
     assert settings.modality == ModalityStrength(1.0, 1.0, 0.0) and not settings.modality.is_unit
     assert settings.modality.label == "video 1, text 1, audio 0"
     with pytest.raises(H3AppError, match="audio strength must be finite"):

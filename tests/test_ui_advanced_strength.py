@@ -17,9 +17,10 @@ def test_the_form_gives_canonical_settings_fields_and_refuses_bad_values():
                         block_strength="40-49:1.2; 0-9:0.5")
     with pytest.raises(H3AppError, match="text strength must be"):
         form.fields()
-    fields = AdvancedForm(audio_strength=0, strength_schedule="LINEAR:1:0.5", block_strength="40-49:1.2; 0-9:0.5").fields()
-    assert fields == {"video_strength": 1.0, "text_strength": 1.0, "audio_strength": 0.0,
-                      "strength_schedule": "linear:1:0.5", "block_strength": "0-9:0.5,40-49:1.2"}
+    form = AdvancedForm(audio_strength=0, strength_schedule="LINEAR:1:0.5", block_strength="40-49:1.2; 0-9:0.5")
+    fields = form.fields()  # typed, parsed once: the JSON spells them canonically
+    assert form.settings().advanced_json() == {"video_strength": 1.0, "text_strength": 1.0, "audio_strength": 0.0,
+                                               "strength_schedule": "linear:1:0.5", "block_strength": "0-9:0.5,40-49:1.2"}
     settings = LoRASettings(source="x", **fields)
     assert AdvancedForm.of(settings).fields() == fields  # load settings shows what the run used
     with pytest.raises(H3AppError, match=r"audio strength 3 is outside the strength sliders' range \(between 0 and 2\)"
@@ -79,9 +80,9 @@ def test_load_settings_puts_the_advanced_strengths_back_in_their_slot(tmp_path):
                                 "adapters": [{"source": "owner/repo", "alpha": None, "strength": 1.0, **set_},
                                              {"source": "older/file", "alpha": None, "strength": 0.5}]}))
     view = load_settings_view(str(path))
-    assert view.slots["1"].advanced().fields() == set_
-    assert view.slots["2"].advanced().fields() == AdvancedForm().fields()  # a file from before the section: all 1
-    assert LoRASettings(source="x", **view.slots["1"].advanced().fields()).audio_strength == 0.0
+    assert view.slots["1"].advanced.settings().advanced_json() == set_
+    assert view.slots["2"].advanced.fields() == AdvancedForm().fields()  # a file from before the section: all 1
+    assert LoRASettings(source="x", **view.slots["1"].advanced.fields()).audio_strength == 0.0
 
 
 def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_say_what_they_cannot():
@@ -103,8 +104,8 @@ def test_copy_as_cli_gives_the_run_its_advanced_strengths_and_the_other_tools_sa
     ran = adapters_from_args(build_parser().parse_args(argv[3:]))
     assert [a.source for a in ran] == ["owner/a", "owner/b"]
     for got, want in zip(ran, (first, second)):
-        assert {f: getattr(got, f) for f in FIELDS} == {**AdvancedForm().fields(),
-                                                        **{f: want[f] for f in FIELDS if f in want}}
+        assert got.advanced_json() == {**AdvancedForm().settings().advanced_json(),
+                                       **{f: want[f] for f in FIELDS if f in want}}
     sglang = snippets.sglang_command(settings)
     assert sglang.command.startswith("# this run") and "--lora-scale" in sglang.command  # a command, with notes:
     notes = sglang.notes

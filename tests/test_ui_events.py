@@ -198,7 +198,7 @@ def test_an_upload_shows_its_file_name_and_keeps_its_server_path_in_state(backen
         assert uploaded.settings("unmerged").source == view.uploaded["path"]
         assert events.inspect_view(uploaded).info["rank"] > 0  # Inspect reads the file behind the name
         session = events.sync_session(SyncForm(new_session(), "unmerged", {"1": uploaded}))
-        assert session.adapters["1"]["source"] == view.uploaded["path"]
+        assert session.adapters["1"].source == view.uploaded["path"]
         typed = SlotForm("owner/repo", uploaded=view.uploaded)  # the box edited: what is typed counts
         assert typed.settings("unmerged").source == "owner/repo"
         with pytest.raises(gr.Error, match="not allowed on this server"):  # the label alone names no file
@@ -213,7 +213,7 @@ def test_load_binds_reports_and_draws_a_rescalable_profile(adapters):
     session, info, report, basis, group_bars, block_bars, note, box = (
         view.session, view.info, view.report_html, view.basis, view.group_plot, view.block_plot, view.profile_html,
         view.profile_box)
-    assert session.adapters["1"]["source"] == NO_ALPHA and session.adapters["1"]["alpha"] is None
+    assert session.adapters["1"].source == NO_ALPHA and session.adapters["1"].alpha is None
     assert "Loaded: all" in report and "0 keys unmatched" in report and "sha256" in report
     assert len(basis["targets"]) == info["num_targets"] and box["visible"] is True
     assert set(basis["targets"]) == set(basis["adapter"]["ranks"])  # every bar has the resolved adapter's scale

@@ -29,7 +29,6 @@ from h3app.ui.session import (
     job_adapters,
     new_session,
     parse_adapters_json,
-    settings_from_json,
     with_adapter,
 )
 
@@ -227,7 +226,7 @@ def test_adapters_json_for_sessionless_clients():
     with pytest.raises(H3AppError, match="alpha must be a finite number > 0"):
         parse_adapters_json('[{"source": "owner/repo", "alpha": -1}]')
     with pytest.raises(H3AppError, match="need a \\\"source\\\""):
-        settings_from_json({"alpha": 8})
+        LoRASettings.from_json({"alpha": 8})
 
 
 def test_session_slots_and_history_are_copies_and_bounded():

@@ -17,6 +17,7 @@ from h3app.adapters.known import TINY_DEMO_DIR
 from h3app.adapters.resolved import resolve_adapter
 from h3app.adapters.summary import AdapterSummary, alpha_text, applied_lines, describe, per_group
 from h3app.rules.frames import RELEASED
+from h3app.ui.adapter.advanced_strength import AdvancedForm
 from h3app.ui.adapter.events import AdapterEvents
 from h3app.ui.forms import KEEP, JobForm, RequestForm, SlotForm, SyncForm
 from h3app.ui.generate.events import GenerateEvents, apply_note
@@ -218,8 +219,8 @@ def test_the_result_caption_names_every_applied_setting_as_the_settings_json_doe
     settings JSON's ``applied`` line (``summary.applied_words``), and the cache's count."""
     adapters, generate = events
     pick = adapters.pick_demo(str(TINY_DEMO_DIR / "tiny_style_warm.safetensors"))
-    slot = SlotForm(source=pick.source, weight=pick.weight["value"], audio_strength=0, strength_schedule="linear:1:0.5",
-                    block_strength="0:0.5")
+    slot = SlotForm(source=pick.source, weight=pick.weight["value"],
+                    advanced=AdvancedForm(audio_strength=0, strength_schedule="linear:1:0.5", block_strength="0:0.5"))
     session = with_adapter(None, "1", slot.settings("unmerged"))
     form = JobForm(session, "unmerged", RequestForm(prompt="a red ball", seed=1, cache=True, **{**FAST, "steps": 4}))
     view = generate.generate_view(form, progress=None)

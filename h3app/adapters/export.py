@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from ..errors import H3AppError
-from ..rules.blocks import BlockStrength, parse_block_strength
+from ..rules.blocks import BlockStrength
 from ..rules.scale import effective_scale
-from ..settings import LoRASettings, check_strength
+from ..settings import BLOCKS, LoRASettings, check_strength
 from .formats import MAIN_PARTITION, PARTITIONS
 from .kinds.base import dense_pair
 from .parts import ADAPTER_KIND_WORDS
@@ -65,7 +65,7 @@ class ExportResult:
             "strength": self.strength,
             "dtype": self.dtype,
             "partition": self.partition,
-            "block_strength": self.block_strength,
+            BLOCKS.name: self.block_strength,
             "r": self.lora_config["r"],
             "lora_alpha": self.lora_config["lora_alpha"],
             "rank_pattern": dict(self.lora_config["rank_pattern"]),
@@ -144,7 +144,7 @@ def export_adapter(
     provenance = {
         "source": source or adapter.identity,
         "strength": strength,
-        **({"block_strength": blocks.label} if blocks.ranges else {}),
+        **({BLOCKS.name: blocks.label} if blocks.ranges else {}),
         "alphas": {t: m.alpha for t, m in adapter.modules.items()},
         "alpha_sources": {t: m.alpha_source for t, m in adapter.modules.items()},
         "use_rslora": {t: m.use_rslora for t, m in adapter.modules.items() if m.use_rslora},
@@ -210,12 +210,12 @@ def refuse_unbakeable(advanced: LoRASettings | None) -> BlockStrength:
     if advanced is None:
         return BlockStrength()
     if advanced.schedule is not None:
-        raise H3AppError(f"a strength schedule ({advanced.strength_schedule}) changes the scale at every evaluation, "
+        raise H3AppError(f"a strength schedule ({advanced.schedule.label}) changes the scale at every evaluation, "
                          "which a LoRA file cannot hold: export without it (the schedule stays an h3app setting).")
     if not advanced.modality.is_unit:
         raise H3AppError(f"per-modality strength ({advanced.modality.label}) scales each token row by its modality, "
                          "which a LoRA file cannot hold: export with every modality strength at 1.")
-    return parse_block_strength(advanced.block_strength)
+    return advanced.blocks
 
 
 def baked_targets(adapter: NormalisedAdapter) -> list[str]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..rules.h3_modules import QKV
+from ..settings import BLOCKS, advanced_settings
 from .formats import ModulePlan
 from .types import HeaderView
 
@@ -251,25 +252,23 @@ ADVANCED_TOOLS = ("sglang", "diffusers")
 
 
 def advanced_strength_notes(adapter: Mapping[str, Any], tool: str) -> tuple[str, ...]:
-    """One sentence per advanced strength of ``adapter`` (a run's settings JSON entry: ``video_strength``,
-    ``text_strength``, ``audio_strength``, ``strength_schedule``, ``block_strength``) that ``tool`` (``sglang`` or
-    ``diffusers``) cannot apply as h3app does; empty when the adapter uses none."""
+    """One sentence per advanced strength of ``adapter`` (a run's settings JSON entry, ``settings.KNOBS``) that
+    ``tool`` (``sglang`` or ``diffusers``) cannot apply as h3app does; empty when the adapter uses none."""
     if tool not in ADVANCED_TOOLS:
         raise ValueError(f"tool must be one of {ADVANCED_TOOLS}, got {tool!r}")
     name = "sglang" if tool == "sglang" else "diffusers (set_adapters)"
     one = "one --lora-scale" if tool == "sglang" else "one weight per adapter"
     notes = []
-    factors = {m: float(adapter.get(f"{m}_strength", 1.0)) for m in ("video", "text", "audio")}
-    if any(value != 1.0 for value in factors.values()):
-        shown = ", ".join(f"{m} {_fmt(v)}" for m, v in factors.items())
-        notes.append(f"{name} applies {one} to every token row: per-modality strength ({shown}) has no equivalent "
-                     f"there, so every row runs the adapter at its plain strength.")
-    if adapter.get("strength_schedule"):
+    given = advanced_settings(adapter)
+    if not given.modality.is_unit:
+        notes.append(f"{name} applies {one} to every token row: per-modality strength ({given.modality.label}) has "
+                     f"no equivalent there, so every row runs the adapter at its plain strength.")
+    if given.schedule is not None:
         notes.append(f"{name} applies {one} to every denoising step: the strength schedule "
-                     f"({adapter['strength_schedule']}) has no equivalent there, so every step runs at the plain "
+                     f"({given.schedule.label}) has no equivalent there, so every step runs at the plain "
                      f"strength.")
-    if adapter.get("block_strength"):
-        notes.append(f"{name} applies {one} to every block: for the per-block strength ({adapter['block_strength']}) "
-                     f"bake it into a file with `python -m h3app export --block-strength "
-                     f"{adapter['block_strength']}` and load that file instead.")
+    if given.blocks:
+        notes.append(f"{name} applies {one} to every block: for the per-block strength ({given.blocks.label}) "
+                     f"bake it into a file with `python -m h3app export {BLOCKS.flag} "
+                     f"{given.blocks.label}` and load that file instead.")
     return tuple(notes)

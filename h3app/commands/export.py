@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", help="factor dtype: float32 (default), bfloat16 or float16")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    add_strength_flags(p)  # --block-strength is baked in; a schedule or a modality strength is refused
+    add_strength_flags(p)  # the block strength is baked in; a schedule or a modality strength is refused
     add_stack_flags(p)  # --adapter-spec (more adapters: the stack as one file), --rank (SVD resize)
     p.set_defaults(run=run)
 

@@ -67,6 +67,7 @@ def run_stack(args: argparse.Namespace, shapes_for: ShapesFor) -> int:
     ``export``, which imports it)."""
     from ..adapters.export import export_adapter, parse_export_dtype
     from ..adapters.stack import stack_adapter
+    from ..settings import BLOCKS
     from .output import emit
 
     dtype = parse_export_dtype(args.dtype)
@@ -80,7 +81,7 @@ def run_stack(args: argparse.Namespace, shapes_for: ShapesFor) -> int:
     result = export_adapter(adapter, args.out, strength=1.0, dtype=dtype, base_model=args.model,
                             source=adapter.identity, partition=args.partition)
     payload: dict[str, Any] = {**result.to_json(), "stack": [{"source": p.name, "strength": p.strength,
-                                                              "block_strength": p.blocks.label} for p in parts],
+                                                              BLOCKS.name: p.blocks.label} for p in parts],
                                "resize": resized.to_json() if resized is not None else None}
     human = (f"wrote {result.weights} and {result.config}: {len(parts)} adapters as one, {result.num_targets} "
              f"targets, r {result.lora_config['r']}, run it at strength 1")

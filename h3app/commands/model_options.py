@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import H3AppError
 from ..model.repo import TINY
 from ..parallel.topology import add_parallel_arguments
+from ..rules import values
 from ..rules.attention import ATTENTION_CHOICES, AUTO, RING, ULYSSES
 from ..rules.canvas import check_canvas
 from ..rules.choices import (
@@ -28,6 +29,7 @@ from ..rules.choices import (
 from ..rules.frames import RELEASED
 from ..rules.request_defaults import FULL_DEFAULTS, TINY_DEFAULTS, defaults_for, known_canvas
 from ..rules.steps import MIN_STEPS
+from ..settings import ADVANCED_FIELDS, ALIASES, FACTOR, KNOBS, LoRASettings
 from .flag_values import dtype_name
 
 if TYPE_CHECKING:
@@ -157,63 +159,43 @@ def add_run_flags(parser: argparse.ArgumentParser, adapter_required: bool = True
     add_strength_flags(parser)
 
 
-# --- advanced strength of --adapter (docs/lora-engine.md "Advanced strength"); the same keys in --adapter-spec ---
-STRENGTH_FLAGS = {  # flag → LoRASettings field
-    "--video-strength": "video_strength",
-    "--text-strength": "text_strength",
-    "--audio-strength": "audio_strength",
-    "--strength-schedule": "strength_schedule",
-    "--block-strength": "block_strength",
-}
-SPEC_KEYS = {  # --adapter-spec key → LoRASettings field
-    "weight": "weight_name", "weight_name": "weight_name", "rev": "revision", "revision": "revision",
-    "alpha": "alpha", "scale": "strength", "strength": "strength",
-    "video": "video_strength", "text": "text_strength", "audio": "audio_strength",
-    "schedule": "strength_schedule", "blocks": "block_strength",
-    **{flag[2:].replace("-", "_"): field for flag, field in STRENGTH_FLAGS.items()},
-}
-LIST_FIELDS = ("strength_schedule", "block_strength")  # their values hold commas: later parts without = continue them
-
-
+# --- advanced strength of --adapter (docs/lora-engine.md "Advanced strength"): every flag and --adapter-spec key
+# comes from the settings schema (``h3app.settings.KNOBS``)
 def add_strength_flags(parser: argparse.ArgumentParser) -> None:
     """Per-modality strength, a strength schedule and per-block strength for ``--adapter`` (unmerged; the values
     are parsed by ``h3app.rules``: one line for a bad one)."""
     group = parser.add_argument_group("advanced strength of --adapter (unmerged; docs/lora-engine.md)")
-    for name in ("video", "text", "audio"):
-        group.add_argument(f"--{name}-strength", default=None, metavar="F",
-                           help=f"factor of the adapter's delta on {name} rows (default 1; 0: the adapter changes "
-                                f"nothing {name} rows compute directly)")
-    group.add_argument("--strength-schedule", default=None, metavar="SCHEDULE",
-                       help='a factor per evaluation: "1,1,0.5,0.5" (one per evaluation) or a curve '
-                            '"linear:1:0.5", "cosine:1:0@0.2-0.8", "constant:0.5@0-0.5" (outside @FROM-TO: off)')
-    group.add_argument("--block-strength", default=None, metavar="RANGES",
-                       help='a factor per main block: "0-9:0.5,40-49:1.2" (multiplies the group strengths)')
+    for knob in KNOBS:
+        group.add_argument(knob.flag, dest=knob.name, default=None, help=knob.help,
+                           metavar="F" if knob.kind == FACTOR else knob.key.upper())
 
 
 def strength_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The advanced-strength flags given on the command line, as ``LoRASettings`` fields."""
-    return {field: getattr(args, field) for field in STRENGTH_FLAGS.values() if getattr(args, field, None) is not None}
+    return {k.name: getattr(args, k.name) for k in KNOBS if getattr(args, k.name, None) is not None}
 
 
 def check_strengths(args: argparse.Namespace, **fields: Any) -> None:
     """The advanced-strength flags of ``--adapter``, checked as ``LoRASettings`` checks them (``rules``' parsers):
     a bad value is one line before torch is imported (a command's ``check``)."""
-    from ..settings import LoRASettings
-
     LoRASettings(source=args.adapter, **fields, **strength_fields(args))
+
+
+SPEC_FIELDS = ("weight_name", "revision", "alpha", "strength", *ADVANCED_FIELDS)  # what --adapter-spec may set
+SPEC_KEYS = {key: name for key, name in ALIASES.items() if name in SPEC_FIELDS}  # spec key → LoRASettings field
+SPEC_WORDS = ", ".join(min((k for k, n in SPEC_KEYS.items() if n == name), key=len) + "=" for name in SPEC_FIELDS)
+LIST_FIELDS = tuple(k.name for k in KNOBS if k.kind != FACTOR)  # their values hold commas: later parts continue them
 
 
 def parse_adapter_spec(spec: str, mode: str) -> LoRASettings:
     """``"SOURCE,weight=F,rev=R,alpha=A,scale=S,audio=0,schedule=1,1,0.5,blocks=0-9:0.5"`` → LoRASettings (SOURCE
-    first; the rest optional, any order; a part without ``=`` after ``schedule=``/``blocks=`` continues its list)."""
-    from ..errors import H3AppError
-    from ..rules import values
-    from ..settings import LoRASettings
-
+    first; the rest optional, any order; a part without ``=`` after ``schedule=``/``blocks=`` continues its list).
+    Each value is parsed once, by ``LoRASettings`` (a bad one: one line naming its key)."""
     parts = [part.strip() for part in spec.split(",")]
     if not parts or not parts[0] or "=" in parts[0]:
         raise H3AppError(f'--adapter-spec must start with the source, e.g. "repo/name,alpha=8,scale=1", got {spec!r}.')
-    fields: dict[str, Any] = {"source": parts[0], "mode": mode}  # LoRASettings' keyword arguments
+    fields: dict[str, Any] = {}  # LoRASettings' keyword arguments
+    keys: dict[str, str] = {}  # field → the key it was given as (for a refusal)
     last = ""  # the field the previous part set
     for part in parts[1:]:
         key, sep, value = part.partition("=")
@@ -221,18 +203,15 @@ def parse_adapter_spec(spec: str, mode: str) -> LoRASettings:
             fields[last] += "," + part
             continue
         if not sep or key.strip() not in SPEC_KEYS:
-            raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use weight=, rev=, alpha=, scale=, "
-                             f"video=, text=, audio=, schedule=, blocks=.")
+            raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use {SPEC_WORDS}.")
         name = last = SPEC_KEYS[key.strip()]
-        if name == "alpha":
-            fields[name] = values.parse_alpha(value, f"--adapter-spec {key.strip()}")
-        elif name == "strength":
-            fields[name] = values.parse_strength(value, f"--adapter-spec {key.strip()}")
-        elif name in ("weight_name", "revision"):
-            fields[name] = value.strip() or None
-        else:
-            fields[name] = value.strip()
-    return LoRASettings(**fields)
+        keys[name] = key.strip()
+        fields[name] = value.strip() or (None if name in ("weight_name", "revision") else value.strip())
+    try:
+        return LoRASettings(source=parts[0], mode=mode, **fields)
+    except H3AppError as error:
+        given = ", ".join(f"{keys[name]}={fields[name]}" for name in keys)
+        raise H3AppError(f"--adapter-spec ({given}): {error}") from None
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:

@@ -14,7 +14,7 @@ from ..adapters.types import ModuleLoRA
 from ..errors import H3AppError
 from ..rules.h3_modules import GROUPS
 from ..rules.modality import SHARED, rows_of
-from ..settings import LoRASettings, check_alpha, check_strength
+from ..settings import ADVANCED_FIELDS, LoRASettings, check_alpha, check_strength
 from .report import MatchError, MatchReport
 from .targets import TargetSlot
 
@@ -83,9 +83,6 @@ def check_groups(group_strengths: Mapping[str, float]) -> None:
     unknown = [group for group in group_strengths if group not in GROUPS]
     if unknown:
         raise H3AppError(f"unknown group {unknown[0]!r} in group strengths: use {', '.join(GROUPS)}.")
-
-
-ADVANCED_FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
 
 
 def check_alpha_applies(name: str, modules: Mapping[str, ModuleLoRA], alpha: float | None) -> None:

@@ -14,6 +14,7 @@ from ..errors import H3AppError
 from . import values
 
 MAX_RANGES = 256
+BLOCKS_EXAMPLE = "0-9:0.5, 40-49:1.2"  # how ranges are written, as the page and the help show it
 _BLOCK = re.compile(r"^transformer_blocks\.(\d+)\.")
 _ITEM = re.compile(r"^(\d+)\s*(?:-\s*(\d+))?\s*:\s*(\S+)$")
 
@@ -29,6 +30,9 @@ class BlockStrength:
     """``ranges``: ``(first, last, factor)`` per named range, inclusive, in order, not overlapping."""
 
     ranges: tuple[tuple[int, int, float], ...] = ()
+
+    def __bool__(self) -> bool:  # "no ranges" reads as unset, as the empty spelling it comes from
+        return bool(self.ranges)
 
     def factor(self, index: int | None) -> float:
         """The factor of main block ``index`` (1 for a block no range names, or None: not a main block)."""

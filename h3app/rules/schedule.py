@@ -23,6 +23,7 @@ from ..errors import H3AppError
 from . import values
 
 CURVES = ("constant", "linear", "cosine")
+SCHEDULE_EXAMPLE = "1,1,0.5,0.5 · linear:1:0.5 · cosine:1:0@0.2-0.8 · constant:0.5@0-0.5"  # each spelling, once
 MAX_VALUES = 1000  # a list longer than any run: a typo, not a schedule
 _EDGE = 1e-12  # fractions on the window's edges (i / (n − 1) against a typed 0.5) count as inside
 

@@ -22,7 +22,6 @@ from ..rules.choices import FIRST_BLOCK_CACHE, FL2VA, NO_CACHE, REF2VA, T2VA, UN
 from ..rules.request_defaults import SEED, TINY_DEFAULTS
 from ..rules.values import SCALE_SLIDER, parse_alpha, parse_number, parse_strength
 from ..settings import LoRASettings
-from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 from .adapter.advanced_strength import AdvancedForm
 from .session import Session
 
@@ -52,8 +51,17 @@ def field_names(form_type: type) -> list[str]:
 
 def read(form_type: type[Form], components: Mapping[str, Any], values: Mapping[Any, Any], **given: Any) -> Form:
     """A ``form_type`` from Gradio's ``{component: value}``; ``components`` names the component of each field,
-    ``given`` fills the others."""
-    return form_type(**{name: values[component] for name, component in components.items()}, **given)
+    ``given`` fills the others. A field whose metadata names a ``nested`` form (a slot's advanced strengths) is
+    that form, made from the components named by its controls."""
+    own = {f.name for f in fields(form_type)}  # type: ignore[arg-type]  # a dataclass form
+    read_values = {name: values[component] for name, component in components.items() if name in own}
+    for nested in fields(form_type):  # type: ignore[arg-type]
+        kind = nested.metadata.get("nested")
+        if kind is not None and nested.name not in given:
+            controls = {name: values[c] for name, c in components.items() if name in kind.CONTROLS}
+            if controls:
+                read_values[nested.name] = kind(**controls)
+    return form_type(**read_values, **given)
 
 
 def write(view: Any, components: Mapping[str, Any]) -> dict[Any, Any]:
@@ -135,12 +143,8 @@ class SlotForm:
     uploaded: Mapping[str, str] | None = None
     refused: str | None = None  # what Inspect answered for this source: a job would be refused the same way
     info: Mapping[str, Any] | None = None  # what Inspect showed for this source (its alpha chain fills the box)
-    # "Advanced strength" (ui/adapter/advanced_strength.py; parsed by h3app.rules through LoRASettings)
-    video_strength: Any = 1.0
-    text_strength: Any = 1.0
-    audio_strength: Any = 1.0
-    strength_schedule: Any = ""
-    block_strength: Any = ""
+    # "Advanced strength" (ui/adapter/advanced_strength.py): its controls, by the settings' field names
+    advanced: AdvancedForm = field(default_factory=AdvancedForm, metadata={"nested": AdvancedForm})
 
     @property
     def source_to_read(self) -> str:
@@ -203,14 +207,10 @@ class SlotForm:
         return LoRASettings(source=self.source_to_read, weight_name=self.weight or None,
                             revision=(self.revision or "").strip() or None, alpha=self.alpha_value(),
                             strength=self.strength_value(), mode=mode or UNMERGED,
-                            qkv_layout=self.qkv_layout or "auto", **self.advanced().fields())
-
-    def advanced(self) -> AdvancedForm:
-        """The slot's "Advanced strength" values (checked by ``AdvancedForm.fields``)."""
-        return AdvancedForm(**{name: getattr(self, name) for name in ADVANCED_FIELDS})
+                            qkv_layout=self.qkv_layout or "auto", **self.advanced.fields())
 
 
-SLOT_FIELDS = field_names(SlotForm)
+SLOT_FIELDS = [*(name for name in field_names(SlotForm) if name != "advanced"), *AdvancedForm.CONTROLS]
 
 
 def source_text(value: Any) -> str:

@@ -13,7 +13,6 @@ from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
 from ..errors import H3AppError
 from ..hosting.gpu_gate import admitted, gpu_events
-from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 from .adapter.events import AdapterEvents
 from .adapter.panel import INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .change_events import CHEAP, ChangeEvents
@@ -385,6 +384,7 @@ def _slot_values(components: Mapping[str, Any], slot: SlotForm | None) -> dict[A
     """A restored slot's control values (None empties the slot); the weight dropdown lists just that file."""
     slot = slot or SlotForm(alpha="")
     values = {components[name]: getattr(slot, name) for name in ("source", "revision", "override", "alpha",
-                                                                  "strength", *ADVANCED_FIELDS)}
+                                                                  "strength")}
+    values.update({components[name]: value for name, value in slot.advanced.values.items()})
     values[components["weight"]] = gr.update(choices=[slot.weight] if slot.weight else [], value=slot.weight)
     return values

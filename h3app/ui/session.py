@@ -1,8 +1,8 @@
 """A browser (or gradio_client) session's own settings, and the job it is running.
 
-A :class:`Session` lives in a ``gr.State`` (per session, deep-copied, so it holds only plain values): ``adapters``
-maps slot ``"1"``/``"2"`` to one adapter's settings JSON (what ``/load`` and ``/set_lora`` edit, what the next job
-carries — docs/architecture.md, decision 7) and ``history`` holds this session's results as :class:`HistoryEntry`.
+A :class:`Session` lives in a ``gr.State`` (per session, deep-copied, so it holds only frozen values): ``adapters``
+maps slot ``"1"``/``"2"`` to one adapter's :class:`LoRASettings` (what ``/load`` and ``/set_lora`` edit, what the
+next job carries as it is, parsed once where it was typed — docs/architecture.md, decision 7) and ``history`` holds this session's results as :class:`HistoryEntry`.
 Both are frozen: every change makes a new Session. Job handles hold threads and events, so they live in
 :class:`RunningJobs`, keyed by the session hash, never in the State.
 """
@@ -18,31 +18,36 @@ from typing import Any
 
 from ..errors import H3AppError
 from ..rules.choices import LORA_MODES, QKV_LAYOUTS
-from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH, parse_alpha, parse_strength
-from ..settings import LoRASettings
-from .adapter.advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
-from .adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
+from ..rules.values import ALPHA, MAX_FIELD_CHARS, STRENGTH
+from ..settings import ALIASES, FACTOR, KNOBS, Knob, LoRASettings
 
 SLOTS = ("1", "2")
 MAX_HISTORY = 60
-SETTINGS_FIELDS = ("source", "weight_name", "revision", "alpha", "strength", "mode", "group_strengths", "qkv_layout",
-                   *ADVANCED_FIELDS)
-# Names API clients may use besides the LoRASettings field names (the advanced strengths: as --adapter-spec's keys).
-FIELD_ALIASES = {"scale": "strength", "weight": "weight_name", "rev": "revision", "path": "source",
-                 "video": "video_strength", "text": "text_strength", "audio": "audio_strength",
-                 "schedule": "strength_schedule", "blocks": "block_strength"}
 
 _TEXT = {"type": ["string", "null"], "maxLength": MAX_FIELD_CHARS}
 _SCALE = {"type": "number", "minimum": STRENGTH.low, "maximum": STRENGTH.high}
+
+
+def _aliases(name: str) -> str:
+    """`` (alias: scale)``: the other names a settings JSON object may give field ``name`` (``settings.ALIASES``)."""
+    others = [key for key, field_name in ALIASES.items() if field_name == name and key != name]
+    return f" (alias: {', '.join(others)})" if others else ""
+
+
+def _knob_schema(knob: Knob) -> dict[str, Any]:
+    kind = {**_SCALE, "default": 1.0} if knob.kind == FACTOR else _TEXT
+    return {**kind, "description": knob.help + _aliases(knob.name)}
+
+
 ADAPTER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["source"],
     "properties": {
         "source": {"type": "string", "minLength": 1, "maxLength": MAX_FIELD_CHARS,
-                   "description": "Hub repo id (owner/name), HF URL or local path (alias: path)"},
+                   "description": "Hub repo id (owner/name), HF URL or local path" + _aliases("source")},
         "weight_name": {**_TEXT, "description": "the .safetensors file in the repo or folder; omit when there is "
-                                                "only one (alias: weight)"},
-        "revision": {**_TEXT, "description": "branch, tag or commit; default main (alias: rev)"},
+                                                "only one" + _aliases("weight_name")},
+        "revision": {**_TEXT, "description": "branch, tag or commit; default main" + _aliases("revision")},
         "alpha": {"description": "override alpha; \"auto\" or null: the file's own alpha per module",
                   "oneOf": [{"type": "number", "exclusiveMinimum": ALPHA.low, "maximum": ALPHA.high},
                             {"enum": ["auto", None]}]},
@@ -52,12 +57,11 @@ ADAPTER_SCHEMA: dict[str, Any] = {
         "group_strengths": {"type": "object", "additionalProperties": _SCALE,
                             "description": "extra strength per module group (attention, feed_forward, …)"},
         "qkv_layout": {"enum": list(QKV_LAYOUTS), "default": QKV_LAYOUTS[0]},
-        **{f"{m}_strength": {**_SCALE, "default": 1.0, "description": f"factor of the adapter's delta on {m} rows "
-                                                                         f"(unmerged; alias: {m})"}
-           for m in ("video", "text", "audio")},
-        "strength_schedule": {**_TEXT, "description": f"a factor per evaluation: {SCHEDULE_HINT} (unmerged; alias: "
-                                                      f"schedule)"},
-        "block_strength": {**_TEXT, "description": f"a factor per main block: {BLOCKS_HINT} (alias: blocks)"},
+        "skip_parts": {"type": "array", "items": {"type": "string"}, "description": "part kinds left out (adaln: "
+                                                                                   "a pruned-base file's AdaLN parts)"},
+        "any_partition": {"type": "boolean", "default": False, "description": "apply a file made for the other "
+                                                                              "transformer partition anyway"},
+        **{knob.name: _knob_schema(knob) for knob in KNOBS},
     },
 }
 ADAPTERS_JSON_SCHEMA: dict[str, Any] = {
@@ -71,12 +75,13 @@ ADAPTERS_JSON_EXAMPLE = ('[{"source": "assets/adapters/tiny_turbo_4step.safetens
 
 def adapters_json_words() -> str:
     """The schema in one line, for the API page (Gradio shows one docstring line per parameter)."""
+    factors = ", ".join(f'"{k.name}"' for k in KNOBS if k.kind == FACTOR)
+    spellings = ", ".join(f'"{k.name}": e.g. "{k.example.split(" · ")[0]}"' for k in KNOBS if k.kind != FACTOR)
     return (f'JSON text: empty = this session\'s adapters, [] = none, else an object or a list of at most '
             f'{len(SLOTS)} objects {{"source": Hub repo id, HF URL or local path (required); "weight_name", '
             f'"revision": text; "alpha": a number > {ALPHA.low:g} and at most {ALPHA.high:g}, or "auto" (the '
             f'file\'s own); "scale": {STRENGTH.low:g} to {STRENGTH.high:g} (default 1); "mode": '
-            f'{" or ".join(LORA_MODES)}; advanced strengths "video_strength", "text_strength", "audio_strength": '
-            f'numbers (default 1), "strength_schedule": e.g. "linear:1:0.5", "block_strength": e.g. "0-9:0.5"}}; '
+            f'{" or ".join(LORA_MODES)}; advanced strengths {factors}: numbers (default 1), {spellings}}}; '
             f'e.g. {ADAPTERS_JSON_EXAMPLE}')
 
 
@@ -101,13 +106,21 @@ class HistoryEntry:
 
 @dataclass(frozen=True)
 class Session:
-    """A session's adapters (slot → settings JSON, see :func:`settings_to_json`) and results, oldest first."""
+    """A session's adapters (slot → settings, as the next job carries them) and results, oldest first."""
 
-    adapters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    adapters: dict[str, LoRASettings] = field(default_factory=dict)
     history: tuple[HistoryEntry, ...] = ()
 
     def __hash__(self) -> int:  # Gradio tells a State's changes apart by hash: the content's, as for a dict
-        return hash(json.dumps(asdict(self), sort_keys=True, default=str))
+        return hash(json.dumps(self.to_json(), sort_keys=True, default=str))
+
+    def to_json(self) -> dict[str, Any]:
+        """The session as JSON: each slot's settings JSON (``LoRASettings.to_json``) and the history."""
+        return {"adapters": self.adapters_json(), "history": [asdict(entry) for entry in self.history]}
+
+    def adapters_json(self) -> dict[str, dict[str, Any]]:
+        """Slot → settings JSON: what ``/load`` and ``/set_lora`` answer with."""
+        return {slot: settings.to_json() for slot, settings in self.adapters.items()}
 
     def entry(self, entry_id: str | None) -> HistoryEntry | None:
         """The history entry named ``entry_id`` (its :attr:`HistoryEntry.id`), or None."""
@@ -127,39 +140,6 @@ def check_slot(slot: Any) -> str:
     return text
 
 
-def settings_to_json(settings: LoRASettings) -> dict[str, Any]:
-    """The JSON form kept in the session (and accepted back by :func:`settings_from_json`)."""
-    data = asdict(settings)
-    data["group_strengths"] = dict(settings.group_strengths)
-    return data
-
-
-def settings_from_json(data: Mapping[str, Any]) -> LoRASettings:
-    """A LoRASettings from a dict with LoRASettings field names (or ``scale``/``weight``/``rev`` aliases);
-    validation errors are :class:`H3AppError` one-liners."""
-    if not isinstance(data, Mapping):
-        raise H3AppError(f"adapter settings must be a JSON object such as {{\"source\": \"owner/repo\"}}, "
-                         f"got {data!r}.")
-    fields: dict[str, Any] = {}
-    for key, value in data.items():
-        name = FIELD_ALIASES.get(key, key)
-        if name not in SETTINGS_FIELDS:
-            continue  # provenance fields (sha256, commit, resolved_alpha …) ride along in saved settings
-        fields[name] = value
-    source = fields.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise H3AppError("adapter settings need a \"source\": a Hub repo id, an HF URL or a local path.")
-    fields["source"] = source.strip()
-    for name in ("weight_name", "revision"):
-        if fields.get(name) in ("", None):
-            fields[name] = None
-    if "alpha" in fields:
-        fields["alpha"] = parse_alpha(fields["alpha"])
-    if "strength" in fields:
-        fields["strength"] = parse_strength(fields["strength"])
-    return LoRASettings(**fields)
-
-
 def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:
     """API clients without a session: ``None``/empty → None (use the session's adapters); ``"[]"`` → no adapter;
     a JSON object or list of objects → those adapters."""
@@ -173,29 +153,23 @@ def parse_adapters_json(text: str | None) -> list[LoRASettings] | None:
     items = data if isinstance(data, list) else [data]
     if len(items) > len(SLOTS):
         raise H3AppError(f"at most {len(SLOTS)} adapters per job, got {len(items)}.")
-    return [settings_from_json(item) for item in items]
+    return [LoRASettings.from_json(item) for item in items]
 
 
 def with_adapter(session: Session | None, slot: str, settings: LoRASettings | None) -> Session:
     """``session`` with ``slot`` set to ``settings`` (None removes it)."""
     session = session or new_session()
-    adapters = {name: data for name, data in session.adapters.items() if name != slot}
+    adapters = {name: held for name, held in session.adapters.items() if name != slot}
     if settings is not None:
-        adapters[slot] = settings_to_json(settings)
+        adapters[slot] = settings
     return replace(session, adapters=adapters)
 
 
 def job_adapters(session: Session | None, mode: str | None = None) -> list[LoRASettings]:
     """The session's adapters in slot order, as the next job will carry them (``mode`` overrides each one's)."""
-    adapters = []
-    for slot in SLOTS:
-        data = (session or new_session()).adapters.get(slot)
-        if data:
-            settings = settings_from_json(data)
-            if mode is not None and settings.mode != mode:
-                settings = settings_from_json({**data, "mode": mode})
-            adapters.append(settings)
-    return adapters
+    held = (session or new_session()).adapters
+    adapters = [held[slot] for slot in SLOTS if slot in held]
+    return [replace(a, mode=mode) if mode is not None and a.mode != mode else a for a in adapters]
 
 
 def add_history(session: Session | None, *, kind: str, label: str, video: str, thumbnail: str | None, hash: str,

@@ -6,6 +6,7 @@ job as ``LoRASettings`` fields (docs/lora-engine.md, "Advanced strength")."""
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,36 +17,46 @@ from ...rules.modality import MODALITIES, MODALITY_SLIDER
 from ...rules.schedule import parse_schedule
 from ...rules.steps import evaluations
 from ...rules.values import STRENGTH
-from ...settings import LoRASettings
+from ...settings import ADVANCED_FIELDS, FACTOR, KNOBS, Knob, LoRASettings, spelled
 from ..change_events import ChangeEvents
 from ..presenters.visitor_words import visitor_text
 from ..unclamped import unclamped
 
-FIELDS = ("video_strength", "text_strength", "audio_strength", "strength_schedule", "block_strength")
-SLIDERS = ("video_strength", "audio_strength")  # the two sliders (text: a number box with the API's range)
-SCHEDULE_HINT = "1,1,0.5,0.5 · linear:1:0.5 · cosine:1:0@0.2-0.8 · constant:0.5@0-0.5"
-BLOCKS_HINT = "0-9:0.5, 40-49:1.2"
+# The section's placement (the one place the page names the advanced strengths; each control's label, info,
+# placeholder and parser come from its knob, ``settings.KNOBS``): rows of knobs, the sliders, and where the plot goes.
+ROWS = (("video_strength", "audio_strength", "text_strength"), ("strength_schedule",), ("block_strength",))
+SLIDERS = ("video_strength", "audio_strength")  # the others: a number box with the API's range, or a text box
+PLOT_BESIDE = "strength_schedule"  # the schedule's plot sits beside its box
 PLOT_SIZE = (260, 90)  # px of the schedule plot
+FIELDS = ADVANCED_FIELDS
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class AdvancedForm:
-    """What the section's controls hold (raw: sliders give numbers, boxes text)."""
+    """What the section's controls hold, by knob name (raw: sliders give numbers, boxes text); a knob not given
+    holds its default."""
 
-    video_strength: Any = 1.0
-    text_strength: Any = 1.0
-    audio_strength: Any = 1.0
-    strength_schedule: Any = ""
-    block_strength: Any = ""
+    values: Mapping[str, Any]
+    CONTROLS = FIELDS  # the component names it reads (``forms.read``): the settings' field names
 
-    def fields(self) -> dict[str, Any]:
-        """The ``LoRASettings`` fields, checked (``H3AppError``, one line, for a bad value; a slider's value also
-        within the sliders' range, ``rules.modality.MODALITY_SLIDER``: refused, never clamped)."""
-        given = {name: getattr(self, name) for name in FIELDS}
-        given = {name: ("" if value is None else value) for name, value in given.items()}
-        settings = LoRASettings(source="advanced", **given)
+    def __init__(self, **given: Any) -> None:
+        unknown = sorted(set(given) - set(FIELDS))
+        if unknown:
+            raise TypeError(f"AdvancedForm has no control {unknown[0]!r}")
+        object.__setattr__(self, "values", {k.name: _shown(k, given.get(k.name, k.default)) for k in KNOBS})
+
+    def settings(self) -> LoRASettings:
+        """The values as ``LoRASettings`` holds them, parsed once (``H3AppError``, one line, for a bad value; a
+        slider's value also within the sliders' range, ``rules.modality.MODALITY_SLIDER``: refused, never
+        clamped). Read its advanced strengths by attribute; its source is a placeholder."""
+        settings = LoRASettings(source="advanced", **self.values)
         for name in SLIDERS:
             MODALITY_SLIDER.check(getattr(settings, name), name.replace("_", " "))
+        return settings
+
+    def fields(self) -> dict[str, Any]:
+        """The ``LoRASettings`` fields (typed: a schedule as a ``StrengthSchedule``), checked as :meth:`settings`."""
+        settings = self.settings()
         return {name: getattr(settings, name) for name in FIELDS}
 
     @classmethod
@@ -54,23 +65,29 @@ class AdvancedForm:
         return cls(**{name: getattr(settings, name) for name in FIELDS})
 
 
+def _shown(knob: Knob, value: Any) -> Any:
+    """What a control shows for ``value``: a number as it is, a parsed schedule or ranges by their label, None as
+    empty text."""
+    return value if knob.kind == FACTOR and value is not None else spelled(value) if knob.kind != FACTOR else ""
+
+
 def note(form: AdvancedForm) -> str:
     """One line under the controls: what the values mean now, or the refusal of a bad one."""
     try:
-        fields = form.fields()
+        given = form.settings()
     except H3AppError as error:
         return f"⚠ {visitor_text(str(error))}"
     parts = []
-    factors = {m: fields[f"{m}_strength"] for m in MODALITIES}
-    if any(value != 1.0 for value in factors.values()):
+    factors = dict(zip(MODALITIES, (given.modality.video, given.modality.text, given.modality.audio), strict=True))
+    if not given.modality.is_unit:
         zero = [m for m, value in factors.items() if value == 0.0]
         parts.append(", ".join(f"{m} ×{value:g}" for m, value in factors.items())
                      + (f": the adapter changes nothing {' or '.join(zero)} rows compute themselves (they still "
                         f"attend to rows it changed)" if zero else ""))
-    if fields["strength_schedule"]:
-        parts.append(f"schedule {fields['strength_schedule']} (× strength per evaluation)")
-    if fields["block_strength"]:
-        parts.append(f"blocks {fields['block_strength']} (× group strengths)")
+    if given.schedule is not None:
+        parts.append(f"schedule {given.schedule.label} (× strength per evaluation)")
+    if given.blocks:
+        parts.append(f"blocks {given.blocks.label} (× group strengths)")
     if not parts:
         return "All factors 1: the adapter runs at its strength on every row, step and block."
     return "; ".join(parts) + " — unmerged only."
@@ -124,52 +141,53 @@ def _svg(factors: tuple[float, ...]) -> str:
 
 @dataclass
 class AdvancedSection:
-    """The section's components (``parts`` by form field, the plot and the note)."""
+    """The section's components: one control per knob (``parts``, by field name), the plot and the note."""
 
-    video_strength: gr.Slider
-    text_strength: gr.Number
-    audio_strength: gr.Slider
-    strength_schedule: gr.Textbox
-    block_strength: gr.Textbox
+    parts: dict[str, gr.components.Component]
     plot: gr.HTML
     note: gr.Markdown
 
-    @property
-    def parts(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in FIELDS}
+
+def _control(knob: Knob, slot: str) -> gr.components.Component:
+    """The knob's control: a slider (``SLIDERS``, the modality sliders' rule's ends), a number box (the API's
+    range) or a text box; never clamped (``unclamped``)."""
+    elem_id = f"{knob.name.replace('_', '-')}-{slot}"
+    if knob.name in SLIDERS:
+        low, high = MODALITY_SLIDER.low, MODALITY_SLIDER.high  # the ends of the rule that checks them
+        return unclamped(gr.Slider(low, high, value=knob.default, step=0.05, label=knob.label, elem_id=elem_id,
+                                   info=knob.info or None))
+    if knob.kind == FACTOR:
+        return unclamped(gr.Number(value=knob.default, label=knob.label, elem_id=elem_id, min_width=80,
+                                   info=knob.info or None), STRENGTH.low, STRENGTH.high)
+    return gr.Textbox(label=knob.label, placeholder=knob.example, elem_id=elem_id, info=knob.info or None)
 
 
 def build(slot: str) -> AdvancedSection:
-    """The "Advanced strength" accordion of adapter slot ``slot`` (closed; all factors 1)."""
-    low, high = MODALITY_SLIDER.low, MODALITY_SLIDER.high  # the ends of the rule that checks them (never clamped)
+    """The "Advanced strength" accordion of adapter slot ``slot`` (closed; all factors 1), laid out by ``ROWS``."""
+    knobs = {k.name: k for k in KNOBS}
+    parts: dict[str, gr.components.Component] = {}
+    plot = None
     with gr.Accordion("Advanced strength", open=False, elem_id=f"advanced-{slot}"):
-        with gr.Row():
-            video = unclamped(gr.Slider(low, high, value=1.0, step=0.05, label="Video strength",
-                                        elem_id=f"video-strength-{slot}",
-                                        info="× on the adapter's delta of every video row"))
-            audio = unclamped(gr.Slider(low, high, value=1.0, step=0.05, label="Audio strength",
-                                        elem_id=f"audio-strength-{slot}",
-                                        info="0: keep the style, leave what audio rows compute"))
-            text = unclamped(gr.Number(value=1.0, label="Text", elem_id=f"text-strength-{slot}", min_width=80),
-                             STRENGTH.low, STRENGTH.high)
-        with gr.Row():
-            schedule = gr.Textbox(label="Strength over the steps", placeholder=SCHEDULE_HINT,
-                                  elem_id=f"strength-schedule-{slot}",
-                                  info="one factor per evaluation, or a curve with @from-to fractions")
-            plot = gr.HTML(schedule_plot("", None), elem_id=f"schedule-plot-{slot}")
-        blocks = gr.Textbox(label="Per-block strength", placeholder=BLOCKS_HINT, elem_id=f"block-strength-{slot}",
-                            info="× the group strengths of these main blocks")
+        for row in ROWS:
+            with gr.Row():
+                for name in row:
+                    parts[name] = _control(knobs[name], slot)
+                    if name == PLOT_BESIDE:
+                        plot = gr.HTML(schedule_plot("", None), elem_id=f"schedule-plot-{slot}")
         shown = gr.Markdown(note(AdvancedForm()), elem_id=f"advanced-note-{slot}")
-    return AdvancedSection(video, text, audio, schedule, blocks, plot, shown)
+    unplaced = [name for name in FIELDS if name not in parts]
+    if unplaced or plot is None:  # a knob added to LoRASettings needs its place here
+        raise RuntimeError(f"ROWS must place every advanced strength and {PLOT_BESIDE}; missing: {unplaced}")
+    return AdvancedSection({name: parts[name] for name in FIELDS}, plot, shown)
 
 
 def wire(section: AdvancedSection, steps: gr.components.Component, changes: ChangeEvents) -> None:
     """Redraw the note on any change and the plot on a schedule or steps change (no queue, no model)."""
-    controls = list(section.parts.values())
+    names, controls = list(section.parts), list(section.parts.values())
 
     def shown(*values: Any) -> str:
-        return note(AdvancedForm(*values))
+        return note(AdvancedForm(**dict(zip(names, values, strict=True))))
 
+    schedule = section.parts[PLOT_BESIDE]
     changes.on([control.change for control in controls], shown, controls, section.note)
-    changes.on([section.strength_schedule.change, steps.change], schedule_plot, [section.strength_schedule, steps],
-               section.plot)
+    changes.on([schedule.change, steps.change], schedule_plot, [schedule, steps], section.plot)

@@ -357,7 +357,7 @@ class AdapterEvents:
         try:
             used = slot.alpha_value()
             strength = slot.strength_value()
-            blocks = slot.advanced().fields()["block_strength"]
+            blocks = slot.advanced.settings().blocks
         except H3AppError:
             return ProfileBars(KEEP, KEEP, KEEP)
         view = profile_view(basis, used, strength, blocks)

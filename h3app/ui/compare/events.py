@@ -38,7 +38,7 @@ from ..generate.preview_stream import check_stopped_where
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render
 from ..presenters.visitor_words import counted, visitor_text
-from ..session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session, settings_to_json
+from ..session import HistoryEntry, RunningJobs, Session, add_history, job_adapters, new_session
 from ..user_error import user_error
 from .layouts import check_value, grid_rows, grid_value, history_value, short_hash
 
@@ -329,7 +329,7 @@ class ComparisonEvents:
             cells.append(cell)
             yield shown(self._grid_status(cells))
         session = form.session or new_session()
-        adapter = settings_to_json(job_adapters(form.session, form.mode)[0]) if cells and not grid.rows else {}
+        adapter = job_adapters(form.session, form.mode)[0].to_json() if cells and not grid.rows else {}
         request_json = form.request.to_request().to_json() if cells else {}
         for cell in cells:  # each cell's own provenance: the resolution its run applied
             settings = {"request": {**request_json, "seed": cell.seed},

@@ -11,7 +11,6 @@ from typing import Any
 from ...adapters.resolved import resolve_adapter
 from ...adapters.summary import AdapterSummary, advanced_words, describe
 from ...errors import H3AppError
-from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
 from ..forms import SlotForm, SyncForm
 from ..presenters.visitor_words import visitor_text
 from ..session import new_session
@@ -36,7 +35,7 @@ def slot_problem(slot: SlotForm, mode: str | None) -> str | None:
     except H3AppError:
         return "its alpha or scale is refused (the alpha card says why)"
     try:
-        slot.advanced().fields()
+        slot.advanced.settings()
     except H3AppError:
         return "an Advanced strength value is refused (the note there says why)"
     try:
@@ -71,11 +70,12 @@ def apply_note(form: SyncForm) -> str:
             lines.append(f"✖ adapter {name} is not applied: {problem}.")
             continue
         settings = slot.settings(form.mode)  # passes: slot_problem tried it
-        loaded = (form.session or new_session()).adapters.get(name) or {}
-        same_file = all(loaded.get(k) == getattr(settings, k) for k in ("source", "weight_name", "revision"))
+        loaded = (form.session or new_session()).adapters.get(name)
+        same_file = loaded is not None and (loaded.source, loaded.weight_name, loaded.revision) == (
+            settings.source, settings.weight_name, settings.revision)
         state = ("loaded" if same_file else
                  "**not loaded yet**: the run fetches and binds it first (Load shows its match report beforehand)")
-        advanced = advanced_words({field: getattr(settings, field) for field in ADVANCED_FIELDS})
+        advanced = advanced_words(settings.advanced_json())
         lines.append(f"Generate applies **adapter {name}**: `{Path(settings.source).name}` at "
                      f"{applied_words(slot, settings)}{advanced} — {state}.")
     return "  \n".join(lines) if lines else APPLY_NOTE_EMPTY

@@ -13,11 +13,11 @@ from ...backend import media
 from ...errors import H3AppError
 from ...rules.choices import NO_CACHE, T2VA, UNMERGED
 from ...rules.request_defaults import defaults_for
-from ..adapter.advanced_strength import FIELDS as ADVANCED_FIELDS
+from ..adapter.advanced_strength import AdvancedForm
 from ..forms import RequestForm, SlotForm
 from ..user_error import user_error
 
-ADVANCED_DEFAULTS = {name: getattr(SlotForm(), name) for name in ADVANCED_FIELDS}  # a file from before: all 1
+ADVANCED_DEFAULTS = dict(AdvancedForm().values)  # a file from before the section: every factor 1, no schedule
 
 
 def read_settings_file(path: str | None) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def load_settings_view(path: str | None) -> SettingsView:
         slots[slot] = None if adapter is None else SlotForm(
             source=adapter["source"], weight=adapter["weight_name"], revision=adapter["revision"],
             override=adapter["override"], alpha="" if adapter["alpha"] is None else f"{float(adapter['alpha']):g}",
-            strength=adapter["strength"], **{name: adapter[name] for name in ADVANCED_DEFAULTS})
+            strength=adapter["strength"], advanced=AdvancedForm(**{name: adapter[name] for name in ADVANCED_DEFAULTS}))
     missing = [k for k in ("first_frame", "last_frame") if data["request"].get(k)]
     if data["request"].get("references"):
         missing.append("references")

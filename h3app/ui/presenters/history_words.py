@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...adapters import summary
-from ...rules.modality import MODALITIES
+from ...settings import KNOBS, advanced_settings
 
 NO_LORA = "none (no LoRA)"
 PROMPT_CHARS = 40  # of the prompt in a label; the differences show it whole
@@ -82,17 +82,14 @@ def setting_words(settings: Mapping[str, Any]) -> dict[str, str]:
     return words
 
 
-ADVANCED_DEFAULTS = {**{f"{m} strength": "1" for m in MODALITIES}, "strength schedule": "none",
-                     "block strength": "none"}  # an adapter that sets none of its advanced strengths
+ADVANCED_DEFAULTS = {k.words: k.shown(k.default) for k in KNOBS}  # an adapter that sets none of its advanced strengths
 
 
 def advanced_words(adapter: Mapping[str, Any]) -> dict[str, str]:
     """The advanced strengths an adapter sets (docs/lora-engine.md), by name, in words; the ones it leaves at
     :data:`ADVANCED_DEFAULTS` are left out (labels stay short; :func:`differences` fills them back in)."""
-    factors = {m: adapter.get(f"{m}_strength") for m in MODALITIES}
-    words = {f"{m} strength": number(1.0 if value is None else float(value)) for m, value in factors.items()}
-    words["strength schedule"] = adapter.get("strength_schedule") or "none"
-    words["block strength"] = adapter.get("block_strength") or "none"
+    given = advanced_settings(adapter)
+    words = {k.words: k.shown(getattr(given, k.name)) for k in KNOBS}
     return {name: value for name, value in words.items() if value != ADVANCED_DEFAULTS[name]}
 
 

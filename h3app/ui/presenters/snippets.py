@@ -27,6 +27,7 @@ from ...rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, UNMER
 from ...rules.frames import RELEASED
 from ...rules.request_defaults import defaults_for
 from ...rules.steps import evaluations
+from ...settings import ALIASES, KNOBS, advanced_settings, spelled
 
 REAL_MODEL = REAL_REPO_ID
 
@@ -141,24 +142,14 @@ def h3app_command(settings: Mapping[str, Any], out: str = "out.mp4") -> str:
     return "\n".join(applied_comment(settings)) + "\n" + " \\\n  ".join(parts)
 
 
-ADVANCED_SPELLINGS = (("video_strength", "--video-strength", "video"), ("text_strength", "--text-strength", "text"),
-                      ("audio_strength", "--audio-strength", "audio"),
-                      ("strength_schedule", "--strength-schedule", "schedule"),
-                      ("block_strength", "--block-strength", "blocks"))  # settings field, CLI flag, --adapter-spec key
+BAKED = frozenset(k.name for k in KNOBS if k.bakes)  # what ``export`` writes into a LoRA file
 
 
 def _advanced(adapter: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """``(flag, spec key, value)`` of each advanced strength the run set (a factor other than 1, a schedule, block
-    ranges); nothing for a run that set none."""
-    found = []
-    for field, flag, key in ADVANCED_SPELLINGS:
-        value = adapter.get(field)
-        if field.endswith("_strength") and field != "block_strength":
-            if value is not None and float(value) != 1.0:
-                found.append((flag, key, _num(value)))
-        elif value:
-            found.append((flag, key, str(value)))
-    return found
+    ranges; ``settings.KNOBS``); nothing for a run that set none."""
+    given = advanced_settings(adapter)
+    return [(k.flag, k.key, spelled(getattr(given, k.name))) for k in KNOBS if k.is_set(getattr(given, k.name))]
 
 
 @dataclass(frozen=True)
@@ -255,14 +246,16 @@ def _export_lines(adapters: list[Mapping[str, Any]], partition: str) -> list[str
     lines: list[str] = []
     flags: list[str] = []
     for index, adapter in enumerate(adapters):
-        lines += [f"# NOTE: {note}" for note in advanced_strength_notes({**adapter, "block_strength": ""}, "diffusers")]
+        baked = [(flag, key, value) for flag, key, value in _advanced(adapter) if ALIASES[key] in BAKED]
+        unbaked = {k: v for k, v in adapter.items() if ALIASES.get(k) not in BAKED}  # what a file cannot hold
+        lines += [f"# NOTE: {note}" for note in advanced_strength_notes(unbaked, "diffusers")]
         if index:
             spec = [adapter_source(adapter)]
             spec += [f"weight={adapter['weight_name']}"] if adapter.get("weight_name") else []
             spec += [f"rev={_pinned_revision(adapter)}"] if _pinned_revision(adapter) else []
             spec += [f"alpha={_num(adapter['alpha'])}"] if adapter.get("alpha") is not None else []
             spec += [f"scale={_num(adapter.get('strength', 1.0))}"]
-            spec += [f"blocks={adapter['block_strength']}"] if adapter.get("block_strength") else []
+            spec += [f"{key}={value}" for _, key, value in baked]
             flags.append(f"--adapter-spec {_q(','.join(spec))}")
             continue
         flags.append(f"--adapter {_q(adapter_source(adapter))}")
@@ -273,8 +266,7 @@ def _export_lines(adapters: list[Mapping[str, Any]], partition: str) -> list[str
         if adapter.get("alpha") is not None:
             flags.append(f"--alpha {_num(adapter['alpha'])}")
         flags.append(f"--scale {_num(adapter.get('strength', 1.0))}")
-        if adapter.get("block_strength"):  # baked into the exported alphas; a schedule or modality factors cannot be
-            flags.append(f"--block-strength {_q(adapter['block_strength'])}")
+        flags += [f"{flag} {_q(value)}" for flag, _, value in baked]  # baked into the exported alphas
     if adapters and partition != MAIN_PARTITION:  # the exported keys name it, so diffusers loads them into it
         flags.append(f"--partition {partition}")
     if adapters:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from ...settings import KNOBS
+
 # Server settings, as what they mean to a visitor (most specific first). The server's environment is not theirs.
 _SERVER = (
     (r",? ?and HF_HUB_OFFLINE=1 is set: unset HF_HUB_OFFLINE to search, or ", ", and this server is offline: "),
@@ -32,7 +34,7 @@ _CONTROLS = (
     ("--height and --width", "Height and Width"), ("--lora-mode unmerged", "LoRA mode unmerged"),
     ("--weight-name folder/file.safetensors", "the file in Weight file"), ("--weight-name", "Weight file"),
     ("--revision", "Revision"), ("--lora-mode", "LoRA mode"), ("--scale", "Scale"), ("--cache", "Step cache"),
-    ("--block-strength", "Per-block strength"), ("--height", "Height"), ("--width", "Width"),
+    *((knob.flag, knob.label) for knob in KNOBS), ("--height", "Height"), ("--width", "Width"),
     ("--workflow", "Workflow"), ("--mode full", "the full check"),
     ("--offload auto", "a smaller request"), ("--offload", "a smaller request"),
 )

@@ -26,8 +26,7 @@ from ...rules.check_pair import DEFAULT_A, DEFAULT_B
 from ...rules.choices import LORA_MODES, T2VA, UNMERGED
 from ...rules.frames import RELEASED
 from ...rules.values import ALPHA, MAX_FIELD_CHARS, MAX_SEED, STRENGTH
-from ...settings import LoRASettings
-from ..adapter.advanced_strength import BLOCKS_HINT, SCHEDULE_HINT
+from ...settings import KNOBS, LoRASettings
 from ..adapter.events import AdapterEvents
 from ..compare.events import ComparisonEvents
 from ..forms import CheckForm, GridForm, JobForm, RequestForm
@@ -39,11 +38,10 @@ from ..session import (
     job_adapters,
     new_session,
     parse_adapters_json,
-    settings_from_json,
-    settings_to_json,
     with_adapter,
 )
 from ..user_error import user_error
+from .advanced_parameters import advanced_parameter_lines, advanced_values, api_label, flattened, knob_inputs
 from .endpoint_guard import public_report
 
 
@@ -76,8 +74,7 @@ class ApiEvents:
         return {**info, "weight_files": [{"name": f.name, "size": f.size} for f in files]}
 
     def load(self, session: Session | None, slot: float, source: str, weight_name: str, revision: str,
-             alpha: str, scale: float, mode: str, token: str, video_strength: float = 1.0, text_strength: float = 1.0,
-             audio_strength: float = 1.0, strength_schedule: str = "", block_strength: str = "",
+             alpha: str, scale: float, mode: str, token: str, *advanced: Any,
              request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Session, dict[str, Any]]:
         """Download only the pinned weight file, bind it to the model and make it this session's adapter in
         slot 1 or 2 (the next /generate, /check_equivalence and /grid of this client use it).
@@ -91,32 +88,26 @@ class ApiEvents:
             scale: number SCALE_RANGE: the strength multiplier (1.0 = as trained; negative pushes the other way)
             mode: text: unmerged (exact, free alpha/scale changes) or merged (faster steps)
             token: text: a Hugging Face token (empty: none)
-            video_strength: number SCALE_RANGE: factor of the adapter on video rows (1: as trained; unmerged only)
-            text_strength: number SCALE_RANGE: factor on text rows
-            audio_strength: number SCALE_RANGE: factor on audio rows (0: the adapter changes nothing audio rows compute)
-            strength_schedule: text: a factor per evaluation (SCHEDULE_WORDS; empty: none; unmerged only)
-            block_strength: text: a factor per main block (BLOCK_WORDS; empty: none)
+            ADVANCED_PARAMETERS
         Returns:
             {slot, settings, report (matched/unmatched keys), provenance (commit, sha256, alpha source), summary}
         """
         try:
             slot_name = check_slot(slot)
-            settings = settings_from_json({"source": source, "weight_name": weight_name, "revision": revision,
-                                           "alpha": alpha, "strength": scale, "mode": mode or UNMERGED,
-                                           **_advanced(video_strength, text_strength, audio_strength,
-                                                       strength_schedule, block_strength)})
+            settings = LoRASettings.from_json({"source": source, "weight_name": weight_name, "revision": revision,
+                                               "alpha": alpha, "strength": scale, "mode": mode or UNMERGED,
+                                               **advanced_values(advanced)})
         except H3AppError as error:
             raise user_error(error) from error
         session, result = self.adapters.load(session, slot_name, settings, T2VA, token, request, progress)
         name = result.provenance.get("weight_name") or Path(settings.source).name
-        return session, {"slot": slot_name, "settings": session.adapters[slot_name],
+        return session, {"slot": slot_name, "settings": session.adapters[slot_name].to_json(),
                          "report": public_report(result.report.to_json(), name), "provenance": result.provenance,
                          "summary": result.report.summary()}
 
     def set_lora(self, session: Session | None, slot: float, alpha: str, scale: float, mode: str,
-                 source: str, weight_name: str, revision: str, enabled: bool, video_strength: float = 1.0,
-                 text_strength: float = 1.0, audio_strength: float = 1.0, strength_schedule: str = "",
-                 block_strength: str = "") -> tuple[Session, dict[str, Any]]:
+                 source: str, weight_name: str, revision: str, enabled: bool,
+                 *advanced: Any) -> tuple[Session, dict[str, Any]]:
         """Edit this session's adapter in slot 1 or 2 for its next job; nothing runs and nothing is downloaded.
 
         Parameters:
@@ -128,11 +119,7 @@ class ApiEvents:
             weight_name: text: the new adapter's weight file (with source)
             revision: text: the new adapter's revision (with source)
             enabled: boolean: false removes the slot's adapter
-            video_strength: number SCALE_RANGE: factor of the adapter on video rows (1: as trained; unmerged only)
-            text_strength: number SCALE_RANGE: factor on text rows
-            audio_strength: number SCALE_RANGE: factor on audio rows (0: the adapter changes nothing audio rows compute)
-            strength_schedule: text: a factor per evaluation (SCHEDULE_WORDS; empty: none; unmerged only)
-            block_strength: text: a factor per main block (BLOCK_WORDS; empty: none)
+            ADVANCED_PARAMETERS
         Returns:
             {adapters: slot -> settings} after the edit
         """
@@ -140,19 +127,19 @@ class ApiEvents:
             slot_name = check_slot(slot)
             if not enabled:
                 session = with_adapter(session, slot_name, None)
-                return session, {"adapters": session.adapters}
-            current = dict((session or new_session()).adapters.get(slot_name) or {})
+                return session, {"adapters": session.adapters_json()}
+            held = (session or new_session()).adapters.get(slot_name)
+            current = held.to_json() if held is not None else {}
             if source and source.strip():
                 current = {"source": source.strip(), "weight_name": weight_name or None, "revision": revision or None}
             if not current:
                 raise H3AppError(f"adapter slot {slot_name} is empty: give a source (or call /load first).")
             current.update({"alpha": alpha, "strength": scale, "mode": mode or current.get("mode") or UNMERGED,
-                            **_advanced(video_strength, text_strength, audio_strength, strength_schedule,
-                                        block_strength)})
-            session = with_adapter(session, slot_name, settings_from_json(current))
+                            **advanced_values(advanced)})
+            session = with_adapter(session, slot_name, LoRASettings.from_json(current))
         except H3AppError as error:
             raise user_error(error) from error
-        return session, {"adapters": session.adapters}
+        return session, {"adapters": session.adapters_json()}
 
     def generate(self, session: Session | None, prompt: str, seed: float, steps: float, duration: float,
                  height: float, width: float, shift: float, audio_shift: float, workflow: str,
@@ -282,7 +269,7 @@ def api_words(limits: Any, hosted: bool) -> dict[str, str]:
         "PROMPT_RULE": f"not empty, at most {limits.max_prompt_tokens:,} tokens",
         "GRID_CELLS": f"alphas × scales × seeds at most {limits.max_grid_cells} cells",
         "ADAPTERS_JSON": adapters_json_words(),
-        "SCHEDULE_WORDS": SCHEDULE_HINT, "BLOCK_WORDS": BLOCKS_HINT,
+        "ADVANCED_PARAMETERS": advanced_parameter_lines(),
     }
 
 
@@ -310,9 +297,7 @@ API_LABELS = {
     "width": "width in pixels: CANVAS_RULE (0: the model's default)",
     "shift": "video flow shift: a number > 0 (0: the model's default)",
     "audio_shift": "audio flow shift: a number > 0 (0: the model's default)",
-    **{f"{m}_strength": f"{m} strength: a number SCALE_RANGE (1: as trained)" for m in ("video", "text", "audio")},
-    "strength_schedule": "strength schedule: SCHEDULE_WORDS (empty: none)",
-    "block_strength": "block strength: BLOCK_WORDS (empty: none)",
+    **{knob.name: api_label(knob) for knob in KNOBS},
 }
 
 
@@ -329,7 +314,7 @@ def documented(function: Callable[..., Any], doc: str) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         return function(*args, **kwargs)
     call.__doc__ = doc
-    return call
+    return flattened(call, function)
 
 
 def _adapters(session: Session | None, adapters_json: str | None) -> list[LoRASettings]:
@@ -338,16 +323,9 @@ def _adapters(session: Session | None, adapters_json: str | None) -> list[LoRASe
     return job_adapters(session) if explicit is None else explicit
 
 
-def _advanced(video: Any, text: Any, audio: Any, schedule: Any, blocks: Any) -> dict[str, Any]:
-    """The advanced strengths as settings fields (an omitted number: 1; empty text: none)."""
-    return {"video_strength": 1.0 if video is None else video, "text_strength": 1.0 if text is None else text,
-            "audio_strength": 1.0 if audio is None else audio, "strength_schedule": schedule or "",
-            "block_strength": blocks or ""}
-
-
 def _probe(adapters: list[LoRASettings]) -> Session:
     """A session value holding exactly ``adapters`` (the comparison events read adapters from a session)."""
-    return Session(adapters={str(i + 1): settings_to_json(a) for i, a in enumerate(adapters)})
+    return Session(adapters={str(i + 1): a for i, a in enumerate(adapters)})
 
 
 def build_api(events: ApiEvents, session: gr.State) -> None:
@@ -374,17 +352,15 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("alpha_b", f"{DEFAULT_B.alpha:g}", "B: alpha (a number, or auto)"),
             ("alphas", defaults.grid.alphas, "alphas, comma-separated (auto allowed)"),
             ("scales", defaults.grid.scales, "scales, comma-separated"),
-            ("seeds", defaults.grid.seeds, "seeds, comma-separated"),
-            ("strength_schedule", "", "strength schedule (empty: none)"),
-            ("block_strength", "", "block strength (empty: none)"))}
+            ("seeds", defaults.grid.seeds, "seeds, comma-separated"))}
         number = {name: gr.Number(value=value, label=label, elem_id=f"api-{name}") for name, value, label in (
             ("slot", 1, "adapter slot: 1 or 2"), ("scale", 1.0, "scale (strength)"), ("seed", defaults.seed, "seed"),
             ("steps", defaults.steps, "steps (N steps run N-1 evaluations)"),
             ("duration", defaults.duration, f"duration in seconds, {RELEASED.describe()}"),
             ("height", 0, "height in pixels (0: default)"), ("width", 0, "width in pixels (0: default)"),
             ("shift", 0, "video flow shift (0: default)"), ("audio_shift", 0, "audio flow shift (0: default)"),
-            ("scale_a", DEFAULT_A.strength, "A: scale"), ("scale_b", DEFAULT_B.strength, "B: scale"),
-            *((f"{m}_strength", 1.0, f"{m} strength") for m in ("video", "text", "audio")))}
+            ("scale_a", DEFAULT_A.strength, "A: scale"), ("scale_b", DEFAULT_B.strength, "B: scale"))}
+        knobs = knob_inputs()  # one hidden input per advanced strength: the last parameters of /load and /set_lora
         enabled = gr.Checkbox(value=True, label="enabled (false removes the slot's adapter)")
         first_frame = gr.File(label="first keyframe image (fl2va)", type="filepath")
         last_frame = gr.File(label="last keyframe image (fl2va)", type="filepath")
@@ -397,15 +373,14 @@ def build_api(events: ApiEvents, session: gr.State) -> None:
             ("grid", "grid cells so far"))}
         video = gr.Video(label="mp4 with stereo audio")
     for name, words in API_LABELS.items():  # the ranges beside each parameter on the API page
-        (text.get(name) or number[name]).label = fill(words, backend.limits, backend.hosted)
+        (text.get(name) or number.get(name) or knobs[name]).label = fill(words, backend.limits, backend.hosted)
     with gr.Column(visible=False):
         buttons = {name: gr.Button(name) for name in ("inspect", "load", "set_lora", "generate",
                                                        "check_equivalence", "grid")}
 
     buttons["inspect"].click(endpoint["inspect"], [text["source"], text["weight_name"], text["revision"], text["token"]],
                              [result["inspect"]], api_name="inspect", concurrency_id="inspect", concurrency_limit=4)
-    advanced = [number["video_strength"], number["text_strength"], number["audio_strength"],
-                text["strength_schedule"], text["block_strength"]]  # the last parameters of /load and /set_lora
+    advanced = list(knobs.values())
     buttons["load"].click(gpu_fn["load"], [session, number["slot"], text["source"], text["weight_name"],
                                         text["revision"], text["alpha"], number["scale"], text["mode"], text["token"],
                                         *advanced],

@@ -214,11 +214,11 @@ class LoRASettings:
         return cls(**given)
 
 
-def advanced_settings(data: Mapping[str, Any]) -> LoRASettings:
-    """The advanced strengths a settings JSON object (or a run's adapter record) sets, on a settings value whose
-    other fields are the defaults (its source is a placeholder): read them by attribute."""
-    return LoRASettings.from_json({**{k: v for k, v in data.items() if ALIASES.get(k) in _KNOB_NAMES},
-                                   "source": "advanced strengths"})
+def recorded(data: Mapping[str, Any]) -> dict[Knob, Any]:
+    """The advanced strengths of a settings JSON object or a run's record as recorded there (numbers, canonical
+    spellings; a knob not recorded: its default), read without parsing: the values were parsed when the settings
+    were made, and the record spells them as :meth:`LoRASettings.to_json` did."""
+    return {k: data.get(k.name, k.default if k.kind == FACTOR else "") for k in KNOBS}
 
 
 def merged_refusal(modality: ModalityStrength, schedule: StrengthSchedule | None) -> str | None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import H3AppError
 from ..rules.alpha_source import AlphaSource
-from ..rules.values import parse_alpha, parse_number
+from ..rules.values import parse_number
+from ..settings import check_alpha
 from .formats import MAIN_PARTITION, ModulePlan
 from .known import KnownAdapter
 from .types import HeaderView
@@ -103,7 +104,7 @@ def resolve_alphas(
 
     Raises ``H3AppError`` for an invalid explicit alpha, or a stored ``.alpha`` that is negative, NaN or infinite.
     """
-    explicit = parse_alpha(explicit_alpha, "alpha")
+    explicit = check_alpha(explicit_alpha)  # typed where it entered: range-checked here, not parsed again
     warnings: list[str] = []
     said = _read_file_settings(view, {m.file_partition for m in modules}, warnings)
     tally = _Tally()

@@ -21,7 +21,8 @@ from typing import Any
 from ..rules.alpha_source import AlphaSource
 from ..rules.h3_modules import group_of
 from ..rules.scale import DORA_STRENGTH_RULE, effective_scale
-from ..rules.values import parse_alpha, parse_strength
+from ..rules.values import parse_strength
+from ..settings import check_alpha, check_strength
 from .summary import per_group
 
 FAR = 4.0  # an effective scale more than FAR× (or less than 1/FAR×) the one the adapter's facts imply is flagged
@@ -113,8 +114,8 @@ def resolve_adapter(info: Any, alpha: float | None = None, strength: float = 1.0
     """``info`` (an ``AdapterInfo`` or its ``to_json()``) at ``alpha`` (None: the chain's value per module),
     ``strength`` and ``group_strengths``. ``H3AppError`` for an alpha or strength the engine would refuse."""
     facts = info.to_json() if hasattr(info, "to_json") else dict(info)
-    override = parse_alpha(alpha)
-    strength = parse_strength(strength)
+    override = check_alpha(alpha)  # text is parsed here, a typed alpha (a job's settings) only range-checked
+    strength = check_strength(strength)
     group_strengths = {g: parse_strength(v, f"strength of group {g!r}") for g, v in (group_strengths or {}).items()}
     ranks: Mapping[str, int] = facts.get("ranks") or {}
     stored: Mapping[str, float] = facts.get("alphas") or {}

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..rules.h3_modules import QKV
-from ..settings import BLOCKS, advanced_settings
+from ..rules.modality import ModalityStrength
+from ..settings import AUDIO, BLOCKS, SCHEDULE, TEXT, VIDEO, recorded
 from .formats import ModulePlan
 from .types import HeaderView
 
@@ -259,16 +260,17 @@ def advanced_strength_notes(adapter: Mapping[str, Any], tool: str) -> tuple[str,
     name = "sglang" if tool == "sglang" else "diffusers (set_adapters)"
     one = "one --lora-scale" if tool == "sglang" else "one weight per adapter"
     notes = []
-    given = advanced_settings(adapter)
-    if not given.modality.is_unit:
-        notes.append(f"{name} applies {one} to every token row: per-modality strength ({given.modality.label}) has "
+    given = {knob.name: value for knob, value in recorded(adapter).items()}
+    modality = ModalityStrength(*(float(given[k.name]) for k in (VIDEO, TEXT, AUDIO)))
+    if not modality.is_unit:
+        notes.append(f"{name} applies {one} to every token row: per-modality strength ({modality.label}) has "
                      f"no equivalent there, so every row runs the adapter at its plain strength.")
-    if given.schedule is not None:
+    if given[SCHEDULE.name]:
         notes.append(f"{name} applies {one} to every denoising step: the strength schedule "
-                     f"({given.schedule.label}) has no equivalent there, so every step runs at the plain "
+                     f"({given[SCHEDULE.name]}) has no equivalent there, so every step runs at the plain "
                      f"strength.")
-    if given.blocks:
-        notes.append(f"{name} applies {one} to every block: for the per-block strength ({given.blocks.label}) "
+    if given[BLOCKS.name]:
+        notes.append(f"{name} applies {one} to every block: for the per-block strength ({given[BLOCKS.name]}) "
                      f"bake it into a file with `python -m h3app export {BLOCKS.flag} "
-                     f"{given.blocks.label}` and load that file instead.")
+                     f"{given[BLOCKS.name]}` and load that file instead.")
     return tuple(notes)

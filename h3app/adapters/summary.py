@@ -26,7 +26,7 @@ from typing import Any
 
 from ..rules.alpha_source import TIERS, AlphaSource
 from ..rules.scale import effective_scale
-from ..settings import KNOBS, advanced_settings
+from ..settings import recorded
 from .not_applied import NotApplied
 
 LORA = "lora"  # a row of low-rank pairs (B·A at alpha / rank); other kinds name other parts of an adapter
@@ -269,8 +269,7 @@ def not_applied_lines(adapters: Iterable[Mapping[str, Any]]) -> list[str]:
 def advanced_words(adapter: Mapping[str, Any]) -> str:
     """``"; audio ×0, schedule linear:1:0.5, blocks 0-9:0.5"``: the advanced strengths a run's adapter JSON sets
     (docs/lora-engine.md), "" when it sets none."""
-    given = advanced_settings(adapter)
-    words = [k.short(getattr(given, k.name)) for k in KNOBS if k.is_set(getattr(given, k.name))]
+    words = [knob.short(value) for knob, value in recorded(adapter).items() if knob.is_set(value)]
     return "; " + ", ".join(words) if words else ""
 
 

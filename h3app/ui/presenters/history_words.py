@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...adapters import summary
-from ...settings import KNOBS, advanced_settings
+from ...settings import KNOBS, recorded
 
 NO_LORA = "none (no LoRA)"
 PROMPT_CHARS = 40  # of the prompt in a label; the differences show it whole
@@ -88,8 +88,7 @@ ADVANCED_DEFAULTS = {k.words: k.shown(k.default) for k in KNOBS}  # an adapter t
 def advanced_words(adapter: Mapping[str, Any]) -> dict[str, str]:
     """The advanced strengths an adapter sets (docs/lora-engine.md), by name, in words; the ones it leaves at
     :data:`ADVANCED_DEFAULTS` are left out (labels stay short; :func:`differences` fills them back in)."""
-    given = advanced_settings(adapter)
-    words = {k.words: k.shown(getattr(given, k.name)) for k in KNOBS}
+    words = {knob.words: knob.shown(value) for knob, value in recorded(adapter).items()}
     return {name: value for name, value in words.items() if value != ADVANCED_DEFAULTS[name]}
 
 

@@ -27,7 +27,7 @@ from ...rules.choices import MAIN_PARTITION, NO_CACHE, REAL_REPO_ID, T2VA, UNMER
 from ...rules.frames import RELEASED
 from ...rules.request_defaults import defaults_for
 from ...rules.steps import evaluations
-from ...settings import ALIASES, KNOBS, advanced_settings, spelled
+from ...settings import ALIASES, KNOBS, recorded, spelled
 
 REAL_MODEL = REAL_REPO_ID
 
@@ -148,8 +148,7 @@ BAKED = frozenset(k.name for k in KNOBS if k.bakes)  # what ``export`` writes in
 def _advanced(adapter: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """``(flag, spec key, value)`` of each advanced strength the run set (a factor other than 1, a schedule, block
     ranges; ``settings.KNOBS``); nothing for a run that set none."""
-    given = advanced_settings(adapter)
-    return [(k.flag, k.key, spelled(getattr(given, k.name))) for k in KNOBS if k.is_set(getattr(given, k.name))]
+    return [(knob.flag, knob.key, spelled(value)) for knob, value in recorded(adapter).items() if knob.is_set(value)]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-from browser_fixtures import answered, inspected, open_app, open_tab, pick_demo
+from browser_fixtures import inspected, open_app, open_tab, pick_demo
 from playwright.sync_api import expect
 
 from h3app.adapters.inspect import inspect_file
@@ -182,10 +182,7 @@ def refused_where_looked(page, cases) -> None:
         assert box.input_value() == bad, f"{selector}: {bad} became {box.input_value()}"  # not clamped on blur
         expect(page.locator(where)).to_contain_text(words)
         assert box.input_value() == bad, f"{selector}: {bad} became {box.input_value()}"  # nor by the server
-        type_value(page, selector, good)
-        # the good value's answer lands before the next case is typed: the boxes' notes are written by one event per
-        # box, and an earlier box's late answer would cover the next refusal (docs/testing.md)
-        answered(page)
+        type_value(page, selector, good)  # the next case is typed at once: the notes answer in the order sent
     expect(page.locator(where)).not_to_contain_text(words)
 
 
@@ -220,9 +217,8 @@ def test_every_input_refuses_out_of_range_in_one_line_without_clamping_or_traceb
         # text too long: the source, refused in Inspect's card
         open_tab(page, "Generate")
         control(page, "#slot1-source").fill("x" * 5000)
-        # the page's "source changed" redraw first (it clears the card): its answer, landing after Inspect's refusal
-        # on a loaded machine, once replaced the refusal (a person pressing Enter again gets it back)
-        answered(page)
+        # Enter at once: the page's "source changed" clear, sent first, cannot cover Inspect's refusal when it
+        # answers after it (docs/ui.md, "Events in order")
         control(page, "#slot1-source").press("Enter")
         # Inspect takes its turn in the queue behind the page's earlier events (a predicted-time note may rehearse
         # a new request first): on a loaded machine that is more than Playwright's default 5 s.

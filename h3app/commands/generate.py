@@ -117,7 +117,7 @@ def adapters_from_args(args: argparse.Namespace) -> list[LoRASettings]:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    adapters = adapters_from_args(args)
+    adapters = adapters_from_args(args)  # refused in one line before torch is imported
     from ..backend.presets import resolve_presets
     from ..backend.service import Backend
     from ..hardware.zero_gpu_home import command_time_model
@@ -128,7 +128,6 @@ def run(args: argparse.Namespace) -> int:
 
     flags = request_flags(args, args.model)  # checked by ``check`` already when run from the command line
     defaults = defaults_for(args.model)
-    adapters = adapters_from_args(args)
     previews = preview_board(args)
     token = os.environ.get("HF_TOKEN")
     options = load_options(args)  # a bad dtype or a missing GPU: refused before any rank starts

@@ -115,6 +115,7 @@ def test_each_submit_queues_one_job_value_that_travels_whole_and_leaves_the_sink
     for job, _ in recorded.queued:
         assert pickle.loads(pickle.dumps(job)) == job  # what ranks and ZeroGPU calls send arrives whole
         assert job.workflow == REQUEST.workflow
+    assert recorded.queued[1][0].token == "hf_x" and "hf_x" not in repr(recorded.queued[1][0])  # kept, never logged
     assert [sinks for _, sinks in recorded.queued][1:5] == \
         [Sinks(board), Sinks(board), Sinks(), Sinks(board, cells.append)]
     with pytest.raises(TypeError):

@@ -31,6 +31,8 @@ from typing import Any
 from ..errors import H3AppError
 from ..request import GenerationRequest
 from . import check_calls, grid_calls, zero_gpu
+from .check_runs import CheckRun, assemble
+from .equivalence import EquivalenceResult
 from .job_backend import JobBackend
 from .jobs import CheckRunJob, EquivalenceJob, GridBaselineJob, GridJob, Job, Run, Sinks
 from .preview import Preview, PreviewBoard
@@ -193,13 +195,11 @@ class GpuCalls:
         return lambda ctx: self._one(context, job, duration, ctx, sinks.previews, sinks.on_cell)
 
     def _split_check(self, context: contextvars.Context, split: list[check_calls.Part], sinks: Sinks,
-                     ctx: JobContext) -> Any:
+                     ctx: JobContext) -> EquivalenceResult:
         """A check over the cap as one call per run; the verdict assembled here, its settings naming the calls."""
-        from .check_runs import assemble
-
         job = split[0].job
 
-        def finish(runs: dict[str, Any], started: float) -> Any:
+        def finish(runs: dict[str, CheckRun], started: float) -> EquivalenceResult:
             self.backend.cleanup_outputs()
             result = assemble(runs, job.request, job.a, job.b, job.low_rank_only, self.backend.outputs,
                               self.backend.model, started)

@@ -18,7 +18,7 @@ A :data:`JobWrapper` turns (job, sinks, its run here) into what the worker runs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..adapters.types import AdapterInfo
@@ -88,7 +88,7 @@ class LoadJob:
 
     settings: LoRASettings
     workflow: str = T2VA
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # a visitor's HF token: never in a log line
 
     @property
     def label(self) -> str:
@@ -121,7 +121,7 @@ class GenerateJob:
 
     request: GenerationRequest
     adapters: tuple[LoRASettings, ...] = ()
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # a visitor's HF token: never in a log line
     label = "generate"
 
     @property
@@ -157,7 +157,7 @@ class EquivalenceJob:
     adapter: LoRASettings
     a: CheckSetting = DEFAULT_A
     b: CheckSetting = DEFAULT_B
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # a visitor's HF token: never in a log line
     low_rank_only: bool = False
     label = "equivalence"
 
@@ -185,7 +185,7 @@ class CheckRunJob:
     phase: str
     a: CheckSetting = DEFAULT_A
     b: CheckSetting = DEFAULT_B
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # a visitor's HF token: never in a log line
     low_rank_only: bool = False
 
     @property
@@ -227,7 +227,7 @@ class GridJob:
     request: GenerationRequest
     adapter: LoRASettings | tuple[GridRow, ...]
     plan: GridPlan
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # a visitor's HF token: never in a log line
     baseline: GridBaseline | None = None
     baseline_apart: bool = False
     label = "grid"

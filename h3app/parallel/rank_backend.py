@@ -33,7 +33,7 @@ class RankBackend(Protocol):
     output_dir: Path
     wrap_job: Callable[[Any, Any, Any], Any]  # backend.jobs.JobWrapper: (job, sinks, its run here) → what is queued
 
-    def submit(self, job: Any) -> Any:
+    def submit(self, job: RankJob) -> Any:
         """Queue ``job`` (a :class:`RankJob`) through ``wrap_job``; its handle."""
         ...
 

@@ -45,6 +45,7 @@ def test_direct_calls_and_plain_values_pass_unchanged_and_old_pages_are_forgotte
     assert order.kept({note: "y"}, None, 1) == {note: "y"}  # no page: a direct call (a test, the API's own code)
     assert order.kept({note: "y"}, "p1", None) == {note: "y"}  # no number: not an event of a hooked app
     assert order.kept("plain", "p1", 1) == "plain" and order.kept(SKIP, "p1", 1) == SKIP
+    assert order.kept({"a": "JSON value"}, "p1", 1) == {"a": "JSON value"}  # one output's value, not keyed by outputs
     assert order.kept({note: "y"}, "p1", 1) == SKIP
     order.kept({note: "x"}, "p2", 10)
     order.kept({note: "x"}, "p3", 10)  # at most 2 pages: p1, the oldest, is forgotten

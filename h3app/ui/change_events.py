@@ -1,4 +1,4 @@
-"""Queue-less "redraw on change" events: at most one per trigger.
+"""Queue-less "redraw on change" events: at most one per trigger, answered in the order they were sent.
 
 Gradio 6.31's page defers an ``always_last`` event that is triggered again while it runs, and when the run ends
 it re-sends the *trigger* to every event listening on it, not only to the deferred one. Two such events on one
@@ -86,8 +86,9 @@ class AnswerOrder:
     def kept(self, answer: Any, page: str | None, order: int | None) -> Any:
         """``answer`` (``{component: value}``) less the outputs an event of ``page`` sent after ``order`` has
         written, recording ``order`` for the rest; ``gr.skip()`` when nothing is left. Anything else — a plain
-        value, no page or no order (a direct call) — passes unchanged."""
-        if not page or order is None or not isinstance(answer, dict) or not answer or _skips(answer):
+        value or update (a dict keyed by text), no page or no order (a direct call) — passes unchanged."""
+        if not page or order is None or not isinstance(answer, dict) or not answer \
+                or any(isinstance(key, str) for key in answer):
             return answer
         with self._lock:
             written = self._written.get(page)

@@ -91,7 +91,7 @@ def test_a_failing_prediction_is_logged_and_never_fails_the_run(tiny_model, tmp_
 
     backend.time_model = broken
     try:
-        assert backend._predicted_or_none(GenerationRequest(prompt="x", seed=1, steps=2)) is None
+        assert backend.predicted_or_none(GenerationRequest(prompt="x", seed=1, steps=2)) is None
     finally:
         backend.close()
     assert "time prediction failed" in caplog.text and "rehearsal broke" in caplog.text

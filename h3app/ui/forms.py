@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gradio as gr
 
@@ -111,7 +111,9 @@ class RequestForm:
                 first = last = None
             if workflow != REF2VA:
                 refs = ()
-        height, width = optional_number(self.height, "height"), optional_number(self.width, "width")
+        # a side reaches the request as typed (its check refuses 7.5 in one line, never rounds it)
+        height = cast("int | None", optional_number(self.height, "height"))
+        width = cast("int | None", optional_number(self.width, "width"))
         # numbers reach the request as typed: GenerationRequest refuses 7.5 as a seed, never rounds it; an emptied
         # box: the default seed
         used_seed = (SEED if self.seed in (None, "") else self.seed) if seed is None else int(seed)

@@ -28,6 +28,7 @@ ROWS = (("video_strength", "audio_strength", "text_strength"), ("strength_schedu
 SLIDERS = ("video_strength", "audio_strength")  # the others: a number box with the API's range, or a text box
 PLOT_BESIDE = "strength_schedule"  # the schedule's plot sits beside its box
 PLOT_SIZE = (260, 90)  # px of the schedule plot
+KnobControl = gr.Slider | gr.Number | gr.Textbox  # what a knob's control is
 FIELDS = ADVANCED_FIELDS
 
 
@@ -143,12 +144,12 @@ def _svg(factors: tuple[float, ...]) -> str:
 class AdvancedSection:
     """The section's components: one control per knob (``parts``, by field name), the plot and the note."""
 
-    parts: dict[str, gr.components.Component]
+    parts: dict[str, KnobControl]
     plot: gr.HTML
     note: gr.Markdown
 
 
-def _control(knob: Knob, slot: str) -> gr.components.Component:
+def _control(knob: Knob, slot: str) -> KnobControl:
     """The knob's control: a slider (``SLIDERS``, the modality sliders' rule's ends), a number box (the API's
     range) or a text box; never clamped (``unclamped``)."""
     elem_id = f"{knob.name.replace('_', '-')}-{slot}"
@@ -165,7 +166,7 @@ def _control(knob: Knob, slot: str) -> gr.components.Component:
 def build(slot: str) -> AdvancedSection:
     """The "Advanced strength" accordion of adapter slot ``slot`` (closed; all factors 1), laid out by ``ROWS``."""
     knobs = {k.name: k for k in KNOBS}
-    parts: dict[str, gr.components.Component] = {}
+    parts: dict[str, KnobControl] = {}
     plot = None
     with gr.Accordion("Advanced strength", open=False, elem_id=f"advanced-{slot}"):
         for row in ROWS:
@@ -181,7 +182,7 @@ def build(slot: str) -> AdvancedSection:
     return AdvancedSection({name: parts[name] for name in FIELDS}, plot, shown)
 
 
-def wire(section: AdvancedSection, steps: gr.components.Component, changes: ChangeEvents) -> None:
+def wire(section: AdvancedSection, steps: gr.Number, changes: ChangeEvents) -> None:
     """Redraw the note on any change and the plot on a schedule or steps change (no queue, no model)."""
     names, controls = list(section.parts), list(section.parts.values())
 

@@ -185,7 +185,7 @@ class AdapterEvents:
         """The demo pick declined: the person's source stays, the demo dropdown lets go of the pick."""
         return SourcePick(pending=None, confirm_box=gr.update(visible=False), demo=None)
 
-    def upload(self, file_path: str | None, request: gr.Request = None) -> SourcePick:
+    def upload(self, file_path: str | None, request: gr.Request | None = None) -> SourcePick:
         """Move an uploaded ``.safetensors`` where the backend's upload policy puts it (an allowed adapter folder,
         cleaned after an hour) and select it. The policy refuses it in one line; hosted mode also counts the
         visitor's and the folder's upload bytes (``hosting/upload_quota.py``)."""
@@ -220,7 +220,7 @@ class AdapterEvents:
             raise user_error(error) from error
         return size, visitor
 
-    def upload_view(self, file_path: str | None, request: gr.Request = None) -> UploadView | None:
+    def upload_view(self, file_path: str | None, request: gr.Request | None = None) -> UploadView | None:
         """:meth:`upload`, shown without the uploads folder: ``upload: name.safetensors`` in the source box (None:
         nothing was uploaded)."""
         if not file_path:
@@ -258,13 +258,14 @@ class AdapterEvents:
         typed since must not be overwritten with them."""
         info = self.inspect(slot.source_to_read, slot.weight, slot.revision, token, workflow, slot.qkv_layout)
         chain = chain_text(info)
-        same = bool(previous) and previous.get("adapter") == info["adapter"]
+        before = previous or {}
+        same = bool(previous) and before.get("adapter") == info["adapter"]
         overrides = replace(slot, info=previous).overrides  # an alpha typed for the file shown before, or now
         switched = bool(overrides and previous and not same)
-        if switched or (same and DROPPED_OVERRIDE in previous):
+        if switched or (same and DROPPED_OVERRIDE in before):
             # the note rides with this inspect's info, so every later redraw of the alpha card keeps it
-            dropped = previous.get(DROPPED_OVERRIDE) or {"alpha": str(slot.alpha),
-                                                         "name": previous.get("name", "the previous adapter")}
+            dropped = before.get(DROPPED_OVERRIDE) or {"alpha": str(slot.alpha),
+                                                       "name": before.get("name", "the previous adapter")}
             info = {**info, DROPPED_OVERRIDE: dropped}
         slot = replace(slot, override=overrides and not switched, info=info,
                        alpha=slot.alpha if overrides and not switched else chain)

@@ -226,7 +226,7 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
     ui.keep_button.click(lambda: write(events.keep_source(), pick_parts), None, list(pick_parts.values()), **CHEAP)
     upload_parts = parts(ui, field_names(UploadView))
 
-    def upload(path: str | None, request: gr.Request = None) -> dict[Any, Any]:
+    def upload(path: str | None, request: gr.Request | None = None) -> dict[Any, Any]:
         view = events.upload_view(path, request)
         return gr.skip() if view is None else write(view, upload_parts)
 
@@ -328,7 +328,7 @@ def _wire_load(events: AdapterEvents, ui: AdapterSlot, *, session: gr.State, mod
     names = slot_inputs(ui)
     load_parts = {**parts(ui, [n for n in field_names(LoadView) if n != "session"]), "session": session}
 
-    def load(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()) -> dict[Any, Any]:
+    def load(values: dict[Any, Any], request: gr.Request | None = None, progress: Any = gr.Progress()) -> dict[Any, Any]:
         try:
             view = events.load_view(values[session], ui.slot, read(SlotForm, names, values), values[mode],
                                     values[workflow], values[token], request=request, progress=progress)

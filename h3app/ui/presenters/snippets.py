@@ -189,10 +189,11 @@ def sglang_command(settings: Mapping[str, Any], infos: Sequence[Mapping[str, Any
             parts.append(f"--lora-weight-name {_q(adapter['weight_name'])}")
         if flags.alpha is not None:
             parts.append(f"--lora-alpha {flags.alpha}")
-        parts.append(f"--lora-scale {_num(flags.scale)}")
+        scale = flags.scale if flags.scale is not None else 1.0  # None only with a reason, answered above
+        parts.append(f"--lora-scale {_num(scale)}")
         if not flags.exact:
             notes.append(f"sglang's --lora-alpha is an integer: the command gives alpha {flags.alpha} × scale "
-                         f"{_num(flags.scale)}, the same product as h3app's alpha × scale, though not bit-identical "
+                         f"{_num(scale)}, the same product as h3app's alpha × scale, though not bit-identical "
                          "to h3app's float64 scale.")
         if _pinned_revision(adapter):
             notes.append(f"sglang has no revision flag: download revision {_pinned_revision(adapter)} and give "

@@ -75,7 +75,7 @@ class ApiEvents:
 
     def load(self, session: Session | None, slot: float, source: str, weight_name: str, revision: str,
              alpha: str, scale: float, mode: str, token: str, *advanced: Any,
-             request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Session, dict[str, Any]]:
+             request: gr.Request | None = None, progress: Any = gr.Progress()) -> tuple[Session, dict[str, Any]]:
         """Download only the pinned weight file, bind it to the model and make it this session's adapter in
         slot 1 or 2 (the next /generate, /check_equivalence and /grid of this client use it).
 
@@ -144,7 +144,7 @@ class ApiEvents:
     def generate(self, session: Session | None, prompt: str, seed: float, steps: float, duration: float,
                  height: float, width: float, shift: float, audio_shift: float, workflow: str,
                  first_frame: str | None = None, last_frame: str | None = None, references: list[Any] | None = None,
-                 adapters_json: str = "", token: str = "", request: gr.Request = None, progress: Any = gr.Progress()
+                 adapters_json: str = "", token: str = "", request: gr.Request | None = None, progress: Any = gr.Progress()
                  ) -> tuple[Any, dict[str, Any]]:
         """Generate one video with stereo audio, with this session's adapters or the ones given in adapters_json.
 
@@ -184,7 +184,7 @@ class ApiEvents:
 
     def check_equivalence(self, session: Session | None, prompt: str, seed: float, steps: float,
                           duration: float, height: float, width: float, alpha_a: str, scale_a: float, alpha_b: str,
-                          scale_b: float, adapters_json: str, token: str, request: gr.Request = None,
+                          scale_b: float, adapters_json: str, token: str, request: gr.Request | None = None,
                           progress: Any = gr.Progress()) -> dict[str, Any]:
         """Run the old alpha = rank fallback, A, A's first step again (determinism control) and B through the full
         pipeline with the first adapter, and say whether A and B are bit-identical.
@@ -218,7 +218,7 @@ class ApiEvents:
 
     def grid(self, session: Session | None, prompt: str, steps: float, duration: float, height: float,
              width: float, alphas: str, scales: str, seeds: str, adapters_json: str, token: str,
-             request: gr.Request = None, progress: Any = gr.Progress()) -> Iterator[list[dict[str, Any]]]:
+             request: gr.Request | None = None, progress: Any = gr.Progress()) -> Iterator[list[dict[str, Any]]]:
         """Sweep alpha x scale x seed with the first adapter; streams the cells as they finish, each with its
         distance to the same request without the LoRA.
 

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..lora.similarity import compare_adapters
 from ..rules.choices import T2VA
 from ..settings import LoRASettings
 
+if TYPE_CHECKING:
+    from .adapter_binding import AdapterBinder
 
-def diff_adapters(binder: Any, a: LoRASettings, b: LoRASettings, token: str | None = None,
+
+def diff_adapters(binder: AdapterBinder, a: LoRASettings, b: LoRASettings, token: str | None = None,
                   workflow: str = T2VA) -> dict[str, Any]:
     """``{"cosine", "norm_a", "norm_b", "modules", "blocks": [{"block", "group", "norm_a", "norm_b", "cosine"}…],
     "notes"}`` of ``a`` against ``b``, each at its own alpha and strength (``diff``'s JSON)."""

@@ -14,7 +14,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from .outputs import Outputs
 from .preview import PreviewBoard
 from .transformer_check import summarise_scales, with_rank_alpha
 from .worker import Cancelled
+
+if TYPE_CHECKING:
+    from ..model.loader import LoadedModel
+    from .adapter_binding import AdapterBinder
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,7 @@ def arrived(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def run_one(binder: Any, request: GenerationRequest, adapter: LoRASettings, label: str, a: CheckSetting,
+def run_one(binder: AdapterBinder, request: GenerationRequest, adapter: LoRASettings, label: str, a: CheckSetting,
             b: CheckSetting, *, token: str | None = None, low_rank_only: bool = False,
             on_step: Callable[[int, int], None] | None = None, should_cancel: Callable[[], bool] | None = None,
             on_phase: Callable[[str], None] | None = None, previews: PreviewBoard | None = None) -> CheckRun:
@@ -121,7 +125,7 @@ def run_one(binder: Any, request: GenerationRequest, adapter: LoRASettings, labe
 
 
 def assemble(runs: dict[str, CheckRun], request: GenerationRequest, a: CheckSetting, b: CheckSetting,
-             low_rank_only: bool, outputs: Outputs, model: Any, started: float) -> EquivalenceResult:
+             low_rank_only: bool, outputs: Outputs, model: LoadedModel, started: float) -> EquivalenceResult:
     """The verdict and media of a check from its runs, as ``run_equivalence`` computes them."""
     ra, rb, rf = (runs[label].result for label in ("A", "B", "fallback"))
     assert ra is not None and rb is not None and rf is not None

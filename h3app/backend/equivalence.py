@@ -24,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -51,6 +51,9 @@ from .outputs import Outputs
 from .preview import PreviewBoard
 from .transformer_check import summarise_scales, with_rank_alpha
 from .worker import Cancelled
+
+if TYPE_CHECKING:
+    from .adapter_binding import AdapterBinder
 
 CHECK_NAME = "equivalence-check"
 FULL_RUNS = ("A", "B", "fallback")  # whole pipeline runs; the control is one denoising step
@@ -231,7 +234,7 @@ def _difference_images(ra: GenerationResult, rb: GenerationResult, rf: Generatio
                                   ("spec-afallback", metrics.spectrogram_difference(ra.audio, rf.audio)))}
 
 
-def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettings, *, a: CheckSetting = DEFAULT_A,
+def run_equivalence(binder: AdapterBinder, request: GenerationRequest, adapter: LoRASettings, *, a: CheckSetting = DEFAULT_A,
                     b: CheckSetting = DEFAULT_B, outputs: Outputs, token: str | None = None,
                     on_step: Callable[[int, int], None] | None = None,
                     should_cancel: Callable[[], bool] | None = None,
@@ -285,7 +288,7 @@ def run_equivalence(binder: Any, request: GenerationRequest, adapter: LoRASettin
         binder.baseline(workflow)  # detached; compiled: the adapter stays in place at strength 0
 
 
-def prepared(binder: Any, request: GenerationRequest, adapter: LoRASettings, token: str | None
+def prepared(binder: AdapterBinder, request: GenerationRequest, adapter: LoRASettings, token: str | None
              ) -> tuple[Any, Any, Any, dict[str, int]]:
     """A check's start, in one call or in each of its ZeroGPU calls: an approximate attention backend refused (every
     run uses the one loaded model's), every adapter detached, the check's adapter loaded. ``(pipe, loaded, engine,

@@ -13,7 +13,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ..errors import H3AppError
 from ..request import GenerationRequest
@@ -26,6 +26,9 @@ from .media import write_thumbnail
 from .outputs import Outputs
 from .preview import PreviewBoard
 from .worker import Cancelled
+
+if TYPE_CHECKING:
+    from .adapter_binding import AdapterBinder
 
 BASELINE_BYTES = 1024**3  # the no-LoRA outputs kept between grids: a decoded fp32 video is ~0.75 GB at 544p
 CELL_BYTES = 2 * 1024**3  # the cells' outputs kept between grids (same rule): a grid re-run with one more column
@@ -186,7 +189,7 @@ def baseline_key(request: GenerationRequest, seed: int) -> str:
     return repr(sorted(dataclasses.replace(request, seed=seed).to_json().items()))
 
 
-def run_baseline(binder: Any, request: GenerationRequest, seed: int, *,
+def run_baseline(binder: AdapterBinder, request: GenerationRequest, seed: int, *,
                  on_step: Callable[[int, int], None] | None = None, should_cancel: Callable[[], bool] | None = None,
                  previews: PreviewBoard | None = None) -> GenerationResult:
     """A grid's no-LoRA run of ``seed`` alone (a grid split into ZeroGPU calls runs it as its own call), as
@@ -201,7 +204,7 @@ def run_baseline(binder: Any, request: GenerationRequest, seed: int, *,
         binder.baseline(request.workflow)
 
 
-def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan, *,
+def run_grid(binder: AdapterBinder, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan, *,
              outputs: Outputs, baselines: Baselines, cells: Baselines | None = None, token: str | None = None,
              on_step: Callable[[int, int], None] | None = None,
              should_cancel: Callable[[], bool] | None = None,
@@ -227,7 +230,7 @@ def run_grid(binder: Any, request: GenerationRequest, adapter: LoRASettings | Se
 class _GridRun:
     """One grid's state: the step count across its runs, the files' stem, the caches."""
 
-    def __init__(self, binder: Any, request: GenerationRequest, plan: GridPlan, rows: list[GridRow],
+    def __init__(self, binder: AdapterBinder, request: GenerationRequest, plan: GridPlan, rows: list[GridRow],
                  outputs: Outputs, baselines: Baselines, cells: Baselines | None, token: str | None,
                  on_step: Callable[[int, int], None] | None, should_cancel: Callable[[], bool] | None,
                  previews: PreviewBoard | None) -> None:

@@ -180,13 +180,14 @@ def zero_gpu_home(args: argparse.Namespace):
     cannot run there (``--compile``, several ranks); None elsewhere."""
     from h3app.backend import zero_gpu
 
-    if zero_gpu.mode() is None:
+    mode = zero_gpu.mode()
+    if mode is None:
         return None
     from h3app.hardware.zero_gpu_home import home_for
 
-    if zero_gpu.mode() == zero_gpu.FORK and args.device is None:
+    if mode == zero_gpu.FORK and args.device is None:
         args.device = "cpu"  # the stand-in forks the process: CUDA cannot run in a forked child
-    return home_for(zero_gpu.mode(), compile=args.compile, ranks=(args.ulysses or 1) * (args.ring or 1),
+    return home_for(mode, compile=args.compile, ranks=(args.ulysses or 1) * (args.ring or 1),
                     device=args.device)
 
 

@@ -48,9 +48,12 @@ class Serving:
 
     def filled(self, placement: Placement) -> Serving:
         """This choice with every unset placement field taken from ``placement``."""
-        chosen = {"offload": placement.offload, "fp8": placement.fp8, "fp8_text_encoder": placement.fp8_text_encoder,
-                  "ulysses": placement.ranks // placement.ring, "ring": placement.ring}
-        return replace(self, **{name: value for name, value in chosen.items() if getattr(self, name) is None})
+        return replace(self, offload=placement.offload if self.offload is None else self.offload,
+                       fp8=placement.fp8 if self.fp8 is None else self.fp8,
+                       fp8_text_encoder=placement.fp8_text_encoder if self.fp8_text_encoder is None
+                       else self.fp8_text_encoder,
+                       ulysses=placement.ranks // placement.ring if self.ulysses is None else self.ulysses,
+                       ring=placement.ring if self.ring is None else self.ring)
 
     def environment(self) -> dict[str, str]:
         """The ``H3APP_*`` variables that make a rank started with the same command line choose the same."""
@@ -102,6 +105,7 @@ def choose(given: Serving, box: Flavor | None, request: PlannedRequest | None = 
     from ..model.loader import parse_dtype
 
     request = request or default_request()
+    assert serving.dtype is not None  # _base fills model, device and dtype
     setup = Setup(dtype=parse_dtype(serving.dtype),
                   vae_dtype=parse_dtype(vae_dtype_for(serving.vae_dtype or VAE_AUTO, str(serving.device))))
     fixed = {"offload": serving.offload, "fp8": serving.fp8, "fp8_text_encoder": serving.fp8_text_encoder,

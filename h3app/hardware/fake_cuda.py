@@ -48,6 +48,7 @@ from ..model.torch_compat import (
 
 aten = torch.ops.aten
 SHADOW_ELEMENTS = 1 << 16
+KNOWN_VALUE = "_h3_value"  # the attribute a fake tensor keeps its known value in (small ones: the real CPU tensor)
 HOST_FAKE_ELEMENTS = 1 << 20
 DISPATCH_CACHE = True  # FakeCuda's use of torch's fake dispatch cache (tests compare counts with it off)
 _CPU = torch.device("cpu")
@@ -196,7 +197,7 @@ class FakeCuda(FakeTensorMode):
             out = self._dispatch_fake(aten.empty_strided.default, types, (source.shape, source.stride()),
                                       {"dtype": dtype, "device": _target_device(args, kwargs)})
             if source.numel() <= SHADOW_ELEMENTS:
-                out._h3_value = source.to(dtype=dtype, copy=True)
+                _know(out, source.to(dtype=dtype, copy=True))
             return out
         shadows = _shadow_arguments(args, kwargs)
         if func is TO_COPY and fakes and _target_device(args, kwargs).type == "cpu" and shadows:
@@ -219,11 +220,11 @@ class FakeCuda(FakeTensorMode):
         if real is not None:
             for fake, value in zip(tree_flatten(out)[0], real):
                 if is_fake(fake) and isinstance(value, torch.Tensor):
-                    fake._h3_value = value
+                    _know(fake, value)
         else:
             for index, argument in enumerate(op_arguments(func)[:len(args)]):
                 if argument.alias_info is not None and argument.alias_info.is_write and is_fake(args[index]):
-                    args[index].__dict__.pop("_h3_value", None)  # written without known values: value unknown
+                    args[index].__dict__.pop(KNOWN_VALUE, None)  # written without known values: value unknown
         return out
 
     @contextlib.contextmanager
@@ -248,8 +249,13 @@ class FakeCuda(FakeTensorMode):
             return value
         with self:
             out = self.from_tensor(value).to("cuda")
-        out._h3_value = value
+        _know(out, value)
         return out
+
+
+def _know(fake: torch.Tensor, value: torch.Tensor) -> None:
+    """Keep ``value`` (a real CPU tensor) as ``fake``'s known value, a plain attribute of the tensor."""
+    setattr(fake, KNOWN_VALUE, value)
 
 
 def _targets_cuda(flat: list[Any], kwargs: dict[str, Any]) -> bool:
@@ -285,7 +291,7 @@ def _shadow_arguments(args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[
 
     def value(x: Any) -> Any:
         if is_fake(x):
-            shadow = x.__dict__.get("_h3_value")
+            shadow = x.__dict__.get(KNOWN_VALUE)
             known[0] = known[0] and shadow is not None
             return shadow
         if isinstance(x, torch.Tensor) and x.numel() > SHADOW_ELEMENTS:
@@ -375,7 +381,8 @@ def _plain_parameter_conversion() -> Iterator[None]:
     import torch.nn.modules.module as module_module
 
     original = module_module.is_traceable_wrapper_subclass
-    module_module.is_traceable_wrapper_subclass = lambda t: False if is_fake(t) else original(t)
+    # torch types the name as a TypeIs predicate; Module.to only reads the stand-in's bool
+    module_module.is_traceable_wrapper_subclass = lambda t: False if is_fake(t) else original(t)  # type: ignore[assignment]
     try:
         yield
     finally:

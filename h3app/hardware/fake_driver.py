@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..model.torch_compat import TENSOR_DATA, fake_tensor_tls
+from ..model.torch_compat import TENSOR_DATA, FakeTensor, fake_tensor_tls
 from .fake_cuda import FakeCuda, fake_cuda, is_fake
 
 
@@ -124,7 +124,8 @@ def _forget_weak_references(tensor: torch.Tensor, mode: FakeCuda) -> None:
         key = getattr(ref, "key", None)  # the memo's references are keyed; the tracker's are not
         if key is not None and memo.get(key) is tensor:
             del memo[key]
-    fake_tensor_tls.non_strict_export_fake_tensor_tracker.discard(tensor)
+    if isinstance(tensor, FakeTensor):  # the tracker holds fake tensors only
+        fake_tensor_tls.non_strict_export_fake_tensor_tracker.discard(tensor)
 
 
 def set_data(target: torch.Tensor, new: torch.Tensor, log: DriverLog) -> None:
@@ -132,6 +133,7 @@ def set_data(target: torch.Tensor, new: torch.Tensor, log: DriverLog) -> None:
     parameter if it was one) on ``new``'s storage, device and dtype (swapped in place, as ``Module.to`` swaps fake
     parameters; group offload keys its host copies on the parameter objects)."""
     log.moves[(target.device.type, new.device.type)] += 1
+    alias: torch.Tensor
     if isinstance(target, torch.nn.Parameter):
         alias = torch.nn.Parameter(new, requires_grad=target.requires_grad)
     else:

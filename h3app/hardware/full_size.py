@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 
@@ -27,7 +27,12 @@ from ..rules.choices import PARTITIONS
 from ..rules.h3_modules import FULL_SIZE_CONFIG
 from ..rules.request_defaults import FULL_DEFAULTS
 
+if TYPE_CHECKING:
+    from transformers import Qwen3VLConfig
+
 FULL = "full"
+# What a component is built from: a diffusers model's keyword arguments, or the conditioner's transformers config.
+ComponentConfig = Union[Mapping[str, Any], "Qwen3VLConfig"]
 SIZED = (*PARTITIONS, "vae", "audio_vae", "text_encoder")
 
 # The released pipeline's canvas settings (the embedded index holds the tiny checkpoint's small ones).
@@ -58,7 +63,7 @@ def location() -> repo.ModelLocation:
     return repo.ModelLocation(name=FULL, folder=repo.TINY_DIR)
 
 
-def text_encoder_config() -> Any:
+def text_encoder_config() -> Qwen3VLConfig:
     """The Qwen3-VL-32B config, with the embedded tokenizer's special token ids."""
     from transformers import Qwen3VLConfig
 
@@ -75,7 +80,7 @@ def text_encoder_config() -> Any:
 _BUILT: LRU[tuple[Any, ...], torch.nn.Module] = LRU(8)
 
 
-def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None = None) -> torch.nn.Module:
+def build_meta(name: str, options: LoadOptions, config: ComponentConfig | None = None) -> torch.nn.Module:
     """Component ``name`` at full size (or ``config``) on the meta device, in the dtypes ``from_pretrained`` gives:
     transformer and conditioner in ``options.dtype`` with diffusers' fp32 islands, the video VAE in
     ``loader.decoder_dtype(options)`` with its fp32 islands, the audio VAE fp32. A new module on each call (the released
@@ -90,35 +95,49 @@ def build_meta(name: str, options: LoadOptions, config: Mapping[str, Any] | None
         return copy.deepcopy(kept)
 
 
-def _build(name: str, options: LoadOptions, config: Mapping[str, Any] | None) -> torch.nn.Module:
+def _build(name: str, options: LoadOptions, config: ComponentConfig | None) -> torch.nn.Module:
     from ..model.torch_compat import unset_fake_temporarily
 
     # no_grad: weight norm's computed weights are then plain tensors, which a module copy can copy (a forward
     # pre-hook recomputes them before each use either way)
+    # diffusers.models names diffusers' real classes (its top-level __init__ shows type checkers torch-less dummies)
+    module: torch.nn.Module
     with unset_fake_temporarily(), torch.device("meta"), torch.no_grad():  # real meta modules, also under fake CUDA
         if name in PARTITIONS:
-            from diffusers import MiniMaxH3Transformer3DModel
+            from diffusers.models import MiniMaxH3Transformer3DModel
 
-            module = MiniMaxH3Transformer3DModel(**dict(config or transformer_config()))
-            to_dtype_keeping_islands(module, options.dtype)
+            transformer = MiniMaxH3Transformer3DModel(**_keywords(config, transformer_config()))
+            to_dtype_keeping_islands(transformer, options.dtype)
             if options.fuse_qkv:
-                fuse_qkv(module)
+                fuse_qkv(transformer)
+            module = transformer
         elif name == "vae":
-            from diffusers import AutoencoderKLMiniMaxH3
+            from diffusers.models import AutoencoderKLMiniMaxH3
 
-            module = AutoencoderKLMiniMaxH3(**dict(config or {}))
+            module = AutoencoderKLMiniMaxH3(**_keywords(config, {}))
             to_dtype_keeping_islands(module, decoder_dtype(options))  # from_pretrained's fp32 islands (encoder, norms)
         elif name == "audio_vae":
-            from diffusers import AutoencoderKLMiniMaxH3Audio
+            from diffusers.models import AutoencoderKLMiniMaxH3Audio
 
-            module = AutoencoderKLMiniMaxH3Audio(**dict(config or AUDIO_VAE_CONFIG))
+            module = AutoencoderKLMiniMaxH3Audio(**_keywords(config, AUDIO_VAE_CONFIG))
         elif name == "text_encoder":
-            from transformers import Qwen3VLForConditionalGeneration
+            from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-            module = Qwen3VLForConditionalGeneration(config or text_encoder_config()).to(options.dtype)
+            if config is not None and not isinstance(config, Qwen3VLConfig):
+                raise ValueError(f"the conditioner is built from a Qwen3VLConfig, not a {type(config).__name__}")
+            built = Qwen3VLForConditionalGeneration(config or text_encoder_config())
+            # transformers wraps PreTrainedModel.to in a decorator whose types take the model for the dtype
+            module = built.to(options.dtype)  # type: ignore[arg-type]
         else:
             raise ValueError(f"{name} has no size")
     return module.requires_grad_(False).eval()
+
+
+def _keywords(config: ComponentConfig | None, default: Mapping[str, Any]) -> dict[str, Any]:
+    """A diffusers component's constructor arguments: ``config`` (a mapping), or ``default`` when it is empty."""
+    if config is not None and not isinstance(config, Mapping):
+        raise ValueError(f"a diffusers component is built from a mapping, not a {type(config).__name__}")
+    return dict(config or default)
 
 
 def to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -145,7 +164,7 @@ def to_dtype_keeping_islands(module: torch.nn.Module, dtype: torch.dtype) -> Non
                     if isinstance(tensor, torch.nn.Parameter) else value)
 
 
-def build_text_encoder(options: LoadOptions, layers: int, config: Any = None) -> torch.nn.Module:
+def build_text_encoder(options: LoadOptions, layers: int, config: Qwen3VLConfig | None = None) -> torch.nn.Module:
     """The full-size (or ``config``) conditioner on meta as the loader holds it (``loader.prepare_text_encoder``)."""
     from ..model.torch_compat import unset_fake_temporarily
 

@@ -161,7 +161,7 @@ def _text_encoder_sizes(config: Any, folder: Any, options: RehearsalOptions) -> 
     whole = full_size.build_meta("text_encoder", load, config)
     whole_bytes = full_size.parameter_bytes(whole)
     layers = conditioner.layers_read_from(str(folder))
-    linears = [m for m in conditioner.decoder(whole).layers[0].modules() if isinstance(m, torch.nn.Linear)]
+    linears = [m for m in conditioner.decoder_layers(whole)[0].modules() if isinstance(m, torch.nn.Linear)]
     largest = max(m.weight.numel() for m in linears) * torch.empty((), dtype=options.dtype).element_size()
     with_fp8 = full_size.build_text_encoder(replace(load, fp8_text_encoder=True), layers, config)
     return whole_bytes, full_size.parameter_bytes(with_fp8), largest
@@ -173,7 +173,7 @@ def _transformer_sizes(config: dict[str, Any], options: RehearsalOptions) -> tup
     from ..model.loader import LoadOptions
 
     model = full_size.build_meta(MAIN_PARTITION, LoadOptions(dtype=options.dtype, fuse_qkv=options.fuse_qkv), config)
-    block = max(full_size.parameter_bytes(b) for b in model.transformer_blocks)
+    block = max(full_size.parameter_bytes(b) for b in model.get_submodule("transformer_blocks").children())
     fp8.store_transformer(model, options.dtype)
     return full_size.parameter_bytes(model), block
 

@@ -86,17 +86,20 @@ def recommendation(bests: dict[str, Verdict | None], setup: Setup, dtype: str,
     with its options and limits; and the reason each other flavor was left out."""
     left_out = {name: reason for name, v in bests.items()
                 if (reason := left_out_reason(flavor(name), v)) is not None}
-    eligible = [v for name, v in bests.items() if name not in left_out and v is not None]
+    # (verdict, its prediction): a flavor not left out has a placement and a price (``left_out_reason``)
+    eligible = [(v, v.prediction) for name, v in bests.items()
+                if name not in left_out and v is not None and v.prediction is not None]
     if not eligible:
         return None, left_out
-    chosen = min(eligible, key=lambda v: (v.prediction["usd_per_video"], v.box.usd_per_hour, v.box.gpu_bytes))
+    chosen, prediction = min(eligible, key=lambda vp: (vp[1]["usd_per_video"], vp[0].box.usd_per_hour,
+                                                        vp[0].box.gpu_bytes))
     box, placement = chosen.box, chosen.placement
     out = {"hardware": box.name, "space_hardware": box.space_hardware, "offload": placement.offload,
            "fp8": placement.fp8, "fp8_text_encoder": placement.fp8_text_encoder, "ranks": placement.ranks, "ring": placement.ring,
            "options": run_options(placement, dtype, dtype_name(setup.vae_dtype)), "peak_gpu_bytes": chosen.peak_gpu_bytes,
            "gpu_bytes": box.gpu_bytes, "host_bytes": chosen.host_bytes, "host_ram_bytes": box.host_bytes,
            "usd_per_hour": box.usd_per_hour,
-           **{key: chosen.prediction.get(key) for key in PREDICTION_FIELDS},
+           **{key: prediction.get(key) for key in PREDICTION_FIELDS},
            "limits": limits(chosen.request, placement, box, setup) if with_limits else None}
     return out, left_out
 

@@ -29,7 +29,7 @@ from ..lora.engine import LoRAEngine
 from ..lora.layers import PristineStore
 from ..model import diffusers_compat, repo
 from ..model.compiled import blocks_of
-from ..model.loader import LoadedModel, LoadOptions
+from ..model.loader import LoadedModel, LoadOptions, config_of
 from ..model.sub_block_cache import SubBlockCache
 from ..rules.choices import FL2VA, T2VA, UNMERGED, VAE_AUTO, vae_dtype_for
 from ..rules.frames import RELEASED
@@ -142,11 +142,12 @@ def rehearse(options: RehearsalOptions, *,
         on_device = {name: size for name, size in components.items() if _device_of(loaded.components[name]) == "cuda"}
         transformer = loaded.transformer(options.workflow)
 
-        engine, bound, lora_bytes = None, 0, 0
-        if options.equivalence and options.adapter is None:
+        engine, bound, lora_bytes, header = None, 0, 0, options.adapter
+        if options.equivalence and header is None:
             raise H3AppError("the equivalence rehearsal needs an adapter: give its safetensors header as adapter=.")
-        if options.adapter is not None and not options.equivalence:
-            engine, bound, lora_bytes = _attach(transformer, options, counter)
+        if header is not None and not options.equivalence:
+            engine, bound, lora_bytes = _attach(transformer, header, options, counter)
+        checked = header if options.equivalence else None  # the check's adapter (it binds it itself)
         pristine = engine.pristine.ram_bytes if engine is not None else 0  # the count we plan for
 
         request = GenerationRequest(prompt=PROMPT, steps=REHEARSAL_STEPS, duration=options.duration, height=height,
@@ -162,8 +163,8 @@ def rehearse(options: RehearsalOptions, *,
         def job(ctx) -> Any:
             with mode.on_this_thread(), counting(counter) as work:
                 try:
-                    if options.equivalence:
-                        return rehearse_check(loaded, options.adapter, request, Path(scratch))
+                    if checked is not None:
+                        return rehearse_check(loaded, checked, request, Path(scratch))
                     listeners = (_counted_preview(board.listener(pipe), counter),) if board is not None else ()
                     return run_generation(pipe, request, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
                                           listeners=listeners)
@@ -180,6 +181,7 @@ def rehearse(options: RehearsalOptions, *,
             with counter.phase("detach"):
                 engine.detach()
         check = result if options.equivalence else None
+        latest = board.latest() if board else None
         if check is not None:
             bound, lora_bytes = check.targets_bound, check.lora_bytes
         return Rehearsal(
@@ -193,7 +195,7 @@ def rehearse(options: RehearsalOptions, *,
             seconds=time.perf_counter() - started, check=check, **counts,
             scheduler_shift=request_shift(pipe, request),
             preview_read_bytes=max((p.read_bytes for p in board.history()), default=0) if board else 0,
-            preview_decoder=board.latest().decoder if board and board.latest() else None,
+            preview_decoder=latest.decoder if latest else None,
             decode=decode_calls(loaded.components.get("vae"), tokens.get("latent_frames", 0), height, width))
 
 
@@ -209,13 +211,14 @@ def _counted_preview(listener: Any, counter) -> Any:
     return listener
 
 
-def _attach(transformer: torch.nn.Module, options: RehearsalOptions, counter) -> tuple[LoRAEngine, int, int]:
-    """Bind the header's adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, the bytes of
+def _attach(transformer: torch.nn.Module, header: HeaderView, options: RehearsalOptions,
+            counter) -> tuple[LoRAEngine, int, int]:
+    """Bind ``header``'s adapter through the LoRA engine in ``options.lora_mode``; (engine, targets, the bytes of
     the factors as the engine keeps them).
     Host RAM for merged mode's pristine copies is the plan's question, so the store is told not to refuse."""
-    shapes = transformer_shapes(dict(transformer.config))
+    shapes = transformer_shapes(config_of(transformer))
     partition = repo.partition_for(options.workflow)
-    adapter = adapter_from_header(options.adapter, shapes, partition=partition)
+    adapter = adapter_from_header(header, shapes, partition=partition)
     device = "cuda" if options.offload != "none" else None
     engine = LoRAEngine(transformer, pristine=PristineStore(prefer="ram", available_ram=lambda: None), device=device)
     settings = LoRASettings(source=adapter.identity, alpha=options.alpha, strength=options.scale,

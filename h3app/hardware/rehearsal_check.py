@@ -98,8 +98,11 @@ def rehearse_check(loaded: LoadedModel, header: HeaderView, request: GenerationR
     settings = LoRASettings(source=header.name, mode=UNMERGED)
     result = run_equivalence(binder, request, settings, a=a, b=b, outputs=Outputs(folder / "check"), on_step=on_step,
                              on_phase=lambda label: phases.append(label.split(" ")[0]))
-    bound = binder.engine(request.workflow).match(binder.loaded.adapter, settings).matched
+    held = binder.loaded
+    if held is None:
+        raise RuntimeError("the rehearsed check never loaded the header's adapter")
+    bound = binder.engine(request.workflow).match(held.adapter, settings).matched
     return CheckRehearsal(a=a.label, b=b.label, phases=tuple(phases), evaluations=steps[0],
                           effective_scale_a=result.a.effective_scale, effective_scale_b=result.b.effective_scale,
                           effective_scale_fallback=result.fallback.effective_scale, targets_bound=len(bound),
-                          lora_bytes=factor_bytes(binder.loaded.adapter))
+                          lora_bytes=factor_bytes(held.adapter))

@@ -7,7 +7,7 @@ plans before loading. Without a plan it says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..rules.units import format_bytes
 
@@ -37,7 +37,7 @@ def remember(model: str, options: Any, plan: Plan | Verdict) -> None:
     _PLANS[_key(model, options)] = plan
 
 
-def hardware_line(model: str, options: Any, device: tuple[str, int] | None | bool = True) -> str:
+def hardware_line(model: str, options: Any, device: tuple[str, int] | None | Literal[True] = True) -> str:
     """``"GPU: NVIDIA H200 (141.0 GB) · planned peak 118.2 GB · headroom 22.8 GB"``, or the CPU line.
 
     ``device``: True reads CUDA device 0; a ``(name, bytes)`` pair or None stands in for it (tests)."""

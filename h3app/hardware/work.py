@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -161,7 +161,7 @@ def bytes_moved(func_packet: Any, args: Any, kwargs: dict[str, Any], out: Any) -
 
 
 def _is_view(func_packet: Any) -> bool:
-    overloads = func_packet.overloads() if hasattr(func_packet, "overloads") else ()
+    overloads: Sequence[str] = func_packet.overloads() if hasattr(func_packet, "overloads") else ()
     return bool(overloads) and getattr(func_packet, overloads[0]).is_view
 
 
@@ -203,7 +203,9 @@ def counting(phases: Any) -> Iterator[WorkCounter]:
     rehearsal's ``ByteCounter``) also carries for replays; LoRA deltas (with their input's cast and the add into the
     base output) are filed under ``lora``."""
     work = WorkCounter(phases)
-    original, original_add = LoRAFactors.delta, layers.add_deltas
+    # the delta, and the input's cast and the add into the output (``add_deltas``): the LoRA's work
+    counted_as_lora: list[tuple[object, str]] = [(LoRAFactors, "delta"), (layers, "add_deltas")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name in counted_as_lora]
 
     def as_lora(function: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -216,14 +218,14 @@ def counting(phases: Any) -> Iterator[WorkCounter]:
         return counted
 
     phases.work = work
-    LoRAFactors.delta = as_lora(original)
-    layers.add_deltas = as_lora(original_add)  # the input's cast and the add into the output are the delta's too
+    for owner, name, original in originals:
+        setattr(owner, name, as_lora(original))
     try:
         with work:
             yield work
     finally:
-        LoRAFactors.delta = original
-        layers.add_deltas = original_add
+        for owner, name, original in originals:
+            setattr(owner, name, original)
         phases.work = None
 
 

@@ -53,7 +53,7 @@ FORK_ON_CUDA = (f"the ZeroGPU stand-in ({zero_gpu.FORK_ENV}=1) forks this proces
                 "run in a forked child: use --device cpu (on ZeroGPU itself, spaces keeps CUDA out of the parent).")
 
 
-def home_for(mode: str | None, *, compile: bool, ranks: int, device: str | None = None) -> Home:
+def home_for(mode: str, *, compile: bool, ranks: int, device: str | None = None) -> Home:
     """The home for ``mode`` (``zero_gpu.SPACES`` or ``zero_gpu.FORK``); ``H3AppError`` for what cannot run there
     (``device``: the stand-in runs on the CPU only)."""
     if compile:

@@ -11,6 +11,7 @@ CLI's flag parser, the plan and the start-up line read it without loading torch 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 HOPPER, BLACKWELL = "hopper", "blackwell"  # sm90 (H100, H200); sm100/sm120 (B200, B300, RTX PRO 6000)
 ULYSSES, RING = "ulysses", "ring"  # how ranks split the sequence (``--ulysses`` / ``--ring``); "" for one rank
@@ -54,6 +55,12 @@ AUTO = "auto"  # --attention auto (the default): the fastest exact backend insta
 ATTENTION_CHOICES = (AUTO, *BY_NAME)
 
 
+@overload
+def arch_of(capability: tuple[int, int]) -> str: ...
+@overload
+def arch_of(capability: None) -> None: ...
+@overload
+def arch_of(capability: tuple[int, int] | None) -> str | None: ...
 def arch_of(capability: tuple[int, int] | None) -> str | None:
     """A CUDA compute capability ``(major, minor)`` → :data:`HOPPER` (9.x), :data:`BLACKWELL` (10.x, 12.x), or
     ``"sm<major><minor>"`` for any other GPU; None (no GPU) → None."""

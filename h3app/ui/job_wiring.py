@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import gradio as gr
+from gradio.blocks import Block
+from gradio.events import Dependency
 
 from ..backend.preview import PreviewBoard
 from ..backend.worker import Progress
@@ -17,6 +19,7 @@ from .adapter.events import AdapterEvents
 from .adapter.panel import INSPECTED, AdapterSlot, inspect_event, inspect_outputs, slot_inputs
 from .change_events import CHEAP, ChangeEvents
 from .compare.events import CheckPairView, CheckView, CompareView, ComparisonEvents, HistoryView
+from .compare.tabs import EquivalenceTab, GridTab, HistoryTab, JobControls
 from .forms import (
     REQUEST_FIELDS,
     CheckForm,
@@ -53,12 +56,16 @@ from .generate.preview_stream import (
     preview_toggled,
 )
 from .generate.settings_file import load_settings_view
-from .generate.tab import RequestControls
+from .generate.tab import GenerateTab, RequestControls
 from .session import Session
 
 RESTORED_REQUEST = ("workflow", "prompt", "seed", "randomize", "steps", "duration", "height", "width", "shift",
                     "audio_shift", "cache")
 COMPARE_LIMIT = 2  # history compares decode two mp4s to float32 each: bounded, on their own queue id
+
+Values = dict[Block, Any]  # Gradio's {component: value}: an event's inputs given as a set, or its answer
+# What runs when a page loads: (function, inputs, outputs)
+PageLoad = tuple[Callable[..., Any], Sequence[Block], Sequence[Block]]
 
 
 class JobWiring:
@@ -76,34 +83,34 @@ class JobWiring:
         self.history_parts = parts(tabs.history, field_names(HistoryView))
         self.grid_parts = parts(tabs.grid, field_names(GridForm))
         self.gpu = {**gpu_events(events.generate.backend), "api_visibility": "private"}
-        self.page_loaded: list[tuple[Any, Any, Any]] = []
+        self.page_loaded: list[PageLoad] = []
 
     # ------------------------------------------------------------------------------------------------ forms
-    def sync_inputs(self) -> set[Any]:
+    def sync_inputs(self) -> set[Block]:
         return {self.session, self.mode, *(c for slot in self.slots for c in slot_inputs(slot).values())}
 
-    def sync_form(self, values: Mapping[Any, Any]) -> SyncForm:
+    def sync_form(self, values: Mapping[Block, Any]) -> SyncForm:
         return SyncForm(values[self.session], values[self.mode],
                         {slot.slot: read(SlotForm, slot_inputs(slot), values) for slot in self.slots})
 
-    def job_inputs(self, *extra: Any) -> set[Any]:
+    def job_inputs(self, *extra: Block) -> set[Block]:
         return {self.session, self.mode, self.token, *self.request_parts.values(), *extra}
 
-    def job_form(self, values: Mapping[Any, Any]) -> JobForm:
+    def job_form(self, values: Mapping[Block, Any]) -> JobForm:
         return JobForm(values[self.session], values[self.mode], read(RequestForm, self.request_parts, values),
                        values[self.token])
 
     # ------------------------------------------------------------------------------------- shared handlers
-    def start_inputs(self) -> set[Any]:
+    def start_inputs(self) -> set[Block]:
         """What a job's click judges before it starts: the panel and the request's values."""
         return {*self.sync_inputs(), *self.request_parts.values()}
 
-    def request_refused(self, values: dict[Any, Any]) -> bool:
+    def request_refused(self, values: Values) -> bool:
         """The request's numbers hold a value its note under Steps refuses (``request_problem``)."""
         limits = self.events.generate.backend.limits
         return request_problem(read(RequestForm, self.request_parts, values), limits) is not None
 
-    def sync(self, values: dict[Any, Any], request: gr.Request = None) -> Session:
+    def sync(self, values: Values, request: gr.Request | None = None) -> Session:
         """The panel's controls → the session's adapters, right before a job; the click counts as expected. A value
         already refused on the page stops it here without a pop-up: the failure's status line points to that
         value's own line (:meth:`refused`), so the page says it once."""
@@ -116,13 +123,13 @@ class JobWiring:
         self.events.generate.runner.expect(request)
         return session_value
 
-    def refused(self, values: dict[Any, Any], above: bool = False) -> str:
+    def refused(self, values: Values, above: bool = False) -> str:
         return refusal_status(self.sync_form(values), self.request_refused(values), above)
 
-    def show_history(self, session_value: Session | None) -> dict[Any, Any]:
+    def show_history(self, session_value: Session | None) -> Values:
         return write(self.events.comparisons.history_view(session_value), self.history_parts)
 
-    def grid_axes_pass(self, values: dict[Any, Any]) -> bool:
+    def grid_axes_pass(self, values: Values) -> bool:
         """The Grid's axes as typed make a plan (else its estimate line says why)."""
         try:
             self.events.comparisons.plan(read(GridForm, self.grid_parts, values))
@@ -130,8 +137,8 @@ class JobWiring:
             return False
         return True
 
-    def start(self, button: Any, status: Any, run: Any, inputs: set[Any], outputs: list[Any], above: bool = False,
-              **options: Any) -> Any:
+    def start(self, button: gr.Button, status: gr.Markdown, run: Callable[..., Iterator[Values]],
+              inputs: set[Block], outputs: list[Block], above: bool = False, **options: Any) -> Dependency:
         """A job's click: sync the panel (queued: a queue-less event's error is an HTTP 500 the page does not
         show; a refusal stops the chain with no pop-up and the status line says where the page says why —
         ``above``: the line above the button), then the job, admitted in front of the GPU; the history follows."""
@@ -145,7 +152,7 @@ class JobWiring:
     def wire_apply_note(self) -> None:
         """The line above Generate: what the next run applies, redrawn as the panel changes."""
 
-        def note(values: dict[Any, Any]) -> str:
+        def note(values: Values) -> str:
             return apply_note(self.sync_form(values))
 
         triggers = [trigger for slot in self.slots
@@ -165,7 +172,7 @@ class JobWiring:
         triggers = [c.change for c in dict.fromkeys(controls) if hasattr(c, "change")]
         self.changes.on(triggers, stale_refusals, statuses, list(statuses))
 
-    def wire_generate(self) -> Any:
+    def wire_generate(self) -> Dependency:
         generate, seed = self.tabs.generate, self.request.seed
         slot_1, slot_2 = self.slots
         generate_parts = {**parts(generate, [n for n in field_names(GenerateView) if n not in ("seed", "session")]),
@@ -173,8 +180,8 @@ class JobWiring:
 
         live = GeneratePreview(generate.preview, generate.preview_note)
 
-        def run_generate(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                         ) -> Iterator[dict[Any, Any]]:
+        def run_generate(values: Values, request: gr.Request | None = None,
+                         progress: gr.Progress = gr.Progress()) -> Iterator[Values]:
             board = PreviewBoard(budget=self.preview_budget)  # this request's previews, streamed to this page only
             on = values[generate.step_preview] is not False
             views = self.events.generate.generate_views(self.job_form(values), (values[slot_1.info],
@@ -197,7 +204,8 @@ class JobWiring:
         pair_parts = {**parts(self.tabs.equivalence, [n for n in field_names(CheckPairView) if n != "suggested"]),
                       "suggested": suggested}
 
-        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: Any, last: Any) -> dict[Any, Any]:
+        def check_pair(info: dict[str, Any] | None, override: bool, alpha_text: str | float | None,
+                       last: list[float] | None) -> Values:
             return write(self.events.comparisons.check_pair(info, override, alpha_text, last), pair_parts)
 
         pair_inputs = [slot_1.info, slot_1.override, slot_1.alpha, suggested]
@@ -205,7 +213,7 @@ class JobWiring:
                         list(pair_parts.values()))
         self.page_loaded.append((check_pair, pair_inputs, list(pair_parts.values())))
 
-    def wire_check(self) -> Any:
+    def wire_check(self) -> Dependency:
         equivalence = self.tabs.equivalence
         check_parts = parts(equivalence, field_names(CheckForm))
         check_outputs = {**parts(equivalence, [n for n in field_names(CheckView) if n != "session"]),
@@ -214,8 +222,8 @@ class JobWiring:
         live = CheckPreviews(equivalence.preview_a, equivalence.preview_b, equivalence.preview_fallback,
                              equivalence.preview_note)
 
-        def run_check(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                      ) -> Iterator[dict[Any, Any]]:
+        def run_check(values: Values, request: gr.Request | None = None,
+                      progress: gr.Progress = gr.Progress()) -> Iterator[Values]:
             board = PreviewBoard(budget=self.preview_budget)  # A, B and the fallback, streamed to this page only
             views = self.events.comparisons.check_views(self.job_form(values), read(CheckForm, check_parts, values),
                                                         request, progress, board)
@@ -223,7 +231,7 @@ class JobWiring:
                                       lambda now: check_update(live, board, now),
                                       lambda stopped: check_finished(live, board, stopped))
 
-        def values_note(values: dict[Any, Any]) -> str:
+        def values_note(values: Values) -> str:
             return self.events.comparisons.check_values_note(read(CheckForm, check_parts, values))
 
         self.changes.on([c.change for c in check_parts.values()], values_note, set(check_parts.values()),
@@ -234,12 +242,12 @@ class JobWiring:
                              show_progress_on=[equivalence.verdict])
         return checked
 
-    def wire_grid(self) -> Any:
+    def wire_grid(self) -> Dependency:
         grid = self.tabs.grid
         grid_outputs = {**parts(grid, ["view", "table", "status", "cells"]), "session": self.session}
 
-        def run_grid(values: dict[Any, Any], request: gr.Request = None, progress: Any = gr.Progress()
-                     ) -> Iterator[dict[Any, Any]]:
+        def run_grid(values: Values, request: gr.Request | None = None,
+                     progress: gr.Progress = gr.Progress()) -> Iterator[Values]:
             try:
                 for view in self.events.comparisons.grid_view(self.job_form(values),
                                                               read(GridForm, self.grid_parts, values), request,
@@ -258,14 +266,14 @@ class JobWiring:
         history = self.tabs.history
         compare_parts = parts(history, field_names(CompareView))
 
-        def compare(session_value: Session | None, a_id: str | None, b_id: str | None) -> dict[Any, Any]:
+        def compare(session_value: Session | None, a_id: str | None, b_id: str | None) -> Values:
             return write(self.events.comparisons.compare(session_value, a_id, b_id), compare_parts)
 
         history.compare_button.click(compare, [self.session, history.pick_a, history.pick_b],
                                      list(compare_parts.values()), api_visibility="private",
                                      concurrency_id="compare", concurrency_limit=COMPARE_LIMIT)
 
-    def wire_cancel(self, tab: Any, job: Any) -> None:
+    def wire_cancel(self, tab: GenerateTab | JobControls, job: Dependency) -> None:
         """Cancel asks the worker to stop the session's job at its next step; the job's own event then reports
         "Cancelled after k of n steps" (Gradio's ``cancels=`` would kill the event and lose that answer).
         "Cancelling …" goes to its own line: the job's final answer may reach the page before the click's reply."""
@@ -277,10 +285,10 @@ class JobWiring:
 class JobTabs:
     """The tabs whose events :class:`JobWiring` binds."""
 
-    generate: Any
-    equivalence: Any
-    grid: Any
-    history: Any
+    generate: GenerateTab
+    equivalence: EquivalenceTab
+    grid: GridTab
+    history: HistoryTab
 
 
 @dataclass(frozen=True)
@@ -293,9 +301,10 @@ class JobEvents:
 
 
 def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Sequence[AdapterSlot],
-              request: RequestControls, generate: Any, equivalence: Any, grid: Any, history: Any,
-              adapter_events: AdapterEvents, generate_events: GenerateEvents, comparisons: ComparisonEvents,
-              changes: ChangeEvents, preview_budget: float | None = PAGE_PREVIEW_BUDGET) -> list[tuple[Any, Any, Any]]:
+              request: RequestControls, generate: GenerateTab, equivalence: EquivalenceTab, grid: GridTab,
+              history: HistoryTab, adapter_events: AdapterEvents, generate_events: GenerateEvents,
+              comparisons: ComparisonEvents, changes: ChangeEvents,
+              preview_budget: float | None = PAGE_PREVIEW_BUDGET) -> list[PageLoad]:
     """Bind Generate, Equivalence, Grid, History, Cancel and settings files. Returns the (function, inputs,
     outputs) to run when a page loads."""
     jobs = JobWiring(session, mode, token, request, slots, JobTabs(generate, equivalence, grid, history),
@@ -307,13 +316,15 @@ def wire_jobs(session: gr.State, mode: gr.Radio, token: gr.Textbox, slots: Seque
     checked = jobs.wire_check()
     gridded = jobs.wire_grid()
     jobs.wire_compare()
-    for tab, job in ((generate, generated), (equivalence, checked), (grid, gridded)):
+    tab_jobs: tuple[tuple[GenerateTab | JobControls, Dependency], ...] = (
+        (generate, generated), (equivalence, checked), (grid, gridded))
+    for tab, job in tab_jobs:
         jobs.wire_cancel(tab, job)
     _wire_settings_file(jobs, generate, adapter_events, token, request)
     return jobs.page_loaded
 
 
-def job_reply(status: Any, outputs: dict[str, Any], view_of: Callable[[], Any]) -> dict[Any, Any]:
+def job_reply(status: gr.Markdown, outputs: dict[str, Block], view_of: Callable[[], Any]) -> Values:
     """The answer of a one-shot job event: its view written to ``outputs`` and an empty status line; a refusal's
     line (:func:`refused_job`); or a stopped job's "Cancelled after k of n steps"."""
     try:
@@ -325,9 +336,8 @@ def job_reply(status: Any, outputs: dict[str, Any], view_of: Callable[[], Any]) 
     return {**write(view, outputs), status: ""}
 
 
-def streamed_reply(status: Any, outputs: dict[str, Any], views: Iterator[Any],
-                   shown: Callable[[Progress], dict[Any, Any]],
-                   finished: Callable[[bool], dict[Any, Any]]) -> Iterator[dict[Any, Any]]:
+def streamed_reply(status: gr.Markdown, outputs: dict[str, Block], views: Iterator[Any],
+                   shown: Callable[[Progress], Values], finished: Callable[[bool], Values]) -> Iterator[Values]:
     """The answers of a job event that streams step previews: ``shown(progress)`` while the job runs, then (as
     :func:`job_reply`) its view written to ``outputs`` or the stopped / refused line, with ``finished(stopped)``."""
     view, sent = None, SentImages()  # each preview image reaches the page once
@@ -346,13 +356,13 @@ def streamed_reply(status: Any, outputs: dict[str, Any], views: Iterator[Any],
         yield {**write(view, outputs), status: "", **sent.only_new(finished(False))}
 
 
-def refused_job(status: Any, error: gr.Error) -> dict[Any, Any]:
+def refused_job(status: gr.Markdown, error: gr.Error) -> Values:
     """A job the backend refused: its one line where the result would appear, no pop-up repeating it and no error
     badge left on the output (the event ends normally); an input's change clears it (``stale_refusals``)."""
     return {status: f"{NOT_RUN}: {error.message}"}
 
 
-def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterEvents, token: gr.Textbox,
+def _wire_settings_file(jobs: JobWiring, generate: GenerateTab, adapter_events: AdapterEvents, token: gr.Textbox,
                         request: RequestControls) -> None:
     """Load settings from a .json or an mp4: restore the controls, then inspect each restored slot."""
     slot_parts = {slot.slot: slot_inputs(slot) for slot in jobs.slots}
@@ -360,7 +370,7 @@ def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterE
     outputs = [*restored_request.values(), jobs.mode, *(c for p in slot_parts.values() for c in p.values()),
                generate.load_status]
 
-    def restore(path: str | None) -> dict[Any, Any]:
+    def restore(path: str | None) -> Values:
         view = load_settings_view(path)
         shown = {**write(view.request, restored_request), jobs.mode: view.mode,
                  generate.load_status: view.load_status}
@@ -372,7 +382,7 @@ def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterE
     for slot in jobs.slots:
         inspect = inspect_event(adapter_events, slot, token, request.workflow)
 
-        def quiet_inspect(values: dict[Any, Any], slot: AdapterSlot = slot, inspect: Any = inspect) -> Any:
+        def quiet_inspect(values: Values, slot: AdapterSlot = slot, inspect: Callable[[Values], Any] = inspect) -> Any:
             """An empty restored slot stays as it is."""
             return inspect(values) if values[slot.source] else gr.skip()
 
@@ -380,7 +390,7 @@ def _wire_settings_file(jobs: JobWiring, generate: Any, adapter_events: AdapterE
                          inspect_outputs(slot), **INSPECTED)
 
 
-def _slot_values(components: Mapping[str, Any], slot: SlotForm | None) -> dict[Any, Any]:
+def _slot_values(components: Mapping[str, Block], slot: SlotForm | None) -> Values:
     """A restored slot's control values (None empties the slot); the weight dropdown lists just that file."""
     slot = slot or SlotForm(alpha="")
     values = {components[name]: getattr(slot, name) for name in ("source", "revision", "override", "alpha",

@@ -61,9 +61,6 @@ class _UnclampedSlider(gr.Slider):
         return payload
 
 
-_UNCLAMPED = {gr.Number: _UnclampedNumber, gr.Slider: _UnclampedSlider}
-
-
 def unclamped(control: Control, low: float | None = None, high: float | None = None) -> Control:
     """``control`` with ``low``/``high`` as its ends (None: unchanged) whose typed value reaches the app as typed:
     no bound check, no rounding, no clamp on the page.
@@ -75,8 +72,11 @@ def unclamped(control: Control, low: float | None = None, high: float | None = N
         if value is not None:
             setattr(control, name, value)
             control.constructor_args[name] = value
-    classes = control.elem_classes or []
+    classes: list[str] | str = control.elem_classes or []
     control.elem_classes = [*([classes] if isinstance(classes, str) else classes), UNCLAMPED_CLASS]
     control.constructor_args["elem_classes"] = control.elem_classes
-    control.__class__ = _UNCLAMPED.get(type(control), type(control))
+    if type(control) is gr.Number:  # the twin of exactly Gradio's class (a subclass keeps its own)
+        control.__class__ = _UnclampedNumber
+    elif type(control) is gr.Slider:
+        control.__class__ = _UnclampedSlider
     return control

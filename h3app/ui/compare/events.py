@@ -157,15 +157,15 @@ class ComparisonEvents:
         return lambda: self.backend.submit_equivalence(generation, adapters[0], a, b, form.token or None,
                                                        previews=board)
 
-    def check_view(self, form: JobForm, check: CheckForm, request: gr.Request = None,
-                   progress: Any = gr.Progress()) -> CheckView | Stopped:
+    def check_view(self, form: JobForm, check: CheckForm, request: gr.Request | None = None,
+                   progress: gr.Progress = gr.Progress()) -> CheckView | Stopped:
         """Run the check and lay out its verdict, videos, heat maps, PSNR plot, spectrograms and audio."""
         result = self.check(form, check, request, progress)
         if isinstance(result, Stopped):
             return result.after(form.session, "check")
         return self._check_finished(form, result)
 
-    def check_views(self, form: JobForm, check: CheckForm, request: gr.Request, progress: Any,
+    def check_views(self, form: JobForm, check: CheckForm, request: gr.Request | None, progress: gr.Progress | None,
                     board: PreviewBoard) -> Iterator[Progress | CheckView | Stopped]:
         """:meth:`check_view` with A, B and the fallback previewed on ``board`` after every step: the job's
         progress while it runs, then the view (or Stopped)."""
@@ -213,6 +213,7 @@ class ComparisonEvents:
             note = ("This adapter has no single alpha or rank (they differ per module): type A and B, or keep "
                     f"the LightX2V pair alpha {a.alpha:g} × {a.strength:g} against {b.alpha:g} × {b.strength:g}.")
         else:
+            assert a.alpha is not None  # default_pair gives A a number
             product = a.alpha * a.strength
             stronger = rank / alpha
             note = (f"**A** = alpha {a.alpha:g} × scale {a.strength:g} (the alpha in use, "
@@ -223,7 +224,7 @@ class ComparisonEvents:
         pair = [a.alpha, a.strength, b.alpha, b.strength]
         if pair == suggested:
             return CheckPairView(KEEP, KEEP, KEEP, KEEP, note, KEEP)
-        return CheckPairView(*pair, note, pair)
+        return CheckPairView(a.alpha, a.strength, b.alpha, b.strength, note, pair)
 
     @staticmethod
     def check_values_note(check: CheckForm) -> str:
@@ -309,8 +310,8 @@ class ComparisonEvents:
         finally:
             self.jobs.clear(key)
 
-    def grid_view(self, form: JobForm, grid: GridForm, request: gr.Request = None,
-                  progress: Any = gr.Progress()) -> Iterator[GridView]:
+    def grid_view(self, form: JobForm, grid: GridForm, request: gr.Request | None = None,
+                  progress: gr.Progress = gr.Progress()) -> Iterator[GridView]:
         """Generator: the view (cells under their headers), table and status after each finished cell; the
         session once, at the end."""
         try:
@@ -422,13 +423,14 @@ def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> d
     formula (``AdapterSummary.at``)."""
     adapter = dict(settings.get("adapter") or {})
     fallback = column.get("label") == "fallback"
+    source: str | None  # an AlphaSource's value (the settings JSON's spelling)
     if fallback:
         alpha, source = adapter.get("rank"), AlphaSource.RANK_FALLBACK
     elif column.get("alpha") is not None:
         alpha, source = column["alpha"], AlphaSource.EXPLICIT
     else:
         alpha, source = adapter.get("stored_alpha"), adapter.get("alpha_source")
-    strength = float(column.get("strength") if column.get("strength") is not None else 1.0)
+    strength = float(given) if (given := column.get("strength")) is not None else 1.0
     adapter.update(alpha=column.get("alpha"), strength=strength, resolved_alpha=alpha, resolved_alpha_source=source)
     if isinstance(adapter.get("resolved"), Mapping):
         at = AdapterSummary.from_json(adapter).at(None if fallback else column.get("alpha"), strength,

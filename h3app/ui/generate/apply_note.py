@@ -69,7 +69,9 @@ def apply_note(form: SyncForm) -> str:
         if problem is not None:
             lines.append(f"✖ adapter {name} is not applied: {problem}.")
             continue
-        settings = slot.settings(form.mode)  # passes: slot_problem tried it
+        settings = slot.settings(form.mode)  # slot_problem built it without a problem
+        if settings is None:  # no source to read: no adapter in this slot
+            continue
         loaded = (form.session or new_session()).adapters.get(name)
         same_file = loaded is not None and (loaded.source, loaded.weight_name, loaded.revision) == (
             settings.source, settings.weight_name, settings.revision)

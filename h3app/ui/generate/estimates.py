@@ -179,8 +179,9 @@ def generate_line(estimate: Estimate | None) -> str:
     usd = (estimate.prediction or {}).get("usd_per_video")
     if usd is not None and estimate.prediction and estimate.prediction.get("video_s"):
         text += f" · **${usd * estimate.seconds / estimate.prediction['video_s']:.4f}** per video"
-    if (estimate.prediction or {}).get("zerogpu"):  # ZeroGPU: the quota the call asks for (time_note.zero_gpu_words)
-        text += zero_gpu_words(estimate.prediction["zerogpu"])
+    zerogpu = (estimate.prediction or {}).get("zerogpu")
+    if zerogpu:  # ZeroGPU: the quota the call asks for (time_note.zero_gpu_words)
+        text += zero_gpu_words(zerogpu)
     return text
 
 

@@ -16,7 +16,7 @@ from ...adapters.summary import applied_lines, not_applied_lines
 from ...adapters.training import trigger_word
 from ...backend.generation import Cancelled, GenerationRequest
 from ...backend.preview import PreviewBoard, watch
-from ...backend.worker import CLIENT_GONE, Progress
+from ...backend.worker import CLIENT_GONE, JobHandle, Progress
 from ...errors import H3AppError
 from ...hosting.visitors import session_key
 from ...rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
@@ -67,7 +67,8 @@ class JobRunner:
         self.backend = backend
         self.jobs = jobs
 
-    def run(self, submit: Callable[[], Any], request: Any, progress: Any, what: str) -> Any:
+    def run(self, submit: Callable[[], JobHandle], request: gr.Request | None, progress: gr.Progress | None,
+            what: str) -> Any:
         """``submit()`` → JobHandle; wait for it. Returns the job's result, or :class:`Stopped` when cancelled (a
         toast and the tab's status say after how many steps). Other user errors become ``gr.Error``."""
         key, handle, abandoned = self._begin(submit, request, what)
@@ -81,8 +82,8 @@ class JobRunner:
         except H3AppError as error:
             raise user_error(error) from error
 
-    def stream(self, submit: Callable[[], Any], request: Any, progress: Any, what: str,
-               board: PreviewBoard) -> Generator[Progress, None, Any]:
+    def stream(self, submit: Callable[[], JobHandle], request: gr.Request | None, progress: gr.Progress | None,
+               what: str, board: PreviewBoard) -> Generator[Progress, None, Any]:
         """:meth:`run` for a generator event: yields the job's progress whenever it or ``board`` (its previews)
         changed; returns what :meth:`run` returns. Closing it (the client went away) cancels the job."""
         key, handle, abandoned = self._begin(submit, request, what)
@@ -109,7 +110,8 @@ class JobRunner:
         except H3AppError as error:
             raise user_error(error) from error
 
-    def _begin(self, submit: Callable[[], Any], request: Any, what: str) -> tuple[str, Any, Callable[[], bool]]:
+    def _begin(self, submit: Callable[[], JobHandle], request: gr.Request | None,
+               what: str) -> tuple[str, JobHandle | Stopped, Callable[[], bool] | None]:
         """(session key, the job's handle — Stopped when Cancel came first —, the client-gone check)."""
         key, abandoned = session_key(request), client_gone()
         if self.jobs.start(key):
@@ -125,15 +127,15 @@ class JobRunner:
         the tab; a closed tab reads nothing). The caller adds what the tab still shows (:meth:`Stopped.after`)."""
         return Stopped(f"**{reason[:1].upper()}{reason[1:]}** ({what})")
 
-    def expect(self, request: gr.Request = None) -> None:
+    def expect(self, request: gr.Request | None = None) -> None:
         """A job was clicked: until it starts, Cancel stops it before it runs."""
         self.jobs.expect(session_key(request))
 
-    def abandon(self, request: gr.Request = None) -> None:
+    def abandon(self, request: gr.Request | None = None) -> None:
         """The session's browser went away (tab closed or reloaded): its job stops at its next step."""
         self.jobs.cancel(session_key(request))
 
-    def cancel(self, request: gr.Request = None) -> str:
+    def cancel(self, request: gr.Request | None = None) -> str:
         """Stop this session's running job at its next denoising step (or before it starts, when still queued)."""
         label = self.jobs.cancel(session_key(request))
         if label is None:
@@ -141,7 +143,7 @@ class JobRunner:
         return f"Cancelling **{label}**: it stops at its next step; the model is left unchanged."
 
 
-def _reporters(progress: Any, what: str) -> tuple[Callable[[int, int], None], Callable[[str], None]]:
+def _reporters(progress: gr.Progress | None, what: str) -> tuple[Callable[[int, int], None], Callable[[str], None]]:
     """``on_step(done, total)`` and ``on_phase(name)`` that draw a job's progress on ``gr.Progress`` (None: none)."""
     phase = [what]
 
@@ -180,8 +182,8 @@ class GenerateEvents:
         self.backend = backend
         self.runner = JobRunner(backend, jobs)
 
-    def generate(self, request: GenerationRequest, adapters: Sequence[Any], token: str | None, http_request: Any,
-                 progress: Any) -> Any:
+    def generate(self, request: GenerationRequest, adapters: Sequence[Any], token: str | None,
+                 http_request: gr.Request | None, progress: gr.Progress | None) -> Any:
         """Run one generation; the GenerationOutput, or Stopped when cancelled."""
         return self._learned(self.runner.run(lambda: self.backend.submit_generate(request, adapters, token or None),
                                              http_request, progress, "generation"))
@@ -194,7 +196,7 @@ class GenerateEvents:
         return output
 
     def generate_view(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None] = (),
-                      request: gr.Request = None, progress: Any = gr.Progress()) -> GenerateView | Stopped:
+                      request: gr.Request | None = None, progress: gr.Progress = gr.Progress()) -> GenerateView | Stopped:
         """Generate with the session's adapters (``infos``: each slot's inspect JSON, for the sglang notes)."""
         generation, adapters = self._job(form)
         output = self.generate(generation, adapters, form.token, request, progress)
@@ -202,8 +204,8 @@ class GenerateEvents:
             return output.after(form.session, "generate")
         return self._finished(form, infos, generation, output)
 
-    def generate_views(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None], request: gr.Request,
-                       progress: Any, board: PreviewBoard, previews: bool = True
+    def generate_views(self, form: JobForm, infos: Sequence[Mapping[str, Any] | None], request: gr.Request | None,
+                       progress: gr.Progress | None, board: PreviewBoard, previews: bool = True
                        ) -> Iterator[Progress | GenerateView | Stopped]:
         """:meth:`generate_view` with step previews on ``board``: the job's progress while it runs (each time it
         or a preview changed), then the view (or Stopped). ``previews`` False (the page's toggle off): the run

@@ -30,10 +30,10 @@ class GeneratePreview:
 
     preview: gr.Image
     preview_note: gr.Markdown
-    toggle: gr.Checkbox | None = None  # "Step preview": off, a run decodes no preview at all
 
 
-def build_generate_preview() -> GeneratePreview:
+def build_generate_preview() -> tuple[GeneratePreview, gr.Checkbox]:
+    """The preview and its line, and the "Step preview" toggle (off: a run decodes no preview at all)."""
     with gr.Column(elem_id="generate-preview-box"):
         toggle = gr.Checkbox(label="Step preview", value=True, elem_id="step-preview",
                              info="what each step is making; thinned to stay within 5 % of the run's time")
@@ -41,7 +41,7 @@ def build_generate_preview() -> GeneratePreview:
         image = gr.Image(label="Step preview — first, middle and last frame of what this step predicts",
                          interactive=False, height=180, elem_id="generate-preview", format="png",
                          buttons=[])
-    return GeneratePreview(image, note, toggle)
+    return GeneratePreview(image, note), toggle
 
 
 def preview_toggled(on: bool) -> str:
@@ -63,10 +63,10 @@ def build_check_previews() -> CheckPreviews:
     note = gr.Markdown("A, B and the fallback appear here step by step while the check denoises, each at the same "
                        "step.", elem_id="check-preview-note", elem_classes=["h3-note"])
     with gr.Row(elem_id="check-previews"):
-        images = [gr.Image(label=CHECK_LABELS[column], interactive=False, height=150, format="png",
-                           elem_id=f"check-preview-{column.lower()}", buttons=[], min_width=160)
-                  for column in CHECK_COLUMNS]
-    return CheckPreviews(*images, note)
+        images = {column: gr.Image(label=CHECK_LABELS[column], interactive=False, height=150, format="png",
+                                   elem_id=f"check-preview-{column.lower()}", buttons=[], min_width=160)
+                  for column in CHECK_COLUMNS}
+    return CheckPreviews(images["A"], images["B"], images["fallback"], note)
 
 
 class SentImages:
@@ -170,7 +170,7 @@ def check_finished(parts: CheckPreviews, board: PreviewBoard, stopped: bool) -> 
 def check_stopped_where(board: PreviewBoard) -> str:
     """Where each column of a stopped check stopped, in its own run's steps — the one count the tab gives:
     "fallback (alpha = rank) after 4 of 4, A after 1 of 4 steps; B not started" ("" before any preview)."""
-    latest = {column: board.latest(column) for column in CHECK_COLUMNS if board.latest(column) is not None}
+    latest = {column: preview for column in CHECK_COLUMNS if (preview := board.latest(column)) is not None}
     if not latest:
         return ""
     where = ", ".join(f"{CHECK_LABELS[c]} after {p.step} of {p.count}" for c, p in latest.items()) + " steps"

@@ -156,7 +156,7 @@ def build_generate_tab() -> GenerateTab:
             video = gr.Video(label="Result — video with stereo audio", interactive=False, height=300,
                              elem_id="video", autoplay=False)
         with gr.Column(scale=2):
-            live = build_generate_preview()
+            live, step_preview = build_generate_preview()
     result_html = gr.HTML(render.placeholder("The result, its seed and hash, and the alpha each adapter ran at "
                                              "appear here."), elem_id="result")
     with gr.Accordion("Reproduce: settings JSON, load settings, copy as CLI", open=False):
@@ -174,4 +174,4 @@ def build_generate_tab() -> GenerateTab:
     return GenerateTab(apply_note, generate_button, cancel_button, cancel_note, status, video, result_html,
                        settings_json,
                        settings_file, load_status, h3app_command, sglang_command, sglang_notes, diffusers_snippet,
-                       live.preview, live.preview_note, live.toggle)
+                       live.preview, live.preview_note, step_preview)

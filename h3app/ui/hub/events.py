@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 SEARCH_CACHE_SECONDS = 300  # hosted: how long one search answers again without asking the Hub
 MAX_CHECKS = 12  # files one "Check" press reads (each: one listing and a few range reads)
 COLUMNS = ["repo", "file", "size", "downloads", "likes", "updated", "known preset", "check"]
-COLUMN_WIDTHS = ["16%", "21%", "7%", "8%", "5%", "8%", "14%", "21%"]
+COLUMN_WIDTHS: list[str | int] = ["16%", "21%", "7%", "8%", "5%", "8%", "14%", "21%"]
 GATED = "gated · "  # the repo cell of a gated repo (text: an emoji lock is missing from some fonts)
 NO_FILE = "—"  # the file cell of a repo without a .safetensors file
 RECOMMENDED = "★ "

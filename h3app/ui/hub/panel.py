@@ -8,7 +8,7 @@ concurrency id (counted per visitor in hosted mode, ``hosting/join_bound.py``); 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 import gradio as gr
 
@@ -20,7 +20,16 @@ from ..forms import field_names, parts, write
 from ..presenters import render
 from .events import COLUMN_WIDTHS, COLUMNS, HubEvents, HubPick, SearchView
 
-HUB_EVENTS = {"api_visibility": "private", "concurrency_id": "hub", "concurrency_limit": 4}
+
+class HubEventOptions(TypedDict):
+    """The keyword arguments every Hub event is registered with (Gradio's event listener parameters)."""
+
+    api_visibility: Literal["public", "private", "undocumented"]
+    concurrency_id: str
+    concurrency_limit: int
+
+
+HUB_EVENTS: HubEventOptions = {"api_visibility": "private", "concurrency_id": "hub", "concurrency_limit": 4}
 
 
 @dataclass

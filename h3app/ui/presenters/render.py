@@ -140,7 +140,7 @@ def targets_table(info: Mapping[str, Any]) -> list[list[Any]]:
     for group, targets in targets_by_group(list(info.get("targets") or ())).items():
         rows.append([
             GROUP_NAMES.get(group, group), len(targets),
-            ", ".join(str(r) for r in sorted({ranks.get(t) for t in targets if t in ranks})),
+            ", ".join(str(r) for r in sorted({ranks[t] for t in targets if t in ranks})),
             ", ".join(f"{a:g}" for a in sorted({float(alphas[t]) for t in targets if t in alphas})),
             ", ".join(sorted({source_label(sources[t]) for t in targets if t in sources})),
         ])

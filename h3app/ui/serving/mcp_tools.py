@@ -82,7 +82,7 @@ class McpTools:
 
     def generate_video(self, prompt: str, source: str, weight_name: str, revision: str, alpha: str, scale: float,
                        seed: float, steps: float, duration: float, height: float, width: float, token: str,
-                       request: gr.Request = None, progress: Any = gr.Progress()) -> tuple[Any, str]:
+                       request: gr.Request | None = None, progress: gr.Progress = gr.Progress()) -> tuple[Any, str]:
         """Generate one video with stereo audio from a text prompt, with one LoRA adapter applied (or none).
 
         Parameters:
@@ -110,7 +110,7 @@ class McpTools:
     def check_alpha_equivalence(self, source: str, weight_name: str, revision: str, prompt: str, seed: float,
                                 steps: float, duration: float, height: float, width: float, alpha_a: str,
                                 scale_a: float, alpha_b: str, scale_b: float, token: str,
-                                request: gr.Request = None, progress: Any = gr.Progress()) -> str:
+                                request: gr.Request | None = None, progress: gr.Progress = gr.Progress()) -> str:
         """Check that two alpha/scale settings of one adapter give the same output (alpha 8 at scale 1.0 and alpha
         128 at scale 0.0625 do): runs A, A's first step again (determinism control), B and the old alpha = rank
         fallback through the full pipeline, and says whether A and B are bit-identical.
@@ -149,8 +149,8 @@ def _adapters(source: str, weight_name: str, revision: str, alpha: str, scale: f
 
 
 for _tool in (McpTools.generate_video, McpTools.check_alpha_equivalence):
-    _tool.__doc__ = _tool.__doc__.replace("DURATION_RANGE", RELEASED.describe())
-McpTools.search_h3_adapters.__doc__ = McpTools.search_h3_adapters.__doc__.replace("MAX_LIMIT", str(MAX_LIMIT))
+    _tool.__doc__ = (_tool.__doc__ or "").replace("DURATION_RANGE", RELEASED.describe())
+McpTools.search_h3_adapters.__doc__ = (McpTools.search_h3_adapters.__doc__ or "").replace("MAX_LIMIT", str(MAX_LIMIT))
 
 
 def build_mcp_tools(tools: McpTools, backend: Backend) -> None:
@@ -173,15 +173,17 @@ def build_mcp_tools(tools: McpTools, backend: Backend) -> None:
         result = {name: gr.Textbox(label=f"{name}: JSON text") for name in TOOL_NAMES}
         video = gr.Video(label="mp4 with stereo audio")
         buttons = {name: gr.Button(name) for name in TOOL_NAMES}
-    cheap = {"concurrency_limit": 4}
+    cheap = 4  # the concurrency limit of the cheap tools (search, inspect)
     gpu = gpu_events(backend)
     request_inputs = [number["seed"], number["steps"], number["duration"], number["height"], number["width"]]
     buttons["search_h3_adapters"].click(
         tools.search_h3_adapters, [text["query"], text["sort"], number["limit"], text["token"]],
-        [result["search_h3_adapters"]], api_name="search_h3_adapters", concurrency_id="hub", **cheap)
+        [result["search_h3_adapters"]], api_name="search_h3_adapters", concurrency_id="hub",
+        concurrency_limit=cheap)
     buttons["inspect_adapter"].click(
         tools.inspect_adapter, [text["source"], text["weight_name"], text["revision"], text["token"]],
-        [result["inspect_adapter"]], api_name="inspect_adapter", concurrency_id="inspect", **cheap)
+        [result["inspect_adapter"]], api_name="inspect_adapter", concurrency_id="inspect",
+        concurrency_limit=cheap)
     buttons["generate_video"].click(
         admitted(tools.generate_video, backend), [text["prompt"], text["source"], text["weight_name"],
                                                   text["revision"], text["alpha"], number["scale"], *request_inputs,

@@ -20,11 +20,11 @@ import pandas as pd
 
 from ...adapters.summary import AdapterSummary
 from ...backend.generation import Cancelled
-from ...backend.grid import parse_values
-from ...backend.grid_rows import parse_row
+from ...backend.grid import GridCell, GridPlan, parse_values
+from ...backend.grid_rows import GridRow, parse_row
 from ...backend.media import decode_video, extract_audio
 from ...backend.preview import PreviewBoard
-from ...backend.worker import Progress
+from ...backend.worker import JobHandle, Progress
 from ...errors import H3AppError
 from ...hosting.visitors import session_key
 from ...rules.alpha_source import AlphaSource
@@ -52,7 +52,7 @@ HISTORY_COLUMNS = ["#", "result", "hash"]
 DIFFERENCE_COLUMNS = ["setting", "A → B"]
 
 
-def check_setting(alpha: Any, strength: Any, name: str) -> CheckSetting:
+def check_setting(alpha: str | float | None, strength: str | float | None, name: str) -> CheckSetting:
     """One side of the check; an empty alpha means auto (the alpha chain's value)."""
     try:
         return CheckSetting(parse_alpha(alpha), parse_strength(strength))
@@ -138,13 +138,13 @@ class ComparisonEvents:
         self.runner = JobRunner(backend, jobs)
 
     # ------------------------------------------------------------------------------------------- equivalence
-    def check(self, form: JobForm, check: CheckForm, http_request: Any, progress: Any) -> Any:
+    def check(self, form: JobForm, check: CheckForm, http_request: gr.Request | None, progress: gr.Progress | None) -> Any:
         """EquivalenceResult for the session's first adapter (Stopped when cancelled)."""
         submit = self._check_job(form, check)
         return self.runner.run(submit, http_request, progress, "equivalence check")
 
     def _check_job(self, form: JobForm, check: CheckForm,
-                   board: PreviewBoard | None = None) -> Callable[[], Any]:
+                   board: PreviewBoard | None = None) -> Callable[[], JobHandle]:
         """The check's submit (refused inputs raise ``gr.Error`` here, before anything is queued)."""
         try:
             generation = form.request.to_request()
@@ -242,14 +242,14 @@ class ComparisonEvents:
         return check_line(self.backend, request, estimate)
 
     # -------------------------------------------------------------------------------------------------- grid
-    def plan(self, grid: GridForm) -> Any:
+    def plan(self, grid: GridForm) -> GridPlan:
         """The grid plan (cells and estimated time) for the axis texts; raises H3AppError on bad input."""
         seed_values = parse_seeds(grid.seeds, "seeds")
         adapters = len(self.rows(grid)) if grid.rows else 1
         return self.backend.plan_grid(parse_values(grid.alphas, "alphas", allow_auto=True),
                                       parse_values(grid.scales, "scales"), seed_values, adapters)
 
-    def rows(self, grid: GridForm, mode: str = UNMERGED, token: str | None = None) -> list[Any]:
+    def rows(self, grid: GridForm, mode: str = UNMERGED, token: str | None = None) -> list[GridRow]:
         """The adapters as rows (``backend.grid_rows``: a glob expands into one run's checkpoints, in order)."""
         return self.backend.grid_rows([parse_row(text, mode) for text in grid.rows or ()], token)
 
@@ -264,8 +264,8 @@ class ComparisonEvents:
             return f"✖ {visitor_text(str(error))}"
         return grid_line(self.backend, plan, request, estimate)
 
-    def grid_cells(self, form: JobForm, grid: GridForm, http_request: Any, progress: Any,
-                   stopped: list[Stopped] | None = None) -> Iterator[Any]:
+    def grid_cells(self, form: JobForm, grid: GridForm, http_request: gr.Request | None,
+                   progress: gr.Progress | None, stopped: list[Stopped] | None = None) -> Iterator[GridCell]:
         """Yield GridCells as they finish (one worker job; Cancel stops it between steps and appends the line to
         show to ``stopped``)."""
         stopped = [] if stopped is None else stopped
@@ -319,7 +319,7 @@ class ComparisonEvents:
         except (H3AppError, ValueError) as error:
             raise user_error(H3AppError(str(error))) from error
         run = uuid.uuid4().hex[:12]
-        cells: list[Any] = []
+        cells: list[GridCell] = []
         stopped: list[Stopped] = []
 
         def shown(status: str, session: Any = KEEP) -> GridView:
@@ -343,7 +343,7 @@ class ComparisonEvents:
         yield shown(stopped[0].status if stopped else self._grid_status(cells, done=True), session)
 
     @staticmethod
-    def _grid_status(cells: list[Any], done: bool = False) -> str:
+    def _grid_status(cells: list[GridCell], done: bool = False) -> str:
         still = [c for c in cells if not math.isfinite(c.baseline_psnr)]
         text = f"{'Done' if done else 'Running'}: {counted(len(cells), 'cell')}."
         if still:
@@ -440,7 +440,7 @@ def column_settings(settings: Mapping[str, Any], column: Mapping[str, Any]) -> d
     return {**settings, "adapters": [adapter]}
 
 
-def cells_state(cells: list[Any]) -> list[dict[str, Any]]:
+def cells_state(cells: list[GridCell]) -> list[dict[str, Any]]:
     """Grid cells as JSON (for the API and for picking a cell's video)."""
     return [cell.to_json() for cell in cells]
 

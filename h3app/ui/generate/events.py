@@ -15,6 +15,8 @@ from ...adapters.recipe import run_notes
 from ...adapters.summary import applied_lines, not_applied_lines
 from ...adapters.training import trigger_word
 from ...backend.generation import Cancelled, GenerationRequest
+from ...backend.limits import Limits
+from ...backend.outputs import GenerationOutput
 from ...backend.preview import PreviewBoard, watch
 from ...backend.worker import CLIENT_GONE, JobHandle, Progress
 from ...errors import H3AppError
@@ -22,6 +24,7 @@ from ...hosting.visitors import session_key
 from ...rules.choices import FL2VA, REF2VA, T2VA, WORKFLOWS
 from ...rules.request_defaults import SEED
 from ...rules.steps import evaluations
+from ...settings import LoRASettings
 from ..forms import KEEP, JobForm, RequestForm
 from ..gradio_compat import client_gone
 from ..presenters import history_words, render, snippets
@@ -182,13 +185,13 @@ class GenerateEvents:
         self.backend = backend
         self.runner = JobRunner(backend, jobs)
 
-    def generate(self, request: GenerationRequest, adapters: Sequence[Any], token: str | None,
-                 http_request: gr.Request | None, progress: gr.Progress | None) -> Any:
+    def generate(self, request: GenerationRequest, adapters: Sequence[LoRASettings], token: str | None,
+                 http_request: gr.Request | None, progress: gr.Progress | None) -> GenerationOutput | Stopped:
         """Run one generation; the GenerationOutput, or Stopped when cancelled."""
         return self._learned(self.runner.run(lambda: self.backend.submit_generate(request, adapters, token or None),
                                              http_request, progress, "generation"))
 
-    def _learned(self, output: Any) -> Any:
+    def _learned(self, output: GenerationOutput | Stopped) -> GenerationOutput | Stopped:
         """``output``, its seconds taught to the page's estimator (``estimates.py``: this server's runs)."""
         if not isinstance(output, Stopped):
             estimator_for(self.backend).learn(output.result.request, output.result.seconds,
@@ -219,7 +222,7 @@ class GenerateEvents:
                else self._finished(form, infos, generation, output))
 
     @staticmethod
-    def _job(form: JobForm) -> tuple[GenerationRequest, list[Any]]:
+    def _job(form: JobForm) -> tuple[GenerationRequest, list[LoRASettings]]:
         try:
             return (form.request.to_request(random.randint(0, RANDOM_SEED_TOP) if form.request.randomize else None),
                     job_adapters(form.session, form.mode))
@@ -228,7 +231,7 @@ class GenerateEvents:
 
     @staticmethod
     def _finished(form: JobForm, infos: Sequence[Mapping[str, Any] | None], generation: GenerationRequest,
-                  output: Any) -> GenerateView:
+                  output: GenerationOutput) -> GenerateView:
         summary = output.to_json()
         settings = {**output.settings, "result": {k: v for k, v in summary.items() if k not in ("adapters", "out")},
                     "applied": applied_lines(output.settings.get("adapters") or ()),
@@ -278,7 +281,7 @@ def reproduction_views(settings: Mapping[str, Any], infos: Sequence[Mapping[str,
 
 
 # ---------------------------------------------------------------------------------------- presets and prompts
-def request_problem(form: RequestForm, limits: Any) -> str | None:
+def request_problem(form: RequestForm, limits: Limits) -> str | None:
     """The one-line refusal of the request's numbers as they stand (seed, steps, duration, canvas, shifts), by
     the rules a job is checked with (``GenerationRequest``, the held model's ``Limits``); None when they pass. The
     prompt and the workflow's input files are judged when a job starts."""
@@ -293,7 +296,7 @@ def request_problem(form: RequestForm, limits: Any) -> str | None:
     return None
 
 
-def request_note(form: RequestForm, limits: Any, info: Mapping[str, Any] | None) -> str:
+def request_note(form: RequestForm, limits: Limits, info: Mapping[str, Any] | None) -> str:
     """The line under the request's numbers: a refused value in one line (nothing is clamped; Generate,
     Equivalence and Grid refuse it the same way), else what the steps mean (:func:`steps_note`)."""
     problem = request_problem(form, limits)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import gradio as gr
 
+from ..backend.limits import Limits
 from ..hosting.gpu_gate import queue_size
 from ..hosting.join_bound import CheapJoinBound
 from ..rules.choices import LORA_MODES, UNMERGED
@@ -22,7 +23,7 @@ from .adapter.panel import AdapterSlot, build_adapter_slot, wire_adapter_slot
 from .change_events import CHEAP, ChangeEvents
 from .compare.diff_panel import wire_diff_panel
 from .compare.events import ComparisonEvents
-from .compare.tabs import build_equivalence_tab, build_grid_tab, build_history_tab
+from .compare.tabs import EquivalenceTab, GridTab, build_equivalence_tab, build_grid_tab, build_history_tab
 from .compare.view import VIEW_CSS
 from .forms import GridForm, RequestForm, field_names, parts, read, write
 from .generate.estimates import estimate_lines
@@ -41,7 +42,7 @@ from .generate.tab import NUMBER_FIELDS, RequestControls, bind_limits, build_gen
 from .gradio_compat import hook_queue
 from .hub.events import HubEvents
 from .hub.panel import build_hub_panel, wire_hub_panel
-from .job_wiring import wire_jobs
+from .job_wiring import Values, wire_jobs
 from .presenters import render
 from .serving.api import ApiEvents, build_api
 from .serving.endpoint_guard import guard_events
@@ -178,16 +179,16 @@ def build_app(backend: Backend, hardware: str | None = None, mcp: bool = False,
     return demo
 
 
-def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any, changes: ChangeEvents) -> None:
+def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Limits, changes: ChangeEvents) -> None:
     shown_inputs = parts(request, field_names(WorkflowInputs))
 
-    def show_inputs(workflow: str) -> dict[Any, Any]:
+    def show_inputs(workflow: str) -> Values:
         return write(workflow_inputs(workflow), shown_inputs)
 
     changes.on([request.workflow.change], show_inputs, [request.workflow], list(shown_inputs.values()))
     numbers = parts(request, NUMBER_FIELDS)
 
-    def note(values: dict[Any, Any]) -> str:
+    def note(values: Values) -> str:
         return request_note(read(RequestForm, numbers, values), limits, values[slot_1.info])
 
     changes.on([c.change for c in numbers.values()] + [slot_1.info.change], note, {*numbers.values(), slot_1.info},
@@ -199,14 +200,14 @@ def _wire_request(request: RequestControls, slot_1: AdapterSlot, limits: Any, ch
     preset_parts = {"strength": slot_1.strength, "override": slot_1.override, "alpha": slot_1.alpha,
                     **parts(request, ["steps", "shift", "audio_shift", "workflow", "prompt"])}
 
-    def preset(info: dict[str, Any] | None, prompt: str | None) -> dict[Any, Any]:
+    def preset(info: dict[str, Any] | None, prompt: str | None) -> Values:
         return write(apply_preset(info, prompt), preset_parts)
 
     slot_1.preset_button.click(preset, [slot_1.info, request.prompt], list(preset_parts.values()), **CHEAP)
 
 
-def _wire_estimates(demo: gr.Blocks, request: RequestControls, grid: Any, equivalence: Any, session: gr.State,
-                    backend: Backend, comparisons: ComparisonEvents) -> None:
+def _wire_estimates(demo: gr.Blocks, request: RequestControls, grid: GridTab, equivalence: EquivalenceTab,
+                    session: gr.State, backend: Backend, comparisons: ComparisonEvents) -> None:
     """Every time the page states before a click — Generate's line, the check's cost, the Grid's — from the one
     estimator (``generate/estimates.py``), in one event: on load, whenever a number that changes them changes, and
     after every job (the session's change: the estimator has learned the run). Queued apart from the GPU (a new
@@ -215,7 +216,7 @@ def _wire_estimates(demo: gr.Blocks, request: RequestControls, grid: Any, equiva
     axes = parts(grid, field_names(GridForm))
     outputs = {"generate": request.time_note, "check": equivalence.estimate, "grid": grid.estimate}
 
-    def lines(values: dict[Any, Any]) -> dict[Any, Any]:
+    def lines(values: Values) -> Values:
         shown = estimate_lines(backend, comparisons, read(RequestForm, numbers, values), read(GridForm, axes, values))
         return {outputs[name]: text for name, text in shown.items()}
 

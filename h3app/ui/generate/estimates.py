@@ -25,18 +25,21 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import H3AppError
+from ...request import GenerationRequest
 from ...rules.choices import T2VA
 from ...rules.frames import RELEASED
 from ...rules.steps import evaluations
-from ..forms import RequestForm
+from ..forms import GridForm, RequestForm
 from ..presenters.visitor_words import counted
 from .time_note import seconds_words, time_words, zero_gpu_words
 
-if TYPE_CHECKING:  # the one type the page holds the backend as (docs/architecture.md)
-    from ...backend.service import Backend
+if TYPE_CHECKING:
+    from ...backend.grid import GridPlan
+    from ...backend.limits import Limits
+    from ...backend.service import Backend  # the one type the page holds the backend as (docs/architecture.md)
 
 RECENT = 16  # runs the correction of the time model looks at
 REMEMBERED = 64  # runs kept per server
@@ -67,12 +70,12 @@ class RequestSize:
         return self.workflow, self.height, self.width, RELEASED.frames(self.duration), self.cache
 
     @classmethod
-    def of(cls, request: Any) -> RequestSize:
+    def of(cls, request: GenerationRequest) -> RequestSize:
         return cls(request.workflow, request.height, request.width, float(request.duration), int(request.steps),
                    request.cache)
 
 
-def sized(form: RequestForm, limits: Any) -> RequestSize | None:
+def sized(form: RequestForm, limits: Limits) -> RequestSize | None:
     """The size of the request ``form`` stands for, or None when its numbers are refused (the note under Steps says
     why). The workflow's inputs are not needed: a t2va request of the same numbers is checked."""
     try:
@@ -117,7 +120,7 @@ class Estimator:
         except Exception:  # a prediction that fails leaves the measured runs to speak; never the page's failure
             return None
 
-    def learn(self, request: Any, seconds: float | None, predicted: float | None | Ask = ASK) -> None:
+    def learn(self, request: GenerationRequest, seconds: float | None, predicted: float | None | Ask = ASK) -> None:
         """A generation of ``request`` (a GenerationRequest) took ``seconds`` on this server; ``predicted``: the
         time model's seconds for it when the run recorded them (asked when not given)."""
         if not seconds or seconds <= 0:
@@ -215,7 +218,7 @@ def check_line(backend: Backend, request: RequestForm, estimate: Estimate | None
     return runs_line(runs, what, _asked(backend, request, estimate)) + "."
 
 
-def grid_line(backend: Backend, plan: Any, request: RequestForm | None = None,
+def grid_line(backend: Backend, plan: GridPlan, request: RequestForm | None = None,
               estimate: Estimate | None | Ask = ASK) -> str:
     """The Grid's cost: its cells (``GridPlan``) + one no-LoRA baseline per seed, and their seconds at
     ``estimate`` (one generation of ``request``, the model's default one when None; asked when not given)."""
@@ -228,7 +231,17 @@ def grid_line(backend: Backend, plan: Any, request: RequestForm | None = None,
     return runs_line(runs, what, asked) + "."
 
 
-def estimate_lines(backend: Backend, comparisons: Any, request: RequestForm, grid: Any) -> dict[str, str]:
+class ComparisonEstimates(Protocol):
+    """What :func:`estimate_lines` asks of the comparisons' events (``compare.events.ComparisonEvents``)."""
+
+    def check_estimate(self, request: RequestForm, estimate: Estimate | None | Ask = ASK) -> str: ...
+
+    def estimate(self, grid: GridForm, request: RequestForm | None = None, estimate: Estimate | None | Ask = ASK
+                 ) -> str: ...
+
+
+def estimate_lines(backend: Backend, comparisons: ComparisonEstimates, request: RequestForm,
+                   grid: GridForm) -> dict[str, str]:
     """The page's three estimates from one :class:`Estimate` of ``request``: ``generate`` (the line under the
     request), ``check`` (``ComparisonEvents.check_estimate``) and ``grid`` (``ComparisonEvents.estimate`` of the
     ``grid`` axes, a ``GridForm``)."""

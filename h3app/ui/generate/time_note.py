@@ -11,13 +11,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from ...backend.limits import Limits
 from ...errors import H3AppError
 from ..forms import RequestForm
 
 TIME_NOTE_ID = "predicted-time"
 
 
-def predicted_for(form: RequestForm, limits: Any,
+def predicted_for(form: RequestForm, limits: Limits,
                   predict: Callable[[Any], Mapping[str, Any] | None]) -> Mapping[str, Any] | None:
     """``predict``'s answer for the request ``form`` stands for (the prompt does not change the time), or None when
     its numbers are refused (``request_note`` says why) or there is no prediction."""
@@ -74,6 +75,6 @@ def zero_gpu_words(call: Mapping[str, Any]) -> str:
             f"call asks for {call['quota_s']} s, so that much must be left).")
 
 
-def time_note(form: RequestForm, limits: Any, predict: Callable[[Any], Mapping[str, Any] | None]) -> str:
+def time_note(form: RequestForm, limits: Limits, predict: Callable[[Any], Mapping[str, Any] | None]) -> str:
     """The event: the request's predicted time in words ('' when refused or unknown)."""
     return time_words(predicted_for(form, limits, predict))

@@ -49,7 +49,7 @@ def build_diff_panel(demos: Sequence[tuple[str, str]] = ()) -> DiffPanel:
     return DiffPanel(a, b, button, heat, result)
 
 
-def parse_side(text: Any, name: str) -> LoRASettings:
+def parse_side(text: str | None, name: str) -> LoRASettings:
     """``SOURCE[,weight=F][,rev=R][,alpha=A][,scale=S]`` → settings (one line for a bad field)."""
     source, *fields = [part.strip() for part in str(text or "").split(",")]
     if not source:
@@ -106,10 +106,10 @@ def heat_html(result: dict[str, Any]) -> str:
             f"</thead><tbody>{''.join(body)}</tbody></table>{notes}</div>")
 
 
-def wire_diff_panel(backend: Backend, panel: DiffPanel, token: Any) -> None:
+def wire_diff_panel(backend: Backend, panel: DiffPanel, token: gr.Textbox) -> None:
     """Compare → the heat map and the JSON (a queued cheap event: it reads two adapter files, no GPU)."""
 
-    def compare(a: Any, b: Any, token_value: Any) -> tuple[str, dict[str, Any]]:
+    def compare(a: str | None, b: str | None, token_value: str | None) -> tuple[str, dict[str, Any]]:
         try:
             result = diff_adapters(backend.binder, parse_side(a, "A"), parse_side(b, "B"), token_value or None)
         except H3AppError as error:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..presenters import render
 from ..presenters.history_words import entry_label, number
 from ..session import HistoryEntry
 from .view import GridLayout, ViewColumn, equal_marks, view_value
+
+if TYPE_CHECKING:
+    from ...backend.grid import GridCell
 
 HASH_CHARS = 12  # enough to tell results apart at a glance; the settings JSON has them whole
 GRID_CORNER = "alpha ╲ scale"
@@ -40,7 +43,7 @@ def check_value(data: Mapping[str, Any], videos: Mapping[str, str], wavs: Mappin
 
 
 # -------------------------------------------------------------------------------------------------------- grid
-def cell_key(cell: Any, several_seeds: bool, several_adapters: bool = False) -> str:
+def cell_key(cell: GridCell, several_seeds: bool, several_adapters: bool = False) -> str:
     """``α1×0.5`` (``α1×0.5 s7`` when the grid has several seeds; ``zorb-e2 (epoch 2) α auto×0.5`` when its rows are
     adapters): the cell's name in marks and switches."""
     key = f"α{'auto' if cell.alpha is None else number(cell.alpha)}×{number(cell.strength)}"
@@ -48,7 +51,7 @@ def cell_key(cell: Any, several_seeds: bool, several_adapters: bool = False) -> 
     return f"{key} s{cell.seed}" if several_seeds else key
 
 
-def row_labels(cells: Sequence[Any], alphas: Sequence[float | None], adapters: int) -> list[str]:
+def row_labels(cells: Sequence[GridCell], alphas: Sequence[float | None], adapters: int) -> list[str]:
     """The grid's row headers: ``α 1`` per alpha, or per adapter (× alpha) its label (file, epoch/steps, trigger)."""
     if adapters <= 1:
         return [f"α {number(alpha)}" for alpha in alphas]
@@ -57,7 +60,7 @@ def row_labels(cells: Sequence[Any], alphas: Sequence[float | None], adapters: i
             for a in range(adapters) for alpha in alphas]
 
 
-def grid_value(cells: Sequence[Any], alphas: Sequence[float | None], strengths: Sequence[float],
+def grid_value(cells: Sequence[GridCell], alphas: Sequence[float | None], strengths: Sequence[float],
                seeds: Sequence[int], run: str, adapters: int = 1) -> dict[str, Any]:
     """The grid so far: per seed a table (rows = alphas, or adapters × alphas; columns = scales) under its baseline;
     the view plays the baseline and the newest cell until the person clicks cells (each click compares with the
@@ -93,7 +96,7 @@ def grid_value(cells: Sequence[Any], alphas: Sequence[float | None], strengths: 
                       empty="Run the grid: its cells appear here under their alpha and scale.")
 
 
-def grid_rows(cells: Sequence[Any]) -> list[list[Any]]:
+def grid_rows(cells: Sequence[GridCell]) -> list[list[Any]]:
     """The per-cell table: alpha (after the row's adapter when the rows are adapters), scale, seed, PSNR to no-LoRA
     (dB), max |Δ|, seconds, hash, equal to."""
     rows = []

@@ -11,6 +11,7 @@ from typing import Any
 from ...adapters.resolved import resolve_adapter
 from ...adapters.summary import AdapterSummary, advanced_words, describe
 from ...errors import H3AppError
+from ...settings import LoRASettings
 from ..forms import SlotForm, SyncForm
 from ..presenters.visitor_words import visitor_text
 from ..session import new_session
@@ -89,7 +90,7 @@ def stale_refusals(statuses: Mapping[Any, Any]) -> dict[Any, Any]:
     return {status: "" for status, text in statuses.items() if str(text or "").startswith(NOT_RUN)}
 
 
-def applied_words(slot: SlotForm, settings: Any) -> str:
+def applied_words(slot: SlotForm, settings: LoRASettings) -> str:
     """What the slot will apply, in the one summary's words when Inspect has read the file (``alpha 1 (registry)
     × scale 1 → effective 0.0625``), else the settings as given (``alpha 8 × scale 1``; auto: the file's chain)."""
     info = slot.info or {}

@@ -182,7 +182,7 @@ def build(slot: str) -> AdvancedSection:
     return AdvancedSection({name: parts[name] for name in FIELDS}, plot, shown)
 
 
-def wire(section: AdvancedSection, steps: gr.Number, changes: ChangeEvents) -> None:
+def wire(section: AdvancedSection, steps: gr.Slider | gr.Number, changes: ChangeEvents) -> None:
     """Redraw the note on any change and the plot on a schedule or steps change (no queue, no model)."""
     names, controls = list(section.parts), list(section.parts.values())
 

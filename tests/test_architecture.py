@@ -370,3 +370,12 @@ def test_no_function_is_longer_than_80_lines() -> None:
                     and (lines := node.end_lineno - node.lineno + 1) > MAX_FUNCTION_LINES:
                 long[f"{path.relative_to(H3APP.parent)}:{node.lineno} {node.name}"] = lines
     assert long == {}
+
+
+def test_the_type_checker_covers_all_of_h3app():
+    """CI's mypy (pyproject.toml) checks every package, the page's ui/, model/ and hardware/ included."""
+    import tomllib
+
+    settings = tomllib.loads((H3APP.parent / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert settings["files"] == ["h3app"]
+    assert "mypy" in (H3APP.parent / ".ci" / "run").read_text()

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from browser_fixtures import answered, inspected, open_tab
+from browser_fixtures import answered, inspected, open_tab, pick_demo
 from playwright.sync_api import expect
 from polling import wait_until
 
 from h3app.adapters.known import TINY_DEMO_DIR
 from h3app.ui.adapter import panel
+from h3app.ui.adapter.events import AdapterEvents
 from h3app.ui.compare.events import ComparisonEvents
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -49,6 +50,11 @@ class Held:
         self.released.set()
         wait_until(self.finished.is_set, "the held event to finish", 60)
         answered(page)
+
+
+def playwright_wait(page: Any) -> Callable[[float], Any]:
+    """A pause for :func:`polling.wait_until` that lets Playwright deliver the page's events meanwhile."""
+    return lambda seconds: page.wait_for_timeout(seconds * 1000)
 
 
 def fill(page: Any, selector: str, text: str) -> None:
@@ -86,3 +92,23 @@ def test_typing_a_source_then_enter_keeps_inspects_card_when_the_clear_answers_l
     held.release(page)
     expect(card).not_to_contain_text("Source changed", timeout=3000)  # the clear sent before Enter came last
     inspected(page, TURBO)
+
+
+def test_a_late_redraw_never_clears_the_refusal_of_a_click_sent_after_it(page, monkeypatch):
+    """A change of any input clears a job's refusal from the status line; a click refused at once writes it again."""
+    held = Held(AdapterEvents.readout, lambda events, info, slot: str(slot.strength).strip() == "-2.5")
+    monkeypatch.setattr(AdapterEvents, "readout", lambda events, info, slot: held(events, info, slot))  # a method
+    refusals: list[Any] = []  # the click's refusal: the one queue-less event a refused click sends
+    page.on("requestfinished", lambda request: refusals.append(request) if "/gradio_api/run/" in request.url else None)
+    pick_demo(page, TURBO)
+    status = page.locator("#generate-status")
+    fill(page, "#slot1-scale", "-3")
+    page.locator("#generate").click()
+    expect(status).to_have_text("✖ Not run: the line above says why.")
+    fill(page, "#slot1-scale", "-2.5")  # still refused; the scale's redraw, which clears that line, is held
+    wait_until(held.started.is_set, "the scale's redraw to reach the server", 60, wait=playwright_wait(page))
+    refusals.clear()
+    page.locator("#generate").click()  # refused again: its line is written after the held redraw was sent
+    wait_until(lambda: refusals, "the refused click's status line to be answered", 60, wait=playwright_wait(page))
+    held.release(page)
+    expect(status).to_have_text("✖ Not run: the line above says why.", timeout=3000)

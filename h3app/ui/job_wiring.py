@@ -143,7 +143,9 @@ class JobWiring:
         show; a refusal stops the chain with no pop-up and the status line says where the page says why —
         ``above``: the line above the button), then the job, admitted in front of the GPU; the history follows."""
         synced = button.click(self.sync, self.start_inputs(), [self.session], **{**CHEAP, "queue": True})
-        synced.failure(lambda values: self.refused(values, above), self.start_inputs(), [status], **CHEAP)
+        # in the page's order: a redraw sent before the click (it clears a job's old refusal) cannot clear this one
+        synced.failure(self.changes.ordered(lambda values: {status: self.refused(values, above)}), self.start_inputs(),
+                       [status], **CHEAP)
         job = synced.success(admitted(run, self.events.generate.backend), inputs, outputs, **options, **self.gpu)
         job.then(self.show_history, [self.session], list(self.history_parts.values()), **CHEAP)
         return job

@@ -52,28 +52,33 @@ def test_direct_calls_and_plain_values_pass_unchanged_and_old_pages_are_forgotte
     assert order.kept({note: "y"}, "p1", 1) == {note: "y"}
 
 
-def test_an_ordered_event_reads_its_page_and_number_from_the_running_event(monkeypatch):
+def test_an_ordered_event_takes_the_page_number_and_else_its_arrival(monkeypatch):
+    """The page's own number (the hidden first input, ``SENT_JS``) decides, not the order of arrival; a call that
+    carries none (no page script ran) is ordered by its arrival."""
     with gr.Blocks():
-        note = gr.Textbox()
+        box, note = gr.Textbox(), gr.Textbox()
     changes = ChangeEvents()
     running = {"page": "p", "number": 2}
     monkeypatch.setattr(change_events, "current_request", lambda: SimpleNamespace(session_hash=running["page"]))
     monkeypatch.setattr(change_events, "sent_order", lambda: running["number"])
 
-    def note_for(text: str, request: gr.Request = None) -> dict[Any, Any]:
+    def note_for(text: str, request: gr.Request | None = None) -> dict[Any, Any]:
         return {note: text}
 
-    ordered = changes.ordered(note_for)
-    assert ordered("second") == {note: "second"}
-    running["number"] = 1
-    assert ordered("first, answered late") == SKIP
-    assert list(inspect.signature(ordered).parameters) == ["text", "request"]  # Gradio sees the function's own
+    answer, inputs = changes.order.ordered(note_for, [box])
+    assert inputs == [box]
+    assert answer(5, "sent fifth") == {note: "sent fifth"}
+    running["number"] = 99  # reached the server after everything else
+    assert answer(4, "sent fourth, arrived last") == SKIP  # the page's order, not the arrival
+    assert answer(None, "no page number") == {note: "no page number"}  # arrival 99: the newest
+    assert list(inspect.signature(answer).parameters) == ["sent", "input_0", "request"]  # Gradio sees the request
 
 
 def _post(url: str, demo: gr.Blocks, trigger: Any, values: dict[Any, Any]) -> Any:
-    """One queue-less event of ``demo`` as the page sends it (``/run/predict``, the event's inputs in its order)."""
+    """One queue-less event of ``demo`` as a client without the page's script sends it (``/run/predict``, the event's
+    inputs in its order; the page's number, a component not in ``values``, left empty)."""
     index, block_fn = next((i, f) for i, f in demo.fns.items() if f.targets and f.targets[0][0] == trigger._id)
-    body = {"data": [values[c] for c in block_fn.inputs], "fn_index": index, "session_hash": "page-1",
+    body = {"data": [values.get(c) for c in block_fn.inputs], "fn_index": index, "session_hash": "page-1",
             "event_data": None, "trigger_id": trigger._id}
     answer = httpx.post(f"{url}gradio_api/run/predict", json=body, timeout=30)
     assert answer.status_code == 200, answer.text
@@ -113,3 +118,25 @@ def test_a_hooked_app_numbers_events_as_they_arrive_and_drops_the_late_older_ans
         released.set()
         demo.close()
     assert seen[0] is not None and seen[1] > seen[0]  # numbered in the order they reached the server
+
+
+def test_the_page_number_outranks_the_arrival():
+    """What the page sent first but the server read last (two requests racing over two connections; a 5,000-character
+    source's clear read after Inspect's join): its answer does not cover the one the page sent after it."""
+    changes = ChangeEvents()
+    with gr.Blocks() as demo:
+        first, second, note = gr.Textbox(), gr.Textbox(), gr.Textbox()
+        changes.on([first.change], lambda a, b: f"first: {a}", [first, second], [note])
+        changes.on([second.change], lambda a, b: f"second: {b}", [first, second], [note])
+        changes.wire()
+    demo.queue()
+    hook_queue(demo)
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", quiet=True)
+    try:
+        stamp = changes.stamp
+        assert stamp is not None
+        assert _post(demo.local_url, demo, second, {stamp: 2, first: "a", second: "b"}) == ["second: b"]
+        assert _post(demo.local_url, demo, first, {stamp: 1, first: "a", second: "b"}) == [SKIP]  # sent first
+        assert _post(demo.local_url, demo, first, {stamp: 3, first: "a2", second: "b"}) == ["first: a2"]
+    finally:
+        demo.close()

@@ -94,6 +94,36 @@ def test_typing_a_source_then_enter_keeps_inspects_card_when_the_clear_answers_l
     inspected(page, TURBO)
 
 
+def test_a_clear_sent_before_inspect_but_read_after_it_does_not_cover_inspects_card(page):
+    """The order the page sent, not the order the server read: the "Source changed" clear of a pasted 5,000-character
+    source is held in the network (Playwright's router) until Inspect, sent after it by Enter, has answered; then it
+    reaches the server. Numbered on arrival it was the newest and covered the card (seen on a loaded CI machine);
+    numbered by the page (``change_events.SENT_JS``) it is older, and the card stays."""
+    long_source = "x" * 5000
+    held: list[Any] = []
+
+    def hold_the_clear(route: Any) -> None:
+        if not held and long_source in (route.request.post_data or ""):
+            held.append(route)  # continued below, after Inspect's answer
+        else:
+            route.continue_()
+
+    page.route("**/gradio_api/run/**", hold_the_clear)
+    source = page.locator("#slot1-source textarea")
+    source.fill(long_source)
+    source.press("Enter")
+    refusal = page.locator("#slot1-inspect-card [data-testid=refusal]")
+    expect(refusal).to_contain_text("5,000 characters", timeout=60_000)  # Inspect answered; the clear is held
+    wait_until(lambda: held, "the clear to be sent", 30, wait=playwright_wait(page))
+    with page.expect_response(lambda response: response.request.post_data == held[0].request.post_data,
+                              timeout=30_000):
+        held[0].continue_()  # the clear reaches the server now, after Inspect
+    page.unroute("**/gradio_api/run/**")
+    answered(page)
+    expect(refusal).to_contain_text("5,000 characters", timeout=3000)
+    expect(page.locator("#slot1-inspect-card")).not_to_contain_text("Source changed")
+
+
 def test_a_late_redraw_never_clears_the_refusal_of_a_click_sent_after_it(page, monkeypatch):
     """A change of any input clears a job's refusal from the status line; a click refused at once writes it again."""
     held = Held(AdapterEvents.readout, lambda events, info, slot: str(slot.strength).strip() == "-2.5")

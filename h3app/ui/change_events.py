@@ -13,15 +13,19 @@ components → positional arguments, a set → one ``{component: value}`` dict.
 
 Events of *different* triggers still run side by side, and their answers land in whatever order their runs end:
 on a loaded server a box's late note could cover the note of a box typed after it, and a late "Source changed"
-clear could cover Inspect's card. So every such answer passes :class:`AnswerOrder` (``ChangeEvents.ordered``):
-per page, each output keeps the answer of the newest event that wrote it, "newest" meaning the one that reached
-the server last (``gradio_compat.sent_order``: what the page sent last, with the values it held then); an older
-answer leaves that output alone.
+clear could cover Inspect's card. So every such answer passes :class:`AnswerOrder` (``ChangeEvents.listen``):
+per page, each output keeps the answer of the newest event that wrote it, "newest" meaning the one the page sent
+last, with the values it held then. The page numbers its events itself as they leave it (:data:`SENT_JS`, Gradio's
+public ``js=`` hook: a counter of the page written into a hidden first input), because the order they reach the
+server is not the order they were sent (two requests race over two connections, and a queue-less request is read
+before it is numbered there); a call without the page's number (a client without the page's script) is ordered by
+its arrival (``gradio_compat.sent_order``). An older answer leaves that output alone.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +38,10 @@ from .gradio_compat import current_request, sent_order
 
 # Off the queue, no spinner, not in the API: a redraw of text or plots from the controls, milliseconds.
 CHEAP: dict[str, Any] = {"queue": False, "show_progress": "hidden", "api_visibility": "private"}
+# The page's own count of the ordered events it sent, written into the event's first input as it leaves the page
+# (Gradio runs an event's ``js`` before sending and sends what it returns as the inputs; it receives the inputs'
+# values and then the outputs').
+SENT_JS = "(...values) => [(window.h3SentEvents = (window.h3SentEvents || 0) + 1), ...values.slice(1, {inputs})]"
 
 
 @dataclass(frozen=True)
@@ -104,16 +112,31 @@ class AnswerOrder:
                 kept[output] = value
         return kept or gr.skip()
 
-    def ordered(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` (an event function answering ``{component: value}``) with its answer passed through
-        :meth:`kept` for the running event's page and order (Gradio sees ``fn``'s own signature)."""
+    def ordered(self, fn: Callable[..., Any], inputs: Any) -> tuple[Callable[..., Any], list[Any]]:
+        """``fn`` of ``inputs`` (a list: positional; a set: one ``{component: value}`` dict, as Gradio passes them)
+        as an event function of ``[stamp, *inputs]`` whose answer passes :meth:`kept` for the running event's page,
+        in the order the page numbered it (``stamp``'s value; the arrival order when it carries none). Returns the
+        function and the inputs it takes after the stamp; Gradio sees ``fn``'s special parameters (a request, a
+        progress tracker) too."""
+        components = list(inputs) if isinstance(inputs, (list, tuple, set, frozenset)) else [inputs]
+        keyed = isinstance(inputs, (set, frozenset))
+        given = list(inspect.signature(fn).parameters.values())
+        special = given[1 if keyed else len(components):]  # after the inputs' values: gr.Request, gr.Progress
+        each = [inspect.Parameter(f"input_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in range(len(components))]
+        shown = inspect.Signature([inspect.Parameter("sent", inspect.Parameter.POSITIONAL_OR_KEYWORD), *each, *special])
 
         @functools.wraps(fn)
         def answer(*args: Any, **kwargs: Any) -> Any:
-            shown = fn(*args, **kwargs)
-            return self.kept(shown, getattr(current_request(), "session_hash", None), sent_order())
+            bound = shown.bind(*args, **kwargs).arguments
+            values = [bound[p.name] for p in each]
+            rest = {p.name: bound[p.name] for p in special if p.name in bound}
+            result = fn(dict(zip(components, values, strict=True)), **rest) if keyed else fn(*values, **rest)
+            sent = bound["sent"]
+            order = int(sent) if isinstance(sent, (int, float)) and sent > 0 else sent_order()
+            return self.kept(result, getattr(current_request(), "session_hash", None), order)
 
-        return answer
+        answer.__signature__ = shown  # type: ignore[attr-defined]  # what Gradio reads for its special arguments
+        return answer, components
 
 
 def _union(components: Sequence[Sequence[Any]]) -> list[Any]:
@@ -137,12 +160,25 @@ class ChangeEvents:
     def __init__(self) -> None:
         self._groups: dict[tuple[int, str], _Group] = {}
         self._wired = False
-        self.order = AnswerOrder()  # shared with the app's other writers of these outputs (``ordered``)
+        self.order = AnswerOrder()  # shared with the app's other writers of these outputs (``listen``)
+        self._stamp: gr.Number | None = None
 
-    def ordered(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` answering in this app's order (:class:`AnswerOrder`): for an event outside this class that writes
-        outputs its listeners or other events write too (Inspect and the slot's "Source changed" clear)."""
-        return self.order.ordered(fn)
+    def listen(self, register: Callable[..., Any], fn: Callable[..., Any], inputs: Any, outputs: Any,
+               **options: Any) -> Any:
+        """``register(fn, inputs, outputs, **options)`` (``trigger.input``, ``dependency.failure``, a ``gr.on``
+        partial) with ``fn``'s answer in the page's order (:class:`AnswerOrder`): for every writer of an output that
+        another ordered event writes too (this class's listeners, Inspect and the slot's "Source changed" clear, a
+        refused click's status line). The page's number rides in a hidden first input (:data:`SENT_JS`)."""
+        if self._stamp is None:  # inside the app's Blocks, where the first ordered event is registered
+            self._stamp = gr.Number(value=None, visible=False, elem_id="h3-sent-order")
+        answer, components = self.order.ordered(fn, inputs)
+        return register(answer, [self._stamp, *components], outputs,
+                        js=SENT_JS.format(inputs=len(components) + 1), **options)
+
+    @property
+    def stamp(self) -> gr.Number | None:
+        """The hidden input that carries the page's number of each ordered event (None until one is registered)."""
+        return self._stamp
 
     def on(self, triggers: Sequence[Any] | Any, fn: Callable[..., Any], inputs: Any, outputs: Any,
            then: tuple[Callable[..., Any], Any, Any] | None = None) -> None:
@@ -163,13 +199,13 @@ class ChangeEvents:
         """One ``always_last`` event per trigger (inside the app's ``gr.Blocks``), its ``then`` chained after."""
         self._wired = True
         for group in self._groups.values():
-            event = gr.on([group.trigger], self.ordered(_run_all(group.listeners)),
-                          set(_union([listener.inputs for listener in group.listeners])),
-                          _union([listener.outputs for listener in group.listeners]),
-                          trigger_mode="always_last", **CHEAP)
+            event = self.listen(functools.partial(gr.on, [group.trigger]), _run_all(group.listeners),
+                                set(_union([listener.inputs for listener in group.listeners])),
+                                _union([listener.outputs for listener in group.listeners]),
+                                trigger_mode="always_last", **CHEAP)
             if group.then:
-                event.then(self.ordered(_run_all(group.then)), set(_union([listener.inputs for listener in group.then])),
-                           _union([listener.outputs for listener in group.then]), **CHEAP)
+                self.listen(event.then, _run_all(group.then), set(_union([listener.inputs for listener in group.then])),
+                            _union([listener.outputs for listener in group.then]), **CHEAP)
 
     def listeners(self, trigger: Any) -> list[Listener]:
         """The listeners registered on ``trigger`` (tests: what one change runs)."""

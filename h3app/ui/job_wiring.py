@@ -144,8 +144,8 @@ class JobWiring:
         ``above``: the line above the button), then the job, admitted in front of the GPU; the history follows."""
         synced = button.click(self.sync, self.start_inputs(), [self.session], **{**CHEAP, "queue": True})
         # in the page's order: a redraw sent before the click (it clears a job's old refusal) cannot clear this one
-        synced.failure(self.changes.ordered(lambda values: {status: self.refused(values, above)}), self.start_inputs(),
-                       [status], **CHEAP)
+        self.changes.listen(synced.failure, lambda values: {status: self.refused(values, above)}, self.start_inputs(),
+                            [status], **CHEAP)
         job = synced.success(admitted(run, self.events.generate.backend), inputs, outputs, **options, **self.gpu)
         job.then(self.show_history, [self.session], list(self.history_parts.values()), **CHEAP)
         return job

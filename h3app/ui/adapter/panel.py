@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -199,12 +200,12 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEve
 def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, workflow: gr.Radio,
                   changes: ChangeEvents) -> None:
     """Inspect on the button, Enter or a weight pick, and after a demo pick or an upload has filled the slot; its
-    card answers in the page's order (``changes.ordered``: a "Source changed" sent after it covers it, and one sent
+    card answers in the page's order (``changes.listen``: a "Source changed" sent after it covers it, and one sent
     before it, answered late, does not)."""
     inspect_inputs = {*slot_inputs(ui).values(), token, workflow, ui.info}
-    inspect = changes.ordered(inspect_event(events, ui, token, workflow))
-    gr.on([ui.inspect_button.click, ui.source.submit, ui.weight.input], inspect, inspect_inputs,
-          inspect_outputs(ui), **INSPECTED)
+    inspect = inspect_event(events, ui, token, workflow)
+    changes.listen(functools.partial(gr.on, [ui.inspect_button.click, ui.source.submit, ui.weight.input]), inspect,
+                   inspect_inputs, inspect_outputs(ui), **INSPECTED)
     pick_parts = parts(ui, field_names(SourcePick))
 
     def pick(path: str | None, revision: str | None, token_value: str | None, current: str | None
@@ -219,10 +220,10 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
         return gr.skip() if values[ui.pending] else inspect(values)
 
     picked = ui.demo.input(pick, [ui.demo, ui.revision, token, ui.source], list(pick_parts.values()), **CHEAP)
-    picked.success(inspect_picked, {*inspect_inputs, ui.pending}, inspect_outputs(ui), **INSPECTED)
+    changes.listen(picked.success, inspect_picked, {*inspect_inputs, ui.pending}, inspect_outputs(ui), **INSPECTED)
     confirmed = ui.replace_button.click(confirm, [ui.pending, ui.revision, token], list(pick_parts.values()),
                                         **CHEAP)
-    confirmed.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+    changes.listen(confirmed.success, inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
     ui.keep_button.click(lambda: write(events.keep_source(), pick_parts), None, list(pick_parts.values()), **CHEAP)
     upload_parts = parts(ui, field_names(UploadView))
 
@@ -231,13 +232,13 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
         return gr.skip() if view is None else write(view, upload_parts)
 
     uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
-    uploaded.success(inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+    changes.listen(uploaded.success, inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
 
 
 def _wire_source_edits(ui: AdapterSlot, changes: ChangeEvents) -> None:
     """Typing a source lets go of the demo pick, so that leaving the box cannot bring the demo back; an alpha
     override belonged to the adapter shown before, so it goes too (and the alpha card says so). In the page's order
-    (``changes.ordered``): typing then Enter sends this clear first, and Inspect's card, if it lands first, stays."""
+    (``changes.listen``): typing then Enter sends this clear first, and Inspect's card stays however late it lands."""
 
     def forget(source: str, override: bool, alpha: Any, info: dict[str, Any] | None) -> dict[Any, Any]:
         if info and (info.get("adapter") or [None])[0] == source_text(source):
@@ -251,8 +252,8 @@ def _wire_source_edits(ui: AdapterSlot, changes: ChangeEvents) -> None:
                                                        f"dropped with it.", testid="override-dropped")
         return shown
 
-    ui.source.input(changes.ordered(forget), [ui.source, ui.override, ui.alpha, ui.info],
-                    list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box], **CHEAP)
+    changes.listen(ui.source.input, forget, [ui.source, ui.override, ui.alpha, ui.info],
+                   list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box], **CHEAP)
 
 
 def _wire_alpha_box(ui: AdapterSlot, changes: ChangeEvents) -> None:

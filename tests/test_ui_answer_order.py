@@ -140,3 +140,17 @@ def test_the_page_number_outranks_the_arrival():
         assert _post(demo.local_url, demo, first, {stamp: 3, first: "a2", second: "b"}) == ["first: a2"]
     finally:
         demo.close()
+
+
+def test_a_real_answer_about_a_text_replaces_the_placeholder_about_it_whatever_the_order():
+    """The page may send a pasted text's Enter (Inspect) before its input event (the "Source changed" clear): the
+    clear is newer but only says the text changed; Inspect's card for that very text replaces it, and a clear never
+    covers Inspect's card for its own text. About another text, the order decides as for any answer."""
+    with gr.Blocks():
+        card = gr.HTML()
+    order = AnswerOrder()
+    assert order.kept({card: "Source changed"}, "p", 2, about="x" * 5000, placeholder=True) == {card: "Source changed"}
+    assert order.kept({card: "refused: 5,000 characters"}, "p", 1, about="x" * 5000) == {card: "refused: 5,000 characters"}
+    assert order.kept({card: "Source changed"}, "p", 3, about="x" * 5000, placeholder=True) == SKIP
+    assert order.kept({card: "Source changed"}, "p", 4, about="owner/other", placeholder=True) == {card: "Source changed"}
+    assert order.kept({card: "card of x…"}, "p", 1, about="x" * 5000) == SKIP  # the text changed since: older, other

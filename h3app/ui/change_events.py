@@ -83,18 +83,38 @@ def _skips(value: Any) -> bool:
     return isinstance(value, dict) and value == {"__type__": "update"}
 
 
+@dataclass(frozen=True)
+class Written:
+    """Who wrote an output last: its event's ``order``, what the answer was ``about`` (the text it answers for,
+    None: no one thing) and whether it was a ``placeholder`` (only "this changed, not answered yet")."""
+
+    order: int
+    about: str | None = None
+    placeholder: bool = False
+
+    def covers(self, order: int, about: str | None, placeholder: bool) -> bool:
+        """This write stays over an answer of ``order`` about ``about``: newer, unless the two are about one thing
+        and this one is only the placeholder (a real answer about the same thing replaces it, whatever the order:
+        the page may send a pasted text's Enter before its input event); a placeholder never covers, nor replaces,
+        a real answer about the same thing."""
+        if about is not None and about == self.about and placeholder != self.placeholder:
+            return not self.placeholder
+        return self.order > order
+
+
 class AnswerOrder:
     """Which event's answer each output of each page shows: an answer older than one already written to an output
     leaves that output alone (the newer answer was computed from what the page held later)."""
 
     def __init__(self, pages: int = 4096) -> None:
-        self._written: LRU[str, dict[int, int]] = LRU(pages)  # page → {id(output): order of its newest writer}
+        self._written: LRU[str, dict[int, Written]] = LRU(pages)  # page → {id(output): its last writer}
         self._lock = threading.Lock()
 
-    def kept(self, answer: Any, page: str | None, order: int | None) -> Any:
-        """``answer`` (``{component: value}``) less the outputs an event of ``page`` sent after ``order`` has
-        written, recording ``order`` for the rest; ``gr.skip()`` when nothing is left. Anything else — a plain
-        value or update (a dict keyed by text), no page or no order (a direct call) — passes unchanged."""
+    def kept(self, answer: Any, page: str | None, order: int | None, about: str | None = None,
+             placeholder: bool = False) -> Any:
+        """``answer`` (``{component: value}``) less the outputs another answer of ``page`` covers
+        (:meth:`Written.covers`), recording this one for the rest; ``gr.skip()`` when nothing is left. Anything
+        else — a plain value or update (a dict keyed by text), no page or no order (a direct call) — passes."""
         if not page or order is None or not isinstance(answer, dict) or not answer \
                 or any(isinstance(key, str) for key in answer):
             return answer
@@ -105,19 +125,21 @@ class AnswerOrder:
                 self._written.put(page, written)
             kept = {}
             for output, value in answer.items():
-                if written.get(id(output), 0) > order:
-                    continue  # a newer answer is on the page already
+                last = written.get(id(output))
+                if last is not None and last.covers(order, about, placeholder):
+                    continue  # a newer answer, or a real one about the same thing, is on the page already
                 if not _skips(value):
-                    written[id(output)] = order
+                    written[id(output)] = Written(max(order, last.order if last else 0), about, placeholder)
                 kept[output] = value
         return kept or gr.skip()
 
-    def ordered(self, fn: Callable[..., Any], inputs: Any) -> tuple[Callable[..., Any], list[Any]]:
+    def ordered(self, fn: Callable[..., Any], inputs: Any, about: Callable[[dict[Any, Any]], str] | None = None,
+                placeholder: bool = False) -> tuple[Callable[..., Any], list[Any]]:
         """``fn`` of ``inputs`` (a list: positional; a set: one ``{component: value}`` dict, as Gradio passes them)
         as an event function of ``[stamp, *inputs]`` whose answer passes :meth:`kept` for the running event's page,
-        in the order the page numbered it (``stamp``'s value; the arrival order when it carries none). Returns the
-        function and the inputs it takes after the stamp; Gradio sees ``fn``'s special parameters (a request, a
-        progress tracker) too."""
+        in the order the page numbered it (``stamp``'s value; the arrival order when it carries none), ``about``
+        what ``about`` says of the inputs' values. Returns the function and the inputs it takes after the stamp;
+        Gradio sees ``fn``'s special parameters (a request, a progress tracker) too."""
         components = list(inputs) if isinstance(inputs, (list, tuple, set, frozenset)) else [inputs]
         keyed = isinstance(inputs, (set, frozenset))
         given = list(inspect.signature(fn).parameters.values())
@@ -130,10 +152,12 @@ class AnswerOrder:
             bound = shown.bind(*args, **kwargs).arguments
             values = [bound[p.name] for p in each]
             rest = {p.name: bound[p.name] for p in special if p.name in bound}
-            result = fn(dict(zip(components, values, strict=True)), **rest) if keyed else fn(*values, **rest)
+            by_component = dict(zip(components, values, strict=True))
+            result = fn(by_component, **rest) if keyed else fn(*values, **rest)
             sent = bound["sent"]
             order = int(sent) if isinstance(sent, (int, float)) and sent > 0 else sent_order()
-            return self.kept(result, getattr(current_request(), "session_hash", None), order)
+            return self.kept(result, getattr(current_request(), "session_hash", None), order,
+                             about(by_component) if about is not None else None, placeholder)
 
         answer.__signature__ = shown  # type: ignore[attr-defined]  # what Gradio reads for its special arguments
         return answer, components
@@ -163,15 +187,17 @@ class ChangeEvents:
         self.order = AnswerOrder()  # shared with the app's other writers of these outputs (``listen``)
         self._stamp: gr.Number | None = None
 
-    def listen(self, register: Callable[..., Any], fn: Callable[..., Any], inputs: Any, outputs: Any,
-               **options: Any) -> Any:
+    def listen(self, register: Callable[..., Any], fn: Callable[..., Any], inputs: Any, outputs: Any, *,
+               about: Callable[[dict[Any, Any]], str] | None = None, placeholder: bool = False, **options: Any) -> Any:
         """``register(fn, inputs, outputs, **options)`` (``trigger.input``, ``dependency.failure``, a ``gr.on``
         partial) with ``fn``'s answer in the page's order (:class:`AnswerOrder`): for every writer of an output that
         another ordered event writes too (this class's listeners, Inspect and the slot's "Source changed" clear, a
-        refused click's status line). The page's number rides in a hidden first input (:data:`SENT_JS`)."""
+        refused click's status line). The page's number rides in a hidden first input (:data:`SENT_JS`). ``about``:
+        what the answer answers for, from the inputs' values (Inspect and the clear: the source box's text);
+        ``placeholder``: the answer only says that changed (:meth:`Written.covers`)."""
         if self._stamp is None:  # inside the app's Blocks, where the first ordered event is registered
             self._stamp = gr.Number(value=None, visible=False, elem_id="h3-sent-order")
-        answer, components = self.order.ordered(fn, inputs)
+        answer, components = self.order.ordered(fn, inputs, about, placeholder)
         return register(answer, [self._stamp, *components], outputs,
                         js=SENT_JS.format(inputs=len(components) + 1), **options)
 

@@ -19,7 +19,7 @@ from ..unclamped import unclamped
 from . import advanced_strength
 from .events import AdapterEvents, InspectView, LoadView, ProfileBars, Readout, SourcePick, UploadView
 
-INSPECTED = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
+INSPECTED: dict[str, Any] = {"api_visibility": "private", "concurrency_id": "inspect", "concurrency_limit": 4}
 SCALE_STEP = 0.0125  # 1/80: 0.0625 (= 1/16) and the usual 0.05 steps are on the grid
 
 
@@ -204,8 +204,11 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
     before it, answered late, does not)."""
     inspect_inputs = {*slot_inputs(ui).values(), token, workflow, ui.info}
     inspect = inspect_event(events, ui, token, workflow)
+    def source_of(values: dict[Any, Any]) -> str:
+        return source_text(values[ui.source])  # what Inspect and the clear answer for: the box's text
+
     changes.listen(functools.partial(gr.on, [ui.inspect_button.click, ui.source.submit, ui.weight.input]), inspect,
-                   inspect_inputs, inspect_outputs(ui), **INSPECTED)
+                   inspect_inputs, inspect_outputs(ui), about=source_of, **INSPECTED)
     pick_parts = parts(ui, field_names(SourcePick))
 
     def pick(path: str | None, revision: str | None, token_value: str | None, current: str | None
@@ -220,10 +223,11 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
         return gr.skip() if values[ui.pending] else inspect(values)
 
     picked = ui.demo.input(pick, [ui.demo, ui.revision, token, ui.source], list(pick_parts.values()), **CHEAP)
-    changes.listen(picked.success, inspect_picked, {*inspect_inputs, ui.pending}, inspect_outputs(ui), **INSPECTED)
+    changes.listen(picked.success, inspect_picked, {*inspect_inputs, ui.pending}, inspect_outputs(ui),
+                   about=source_of, **INSPECTED)
     confirmed = ui.replace_button.click(confirm, [ui.pending, ui.revision, token], list(pick_parts.values()),
                                         **CHEAP)
-    changes.listen(confirmed.success, inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+    changes.listen(confirmed.success, inspect, inspect_inputs, inspect_outputs(ui), about=source_of, **INSPECTED)
     ui.keep_button.click(lambda: write(events.keep_source(), pick_parts), None, list(pick_parts.values()), **CHEAP)
     upload_parts = parts(ui, field_names(UploadView))
 
@@ -232,7 +236,7 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
         return gr.skip() if view is None else write(view, upload_parts)
 
     uploaded = ui.upload.upload(upload, [ui.upload], list(upload_parts.values()), api_visibility="private")
-    changes.listen(uploaded.success, inspect, inspect_inputs, inspect_outputs(ui), **INSPECTED)
+    changes.listen(uploaded.success, inspect, inspect_inputs, inspect_outputs(ui), about=source_of, **INSPECTED)
 
 
 def _wire_source_edits(ui: AdapterSlot, changes: ChangeEvents) -> None:
@@ -253,7 +257,8 @@ def _wire_source_edits(ui: AdapterSlot, changes: ChangeEvents) -> None:
         return shown
 
     changes.listen(ui.source.input, forget, [ui.source, ui.override, ui.alpha, ui.info],
-                   list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box], **CHEAP)
+                   list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box],
+                   about=lambda values: source_text(values[ui.source]), placeholder=True, **CHEAP)
 
 
 def _wire_alpha_box(ui: AdapterSlot, changes: ChangeEvents) -> None:

@@ -1,7 +1,7 @@
 """A public Space under abuse, replayed: the attacks of a hosted app (``H3APP_HOSTED=1``) over its browser-facing API
 on loopback with ``gradio_client``/``httpx`` — caps refused fast in one line, one client cannot fill the queue (a
-second visitor's /inspect and /generate still answered), a header bomb refused in under a second with bounded
-memory, no file-existence oracle, no traceback or server path in any answer, /monitoring closed. Bounded loops,
+second visitor's /inspect and /generate still answered), a header bomb refused as fast as a small header is read, with
+bounded memory, no file-existence oracle, no traceback or server path in any answer, /monitoring closed. Bounded loops,
 bounded waits; the worker is held by a blocker job where a test needs jobs to wait, so nothing depends on speed."""
 
 from __future__ import annotations
@@ -157,14 +157,25 @@ def rss_bytes() -> int:
     raise AssertionError("no VmRSS")
 
 
-def test_the_header_bomb_is_refused_in_under_a_second_with_bounded_memory(hosted: Any) -> None:
+def test_the_header_bomb_is_refused_as_fast_as_a_small_header_is_read_with_bounded_memory(hosted: Any) -> None:
+    """The bomb's header is never parsed: its refusal takes no longer than reading a demo adapter's small header
+    through the same endpoint (a peer in the same run, so a loaded machine slows both), and memory does not grow
+    near its size."""
     backend, url, bombs = hosted
     visitor = client(url)
+    demo = str(DEMO_ADAPTERS_DIR / "tiny_turbo_4step.safetensors")
     before = rss_bytes()
+    bomb_seconds, small_seconds = [], []
     for _ in range(3):
         message, seconds = refusal(lambda: visitor.predict(source=str(bombs / "bomb.safetensors"), weight_name="",
                                                            revision="", token="", api_name="/inspect"))
-        assert "tensors" in message and seconds < 1.0, (message, seconds)
+        assert "tensors" in message, message
+        bomb_seconds.append(seconds)
+        started = time.monotonic()
+        visitor.predict(source=demo, weight_name="", revision="", token="", api_name="/inspect")
+        small_seconds.append(time.monotonic() - started)
+    print(f"bomb refused in {min(bomb_seconds):.3f} s, a small header read in {min(small_seconds):.3f} s")
+    assert min(bomb_seconds) <= 2 * min(small_seconds), (bomb_seconds, small_seconds)  # best of three: load spikes
     assert rss_bytes() - before < 64 * 1024**2  # the header is never parsed: no growth near its size
 
 

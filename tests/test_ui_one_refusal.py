@@ -26,6 +26,13 @@ def _values(demo, fn, changed: dict) -> dict:
     return {block: changed.get(block, getattr(block, "value", None)) for block in fn.inputs}
 
 
+def _call(demo, fn, changed: dict):
+    """Run event ``fn`` as Gradio would with those inputs: one dict for an event of a set of inputs, else positional
+    (an ordered event's first input is the page's number: none here, as from a client without the page's script)."""
+    values = _values(demo, fn, changed)
+    return fn.fn(values) if fn.inputs_as_dict else fn.fn(*values.values())
+
+
 @pytest.fixture(scope="module")
 def built_app(backend):
     from h3app.ui.app_ui import build_app
@@ -39,10 +46,10 @@ def _click_generate(demo, found, changed: dict) -> str:
     line its failure handler writes."""
     sync, *_ = _events(demo, found["generate"], "click")
     with pytest.raises(gr.Error) as refused:
-        sync.fn(_values(demo, sync, changed))
+        _call(demo, sync, changed)
     assert refused.value.visible is False  # no pop-up: the page says it once
     failure = next(fn for fn in demo.fns.values() if fn.trigger_only_on_failure and fn.trigger_after == sync._id)
-    (line,) = failure.fn(_values(demo, failure, changed)).values()  # {status: line}: it answers in the page's order
+    (line,) = _call(demo, failure, changed).values()  # {status: line}: it answers in the page's order
     return line
 
 
@@ -50,7 +57,7 @@ def _changed(demo, component, changed: dict) -> dict:
     """What the one redraw event of ``component.change`` writes, keyed by elem_id."""
     (redraw,) = [fn for fn in _events(demo, component, "change") if fn.trigger_mode == "always_last"
                  and fn.queue is False]
-    shown = redraw.fn(_values(demo, redraw, changed))
+    shown = _call(demo, redraw, changed)
     return {getattr(block, "elem_id", None): value for block, value in shown.items()}
 
 
@@ -97,6 +104,6 @@ def test_every_redraw_answers_in_a_form_gradio_takes(built_app):
     redraws = [fn for fn in demo.fns.values() if fn.trigger_mode == "always_last" and fn.queue is False and fn.fn]
     assert len(redraws) > 20
     for fn in redraws:
-        shown = fn.fn(_values(demo, fn, {}))
+        shown = _call(demo, fn, {})
         if isinstance(shown, dict) and shown.get("__type__") != "update":  # gr.skip() is an update
             assert shown and set(shown) <= set(fn.outputs), (fn.name, shown)

@@ -328,7 +328,8 @@ BAD_PLANS = [
 
 
 def test_bad_plan_options_get_one_line_exit_2_and_load_no_torch():
-    """Every refusal in one interpreter: one line on stderr, exit 2, under a second each, torch never imported."""
+    """Every refusal in one interpreter: one line on stderr, exit 2, torch never imported (what makes a refusal fast;
+    its seconds are printed, not asserted: a wall clock judges the machine, bench/ holds speed as ratios)."""
     import json
     import os
 
@@ -348,7 +349,7 @@ def test_bad_plan_options_get_one_line_exit_2_and_load_no_torch():
     for (argv, fragment), (code, err, seconds) in zip(BAD_PLANS, result["runs"]):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], (argv, err)
-        assert seconds < 1.0, argv
+        print(f"plan {' '.join(argv)}: refused in {seconds:.3f} s")
 
 
 def test_plan_takes_generates_request_flags_and_reports_the_request_it_judged():

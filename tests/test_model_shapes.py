@@ -1,6 +1,5 @@
 """Full-size shape model: the published config on the meta device lists every LoRA-able Linear."""
 
-import time
 
 import torch
 from diffusers import MiniMaxH3Transformer3DModel
@@ -16,16 +15,16 @@ from h3app.rules.h3_modules import (
 )
 
 
-def test_meta_device_full_size_model_is_fast_and_matches_the_shape_table():
-    start = time.perf_counter()
+def test_meta_device_full_size_model_matches_the_shape_table():
+    """The full-size transformer on the meta device (no storage: 33B parameters in no memory) has the shape table's
+    Linears; how long it takes is the machine's business (bench/, not an assert)."""
     with torch.device("meta"):
         model = MiniMaxH3Transformer3DModel()
-    built_in = time.perf_counter() - start
+    assert all(p.is_meta for p in model.parameters())
     linears = {n: (m.out_features, m.in_features) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     shapes = transformer_shapes(FULL_SIZE_CONFIG)
     assert len(linears) == 370 == len(shapes)
     assert linears == {name: (s.out_features, s.in_features) for name, s in shapes.linears.items()}
-    assert built_in < 5.0  # well under a second on a normal machine; generous for a loaded CI box
 
 
 def test_published_shapes():

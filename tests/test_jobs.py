@@ -21,7 +21,6 @@ from h3app.parallel.group import STOP
 from h3app.parallel.lockstep import Lockstep
 from h3app.parallel.topology import ParallelSpec
 from h3app.request import GenerationRequest
-from h3app.rules.check_pair import DEFAULT_A, DEFAULT_B
 from h3app.settings import LoRASettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,11 +100,11 @@ def test_each_submit_queues_one_job_value_that_travels_whole_and_leaves_the_sink
         (backend.submit_load(ADAPTER), jobs.LoadJob(ADAPTER)),
         (backend.submit_generate(REQUEST, [ADAPTER], "hf_x", previews=board), GenerateJob(REQUEST, (ADAPTER,), "hf_x")),
         (backend.submit_equivalence(REQUEST, ADAPTER, previews=board), jobs.EquivalenceJob(REQUEST, ADAPTER)),
-        (backend.submit_check_run(REQUEST, ADAPTER, "B", DEFAULT_A, DEFAULT_B, low_rank_only=True),
-         jobs.CheckRunJob(REQUEST, ADAPTER, "B", low_rank_only=True)),
+        (backend.submit(jobs.CheckRunJob(jobs.EquivalenceJob(REQUEST, ADAPTER, low_rank_only=True), "B")),
+         jobs.CheckRunJob(jobs.EquivalenceJob(REQUEST, ADAPTER, low_rank_only=True), "B")),
         (backend.submit_grid(REQUEST, ADAPTER, plan, on_cell=cells.append, previews=board),
          jobs.GridJob(REQUEST, ADAPTER, plan)),
-        (backend.submit_grid_baseline(REQUEST, 3), jobs.GridBaselineJob(REQUEST, 3)),
+        (backend.submit(jobs.GridBaselineJob(REQUEST, 3)), jobs.GridBaselineJob(REQUEST, 3)),
     ]
     for handle, _ in expected:
         backend.run(handle)

@@ -47,7 +47,7 @@ def parts(job: Job, duration: Callable[[Job], zero_gpu.Duration]) -> list[Part] 
     steps = max(evaluations(job.request.steps), 1)
     out = []
     for label in PHASES:
-        sub = CheckRunJob(job.request, job.adapter, label, job.a, job.b, job.token, job.low_rank_only)
+        sub = CheckRunJob(job, label)
         out.append(Part(label, sub, duration(sub), 1 if label == "control" else steps))
     return out
 

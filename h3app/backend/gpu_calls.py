@@ -197,7 +197,7 @@ class GpuCalls:
     def _split_check(self, context: contextvars.Context, split: list[check_calls.Part], sinks: Sinks,
                      ctx: JobContext) -> EquivalenceResult:
         """A check over the cap as one call per run; the verdict assembled here, its settings naming the calls."""
-        job = split[0].job
+        job = split[0].job.check  # the whole check its runs belong to
 
         def finish(runs: dict[str, CheckRun], started: float) -> EquivalenceResult:
             self.backend.cleanup_outputs()

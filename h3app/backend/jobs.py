@@ -180,25 +180,25 @@ class CheckRunJob:
     """One run of the equivalence check alone (``run`` in ``equivalence.PHASES``): a check too long for one ZeroGPU
     call runs as one such job per call (``check_calls``); result: ``check_runs.CheckRun``."""
 
-    request: GenerationRequest
-    adapter: LoRASettings
+    check: EquivalenceJob  # the whole check this run belongs to
     phase: str
-    a: CheckSetting = DEFAULT_A
-    b: CheckSetting = DEFAULT_B
-    token: str | None = field(default=None, repr=False)  # a visitor's HF token: never in a log line
-    low_rank_only: bool = False
 
     @property
     def label(self) -> str:
         return f"equivalence {self.phase}"
 
     @property
+    def request(self) -> GenerationRequest:
+        return self.check.request
+
+    @property
     def workflow(self) -> str:
-        return self.request.workflow
+        return self.check.workflow
 
     def run(self, ctx: JobContext, backend: JobBackend, sinks: Sinks = NO_SINKS) -> CheckRun:
-        return run_one(backend.binder, self.request, self.adapter, self.phase, self.a, self.b, token=self.token,
-                       low_rank_only=self.low_rank_only, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
+        check = self.check
+        return run_one(backend.binder, check.request, check.adapter, self.phase, check.a, check.b, token=check.token,
+                       low_rank_only=check.low_rank_only, on_step=ctx.on_step, should_cancel=ctx.should_cancel,
                        on_phase=ctx.set_phase, previews=sinks.previews)
 
 

@@ -38,10 +38,8 @@ from .grid import BASELINE_BYTES, CELL_BYTES, Baselines, GridCell, GridPlan, pla
 from .grid_rows import GridRow, expand_rows
 from .jobs import (
     NO_SINKS,
-    CheckRunJob,
     EquivalenceJob,
     GenerateJob,
-    GridBaselineJob,
     GridJob,
     Job,
     JobWrapper,
@@ -218,13 +216,6 @@ class Backend:
         self.check_request(request)
         return self.submit(EquivalenceJob(request, adapter, a, b, token, low_rank_only), Sinks(previews))
 
-    def submit_check_run(self, request: GenerationRequest, adapter: LoRASettings, label: str, a: CheckSetting,
-                         b: CheckSetting, token: str | None = None, low_rank_only: bool = False,
-                         previews: PreviewBoard | None = None) -> JobHandle:
-        """One run of the equivalence check alone (``label`` in ``equivalence.PHASES``): a check too long for one
-        ZeroGPU call runs as one such call per run (``check_calls``); result: ``check_runs.CheckRun``."""
-        return self.submit(CheckRunJob(request, adapter, label, a, b, token, low_rank_only), Sinks(previews))
-
     def plan_grid(self, alphas: Sequence[float | None], strengths: Sequence[float],
                   seeds: Sequence[int], adapters: int = 1) -> GridPlan:
         plan = plan_grid(alphas, strengths, seeds, self.last_seconds_per_run, adapters)
@@ -245,12 +236,6 @@ class Backend:
         self.limits.check_grid(plan.cells, plan.adapters)
         rows = adapter if isinstance(adapter, LoRASettings) else tuple(adapter)
         return self.submit(GridJob(request, rows, plan, token), Sinks(previews, on_cell))
-
-    def submit_grid_baseline(self, request: GenerationRequest, seed: int,
-                             previews: PreviewBoard | None = None) -> JobHandle:
-        """A grid's no-LoRA run of ``seed`` alone: a grid split into ZeroGPU calls whose cell and baseline do not
-        fit one call runs it as its own call (``grid_calls``); result: ``jobs.GridBaseline``."""
-        return self.submit(GridBaselineJob(request, seed), Sinks(previews))
 
     def grid(self, request: GenerationRequest, adapter: LoRASettings | Sequence[GridRow], plan: GridPlan,
              token: str | None = None,

@@ -22,6 +22,9 @@ class RankJob(Protocol):
     @property
     def workflow(self) -> str: ...
 
+    # Declared only so that every job value is a RankJob; this package never calls it (the worker does). Its
+    # parameters are backend/'s own types (``worker.JobContext``, ``job_backend.JobBackend``, ``jobs.Sinks``), which
+    # this package may not import, and a narrower type here would make the jobs that take them not RankJobs.
     def run(self, ctx: Any, backend: Any, sinks: Any = ...) -> Any: ...
 
 

@@ -45,6 +45,11 @@ class Knob:
     default: Any = None
 
     @property
+    def unset(self) -> Any:
+        """What a control, a parameter or a record holds when the knob sets nothing: 1.0, or empty text."""
+        return self.default if self.kind == FACTOR else ""
+
+    @property
     def flag(self) -> str:
         """The command line's flag (``--audio-strength``)."""
         return "--" + self.name.replace("_", "-")
@@ -218,7 +223,7 @@ def recorded(data: Mapping[str, Any]) -> dict[Knob, Any]:
     """The advanced strengths of a settings JSON object or a run's record as recorded there (numbers, canonical
     spellings; a knob not recorded: its default), read without parsing: the values were parsed when the settings
     were made, and the record spells them as :meth:`LoRASettings.to_json` did."""
-    return {k: data.get(k.name, k.default if k.kind == FACTOR else "") for k in KNOBS}
+    return {k: data.get(k.name, k.unset) for k in KNOBS}
 
 
 def merged_refusal(modality: ModalityStrength, schedule: StrengthSchedule | None) -> str | None:

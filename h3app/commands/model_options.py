@@ -205,8 +205,8 @@ def parse_adapter_spec(spec: str, mode: str) -> LoRASettings:
         if not sep or key.strip() not in SPEC_KEYS:
             raise H3AppError(f"--adapter-spec: unknown field {values.short(part)}; use {SPEC_WORDS}.")
         name = last = SPEC_KEYS[key.strip()]
-        keys[name] = key.strip()
-        fields[name] = value.strip() or (None if name in ("weight_name", "revision") else value.strip())
+        keys[name], text = key.strip(), value.strip()
+        fields[name] = None if not text and name in ("weight_name", "revision") else text
     try:
         return LoRASettings(source=parts[0], mode=mode, **fields)
     except H3AppError as error:

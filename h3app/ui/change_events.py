@@ -144,8 +144,9 @@ class AnswerOrder:
         keyed = isinstance(inputs, (set, frozenset))
         given = list(inspect.signature(fn).parameters.values())
         special = given[1 if keyed else len(components):]  # after the inputs' values: gr.Request, gr.Progress
-        each = [inspect.Parameter(f"input_{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for i in range(len(components))]
-        shown = inspect.Signature([inspect.Parameter("sent", inspect.Parameter.POSITIONAL_OR_KEYWORD), *each, *special])
+        positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+        each = [inspect.Parameter(f"input_{i}", positional) for i in range(len(components))]
+        shown = inspect.Signature([inspect.Parameter("sent", positional), *each, *special])
 
         @functools.wraps(fn)
         def answer(*args: Any, **kwargs: Any) -> Any:

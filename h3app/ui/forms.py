@@ -53,14 +53,20 @@ def read(form_type: type[Form], components: Mapping[str, Any], values: Mapping[A
     """A ``form_type`` from Gradio's ``{component: value}``; ``components`` names the component of each field,
     ``given`` fills the others. A field whose metadata names a ``nested`` form (a slot's advanced strengths) is
     that form, made from the components named by its controls."""
-    own = {f.name for f in fields(form_type)}  # type: ignore[arg-type]  # a dataclass form
-    read_values = {name: values[component] for name, component in components.items() if name in own}
-    for nested in fields(form_type):  # type: ignore[arg-type]
-        kind = nested.metadata.get("nested")
-        if kind is not None and nested.name not in given:
+    read_values: dict[str, Any] = {}
+    known: set[str] = set()  # the names this form reads: its fields, and its nested forms' controls
+    for each in fields(form_type):  # type: ignore[arg-type]  # a dataclass form
+        kind = each.metadata.get("nested")
+        known.update(kind.CONTROLS if kind is not None else (each.name,))
+        if kind is None and each.name in components:
+            read_values[each.name] = values[components[each.name]]
+        elif kind is not None and each.name not in given:
             controls = {name: values[c] for name, c in components.items() if name in kind.CONTROLS}
             if controls:
-                read_values[nested.name] = kind(**controls)
+                read_values[each.name] = kind(**controls)
+    unknown = sorted(set(components) - known)
+    if unknown:  # a component named for no field: a wiring mistake, said at once
+        raise TypeError(f"{form_type.__name__} has no field or control {unknown[0]!r}")
     return form_type(**read_values, **given)
 
 
@@ -111,11 +117,10 @@ class RequestForm:
                 first = last = None
             if workflow != REF2VA:
                 refs = ()
-        # a side reaches the request as typed (its check refuses 7.5 in one line, never rounds it)
+        # numbers reach the request as typed: GenerationRequest refuses a 7.5 seed or side, never rounds it; an
+        # emptied seed box: the default seed
         height = cast("int | None", optional_number(self.height, "height"))
         width = cast("int | None", optional_number(self.width, "width"))
-        # numbers reach the request as typed: GenerationRequest refuses 7.5 as a seed, never rounds it; an emptied
-        # box: the default seed
         used_seed = (SEED if self.seed in (None, "") else self.seed) if seed is None else int(seed)
         return GenerationRequest(
             prompt=self.prompt or "", seed=used_seed, steps=self.steps,  # 2.5 is refused

@@ -2,7 +2,8 @@
 
 A :class:`Session` lives in a ``gr.State`` (per session, deep-copied, so it holds only frozen values): ``adapters``
 maps slot ``"1"``/``"2"`` to one adapter's :class:`LoRASettings` (what ``/load`` and ``/set_lora`` edit, what the
-next job carries as it is, parsed once where it was typed — docs/architecture.md, decision 7) and ``history`` holds this session's results as :class:`HistoryEntry`.
+next job carries as it is, parsed once where it was typed — docs/architecture.md, decision 7) and ``history``
+holds this session's results as :class:`HistoryEntry`.
 Both are frozen: every change makes a new Session. Job handles hold threads and events, so they live in
 :class:`RunningJobs`, keyed by the session hash, never in the State.
 """

@@ -44,7 +44,7 @@ class AdvancedForm:
         unknown = sorted(set(given) - set(FIELDS))
         if unknown:
             raise TypeError(f"AdvancedForm has no control {unknown[0]!r}")
-        object.__setattr__(self, "values", {k.name: _shown(k, given.get(k.name, k.default)) for k in KNOBS})
+        object.__setattr__(self, "values", {k.name: _shown(k, given.get(k.name, k.unset)) for k in KNOBS})
 
     def settings(self) -> LoRASettings:
         """The values as ``LoRASettings`` holds them, parsed once (``H3AppError``, one line, for a bad value; a

@@ -197,6 +197,11 @@ def wire_adapter_slot(events: AdapterEvents, ui: AdapterSlot, changes: ChangeEve
     _wire_load(events, ui, session=session, mode=mode, workflow=workflow, token=token)
 
 
+def _about_source(ui: AdapterSlot) -> Callable[[dict[Any, Any]], str]:
+    """What Inspect and the "Source changed" clear answer for (``ChangeEvents.listen``'s ``about``): the box's text."""
+    return lambda values: source_text(values[ui.source])
+
+
 def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, workflow: gr.Radio,
                   changes: ChangeEvents) -> None:
     """Inspect on the button, Enter or a weight pick, and after a demo pick or an upload has filled the slot; its
@@ -204,9 +209,7 @@ def _wire_inspect(events: AdapterEvents, ui: AdapterSlot, token: gr.Textbox, wor
     before it, answered late, does not)."""
     inspect_inputs = {*slot_inputs(ui).values(), token, workflow, ui.info}
     inspect = inspect_event(events, ui, token, workflow)
-    def source_of(values: dict[Any, Any]) -> str:
-        return source_text(values[ui.source])  # what Inspect and the clear answer for: the box's text
-
+    source_of = _about_source(ui)
     changes.listen(functools.partial(gr.on, [ui.inspect_button.click, ui.source.submit, ui.weight.input]), inspect,
                    inspect_inputs, inspect_outputs(ui), about=source_of, **INSPECTED)
     pick_parts = parts(ui, field_names(SourcePick))
@@ -258,7 +261,7 @@ def _wire_source_edits(ui: AdapterSlot, changes: ChangeEvents) -> None:
 
     changes.listen(ui.source.input, forget, [ui.source, ui.override, ui.alpha, ui.info],
                    list(cleared_panel(ui, "")) + [ui.demo, ui.override, ui.pending, ui.confirm_box],
-                   about=lambda values: source_text(values[ui.source]), placeholder=True, **CHEAP)
+                   about=_about_source(ui), placeholder=True, **CHEAP)
 
 
 def _wire_alpha_box(ui: AdapterSlot, changes: ChangeEvents) -> None:

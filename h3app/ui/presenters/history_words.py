@@ -82,7 +82,7 @@ def setting_words(settings: Mapping[str, Any]) -> dict[str, str]:
     return words
 
 
-ADVANCED_DEFAULTS = {k.words: k.shown(k.default) for k in KNOBS}  # an adapter that sets none of its advanced strengths
+ADVANCED_DEFAULTS = {k.words: k.shown(k.unset) for k in KNOBS}  # an adapter that sets none of its advanced strengths
 
 
 def advanced_words(adapter: Mapping[str, Any]) -> dict[str, str]:

@@ -32,15 +32,15 @@ def advanced_parameter_lines() -> str:
 
 def knob_inputs() -> dict[str, gr.components.Component]:
     """One hidden input per knob (inside the current Blocks context), at the knob's default."""
-    return {k.name: gr.Number(value=k.default, label=k.words, elem_id=f"api-{k.name}") if k.kind == FACTOR else
-            gr.Textbox(value="", label=k.words, elem_id=f"api-{k.name}") for k in KNOBS}
+    return {k.name: gr.Number(value=k.unset, label=k.words, elem_id=f"api-{k.name}") if k.kind == FACTOR else
+            gr.Textbox(value=k.unset, label=k.words, elem_id=f"api-{k.name}") for k in KNOBS}
 
 
 def advanced_values(given: Sequence[Any]) -> dict[str, Any]:
     """The knobs' values as settings fields, in ``KNOBS`` order (an omitted one: its default; a shorter list: the
     rest at their defaults)."""
     values = list(given) + [None] * (len(KNOBS) - len(given))
-    return {k.name: (k.default if k.kind == FACTOR else "") if value is None else value
+    return {k.name: k.unset if value is None else value
             for k, value in zip(KNOBS, values, strict=False)}
 
 
@@ -53,9 +53,10 @@ def flattened(call: Callable[..., Any], function: Callable[..., Any]) -> Callabl
         return call
     fixed = [p for p in params if p.kind is _Param.POSITIONAL_OR_KEYWORD]
     keywords = [p.replace(kind=_Param.POSITIONAL_OR_KEYWORD) for p in params if p.kind is _Param.KEYWORD_ONLY]
-    knobs = [_Param(k.name, _Param.POSITIONAL_OR_KEYWORD, default=k.default if k.kind == FACTOR else "",
+    knobs = [_Param(k.name, _Param.POSITIONAL_OR_KEYWORD, default=k.unset,
                     annotation="float" if k.kind == FACTOR else "str") for k in KNOBS]
-    shown = inspect.Signature([*fixed, *knobs, *keywords], return_annotation=inspect.signature(function).return_annotation)
+    shown = inspect.Signature([*fixed, *knobs, *keywords],
+                              return_annotation=inspect.signature(function).return_annotation)
 
     def flat(*args: Any, **kwargs: Any) -> Any:
         bound = shown.bind(*args, **kwargs)

@@ -144,7 +144,8 @@ class ApiEvents:
     def generate(self, session: Session | None, prompt: str, seed: float, steps: float, duration: float,
                  height: float, width: float, shift: float, audio_shift: float, workflow: str,
                  first_frame: str | None = None, last_frame: str | None = None, references: list[Any] | None = None,
-                 adapters_json: str = "", token: str = "", request: gr.Request | None = None, progress: Any = gr.Progress()
+                 adapters_json: str = "", token: str = "", request: gr.Request | None = None,
+                 progress: Any = gr.Progress()
                  ) -> tuple[Any, dict[str, Any]]:
         """Generate one video with stereo audio, with this session's adapters or the ones given in adapters_json.
 
